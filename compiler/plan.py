@@ -1,0 +1,89 @@
+"""The contract between code generation and the artifact: what `model.so` runs, in order.
+
+Code generation (compiler/codegen_cpu.py, later codegen_cuda.py) produces a `Plan` and an
+object file of kernels; compiler/artifact.py turns the plan into the C host code that, with
+runtime/shim.c and the kernels, links into `model.so`. The plan is also embedded in the
+artifact as JSON (`fusec_metadata()`), which is all the runtime needs to know.
+
+Kernel ABI on the CPU: each kernel is an exported function
+
+    void <symbol>(void **buffers, int64_t tile_begin, int64_t tile_end);
+
+`buffers[i]` is the data pointer of the plan buffer `launch.buffers[i]` (dense, row-major,
+static shape); the kernel runs tiles [tile_begin, tile_end) of its `grid` tiles, and tiles are
+independent, so the shim splits them across threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+# dtype names as numpy spells them; the element size in bytes.
+DTYPE_SIZES = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+}
+
+
+@dataclass
+class Buffer:
+    """One dense buffer: a model input, a model output, or a temporary between kernels."""
+
+    id: int
+    role: str  # "input" | "output" | "temp"
+    name: str
+    shape: list[int]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        n = DTYPE_SIZES[self.dtype]
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass
+class Launch:
+    """One kernel launch: `symbol` over `grid` tiles, reading/writing `buffers` (plan ids)."""
+
+    symbol: str
+    buffers: list[int]
+    grid: int
+    kind: str = "single"
+    ops: list[str] = field(default_factory=list)
+    # Report data (predicted bytes, tile sizes, ...); free-form, JSON-serialisable.
+    info: dict[str, Any] = field(default_factory=dict)
+    # GPU only: block size and dynamic shared memory bytes.
+    block: int = 0
+    shared_bytes: int = 0
+
+
+@dataclass
+class Plan:
+    """Everything the host side of `model.so` does, in order."""
+
+    target: str  # "cpu" | "cuda"
+    buffers: list[Buffer]
+    launches: list[Launch]
+    # Output i is buffer `outputs[i]`; inputs likewise. An output may also be an input
+    # (identity) — the host code copies it.
+    inputs: list[int]
+    outputs: list[int]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json_dict(data: dict[str, Any]) -> "Plan":
+        return Plan(
+            target=data["target"],
+            buffers=[Buffer(**b) for b in data["buffers"]],
+            launches=[Launch(**k) for k in data["launches"]],
+            inputs=list(data["inputs"]),
+            outputs=list(data["outputs"]),
+            metadata=dict(data.get("metadata", {})),
+        )

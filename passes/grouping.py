@@ -1,0 +1,192 @@
+"""The one mechanism every fusion pass uses: wrap a set of ops in a `fusion.group`.
+
+Passes decide *which* ops share a kernel; `form_group` does the rewriting. The group's
+inputs are the values its ops (and the regions nested in them) use but that are defined
+outside the set; its outputs are the results used outside it. Constants and `tensor.empty`
+are cloned in: they cost no memory traffic and keep the group isolated from above. The
+group takes the place of the set's last op; outside ops in between that depend on the set
+move after it, which is legal exactly when the set is convex (checked).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import mlir.ir as ir
+
+from fusec.dialects import _capsule_pointer
+from fusec.passes.registry import PassError
+
+# Ops that are free to duplicate into every group that uses them.
+CLONED_INTO_GROUPS = frozenset({"arith.constant", "tensor.empty"})
+
+# Tensor ops that compute, and so belong in a kernel (linalg ops all do).
+COMPUTE_TENSOR_OPS = frozenset({
+    "tensor.pad", "tensor.concat", "tensor.extract_slice", "tensor.insert_slice",
+    "tensor.collapse_shape", "tensor.expand_shape", "tensor.reshape", "tensor.generate",
+    "tensor.extract", "tensor.splat", "tensor.gather", "tensor.scatter",
+})
+
+
+def is_compute(op: ir.Operation) -> bool:
+    """True for ops that do work a kernel must run (linalg ops, computing tensor ops)."""
+    name = op.name
+    if name.startswith("linalg.") and name not in ("linalg.yield", "linalg.index"):
+        return True
+    return name in COMPUTE_TENSOR_OPS
+
+
+def defining_op(value: ir.Value) -> ir.Operation | None:
+    """The op that defines `value`, or None for a block argument."""
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def op_key(op: ir.Operation | ir.OpView) -> int:
+    """A stable identity for an op: its address.
+
+    `ir.Operation`'s own hash is structural and changes when an operand changes, so
+    operations must never be dict keys or set members; their keys can.
+    """
+    return _capsule_pointer(op.operation._CAPIPtr, b"mlir.ir.Operation._CAPIPtr")
+
+
+def _nested_ops(ops: Iterable[ir.Operation]) -> set[int]:
+    """The keys of every op in `ops` and in the regions nested inside them."""
+    found: set[int] = set()
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        found.add(op_key(op))
+        return ir.WalkResult.ADVANCE
+
+    for op in ops:
+        op.operation.walk(visit)
+    return found
+
+
+def _is_inside(value: ir.Value, nested: set[int]) -> bool:
+    op = defining_op(value)
+    if op is not None:
+        return op_key(op) in nested
+    parent = value.owner.owner  # the op owning the argument's block
+    return parent is not None and op_key(parent) in nested
+
+
+def block_order(block: ir.Block) -> dict[int, int]:
+    """Op key -> position in `block`."""
+    return {op_key(op): i for i, op in enumerate(block.operations)}
+
+
+def form_group(ops: Iterable[ir.Operation], kind: str,
+               attributes: dict[str, ir.Attribute] | None = None) -> ir.Operation:
+    """Wrap `ops` (all in one block) in a `fusion.group` of `kind`; returns the group op.
+
+    Raises PassError if the set is not convex (an outside op both depends on the set and
+    feeds it): such a set cannot be one kernel.
+    """
+    from fusec.dialects import ops as fusion_ops
+
+    members = [op.operation for op in ops]
+    block = members[0].block
+    order = block_order(block)
+    members.sort(key=lambda o: order[op_key(o)])
+    member_set = {op_key(o) for o in members}
+    nested = _nested_ops(members)
+    first, last = members[0], members[-1]
+
+    # Inputs (in first-use order) and the free ops to clone in.
+    inputs: list[ir.Value] = []
+    clones: list[ir.Operation] = []
+    for op in members:
+        for inner in _walk_list(op):
+            for operand in inner.operands:
+                if _is_inside(operand, nested):
+                    continue
+                producer = defining_op(operand)
+                if producer is not None and producer.name in CLONED_INTO_GROUPS:
+                    if op_key(producer) not in {op_key(c) for c in clones}:
+                        clones.append(producer)
+                elif operand not in inputs:
+                    inputs.append(operand)
+
+    outputs = [r for op in members for r in op.results
+               if any(op_key(use.owner) not in nested for use in r.uses)]
+    if not outputs:
+        raise PassError("a fusion group must produce at least one used result", first.location)
+
+    # Outside ops between first and last that (transitively) use the set must move after the
+    # group; if one of them also feeds the set, the set is not convex.
+    start, end = order[op_key(first)], order[op_key(last)]
+    ops_between = [o.operation for o in list(block.operations)[start:end]]
+    tainted: set[int] = set()
+    movers: list[ir.Operation] = []
+    for op in ops_between:
+        if op_key(op) in member_set:
+            continue
+        uses_set = any(
+            (p := defining_op(v)) is not None and (op_key(p) in member_set or op_key(p) in tainted)
+            for inner in _walk_list(op) for v in inner.operands
+        )
+        if uses_set:
+            tainted.add(op_key(op))
+            movers.append(op)
+    for op in members:
+        for inner in _walk_list(op):
+            for v in inner.operands:
+                if (p := defining_op(v)) is not None and op_key(p) in tainted:
+                    raise PassError(
+                        f"cannot fuse: '{p.name}' outside the group both uses and feeds it",
+                        p.location)
+
+    with ir.InsertionPoint(last), last.location:
+        group = fusion_ops().GroupOp([v.type for v in outputs], inputs, kind)
+        for name, attr in (attributes or {}).items():
+            group.operation.attributes[name] = attr
+        body = group.body.blocks.append(*[v.type for v in inputs])
+    group_op = group.operation
+
+    # Outside uses of the outputs now read the group's results.
+    for value, result in zip(outputs, group_op.results):
+        for use in list(value.uses):
+            if op_key(use.owner) not in nested:
+                use.owner.operation.operands[use.operand_number] = result
+
+    with ir.InsertionPoint(body), last.location:
+        clone_map = []
+        for c in clones:
+            clone_map.append((c, c.clone()))
+        yield_op = fusion_ops().YieldOp(outputs)
+    for op in members:
+        op.move_before(yield_op.operation)
+    # Inside uses of inputs and cloned ops now read block arguments and clones.
+    for value, arg in zip(inputs, body.arguments):
+        for use in list(value.uses):
+            if op_key(use.owner) in nested:
+                use.owner.operation.operands[use.operand_number] = arg
+    for original, cloned in clone_map:
+        for value, new in zip(original.results, cloned.results):
+            for use in list(value.uses):
+                if op_key(use.owner) in nested:
+                    use.owner.operation.operands[use.operand_number] = new
+    _move_in_order(movers, group_op)
+    return group_op
+
+
+def _walk_list(op: ir.Operation) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        found.append(inner.operation)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found
+
+
+def _move_in_order(movers: list[ir.Operation], anchor: ir.Operation) -> None:
+    previous = anchor
+    for mover in movers:
+        mover.move_after(previous)
+        previous = mover
