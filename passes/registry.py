@@ -151,12 +151,7 @@ def run_pipeline(module: ir.Module, elements: list[str], print_ir_after_all: boo
                 try:
                     pm.add(element)
                 except (ValueError, ir.MLIRError) as exc:
-                    detail = str(exc).strip().splitlines()
-                    known = "see `fusec-opt --list-passes`"
-                    raise ValueError(
-                        f"unknown pass or bad pass options '{element}' ({known})"
-                        + (f": {detail[-1]}" if detail else "")
-                    ) from None
+                    raise ValueError(_pipeline_error(element, str(exc))) from None
         if print_ir_after_all:
             pm.enable_ir_printing(print_after_all=True)
         try:
@@ -167,3 +162,13 @@ def run_pipeline(module: ir.Module, elements: list[str], print_ir_after_all: boo
                 if failure is not None:
                     raise failure from None
             raise
+
+
+def _pipeline_error(element: str, text: str) -> str:
+    """One line out of MLIR's multi-line pass-parser message."""
+    if "does not refer to a registered pass" in text:
+        return (f"unknown pass '--{element}' (neither a fusec pass, see "
+                "`fusec-opt --list-passes`, nor a registered MLIR pass)")
+    lines = [t.strip() for t in text.splitlines() if t.strip() and t.strip() != "^"]
+    detail = lines[0].split(": ", 1)[-1] if lines else "invalid"
+    return f"bad pass options in '--{element}': {detail}"

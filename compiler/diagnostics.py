@@ -1,0 +1,55 @@
+"""Errors as users see them: `file:line:col: error: message`, MLIR style.
+
+Every user-facing failure in fusec becomes a `FusecError` (one line, located where a location
+is known); the command-line tools print it and exit 1, and show the Python traceback only
+with `--debug`.
+"""
+
+from __future__ import annotations
+
+import re
+
+_FILE_LOC = re.compile(r'"([^"]*)":(\d+):(\d+)')
+
+
+class FusecError(Exception):
+    """A user-facing error, with an optional `file:line:col` location."""
+
+    def __init__(self, message: str, location: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.location = location
+
+    def __str__(self) -> str:
+        prefix = f"{self.location}: " if self.location else ""
+        return f"{prefix}error: {self.message}"
+
+
+def format_location(location: object, filename: str | None = None) -> str | None:
+    """`loc("a.mlir":3:5)` (or any location naming a file position) -> `a.mlir:3:5`.
+
+    Parsing from a string names the buffer "-" (or "<unknown>"): `filename` replaces it.
+    """
+    match = _FILE_LOC.search(str(location))
+    if not match:
+        return filename
+    name, line, col = match.groups()
+    if filename and name in ("-", "<unknown>", ""):
+        name = filename
+    return f"{name}:{line}:{col}"
+
+
+def from_mlir_error(exc: Exception, filename: str | None = None) -> list[FusecError]:
+    """The diagnostics of an `mlir.ir.MLIRError` as located `FusecError`s (errors only)."""
+    diagnostics = getattr(exc, "error_diagnostics", None) or []
+    errors = []
+    for diag in diagnostics:
+        message = str(diag.message).strip().splitlines()[0] if str(diag.message).strip() else ""
+        errors.append(FusecError(message or "unknown error", format_location(diag.location,
+                                                                            filename)))
+    if not errors:
+        text = str(exc).strip().splitlines()
+        # "Failure while executing pass pipeline:" is followed by "error: <loc>: message".
+        detail = next((t for t in text if "error:" in t), text[-1] if text else "MLIR error")
+        errors.append(FusecError(detail.split("error:", 1)[-1].strip(), filename))
+    return errors
