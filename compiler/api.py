@@ -1,0 +1,47 @@
+"""`fusec.compile`: import (if needed), compile and load in one call, with a compile cache."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+from fusec.compiler.pipeline import CompileOptions
+
+
+def cache_dir() -> str:
+    """Where compiled artifacts are kept: $FUSEC_CACHE_DIR, else ~/.cache/fusec."""
+    return os.environ.get("FUSEC_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "fusec")
+
+
+def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool = True,
+            arch: str = "sm_90", cache: bool = True, dump_dir: str | None = None) -> Any:
+    """Compile `model` (a torch.nn.Module with example inputs, or linalg-on-tensors MLIR
+    text) and return the loaded `fusec.runtime.Module`.
+
+    The artifact is cached under `cache_dir()`, keyed on the input IR and the options, so a
+    second call with the same model and options only loads it.
+    """
+    import fusec
+    import fusec.runtime as runtime
+    from fusec.compiler import driver
+
+    if isinstance(model, str):
+        if example_inputs:
+            raise TypeError("example inputs are only for torch modules; MLIR text has its "
+                            "signature")
+        text, filename = model, "<text>"
+    else:
+        from fusec.compiler.frontend import import_torch
+
+        text, filename = import_torch(model, *example_inputs), "<torch>"
+    options = CompileOptions(target=target, arch=arch, fusion=fusion, dump_dir=dump_dir)
+    options.target = options.resolved_target()
+    key = hashlib.sha256(
+        (fusec.__version__ + options.cache_key() + text).encode()).hexdigest()[:32]
+    path = os.path.join(cache_dir(), f"{key}.so")
+    if not (cache and os.path.exists(path)):
+        os.makedirs(cache_dir(), exist_ok=True)
+        driver.compile_text(text, filename, options, path)
+    return runtime.load(path)

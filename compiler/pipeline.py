@@ -1,0 +1,229 @@
+"""The ordered stages of fusec, in one place.
+
+    torch -> linalg -> fusion -> tiled -> bufferized -> cpu | cuda -> so
+
+Each IR stage is a flat list of passes (`STAGE_PASSES[stage](options)`), run by
+`fusec.passes.run_pipeline`, so that a failing stage can be reproduced with one `fusec-opt`
+command. `torch` (import) and `so` (object code + host plan + shim -> shared library) are the
+two ends that are not IR-to-IR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable
+
+import mlir.ir as ir
+
+from fusec.compiler.diagnostics import FusecError, format_location, from_mlir_error
+
+STAGES = ("torch", "linalg", "fusion", "tiled", "bufferized", "cpu", "cuda", "so")
+TARGETS = ("cpu", "cuda", "auto")
+
+
+@dataclass
+class CompileOptions:
+    """What the user chose; every field has a command-line flag of the same name."""
+
+    target: str = "cpu"  # cpu | cuda | auto (cuda when a GPU is present)
+    arch: str = "sm_90"
+    fusion: bool = True  # False: one kernel per op (the unfused baseline)
+    dump_dir: str | None = None
+    model_name: str = "model"
+    extra: dict = field(default_factory=dict)
+
+    def resolved_target(self) -> str:
+        if self.target not in TARGETS:
+            raise FusecError(f"unknown target '{self.target}'; expected one of: cpu, cuda, auto")
+        if self.target == "auto":
+            return "cuda" if _gpu_present() else "cpu"
+        return self.target
+
+    def cache_key(self) -> str:
+        data = dataclasses.asdict(self)
+        data.pop("dump_dir")
+        return repr(sorted(data.items()))
+
+
+def _gpu_present() -> bool:
+    import ctypes.util
+
+    return ctypes.util.find_library("cuda") is not None and os.path.exists("/dev/nvidia0")
+
+
+# --- the passes of each IR stage ------------------------------------------------------------
+
+
+def linalg_passes(options: CompileOptions) -> list[str]:
+    # Normalise what torch-mlir gives: fold and deduplicate before deciding fusion.
+    return ["canonicalize", "cse"]
+
+
+def fusion_passes(options: CompileOptions) -> list[str]:
+    from fusec.passes import REGISTRY
+
+    plan = ["fusion-plan"] if options.fusion and "fusion-plan" in REGISTRY else []
+    # Whatever the planner left (or everything, without fusion) becomes a kernel of its own;
+    # canonicalize then drops the constants that were cloned into groups.
+    return plan + ["fusion-form-singletons", "canonicalize", "cse"]
+
+
+def tiled_passes(options: CompileOptions) -> list[str]:
+    from fusec.compiler import codegen_cpu
+
+    return codegen_cpu.tiled_passes(options)
+
+
+def bufferized_passes(options: CompileOptions) -> list[str]:
+    from fusec.compiler import codegen_cpu
+
+    return codegen_cpu.bufferized_passes(options)
+
+
+def cpu_passes(options: CompileOptions) -> list[str]:
+    from fusec.compiler import codegen_cpu
+
+    return codegen_cpu.cpu_passes(options)
+
+
+def cuda_passes(options: CompileOptions) -> list[str]:
+    from fusec.compiler import codegen_cuda
+
+    return codegen_cuda.cuda_passes(options)
+
+
+STAGE_PASSES: dict[str, Callable[[CompileOptions], list[str]]] = {
+    "linalg": linalg_passes,
+    "fusion": fusion_passes,
+    "tiled": tiled_passes,
+    "bufferized": bufferized_passes,
+    "cpu": cpu_passes,
+    "cuda": cuda_passes,
+}
+
+
+def ir_stages(target: str) -> list[str]:
+    """The IR-to-IR stages for `target`, in order."""
+    backend = "cuda" if target == "cuda" else "cpu"
+    return ["linalg", "fusion", "tiled", "bufferized", backend]
+
+
+def detect_stage(module: ir.Module) -> str:
+    """The last stage whose output `module` looks like (IR given as input resumes after it)."""
+    text_ops: set[str] = set()
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        text_ops.add(op.name)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if "gpu.module" in text_ops or "gpu.binary" in text_ops:
+        return "cuda"
+    if any(name.startswith("llvm.") for name in text_ops):
+        return "cpu"
+    if any(name.startswith("memref.") for name in text_ops):
+        return "bufferized"
+    if "fusion.group" in text_ops and "scf.forall" in text_ops:
+        return "tiled"
+    if "fusion.group" in text_ops:
+        return "fusion"
+    return "torch"  # linalg-on-tensors, as torch-mlir emits it: next is `linalg`
+
+
+# --- running stages --------------------------------------------------------------------------
+
+
+def _reproducer(module_text: str, stage: str, passes: list[str], options: CompileOptions) -> str:
+    """Write the stage's input IR to a file; return the fusec-opt command that fails on it."""
+    directory = options.dump_dir or tempfile.gettempdir()
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{options.model_name}.before-{stage}.mlir")
+    with open(path, "w") as f:
+        f.write(module_text)
+    flags = " ".join(f"'--{p}'" if "{" in p else f"--{p}" for p in passes)
+    return f"fusec-opt {path} {flags}"
+
+
+def run_stage(module: ir.Module, stage: str, options: CompileOptions,
+              filename: str | None = None) -> None:
+    """Run one IR stage in place; on failure raise a FusecError with a reproducer command."""
+    from fusec.passes import PassError, run_pipeline
+
+    passes = STAGE_PASSES[stage](options)
+    before = module.operation.get_asm(enable_debug_info=True)
+    try:
+        run_pipeline(module, passes)
+    except (PassError, ir.MLIRError, Exception) as exc:
+        if isinstance(exc, PassError):
+            error = FusecError(exc.message, format_location(exc.location, filename))
+        elif isinstance(exc, ir.MLIRError):
+            error = from_mlir_error(exc, filename)[0]
+        elif isinstance(exc, FusecError):
+            error = exc
+        else:
+            error = FusecError(f"internal error in stage '{stage}': {type(exc).__name__}: {exc}",
+                               filename)
+        command = _reproducer(before, stage, passes, options)
+        error.message += f" [stage '{stage}'; reproduce with: {command}]"
+        raise error from exc
+    if options.dump_dir:
+        _dump(module, stage, options)
+
+
+def _dump(module: ir.Module, stage: str, options: CompileOptions) -> None:
+    os.makedirs(options.dump_dir, exist_ok=True)
+    path = os.path.join(options.dump_dir, f"{options.model_name}.{stage}.mlir")
+    with open(path, "w") as f:
+        f.write(str(module))
+
+
+def lower(module: ir.Module, options: CompileOptions, stop_after: str | None = None,
+          filename: str | None = None) -> str:
+    """Run the IR stages after the one `module` is in, up to `stop_after`; returns the last."""
+    target = options.resolved_target()
+    stages = ir_stages(target)
+    current = detect_stage(module)
+    start = stages.index(current) + 1 if current in stages else 0
+    if stop_after is not None and stop_after not in stages:
+        raise FusecError(f"stage '{stop_after}' is not an IR stage for target '{target}' "
+                         f"(stages: {', '.join(stages)})")
+    if stop_after is not None and stages.index(stop_after) < start:
+        raise FusecError(f"the input is already past stage '{stop_after}' (it is at "
+                         f"'{current}')", filename)
+    last = current
+    for stage in stages[start:]:
+        run_stage(module, stage, options, filename)
+        last = stage
+        if stage == stop_after:
+            break
+    return last
+
+
+def build_so(module: ir.Module, options: CompileOptions, output: str) -> dict:
+    """The `so` stage: kernels to an object file, host plan + shim linked into `output`.
+
+    `module` must be lowered through the target's last IR stage. The result is written
+    atomically: a failure leaves nothing at `output`. Returns the artifact's metadata.
+    """
+    target = options.resolved_target()
+    from fusec.compiler import artifact
+
+    workdir = tempfile.mkdtemp(prefix="fusec-so-")
+    try:
+        if target == "cuda":
+            from fusec.compiler import codegen_cuda
+
+            plan, kernel_files = codegen_cuda.emit(module, options, workdir)
+            return artifact.build_artifact(plan, kernel_files, output, target="cuda")
+        from fusec.compiler import codegen_cpu
+
+        plan = codegen_cpu.take_plan(module)
+        obj = os.path.join(workdir, "kernels.o")
+        codegen_cpu.emit_object(module, obj)
+        return artifact.build_artifact(plan, obj, output)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,168 @@
+"""fusec: compile a PyTorch model (model.py) or linalg-on-tensors MLIR into model.so.
+
+    fusec MODEL.{py,mlir} [-o model.so] [--target cpu|cuda|auto] [--arch sm_90]
+          [--emit STAGE] [--dump-dir DIR] [--report[=json]] [--no-fusion] [--check] [--debug]
+
+A model.py defines `model()` (a torch.nn.Module) and `example_inputs()`. `--emit STAGE` prints
+the IR after STAGE (linalg, fusion, tiled, bufferized, cpu) and stops; IR given as input
+resumes after the stage it is in. `--check` runs the compiled model on fresh random inputs and
+compares it with PyTorch in float64 (model.py inputs only). Errors print as
+`file:line:col: error: ...` with exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from fusec.compiler.diagnostics import FusecError
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fusec", description=__doc__.split("\n\n")[0])
+    parser.add_argument("input", help="model.py (model(), example_inputs()) or a .mlir file")
+    parser.add_argument("-o", "--output", help="output .so (default: INPUT with .so)")
+    parser.add_argument("--target", default="cpu", choices=["cpu", "cuda", "auto"],
+                        help="cpu (default), cuda, or auto: cuda where a GPU is present")
+    parser.add_argument("--arch", default="sm_90", help="GPU architecture (cuda target)")
+    parser.add_argument("--emit", metavar="STAGE",
+                        help="print the IR after STAGE and stop (linalg, fusion, tiled, "
+                             "bufferized, cpu, cuda; torch for the imported IR)")
+    parser.add_argument("--dump-dir", metavar="DIR", help="write <model>.<stage>.mlir per stage")
+    parser.add_argument("--report", nargs="?", const="text", choices=["text", "json"],
+                        help="print the fusion report (per kernel and refused fusions)")
+    parser.add_argument("--no-fusion", action="store_true", help="one kernel per op (baseline)")
+    parser.add_argument("--check", action="store_true",
+                        help="run the result and compare with PyTorch in float64 (model.py)")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    return parser.parse_args(argv)
+
+
+def _write_text(path: str | None, text: str) -> None:
+    if path is None or path == "-":
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fusec-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def run(argv: list[str]) -> int:
+    args = _parse_args(argv)
+    from fusec.compiler import driver
+    from fusec.compiler.pipeline import CompileOptions, lower
+
+    name = os.path.splitext(os.path.basename(args.input))[0]
+    if name == "model":  # examples/<name>/model.py: name the artifact after the folder
+        name = os.path.basename(os.path.dirname(os.path.abspath(args.input))) or name
+    options = CompileOptions(target=args.target, arch=args.arch, fusion=not args.no_fusion,
+                             dump_dir=args.dump_dir, model_name=name)
+    started = time.perf_counter()
+    text, inputs, model = driver.load_input(args.input)
+    if args.emit == "torch":
+        _write_text(args.output, text)
+        return 0
+    module = driver.parse(text, args.input)
+    if args.emit:
+        lower(module, options, stop_after=args.emit, filename=args.input)
+        _write_text(args.output, str(module))
+        return 0
+    if args.report:
+        from fusec.compiler.pipeline import ir_stages
+
+        lower(module, options, stop_after="fusion", filename=args.input)
+        _print_report(module, args.report, options)
+        if not args.output:
+            return 0
+        lower(module, options, filename=args.input)
+    else:
+        lower(module, options, filename=args.input)
+    from fusec.compiler.pipeline import build_so
+
+    output = args.output or os.path.splitext(args.input)[0] + ".so"
+    metadata = build_so(module, options, output)
+    elapsed = time.perf_counter() - started
+    kernels = len(metadata.get("kernels", []))
+    print(f"fusec: wrote {output} ({options.resolved_target()}, {kernels} kernel"
+          f"{'s' if kernels != 1 else ''}, compiled in {elapsed:.2f} s)", file=sys.stderr)
+    if args.check:
+        return _check(output, model, inputs, args.input)
+    return 0
+
+
+def _print_report(module, fmt: str, options) -> None:
+    from fusec.passes import report
+
+    device = "h200" if options.resolved_target() == "cuda" else "cpu"
+    if fmt == "json":
+        import json
+
+        print(json.dumps(report.report_data(module, device=device), indent=2))
+    else:
+        print(report.format_report(module, device=device))
+
+
+def _check(output: str, model, inputs, path: str) -> int:
+    """Run the artifact on fresh random inputs and compare with torch in float64."""
+    if model is None:
+        raise FusecError("--check needs a model.py input (it compares with PyTorch)", path)
+    import numpy as np
+    import torch
+
+    import fusec.runtime as runtime
+
+    compiled = runtime.load(output)
+    rng = np.random.default_rng()
+    fresh = []
+    for t in inputs:
+        if t.dtype.is_floating_point:
+            fresh.append(rng.standard_normal(tuple(t.shape)).astype(str(t.dtype).split(".")[1]))
+        else:
+            fresh.append(t.numpy().copy())
+    outs = compiled(*fresh)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    with torch.no_grad():
+        ref = model.double()(*[torch.from_numpy(a).double() if a.dtype.kind == "f"
+                               else torch.from_numpy(a) for a in fresh])
+    refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+    worst = 0.0
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        r = r.numpy()
+        err = float(np.linalg.norm(o.astype(np.float64) - r) / max(np.linalg.norm(r), 1e-300))
+        worst = max(worst, err)
+        print(f"output {i}: shape {tuple(o.shape)} {o.dtype}, relative error vs PyTorch "
+              f"(float64) {err:.2e}")
+    kernels = len(compiled.kernels)
+    ok = worst < 1e-4
+    print(f"{'OK' if ok else 'MISMATCH'}: {kernels} kernel{'s' if kernels != 1 else ''}, "
+          f"worst relative error {worst:.2e}")
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        return run(argv)
+    except FusecError as exc:
+        if debug:
+            raise
+        print(exc, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if debug:
+            raise
+        print(f"fusec: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the "
+              "traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
