@@ -19,6 +19,7 @@ is an optional extra.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -49,8 +50,12 @@ def import_torch(
     arguments are the example inputs (static shapes) and whose weights are inlined dense
     constants; it parses with `fusec.dialects.make_context()`.
     """
-    text = _torch_mlir_generic_text(module, example_inputs, func_name)
-    return to_generic(inline_dense_resources(text))
+    from fusec.dialects import make_context
+
+    text = inline_dense_resources(_torch_mlir_generic_text(module, example_inputs, func_name))
+    context = make_context()
+    check_dialects(text, context)
+    return to_generic(text, context)
 
 
 def _torch_mlir_generic_text(
@@ -61,6 +66,7 @@ def _torch_mlir_generic_text(
         import torch
         from torch_mlir import fx
         from torch_mlir.compiler_utils import TorchMlirCompilerError
+        from torch_mlir.extras.fx_importer import FxImporter
     except ImportError as error:
         raise FrontendError(
             f"importing a PyTorch model needs torch and torch-mlir ({error}); "
@@ -74,6 +80,7 @@ def _torch_mlir_generic_text(
                 f"example input {index} is a {type(value).__name__}, not a torch.Tensor"
             )
     module.eval()
+    context, errors, handler = _torch_mlir_context()
     try:
         with warnings.catch_warnings():
             # torch.export's pytree code warns about its own deprecated API on every export.
@@ -83,32 +90,242 @@ def _torch_mlir_generic_text(
                 *example_inputs,
                 output_type="linalg-on-tensors",
                 func_name=func_name,
+                decomposition_table=decomposition_table(),
+                fx_importer=FxImporter(context=context),
             )
+        return imported.operation.get_asm(print_generic_op_form=True)
     except TorchMlirCompilerError as error:
-        raise FrontendError(_describe_torch_mlir_failure(str(error))) from error
+        raise FrontendError(_describe_torch_mlir_failure(errors, str(error))) from error
     except Exception as error:  # torch.export raises many types (Unsupported, UserError, ...)
         raise FrontendError(
-            f"torch.export could not trace the model: {type(error).__name__}: {error}"
+            f"torch.export or torch-mlir's importer failed: {type(error).__name__}: {error}"
         ) from error
-    return imported.operation.get_asm(print_generic_op_form=True)
+    finally:
+        handler.detach()
+
+
+def _torch_mlir_context() -> tuple[Any, list[str], Any]:
+    """A torch-mlir context whose error diagnostics are collected instead of printed.
+
+    torch-mlir's C++ diagnostics go straight to stderr, not into its exception; collecting them
+    lets the FrontendError name the op that failed.
+    """
+    from torch_mlir import ir as torch_mlir_ir
+    from torch_mlir.dialects import torch as torch_dialect
+
+    context = torch_mlir_ir.Context()
+    torch_dialect.register_dialect(context)
+    errors: list[str] = []
+
+    def collect(diagnostic: Any) -> bool:
+        if diagnostic.severity != torch_mlir_ir.DiagnosticSeverity.ERROR:
+            return False
+        notes = "".join(f"\n  note: {note.message}" for note in diagnostic.notes)
+        errors.append(f"{diagnostic.location}: error: {diagnostic.message}{notes}")
+        return True
+
+    return context, errors, context.attach_diagnostic_handler(collect)
+
+
+# --------------------------------------------------------------------------------------------
+# Decompositions: torch-mlir's table, with fusec's overrides
+
+
+def decomposition_table() -> dict[Any, Any]:
+    """torch-mlir's decomposition table with the overrides that give fusec clean linalg.
+
+    - `aten.scaled_dot_product_attention`: naive attention, softmax(Q K^T * scale [+ causal
+      mask]) V, instead of torch's math path. torch's path ends in `_safe_softmax`, whose
+      "is the whole row -inf" check lowers to an i1 `all` reduction whose result must go
+      through memory (MLIR 22's `finalize-memref-to-llvm` aborts on i1 memrefs); removing
+      the entry instead makes torch-mlir emit `tm_tensor.attention`, which MLIR 22 cannot
+      parse. Without a user mask no row is fully masked, so plain softmax is exact; with a
+      mask, the fully-masked-row check reuses softmax's row max (elementwise, fusable). GQA
+      repeats K/V heads; only dropout (never on in eval) falls back to torch's path.
+    - `aten.var_mean.correction` (LayerNorm): two-pass mean and variance in the input's dtype;
+      torch-mlir's lowering upcasts the whole tensor to f64.
+    - `aten.reciprocal` (BatchNorm): `1 / x`; torch-mlir's lowering puts a `cf.assert(x != 0)`
+      in the linalg body (PyTorch itself gives inf).
+    - `aten.gelu` with approximate="tanh": written out with an exact sqrt(2/pi); torch-mlir's
+      lowering uses 0.797724 (sqrt(2/pi) = 0.7978846), a relative error of 5e-5 in the output.
+    - `aten.pow.Tensor_Scalar` with exponent 2 or 3 (RMSNorm, GELU-tanh): multiplications,
+      instead of `math.fpowi`.
+    """
+    import torch
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    aten = torch.ops.aten
+    table = dict(get_decomposition_table())
+    sdpa = aten.scaled_dot_product_attention.default
+    table[sdpa] = _naive_attention_decomposition(table.get(sdpa))
+    table[aten.var_mean.correction] = _var_mean_two_pass
+    table[aten.reciprocal.default] = _reciprocal
+    table[aten.gelu.default] = _gelu_tanh
+    table[aten.pow.Tensor_Scalar] = _pow_scalar
+    return table
+
+
+def _naive_attention_decomposition(fallback: Any) -> Any:
+    """A decomposition of `aten.scaled_dot_product_attention` as naive attention."""
+    import torch
+
+    def naive_attention(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        *,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> torch.Tensor:
+        if dropout_p != 0.0:
+            if fallback is None:
+                return NotImplemented
+            return fallback(
+                query, key, value, attn_mask, dropout_p, is_causal,
+                scale=scale, enable_gqa=enable_gqa,
+            )
+        if enable_gqa:
+            key, value = _repeat_heads(key, query.shape[-3]), _repeat_heads(value, query.shape[-3])
+        if scale is None:
+            scale = 1.0 / math.sqrt(query.shape[-1])
+        scores = torch.matmul(query, key.transpose(-2, -1)) * scale
+        if is_causal:
+            # torch's causal mask is top-left aligned: row i sees columns 0..i, so no row is
+            # fully masked and plain softmax is exact.
+            rows = torch.arange(query.shape[-2], device=query.device).unsqueeze(-1)
+            columns = torch.arange(key.shape[-2], device=query.device).unsqueeze(0)
+            scores = torch.where(rows >= columns, scores, float("-inf"))
+        if attn_mask is None:
+            return torch.matmul(torch.softmax(scores, dim=-1), value)
+        if attn_mask.dtype == torch.bool:
+            scores = torch.where(attn_mask, scores, float("-inf"))
+        else:
+            scores = scores + attn_mask
+        return torch.matmul(_safe_softmax(scores), value)
+
+    return naive_attention
+
+
+def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim that gives 0, not NaN, on rows that are entirely -inf.
+
+    torch's `_safe_softmax` tests "all -inf" with an i1 `all` reduction; a row is all -inf
+    exactly when its max is, so the test reuses softmax's own max and stays elementwise.
+    """
+    import torch
+
+    row_max = torch.amax(scores, dim=-1, keepdim=True)
+    exponentials = torch.exp(scores - row_max)
+    probabilities = exponentials / torch.sum(exponentials, dim=-1, keepdim=True)
+    return torch.where(row_max == float("-inf"), 0.0, probabilities)
+
+
+def _repeat_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Repeat each of x's heads (dim -3) so that it has `heads` heads (grouped-query attention)."""
+    repeats = heads // x.shape[-3]
+    expanded = x.unsqueeze(-3).expand(*x.shape[:-2], repeats, *x.shape[-2:])
+    return expanded.reshape(*x.shape[:-3], heads, *x.shape[-2:])
+
+
+def _var_mean_two_pass(
+    x: torch.Tensor,
+    dim: list[int] | None = None,
+    *,
+    correction: float | None = None,
+    keepdim: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor] | Any:
+    """var_mean as mean, then the mean of squared deviations, in x's own dtype."""
+    import torch
+
+    if not x.dtype.is_floating_point or x.ndim == 0:
+        return NotImplemented
+    # An empty dim list reduces over every dim, as None does.
+    dims = [d % x.ndim for d in dim] if dim else list(range(x.ndim))
+    count = math.prod(x.shape[d] for d in dims)
+    mean = torch.mean(x, dims, keepdim=True)
+    centered = x - mean
+    divisor = max(count - (1 if correction is None else correction), 0)
+    var = torch.sum(centered * centered, dims, keepdim=keepdim) / divisor
+    if not keepdim:
+        mean = torch.squeeze(mean, dims)
+    return var, mean
+
+
+def _reciprocal(x: torch.Tensor) -> torch.Tensor | Any:
+    """1 / x as a division by a 0-d one."""
+    import torch
+
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    return torch.div(torch.scalar_tensor(1.0, dtype=x.dtype, device=x.device), x)
+
+
+def _gelu_tanh(x: torch.Tensor, approximate: str = "none") -> torch.Tensor | Any:
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    import torch
+
+    if approximate != "tanh":
+        return NotImplemented
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))
+    return 0.5 * x * (1.0 + torch.tanh(inner))
+
+
+def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:
+    """x ** 2 and x ** 3 as multiplications; other exponents are left to torch-mlir."""
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    if exponent == 2:
+        return x * x
+    if exponent == 3:
+        return x * x * x
+    return NotImplemented
 
 
 # Patterns torch-mlir's diagnostics use to name the op it could not lower, most specific first.
 _UNSUPPORTED_OP_PATTERNS = (
+    re.compile(r'"torch\.operator"[^\n]*name = "torch\.([\w.]+)"'),
+    re.compile(r"failed to legalize operation '(torch\.aten\.[\w.]+)'"),
+    re.compile(r"'(torch\.aten\.[\w.]+)' op"),
     re.compile(r"failed to legalize operation '([\w.]+)'"),
-    re.compile(r"unsupported by backend contract: module contains operation '?([\w.]+)"),
-    re.compile(r"found an op that was marked as backend illegal[^\n]*\n[^\n]*?([\w]+\.[\w.]+)"),
-    re.compile(r"'(torch\.[\w.]+)' op"),
 )
 
 
-def _describe_torch_mlir_failure(message: str) -> str:
-    """A one-paragraph FrontendError message for a failed torch-mlir lowering."""
+def _describe_torch_mlir_failure(errors: list[str], message: str) -> str:
+    """The FrontendError message for a failed torch-mlir lowering: the op, then the diagnostics."""
+    diagnostics = "\n".join(errors)
     for pattern in _UNSUPPORTED_OP_PATTERNS:
-        match = pattern.search(message)
+        match = pattern.search(diagnostics)
         if match:
-            return f"torch-mlir cannot lower `{match.group(1)}` to linalg-on-tensors:\n{message}"
-    return f"torch-mlir failed to lower the model to linalg-on-tensors:\n{message}"
+            op = match.group(1).removeprefix("torch.")
+            return f"torch-mlir cannot lower `{op}` to linalg-on-tensors:\n{diagnostics}"
+    summary = message.strip().splitlines()[0] if message.strip() else "no message"
+    return f"torch-mlir failed ({summary}):\n{diagnostics or message}"
+
+
+def check_dialects(text: str, context: ir.Context | None = None) -> None:
+    """Raise a FrontendError naming the ops of `text` that fusec's MLIR does not know.
+
+    torch-mlir's linalg-on-tensors output can contain its own TMTensor ops (`tm_tensor.sort`,
+    `tm_tensor.scan`, `tm_tensor.attention`, ...) for aten ops with no linalg lowering.
+    """
+    from fusec.dialects import make_context
+
+    context = context or make_context()
+    names = sorted(set(_GENERIC_OP_NAME.findall(text)))
+    unknown = [name for name in names if not context.is_registered_operation(name)]
+    # A region terminator (tm_tensor.yield) says nothing the op that holds it doesn't.
+    unknown = [name for name in unknown if not name.endswith(".yield")] or unknown
+    if unknown:
+        raise FrontendError(
+            "torch-mlir lowered part of the model to ops outside linalg-on-tensors, which fusec "
+            "cannot compile: " + ", ".join(f"`{name}`" for name in unknown)
+        )
+
+
+_GENERIC_OP_NAME = re.compile(r'^\s*(?:%[^=]*=\s*)?"([\w$]+\.[\w.$]+)"\(', re.MULTILINE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,7 +360,8 @@ def inline_dense_resources(text: str) -> str:
         element_type = shape_and_type.split("x")[-1]
         if element_type == "i1":
             bits = bytes.fromhex(data)
-            return "dense<[" + ", ".join("true" if b else "false" for b in bits) + "]>" + type_suffix
+            literal = ", ".join("true" if b else "false" for b in bits)
+            return f"dense<[{literal}]>{type_suffix}"
         return f'dense<"0x{data}">{type_suffix}'
 
     return _RESOURCE_USE.sub(replace, body)
@@ -160,7 +378,8 @@ def parse_module(text: str, context: ir.Context | None = None) -> ir.Module:
         try:
             return ir.Module.parse(text)
         except ir.MLIRError as error:
-            raise FrontendError(f"fusec's MLIR cannot parse the imported module: {error}") from error
+            message = f"fusec's MLIR cannot parse the imported module: {error}"
+            raise FrontendError(message) from error
 
 
 def to_generic(text: str, context: ir.Context | None = None) -> str:
@@ -175,7 +394,9 @@ def to_generic(text: str, context: ir.Context | None = None) -> str:
 _REQUIRED_FUNCTIONS = ("model", "example_inputs")
 
 
-def load_model_file(path: str | os.PathLike[str]) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+def load_model_file(
+    path: str | os.PathLike[str],
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """Load a Python model file: it must define `model()` and `example_inputs()`.
 
     Returns the module (in eval mode) and the example inputs as a tuple of tensors. Anything
@@ -211,7 +432,8 @@ def _execute_file(path: str) -> Any:
         spec.loader.exec_module(namespace)
     except Exception as error:
         del sys.modules[name]
-        raise FrontendError(f"{path}: error while importing: {type(error).__name__}: {error}") from error
+        message = f"{path}: error while importing: {type(error).__name__}: {error}"
+        raise FrontendError(message) from error
     return namespace
 
 
@@ -228,7 +450,9 @@ def _check_module(path: str, module: Any) -> torch.nn.Module:
     import torch
 
     if not isinstance(module, torch.nn.Module):
-        raise FrontendError(f"{path}: `model()` returned a {type(module).__name__}, not a torch.nn.Module")
+        raise FrontendError(
+            f"{path}: `model()` returned a {type(module).__name__}, not a torch.nn.Module"
+        )
     return module.eval()
 
 

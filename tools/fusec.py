@@ -134,11 +134,12 @@ def _check(output: str, model, inputs, path: str) -> int:
     for i, (o, r) in enumerate(zip(outs, refs)):
         r = r.numpy()
         err = float(np.linalg.norm(o.astype(np.float64) - r) / max(np.linalg.norm(r), 1e-300))
-        worst = max(worst, err)
+        # NaN compares false with everything: it must fail, never vanish in max().
+        worst = float("nan") if (err != err or worst != worst) else max(worst, err)
         print(f"output {i}: shape {tuple(o.shape)} {o.dtype}, relative error vs PyTorch "
               f"(float64) {err:.2e}")
     kernels = len(compiled.kernels)
-    ok = worst < 1e-4
+    ok = worst < 1e-4  # False for NaN
     print(f"{'OK' if ok else 'MISMATCH'}: {kernels} kernel{'s' if kernels != 1 else ''}, "
           f"worst relative error {worst:.2e}")
     return 0 if ok else 1
