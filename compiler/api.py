@@ -16,12 +16,17 @@ def cache_dir() -> str:
 
 
 def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool = True,
-            arch: str = "sm_90", cache: bool = True, dump_dir: str | None = None) -> Any:
+            arch: str = "sm_90", cache: bool = True, dump_dir: str | None = None,
+            verify: bool = False) -> Any:
     """Compile `model` (a torch.nn.Module with example inputs, or linalg-on-tensors MLIR
     text) and return the loaded `fusec.runtime.Module`.
 
     The artifact is cached under `cache_dir()`, keyed on the input IR and the options, so a
     second call with the same model and options only loads it.
+
+    `verify=True` also builds the unfused program and checks, on random inputs, that every
+    fused kernel agrees with it (`fusec.compiler.verify`); a mismatch raises
+    `VerificationError` (a `FusecError`) naming the first kernel that differs.
     """
     import fusec
     import fusec.runtime as runtime
@@ -35,7 +40,9 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     else:
         from fusec.compiler.frontend import import_torch
 
-        text, filename = import_torch(model, *example_inputs), "<torch>"
+        driver.check_example_inputs(example_inputs, "<torch>")
+        with driver.quiet_torch_logs():
+            text, filename = import_torch(model, *example_inputs), "<torch>"
     options = CompileOptions(target=target, arch=arch, fusion=fusion, dump_dir=dump_dir)
     options.target = options.resolved_target()
     key = hashlib.sha256(
@@ -44,4 +51,10 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     if not (cache and os.path.exists(path)):
         os.makedirs(cache_dir(), exist_ok=True)
         driver.compile_text(text, filename, options, path)
+    if verify:
+        from fusec.compiler import verify as verifier
+
+        examples = tuple(t.numpy() for t in example_inputs) if example_inputs else None
+        verifier.check_or_raise(verifier.verify(text, filename, options, examples=examples),
+                                filename)
     return runtime.load(path)

@@ -107,9 +107,14 @@ STAGE_PASSES: dict[str, Callable[[CompileOptions], list[str]]] = {
 
 
 def ir_stages(target: str) -> list[str]:
-    """The IR-to-IR stages for `target`, in order."""
-    backend = "cuda" if target == "cuda" else "cpu"
-    return ["linalg", "fusion", "tiled", "bufferized", backend]
+    """The IR-to-IR stages for `target`, in order.
+
+    The CUDA code generator reads the fusion stage's groups directly and chooses each
+    kernel's launch shape itself, so `tiled`/`bufferized` are the CPU path's stages.
+    """
+    if target == "cuda":
+        return ["linalg", "fusion", "cuda"]
+    return ["linalg", "fusion", "tiled", "bufferized", "cpu"]
 
 
 def detect_stage(module: ir.Module) -> str:
@@ -209,17 +214,14 @@ def build_so(module: ir.Module, options: CompileOptions, output: str) -> dict:
     `module` must be lowered through the target's last IR stage. The result is written
     atomically: a failure leaves nothing at `output`. Returns the artifact's metadata.
     """
-    target = options.resolved_target()
-    from fusec.compiler import artifact
+    if options.resolved_target() == "cuda":
+        from fusec.compiler import codegen_cuda
+
+        return codegen_cuda.build_so(module, options, output)
+    from fusec.compiler import artifact, codegen_cpu
 
     workdir = tempfile.mkdtemp(prefix="fusec-so-")
     try:
-        if target == "cuda":
-            from fusec.compiler import codegen_cuda
-
-            plan, kernel_files = codegen_cuda.emit(module, options, workdir)
-            return artifact.build_artifact(plan, kernel_files, output, target="cuda")
-        from fusec.compiler import codegen_cpu
 
         plan = codegen_cpu.take_plan(module)
         obj = os.path.join(workdir, "kernels.o")

@@ -32,7 +32,9 @@ class Buffer:
     """One dense buffer: a model input, a model output, or a temporary between kernels."""
 
     id: int
-    role: str  # "input" | "output" | "temp"
+    # "input" | "output" | "temp"; "constant" (cuda only): a weight whose bytes the CUDA
+    # code generator embeds in the artifact (CudaProgram.constants) and uploads once.
+    role: str
     name: str
     shape: list[int]
     dtype: str

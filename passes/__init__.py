@@ -8,5 +8,25 @@ from fusec.passes.registry import REGISTRY, Pass, PassError, register, run_pipel
 # One import per pass file; the import registers the pass.
 from fusec.passes import form_singletons  # noqa: F401,E402
 from fusec.passes import inline_groups  # noqa: F401,E402
+from fusec.passes import check_supported  # noqa: F401,E402
+from fusec.passes import hoist_reshapes  # noqa: F401,E402
+from fusec.passes import outline_kernels  # noqa: F401,E402
+from fusec.passes import tile_groups  # noqa: F401,E402
+from fusec.passes import cpu_loop_order  # noqa: F401,E402
+from fusec.passes import cpu_tile_loops  # noqa: F401,E402
+from fusec.passes import cpu_plan  # noqa: F401,E402
+from fusec.passes import cpu_abi  # noqa: F401,E402
+from fusec.passes import widen_i1_memrefs  # noqa: F401,E402
+from fusec.passes import copies_to_linalg  # noqa: F401,E402
+from fusec.passes import fast_exp  # noqa: F401,E402
+from fusec.passes import fence_broadcast_consumers  # noqa: F401,E402
+from fusec.passes import unfence  # noqa: F401,E402
+from fusec.passes import propagate_reshapes  # noqa: F401,E402
+from fusec.passes import reassociate_reductions  # noqa: F401,E402
+from fusec.passes import fuse_vertical  # noqa: F401,E402
+from fusec.passes import fuse_epilogue  # noqa: F401,E402
+from fusec.passes import plan_fusion  # noqa: F401,E402
+from fusec.passes import fuse_horizontal  # noqa: F401,E402
+from fusec.passes import fuse_reduction  # noqa: F401,E402
 
 __all__ = ["REGISTRY", "Pass", "PassError", "register", "run_pipeline"]

@@ -25,6 +25,13 @@ SUPPORTED_ELEMENT_TYPES = ("f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8
                            "index")
 
 
+# Ops of supported dialects that fusec's lowering cannot handle (they are not structured
+# linalg ops, so convert-linalg-to-loops leaves them behind and LLVM translation fails).
+UNSUPPORTED_OPS = ("linalg.softmax", "linalg.winograd_filter_transform",
+                   "linalg.winograd_input_transform", "linalg.winograd_output_transform",
+                   "linalg.pack", "linalg.unpack")
+
+
 def _check_type(t: ir.Type, what: str, location: ir.Location) -> None:
     if not isinstance(t, ir.ShapedType):  # the bindings return types already downcast
         return
@@ -53,6 +60,10 @@ class CheckSupportedPass(Pass):
                     f"unsupported op '{op.name}'; fusec supports ops of the dialects "
                     f"{', '.join(d for d in SUPPORTED_DIALECTS if d != 'builtin')} "
                     "(linalg-on-tensors as torch-mlir emits it)", op.location)
+            if op.name in UNSUPPORTED_OPS:
+                raise PassError(
+                    f"unsupported op '{op.name}'; fusec cannot lower it yet (decompose it into "
+                    "linalg.generic ops, as torch-mlir does for torch.softmax)", op.location)
             if op.name == "func.func":
                 name = ir.StringAttr(op.attributes["sym_name"]).value
                 function_type = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)

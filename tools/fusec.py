@@ -1,7 +1,7 @@
 """fusec: compile a PyTorch model (model.py) or linalg-on-tensors MLIR into model.so.
 
     fusec MODEL.{py,mlir} [-o model.so] [--target cpu|cuda|auto] [--arch sm_90]
-          [--emit STAGE] [--dump-dir DIR] [--report[=json]] [--no-fusion] [--check] [--debug]
+          [--emit STAGE] [--dump-dir DIR] [--report[=json]] [--no-fusion] [--check] [--verify] [--debug]
 
 A model.py defines `model()` (a torch.nn.Module) and `example_inputs()`. `--emit STAGE` prints
 the IR after STAGE (linalg, fusion, tiled, bufferized, cpu) and stops; IR given as input
@@ -36,6 +36,10 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-fusion", action="store_true", help="one kernel per op (baseline)")
     parser.add_argument("--check", action="store_true",
                         help="run the result and compare with PyTorch in float64 (model.py)")
+    parser.add_argument("--verify", action="store_true",
+                        help="also build the unfused program and check, on random inputs, "
+                             "that every fused kernel agrees with it (names the first that "
+                             "does not)")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     return parser.parse_args(argv)
 
@@ -62,12 +66,17 @@ def run(argv: list[str]) -> int:
         name = os.path.basename(os.path.dirname(os.path.abspath(args.input))) or name
     options = CompileOptions(target=args.target, arch=args.arch, fusion=not args.no_fusion,
                              dump_dir=args.dump_dir, model_name=name)
+    _check_args(args, options)
     started = time.perf_counter()
     text, inputs, model = driver.load_input(args.input)
     if args.emit == "torch":
         _write_text(args.output, text)
         return 0
     module = driver.parse(text, args.input)
+    if args.verify:
+        from fusec.compiler.verify import require_linalg
+
+        require_linalg(module, args.input)
     if args.emit:
         lower(module, options, stop_after=args.emit, filename=args.input)
         _write_text(args.output, str(module))
@@ -85,14 +94,43 @@ def run(argv: list[str]) -> int:
     from fusec.compiler.pipeline import build_so
 
     output = args.output or os.path.splitext(args.input)[0] + ".so"
-    metadata = build_so(module, options, output)
+    metadata = driver.build(module, options, output, args.input)
     elapsed = time.perf_counter() - started
     kernels = len(metadata.get("kernels", []))
     print(f"fusec: wrote {output} ({options.resolved_target()}, {kernels} kernel"
           f"{'s' if kernels != 1 else ''}, compiled in {elapsed:.2f} s)", file=sys.stderr)
-    if args.check:
-        return _check(output, model, inputs, args.input)
-    return 0
+    status = _check(output, model, inputs, args.input) if args.check else 0
+    if args.verify:
+        _verify(text, args.input, options, inputs)
+    return status
+
+
+def _check_args(args: argparse.Namespace, options) -> None:
+    """Refuse a bad --emit stage or an unwritable -o before the (slow) import and compile."""
+    from fusec.compiler import driver
+    from fusec.compiler.pipeline import ir_stages
+
+    if args.emit:
+        stages = ["torch", *ir_stages(options.resolved_target())]
+        if args.emit not in stages:
+            raise FusecError(f"unknown stage '{args.emit}' for --emit; the stages for target "
+                             f"'{options.resolved_target()}' are: {', '.join(stages)}")
+    if args.dump_dir and os.path.exists(args.dump_dir) and not os.path.isdir(args.dump_dir):
+        raise FusecError("--dump-dir: exists and is not a directory", args.dump_dir)
+    if args.output and args.output != "-":
+        driver.check_output_path(args.output)
+    elif not args.emit and not (args.report and not args.output):
+        driver.check_output_path(os.path.splitext(args.input)[0] + ".so")
+
+
+def _verify(text: str, path: str, options, inputs) -> None:
+    """Fused vs unfused, kernel by kernel; raises VerificationError on a mismatch."""
+    from fusec.compiler import verify
+
+    examples = tuple(t.numpy() for t in inputs) if inputs is not None else None
+    result = verify.verify(text, path, options, examples=examples)
+    print(result.summary())
+    verify.check_or_raise(result, path)
 
 
 def _print_report(module, fmt: str, options) -> None:

@@ -131,6 +131,12 @@ def run(argv: list[str]) -> int:
                 text = f.read()
     except OSError as exc:
         raise FusecError(f"cannot read input file: {exc.strerror}", filename) from None
+    except UnicodeDecodeError:
+        raise FusecError("not a text file: fusec-opt reads MLIR text", filename) from None
+    if args.output != "-":
+        from fusec.compiler.driver import check_output_path
+
+        check_output_path(args.output)
     elements = _pipeline_elements(args, passes)
     chunks = _split_chunks(text) if args.split_input_file else [(0, text)]
     outputs, failed = [], False

@@ -1,0 +1,1425 @@
+"""CUDA code generation: every `fusion.group` becomes one `gpu.func` kernel, lowered to PTX.
+
+Input: a module whose entry function holds `fusion.group` ops over linalg-on-tensors (static
+shapes), as the fusion stage leaves it. Output: a `CudaProgram` = the launch `Plan`
+(compiler/plan.py; for cuda, `Launch.grid` = blocks, `Launch.block` = threads per block), the
+kernels as `gpu` dialect text, their PTX for `--arch` (default sm_90), where a CUDA toolkit
+(ptxas + fatbinary) is found a fatbin holding the sm_90 cubin *and* the PTX (forward
+compatibility), and the bytes of the weights. `write_cuda_artifact` embeds all of it with
+runtime/shim_cuda.c into `model.so`.
+
+How a group becomes a kernel. The group's linalg payloads are emitted per element inside a
+`gpu.func` (no upstream tiling): every linalg value of the group is, for one thread, either
+
+  * `Full`:   the thread's elements of a [rows, cols] tensor, kept in registers (SSA values),
+  * `Row`:    one scalar per row (a reduction's result, a [rows, 1] tensor), uniform in the block,
+  * `Scalar`: a constant or a filled tensor,
+
+and group inputs (and weights: tensor constants become buffers of the artifact) are loaded
+lazily from global memory, in 16-byte vectors, at the place the indexing map asks for (the
+element, the row, or the column: LayerNorm's weight). Two kernel shapes exist, chosen by the
+pure functions `elementwise_launch_shape` / `row_launch_shape` (the cost model will own them):
+
+  * elementwise (no reduction, identity maps): one tile per block; each thread loads `unroll`
+    16-byte chunks (all loads first, then the arithmetic, then the stores).
+  * row (reductions over the last dimension, broadcasts of rows/columns): one block per row;
+    the row stays in registers between passes (softmax reads x once: max, exp, sum, divide).
+    Each reduction folds the thread's elements; reductions are scheduled as early as their
+    inputs allow and the ready ones are combined across the block together, one barrier per
+    round (`flush_reductions`: warp xor-shuffles, a shared-memory slot per warp).
+
+Numerics choices: 16-bit float reductions accumulate in f32 (as PyTorch's do); `x / s` with `s`
+one value per row is computed as `x * (1/s)`; the summation order is a tree, not sequential.
+
+What is refused (a `CudaCodegenError` naming the op): reductions over other than the last
+dimension, non-projection indexing maps, rows too long for registers, ops that are not
+linalg.generic / linalg.fill / reshapes / scalar arith+math (matmuls, transposes, pads), and
+`linalg.index` in a live payload.
+
+Kernel arguments use the bare-pointer convention: one `void*` (device pointer) per memref,
+group inputs first, then the group's weights, then group outputs, all flat `memref<NxT>`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import mlir.ir as ir
+from mlir.passmanager import PassManager
+
+from fusec.compiler.plan import Buffer, Launch, Plan
+
+GROUP_OP = "fusion.group"
+DEFAULT_ARCH = "sm_90"
+DEFAULT_FEATURES = "+ptx80"
+KERNEL_MODULE = "fusec_kernels"
+
+# numpy dtype names of the MLIR element types we handle.
+DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
+          "i64": "int64", "i32": "int32", "i8": "int8", "i1": "bool"}
+ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1, "i1": 1}
+
+# A reduction's combining op (the op whose operand is the accumulator) -> gpu.all_reduce kind.
+COMBINERS = {
+    "arith.addf": "add", "arith.mulf": "mul", "arith.maximumf": "maximumf",
+    "arith.minimumf": "minimumf", "arith.maxnumf": "maxnumf", "arith.minnumf": "minnumf",
+    "arith.addi": "add", "arith.muli": "mul", "arith.maxsi": "maxsi", "arith.minsi": "minsi",
+}
+# Payload ops emitted as they stand (scalar, region-free, pure).
+PAYLOAD_DIALECTS = ("arith.", "math.")
+
+
+class CudaCodegenError(Exception):
+    """A group cannot be compiled for CUDA; the message names the op and the reason."""
+
+
+# ---------------------------------------------------------------- device and launch shapes
+
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """What the launch-shape functions need to know about the GPU."""
+
+    name: str = "H200"
+    sms: int = 132
+    max_threads_per_block: int = 1024
+    max_threads_per_sm: int = 2048
+    vector_bytes: int = 16  # widest global load/store per thread (ld.global.v4.b32)
+
+
+H200 = CudaDevice()
+
+
+@dataclass(frozen=True)
+class ElementwiseShape:
+    """Grid-stride elementwise kernel: `grid` blocks of `block` threads walk `tiles` tiles.
+
+    A tile is `block * unroll` chunks of `vec` elements; chunk c of a tile starts at
+    `tile * block * unroll * vec + c * block * vec + thread * vec` (coalesced 16-byte accesses).
+    """
+
+    block: int
+    grid: int
+    vec: int
+    unroll: int
+    tiles: int
+    guarded: bool  # the last tile is partial: every chunk is bounds-checked (unroll == 1)
+
+
+@dataclass(frozen=True)
+class RowShape:
+    """One block of `block` threads per row; each thread holds `chunks` chunks of `vec` columns.
+
+    Chunk c of thread t covers columns [(c * block + t) * vec, ... + vec).
+    """
+
+    block: int
+    grid: int
+    vec: int
+    chunks: int
+    guarded: bool = False  # the last chunk is partial: loads clamped, stores and folds masked
+
+
+def _vector_width(count: int, element_bytes: int, device: CudaDevice) -> int:
+    """The widest power-of-two vector (at most device.vector_bytes) that divides `count`."""
+    vec = max(1, device.vector_bytes // element_bytes)
+    while vec > 1 and count % vec:
+        vec //= 2
+    return vec
+
+
+def elementwise_launch_shape(numel: int, element_bytes: int,
+                             device: CudaDevice = H200, unroll: int = 0) -> ElementwiseShape:
+    """Launch shape of an elementwise group of `numel` elements (pure; the cost model's).
+
+    256 threads, `unroll` chunks of 16 bytes per thread per tile (0: one for 32-bit elements,
+    two for 16-bit ones) and one tile per block: the hardware scheduler then balances the
+    blocks. Measured at 64M elements (bench/RESULTS.md): fp32 one chunk 0.131 ms, two 0.134,
+    four 0.135; bf16 two chunks 0.078, one 0.087 (bf16 GELU is instruction-bound: more
+    independent work per thread helps); a grid of one "wave" walking tiles in a loop 0.159
+    (the wave assumed full occupancy, the registers allowed half: two uneven waves).
+    Grids above 2^20 blocks walk tiles in a grid-stride loop.
+    """
+    unroll = unroll or (2 if element_bytes < 4 else 1)
+    vec = _vector_width(numel, element_bytes, device)
+    block = 256
+    chunks = -(-numel // vec)
+    unroll = unroll if chunks % (block * unroll) == 0 else 1
+    tiles = -(-chunks // (block * unroll))
+    guarded = chunks % (block * unroll) != 0
+    grid = min(tiles, 1 << 20)
+    return ElementwiseShape(block, grid, vec, unroll, tiles, guarded)
+
+
+MAX_CHUNKS_PER_THREAD = 16  # 64 fp32 values of one row in registers per thread at most
+# Bytes of a row each thread aims to hold: 64 (4 chunks of 16 bytes: 16 fp32 or 32 bf16
+# values). Measured on the H200 (bench/RESULTS.md, run 4): LayerNorm fp32 with 32 bytes per
+# thread 0.211 ms against 0.188 with 64; bf16 LayerNorm / softmax with 32 bytes per thread
+# 0.129 / 0.077 ms against 0.111 / 0.069 with 64 (fewer rows in flight per SM).
+ROW_BYTES_PER_THREAD = 64
+
+
+def row_launch_shape(rows: int, cols: int, element_bytes: int,
+                     device: CudaDevice = H200,
+                     elements_per_thread: int = 0) -> RowShape:
+    """Launch shape of a row group (pure; the cost model's).
+
+    One block per row; aim at ROW_BYTES_PER_THREAD (64) bytes of the row per thread (16 fp32,
+    32 bf16 values) so the row sits in registers with room to spare: the smallest power-of-two
+    block of 32..1024 threads that covers the row in that many chunks. When the block does not divide the row, the last
+    chunk is partial (`guarded`). Rows longer than 1024 * 16 vectors are refused.
+    """
+    vec = _vector_width(cols, element_bytes, device)
+    vecs = cols // vec
+    elements = elements_per_thread or max(1, ROW_BYTES_PER_THREAD // element_bytes)
+    per_thread = max(1, elements // vec)  # chunks aimed at
+    wanted = -(-vecs // per_thread)
+    block = 32
+    while block < wanted and block < device.max_threads_per_block:
+        block *= 2
+    chunks = -(-vecs // block)
+    if chunks > MAX_CHUNKS_PER_THREAD:
+        raise CudaCodegenError(
+            f"row of {cols} elements is too long to keep in registers "
+            f"({chunks} chunks per thread > {MAX_CHUNKS_PER_THREAD}); needs a multi-pass kernel")
+    return RowShape(block, rows, vec, chunks, vecs % block != 0)
+
+
+# ---------------------------------------------------------------- small IR helpers
+
+
+def _value_key(value: ir.Value) -> int:
+    from fusec.dialects import _capsule_pointer
+
+    return _capsule_pointer(value._CAPIPtr, b"mlir.ir.Value._CAPIPtr")
+
+
+def _op_name(value: ir.Value) -> str | None:
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation.name
+
+
+def _tensor_info(t: ir.Type) -> tuple[list[int], str]:
+    """(shape, element type text) of a ranked static tensor type."""
+    rt = ir.RankedTensorType(t)
+    if not rt.has_static_shape:
+        raise CudaCodegenError(f"dynamic shape {t} is not supported")
+    return list(rt.shape), str(rt.element_type)
+
+
+def _numel(shape: Iterable[int]) -> int:
+    return math.prod(shape)
+
+
+_MAP_RE = re.compile(r"^\(([^)]*)\)(?:\[[^\]]*\])?\s*->\s*\(([^)]*)\)$")
+
+
+@dataclass(frozen=True)
+class MapInfo:
+    """A projection-like affine map: `dims` it reads (positions), constants must be 0."""
+
+    num_dims: int
+    results: tuple  # each: int (dim position) or None (the constant 0)
+
+
+def _parse_map(attr: ir.Attribute) -> MapInfo:
+    text = str(ir.AffineMapAttr(attr).value)
+    m = _MAP_RE.match(text.strip())
+    if not m:
+        raise CudaCodegenError(f"indexing map {text} is not a projection")
+    dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
+    results = []
+    for r in (x.strip() for x in m.group(2).split(",") if x.strip()):
+        if re.fullmatch(r"d\d+", r):
+            results.append(int(r[1:]))
+        elif r == "0":
+            results.append(None)
+        else:
+            raise CudaCodegenError(f"indexing map {text} is not a projection")
+    return MapInfo(len(dims), tuple(results))
+
+
+# ---------------------------------------------------------------- group analysis
+
+
+@dataclass
+class GroupGeometry:
+    """How a group's iteration space maps onto one launch."""
+
+    kind: str  # "elementwise" | "row"
+    rows: int
+    cols: int
+    element: str  # element type of the widest full tensor (for vector width)
+    shape: Any  # ElementwiseShape | RowShape
+
+
+def _generics(group: ir.Operation) -> list[ir.Operation]:
+    body = group.regions[0].blocks[0]
+    return [op for op in body.operations if op.operation.name == "linalg.generic"]
+
+
+def _iterators(op: ir.Operation) -> list[str]:
+    return [str(a).split("<")[-1].rstrip(">").strip() for a in op.attributes["iterator_types"]]
+
+
+def analyse_group(group: ir.Operation, device: CudaDevice = H200,
+                  row_elements_per_thread: int = 0, unroll: int = 0) -> GroupGeometry:
+    """Classify a group as elementwise or row and pick its launch shape."""
+    body = group.regions[0].blocks[0]
+    for op in body.operations:
+        name = op.operation.name
+        if name in ("linalg.generic", "linalg.fill", "tensor.empty", "fusion.yield",
+                    "tensor.expand_shape", "tensor.collapse_shape", "arith.constant"):
+            continue
+        raise CudaCodegenError(f"'{name}' is not supported by the CUDA code generator yet")
+    generics = _generics(group)
+    if not generics:
+        # Only fills (the unfused baseline makes a kernel of each): a broadcast store.
+        shapes = [_tensor_info(v.type) for v in body.operations[len(body.operations) - 1].operands]
+        numel = max(_numel(sh) for sh, _ in shapes)
+        elt = min((e for _, e in shapes), key=lambda e: ELEMENT_BYTES.get(e, 4))
+        return GroupGeometry("elementwise", 1, numel, elt,
+                             elementwise_launch_shape(numel, ELEMENT_BYTES.get(elt, 4), device))
+    # The widest tensor the group touches fixes [rows, cols].
+    full_shape: list[int] = []
+    element = "f32"
+    for op in generics:
+        for v in list(op.operands) + list(op.results):
+            shape, elt = _tensor_info(v.type)
+            if _numel(shape) > _numel(full_shape or [0]):
+                full_shape, element = shape, elt
+    # The narrowest element type in memory fixes the vector width (16 bytes of it per access).
+    memory = [_tensor_info(a.type)[1] for a in body.arguments]
+    memory += [_tensor_info(v.type)[1] for v in body.operations[len(body.operations) - 1].operands]
+    element = min(memory or [element], key=lambda e: ELEMENT_BYTES.get(e, 4))
+    has_reduction = any("reduction" in _iterators(op) for op in generics)
+    identity_only = all(
+        all(m.results == tuple(range(m.num_dims)) or not any(r is not None for r in m.results)
+            for m in (_parse_map(a) for a in op.attributes["indexing_maps"]))
+        for op in generics)
+    numel = _numel(full_shape)
+    ebytes = ELEMENT_BYTES.get(element, 4)
+    if not has_reduction and identity_only:
+        return GroupGeometry("elementwise", 1, numel, element,
+                             elementwise_launch_shape(numel, ebytes, device, unroll))
+    cols = full_shape[-1]
+    rows = numel // cols
+    return GroupGeometry("row", rows, cols, element,
+                         row_launch_shape(rows, cols, ebytes, device, row_elements_per_thread))
+
+
+# ---------------------------------------------------------------- kernel emission
+
+
+@dataclass
+class Full:
+    names: list[str]  # one SSA name per (chunk, lane) of this thread
+    type: str
+
+
+@dataclass
+class Row:
+    name: str
+    type: str
+
+
+@dataclass
+class Scalar:
+    name: str
+    type: str
+
+
+@dataclass
+class Empty:
+    type: str
+
+
+@dataclass
+class Input:
+    index: int  # kernel argument position
+    type: str
+    numel: int
+    loads: dict = field(default_factory=dict)  # access kind -> Full | Row | Scalar
+
+
+@dataclass
+class PendingReduction:
+    """A reduction's per-thread partial, waiting to be combined across the block."""
+
+    key: int  # the reduction result's value key
+    partial: str
+    combiner: str  # e.g. arith.addf
+    wide: str  # the type it is combined in (f32 for 16-bit floats)
+    type: str  # the result's element type
+    init: str  # the reduction's initial value (combined in once, at the end)
+
+
+def _external_reads(op: ir.Operation) -> list[int]:
+    """Keys of the values `op` (and its regions) read that are defined outside it."""
+    inside: set[int] = set()
+    reads: list[int] = []
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        for region in inner.regions:
+            for block in region.blocks:
+                inside.update(_value_key(a) for a in block.arguments)
+        inside.update(_value_key(r) for r in inner.results)
+        reads.extend(_value_key(v) for v in inner.operands)
+        return ir.WalkResult.ADVANCE
+
+    op.operation.walk(visit)
+    return [k for k in dict.fromkeys(reads) if k not in inside]
+
+
+class KernelEmitter:
+    """Emits one `gpu.func` for one group as MLIR text (see the module docstring)."""
+
+    def __init__(self, group: ir.Operation, symbol: str, geometry: GroupGeometry,
+                 constants: list[ir.Operation] = ()) -> None:
+        self.group = group
+        self.symbol = symbol
+        self.geo = geometry
+        self.lines: list[str] = []
+        self.indent = 3
+        self.counter = 0
+        self.values: dict[int, Any] = {}
+        self.consts: dict[tuple[str, str], str] = {}
+        self.uniform: set[str] = set()
+        self.reciprocals: dict[str, str] = {}
+        self.pending: list[PendingReduction] = []
+        self.workgroup: list[tuple[str, str]] = []  # shared-memory buffers (name, type)
+        self.cache: dict[str, str] = {}
+        body = group.regions[0].blocks[0]
+        self.arg_types: list[tuple[int, str]] = []  # (numel, element type) per kernel argument
+        for i, arg in enumerate(body.arguments):
+            shape, elt = _tensor_info(arg.type)
+            self.values[_value_key(arg)] = Input(i, elt, _numel(shape))
+            self.arg_types.append((_numel(shape), elt))
+        # Tensor constants (weights) are kernel arguments after the inputs.
+        for op in constants:
+            shape, elt = _tensor_info(op.results[0].type)
+            self.values[_value_key(op.results[0])] = Input(len(self.arg_types), elt, _numel(shape))
+            self.arg_types.append((_numel(shape), elt))
+        yield_op = body.operations[len(body.operations) - 1]
+        self.outputs = list(yield_op.operands)
+        self.num_inputs = len(self.arg_types)
+        for v in self.outputs:
+            shape, elt = _tensor_info(v.type)
+            self.arg_types.append((_numel(shape), elt))
+
+    # -- text helpers
+
+    def fresh(self, hint: str = "v") -> str:
+        self.counter += 1
+        return f"%{hint}{self.counter}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.indent + line)
+
+    def const(self, value: Any, type_: str) -> str:
+        key = (str(value), type_)
+        if key not in self.consts:
+            name = self.fresh("c")
+            self.consts[key] = name
+            self.prologue.append(f"{name} = arith.constant {value} : {type_}")
+            self.uniform.add(name)
+        return self.consts[key]
+
+    def uniform_name(self, name: str) -> str:
+        """Record that `name` has one value for the whole block (a row value or constant)."""
+        self.uniform.add(name)
+        return name
+
+    def reciprocal(self, name: str, type_: str) -> str:
+        """1 / `name` for a uniform divisor, computed once (x / s becomes x * (1/s))."""
+        if name not in self.reciprocals:
+            one = self.const("1.0", type_)
+            r = self.fresh("q")
+            self.emit(f"{r} = arith.divf {one}, {name} : {type_}")
+            self.reciprocals[name] = self.uniform_name(r)
+        return self.reciprocals[name]
+
+    def index(self, n: int) -> str:
+        return self.const(n, "index")
+
+    def arith(self, op: str, a: str, b: str, type_: str = "index") -> str:
+        name = self.fresh("i")
+        self.emit(f"{name} = arith.{op} {a}, {b} : {type_}")
+        return name
+
+    def memref(self, arg: int) -> str:
+        numel, elt = self.arg_types[arg]
+        return f"memref<{numel}x{elt}>"
+
+    # -- memory access
+
+    def load_vector(self, arg: int, offset: str, vec: int) -> list[str]:
+        elt = self.arg_types[arg][1]
+        if vec == 1:
+            name = self.fresh("x")
+            self.emit(f"{name} = memref.load %arg{arg}[{offset}] : {self.memref(arg)}")
+            return [name]
+        vname = self.fresh("x")
+        align = vec * ELEMENT_BYTES.get(elt, 4)
+        self.emit(f"{vname} = vector.load %arg{arg}[{offset}] {{alignment = {align} : i64}} : "
+                  f"{self.memref(arg)}, vector<{vec}x{elt}>")
+        lanes = []
+        for lane in range(vec):
+            name = self.fresh("x")
+            self.emit(f"{name} = vector.extract {vname}[{lane}] : {elt} from vector<{vec}x{elt}>")
+            lanes.append(name)
+        return lanes
+
+    def store_vector(self, arg: int, offset: str, lanes: list[str]) -> None:
+        elt = self.arg_types[arg][1]
+        vec = len(lanes)
+        if vec == 1:
+            self.emit(f"memref.store {lanes[0]}, %arg{arg}[{offset}] : {self.memref(arg)}")
+            return
+        vname = self.fresh("y")
+        self.emit(f"{vname} = vector.from_elements {', '.join(lanes)} : vector<{vec}x{elt}>")
+        align = vec * ELEMENT_BYTES.get(elt, 4)
+        self.emit(f"vector.store {vname}, %arg{arg}[{offset}] {{alignment = {align} : i64}} : "
+                  f"{self.memref(arg)}, vector<{vec}x{elt}>")
+
+    # -- geometry: offsets of this thread's chunks
+
+    def load_input(self, inp: Input, access: str) -> Any:
+        if access in inp.loads:
+            return inp.loads[access]
+        if access == "full":
+            names: list[str] = []
+            for off in self.full_offsets:
+                names += self.load_vector(inp.index, off, self.vec)
+            result: Any = Full(names, inp.type)
+        elif access == "col":
+            names = []
+            for off in self.col_offsets:
+                names += self.load_vector(inp.index, off, self.vec)
+            result = Full(names, inp.type)
+        elif access == "row":
+            result = Row(self.uniform_name(self.load_vector(inp.index, self.row_index, 1)[0]),
+                         inp.type)
+        else:  # scalar
+            result = Scalar(self.uniform_name(self.load_vector(inp.index, self.index(0), 1)[0]),
+                            inp.type)
+        inp.loads[access] = result
+        return result
+
+    # -- evaluation of the group's ops
+
+    def lookup(self, value: ir.Value) -> Any:
+        key = _value_key(value)
+        if key not in self.values:
+            raise CudaCodegenError(f"value {value.get_name()} is defined outside the group")
+        return self.values[key]
+
+    def run_body(self) -> None:
+        """Evaluate the group's ops in dependence order, reductions as early as possible.
+
+        An op waits while it reads a reduction that is not combined across the block yet;
+        when every remaining op waits, all pending reductions are combined in one round
+        (LayerNorm's f32 mean and f64 mean share a round: 2 barriers instead of 6).
+        """
+        body = self.group.regions[0].blocks[0]
+        todo = [op for op in body.operations if op.operation.name != "fusion.yield"]
+        reads = {id_of(op): _external_reads(op) for op in todo}
+        while todo:
+            pending = {r.key for r in self.pending}
+            for k, op in enumerate(todo):
+                keys = reads[id_of(op)]
+                if all(key in self.values and key not in pending for key in keys):
+                    todo.pop(k)
+                    self.eval_op(op)
+                    break
+            else:
+                if not self.pending:
+                    raise CudaCodegenError("group ops read values defined nowhere")
+                self.flush_reductions()
+        self.flush_reductions()
+
+    def eval_op(self, op: ir.Operation) -> None:
+        name = op.operation.name
+        if name == "arith.constant":
+            self.eval_constant(op)
+        elif name == "tensor.empty":
+            self.values[_value_key(op.results[0])] = Empty(str(op.results[0].type))
+        elif name == "linalg.fill":
+            value = self.lookup(op.operands[0])
+            if not isinstance(value, Scalar):
+                raise CudaCodegenError("linalg.fill of a non-scalar value")
+            self.values[_value_key(op.results[0])] = value
+        elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            self.values[_value_key(op.results[0])] = self.lookup(op.operands[0])
+        elif name == "linalg.generic":
+            self.eval_generic(op)
+
+    def flush_reductions(self) -> None:
+        """Combine every pending per-thread partial across the block, in one round.
+
+        Per value: 5 xor-shuffles within the warp; lane 0 of each warp writes its warp's
+        value to a shared-memory slot of its own (one buffer per value, so rounds never
+        overwrite what another warp still reads); one barrier; then every warp loads the
+        per-warp values (lane l the value of warp l mod warps) and combines them with
+        xor-shuffles again, so every thread holds the result with no second barrier.
+        """
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        block = self.geo.shape.block
+        warps = max(1, block // 32)
+        width = min(block, 32)
+        partials = []
+        for r in pending:
+            partials.append(self.warp_reduce(r.partial, r, width))
+        if warps > 1:
+            lane = self.lane_index()
+            warp = self.warp_index()
+            is_lane0 = self.fresh("i")
+            self.emit(f"{is_lane0} = arith.cmpi eq, {lane}, {self.index(0)} : index")
+            self.emit(f"scf.if {is_lane0} {{")
+            self.indent += 1
+            buffers = []
+            for r, value in zip(pending, partials):
+                buf = f"%wg{len(self.workgroup)}"
+                mtype = f"memref<{warps}x{r.wide}, #gpu.address_space<workgroup>>"
+                self.workgroup.append((buf, mtype))
+                buffers.append((buf, mtype))
+                self.emit(f"memref.store {value}, {buf}[{warp}] : {mtype}")
+            self.indent -= 1
+            self.emit("}")
+            self.emit("gpu.barrier")
+            # Lane l reads warp (l mod warps)'s value: every group of `warps` consecutive
+            # lanes holds all of them once, so a butterfly over `warps` lanes leaves the
+            # block's total in *every* lane (warps is a power of two).
+            slot = self.arith("remui", lane, self.index(warps))
+            combined = []
+            for r, (buf, mtype) in zip(pending, buffers):
+                loaded = self.fresh("z")
+                self.emit(f"{loaded} = memref.load {buf}[{slot}] : {mtype}")
+                combined.append(self.warp_reduce(loaded, r, warps))
+            partials = combined
+        for r, value in zip(pending, partials):
+            init = r.init
+            if r.wide != r.type:
+                init = self.fresh("w")
+                self.emit(f"{init} = arith.extf {r.init} : {r.type} to {r.wide}")
+            final = self.fresh("r")
+            self.emit(f"{final} = {r.combiner} {value}, {init} : {r.wide}")
+            if r.wide != r.type:
+                narrow = self.fresh("r")
+                self.emit(f"{narrow} = arith.truncf {final} : {r.wide} to {r.type}")
+                final = narrow
+            self.values[r.key] = Row(self.uniform_name(final), r.type)
+
+    def warp_reduce(self, value: str, r: "PendingReduction", width: int) -> str:
+        """Butterfly (xor) reduction over the first `width` lanes of each warp (a power of 2)."""
+        offset = 1
+        while offset < width:
+            other = self.fresh("h")
+            self.emit(f"{other}, %{other[1:]}ok = gpu.shuffle xor {value}, "
+                      f"{self.const(offset, 'i32')}, {self.const(32, 'i32')} : {r.wide}")
+            combined = self.fresh("h")
+            self.emit(f"{combined} = {r.combiner} {value}, {other} : {r.wide}")
+            value = combined
+            offset *= 2
+        return value
+
+    def lane_index(self) -> str:
+        if "lane" not in self.cache:
+            self.cache["lane"] = self.arith("remui", "%tid", self.index(32))
+        return self.cache["lane"]
+
+    def warp_index(self) -> str:
+        if "warp" not in self.cache:
+            self.cache["warp"] = self.arith("divui", "%tid", self.index(32))
+        return self.cache["warp"]
+
+    def eval_constant(self, op: ir.Operation) -> None:
+        result = op.results[0]
+        if _value_key(result) in self.values:  # a weight passed as a kernel argument
+            return
+        attr = op.attributes["value"]
+        if isinstance(result.type, ir.RankedTensorType):
+            dense = attr if isinstance(attr, ir.DenseElementsAttr) else None
+            if dense is None or not dense.is_splat:
+                raise CudaCodegenError(
+                    "tensor constant (weights) inside a group is not supported yet: "
+                    "pass it as an input")
+            splat = dense.get_splat_value()
+            elt = str(splat.type)
+            self.values[_value_key(result)] = Scalar(self.const(_attr_value(splat), elt), elt)
+            return
+        type_ = str(result.type)
+        self.values[_value_key(result)] = Scalar(self.const(_attr_value(attr), type_), type_)
+
+    def access(self, value: Any, m: MapInfo, domain: str) -> tuple[str, Any]:
+        """What `value` read through map `m` is in a `domain` ("full"/"row") iteration."""
+        dims = [r for r in m.results if r is not None]
+        if not dims:
+            kind = "scalar"
+        elif domain == "row":
+            kind = "row"
+        elif dims == list(range(m.num_dims)):
+            kind = "full"
+        elif dims == list(range(m.num_dims - 1)):
+            kind = "row"
+        elif dims == [m.num_dims - 1]:
+            kind = "col"
+        else:
+            raise CudaCodegenError(f"access pattern {m} is not an element, row or column")
+        if isinstance(value, Input):
+            return kind, self.load_input(value, kind)
+        if isinstance(value, Full) and kind not in ("full",):
+            raise CudaCodegenError(f"a full tensor is read as a {kind}")
+        return kind, value
+
+    def eval_generic(self, op: ir.Operation) -> None:
+        iters = _iterators(op)
+        maps = [_parse_map(a) for a in op.attributes["indexing_maps"]]
+        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        n_in = seg[0]
+        ins, outs = list(op.operands)[:n_in], list(op.operands)[n_in:]
+        block = op.regions[0].blocks[0]
+        live = _live_results(op, self)
+        reduction = "reduction" in iters
+        if reduction and (iters[-1] != "reduction" or iters.count("reduction") != 1):
+            raise CudaCodegenError("only reductions over the last dimension are supported")
+        if self.geo.kind == "elementwise":
+            domain = "full"
+        elif reduction:
+            domain = "full"
+        else:
+            out_shape, _ = _tensor_info(op.results[0].type)
+            numel = _numel(out_shape)
+            if numel == self.geo.rows * self.geo.cols and (not out_shape or
+                                                            out_shape[-1] == self.geo.cols):
+                domain = "full"
+            elif numel == self.geo.rows:
+                domain = "row"
+            elif numel == 1:
+                domain = "row"
+            else:
+                raise CudaCodegenError(f"linalg.generic of shape {out_shape} does not fit "
+                                       f"the group's {self.geo.rows}x{self.geo.cols} rows")
+        operands_in = [self.access(self.lookup(v), m, domain)[1] for v, m in zip(ins, maps)]
+        out_vals = [self.lookup(v) for v in outs]
+        positions = len(self.full_offsets) * self.vec if domain == "full" else 1
+        terminator = block.operations[len(block.operations) - 1]
+        yielded = list(terminator.operands)
+
+        if not reduction:
+            results: list[list[str]] = [[] for _ in op.results]
+            for p in range(positions):
+                env: dict[int, str] = {}
+                for arg, val in zip(list(block.arguments)[:n_in], operands_in):
+                    env[_value_key(arg)] = _element(val, p)
+                for j, (arg, val) in enumerate(zip(list(block.arguments)[n_in:], out_vals)):
+                    if not isinstance(val, Empty):
+                        env[_value_key(arg)] = _element(
+                            self.access(val, maps[n_in + j], domain)[1], p)
+                outs_p = self.emit_payload(block, env, [yielded[j] for j in live])
+                for j, name in zip(live, outs_p):
+                    results[j].append(name)
+            for j in live:
+                type_ = _tensor_info(op.results[j].type)[1]
+                if domain == "full":
+                    rep: Any = Full(results[j], type_)
+                else:
+                    rep = Row(self.uniform_name(results[j][0]), type_)
+                self.values[_value_key(op.results[j])] = rep
+            return
+
+        # Reduction over the last dimension: fold this thread's elements, then the block.
+        # 16-bit floats accumulate in f32 (as PyTorch's reductions do): the payload up to the
+        # combiner runs as written, the combining runs in f32, the result is rounded once.
+        combiners, wide, folded = {}, {}, {}
+        for j in live:
+            acc_arg = block.arguments[n_in + j]
+            combiners[j] = _combiner(yielded[j], acc_arg)
+            type_ = _tensor_info(op.results[j].type)[1]
+            wide[j] = "f32" if type_ in ("bf16", "f16") else type_
+            if wide[j] != type_:
+                others = [v for v in yielded[j].owner.operands
+                          if _value_key(v) != _value_key(acc_arg)]
+                folded[j] = others[0]
+        accs = {}
+        for j in live:
+            accs[j] = self.const(_neutral(combiners[j], wide[j]), wide[j])
+        for p in range(positions):
+            env = {}
+            for arg, val in zip(list(block.arguments)[:n_in], operands_in):
+                env[_value_key(arg)] = _element(val, p)
+            for j in live:
+                if j not in folded:
+                    env[_value_key(block.arguments[n_in + j])] = accs[j]
+            wanted = [folded.get(j, yielded[j]) for j in live]
+            outs_p = self.emit_payload(block, env, wanted)
+            mask = self.masks.get(p // self.vec) if domain == "full" else None
+            for j, name in zip(live, outs_p):
+                if j in folded:
+                    narrow = _tensor_info(op.results[j].type)[1]
+                    ext = self.fresh("w")
+                    self.emit(f"{ext} = arith.extf {name} : {narrow} to {wide[j]}")
+                    name = self.fresh("w")
+                    self.emit(f"{name} = {combiners[j]} {ext}, {accs[j]} : {wide[j]}")
+                if mask is not None:
+                    kept = self.fresh("s")
+                    self.emit(f"{kept} = arith.select {mask}, {name}, {accs[j]} : {wide[j]}")
+                    name = kept
+                accs[j] = name
+        for j in live:
+            type_ = _tensor_info(op.results[j].type)[1]
+            init = self.access(out_vals[j], maps[n_in + j], "full")[1]
+            if isinstance(init, Empty):
+                raise CudaCodegenError("reduction into an uninitialised tensor")
+            # Combined across the block later, together with every other reduction that is
+            # ready by then (one barrier per round): see flush_reductions.
+            self.pending.append(PendingReduction(
+                _value_key(op.results[j]), accs[j], combiners[j], wide[j], type_,
+                _element(init, 0)))
+
+    def emit_payload(self, block: ir.Block, env: dict[int, str],
+                     wanted: list[ir.Value]) -> list[str]:
+        """Emit the payload ops needed for `wanted` (dead ops skipped); return their names."""
+        needed = _needed_ops(block, wanted)
+        for inner in block.operations:
+            if inner.operation.name == "linalg.yield" or id_of(inner) not in needed:
+                continue
+            if inner.operation.name == "linalg.index":
+                raise CudaCodegenError("linalg.index in a live payload is not supported yet")
+            if not inner.operation.name.startswith(PAYLOAD_DIALECTS) or len(inner.regions):
+                raise CudaCodegenError(f"payload op '{inner.operation.name}' is not supported")
+            operands = []
+            for v in inner.operands:
+                key = _value_key(v)
+                if key in env:
+                    operands.append(env[key])
+                else:
+                    rep = self.lookup(v)
+                    if not isinstance(rep, Scalar):
+                        raise CudaCodegenError(
+                            f"payload of '{inner.operation.name}' reads a tensor")
+                    operands.append(rep.name)
+            if (inner.operation.name == "arith.divf" and operands[1] in self.uniform
+                    and operands[0] not in self.uniform):
+                # Dividing every element by one row value: one division per thread, then
+                # multiplications (<= 1 ulp more rounding; division costs ~10 instructions).
+                type_ = str(inner.results[0].type)
+                name = self.fresh("p")
+                self.emit(f"{name} = arith.mulf {operands[0]}, "
+                          f"{self.reciprocal(operands[1], type_)} : {type_}")
+                env[_value_key(inner.results[0])] = name
+                continue
+            attrs = inner.attributes
+            attr_text = ", ".join(f"{attrs[i].name} = {attrs[i].attr}" for i in range(len(attrs)))
+            attr_text = f" {{{attr_text}}}" if attr_text else ""
+            in_types = ", ".join(str(v.type) for v in inner.operands)
+            out_types = ", ".join(str(r.type) for r in inner.results)
+            names = [self.fresh("p") for _ in inner.results]
+            lhs = f"{', '.join(names)} = " if names else ""
+            self.emit(f'{lhs}"{inner.operation.name}"({", ".join(operands)}){attr_text} : '
+                      f"({in_types}) -> ({out_types})")
+            for r, n in zip(inner.results, names):
+                env[_value_key(r)] = n
+            if operands and all(o in self.uniform for o in operands):
+                self.uniform.update(names)  # computed from row values and constants only
+        out = []
+        for v in wanted:
+            key = _value_key(v)
+            if key in env:
+                out.append(env[key])
+            else:
+                rep = self.lookup(v)
+                out.append(_element(rep, 0))
+        return out
+
+    # -- outputs
+
+    def store_outputs(self) -> None:
+        for i, v in enumerate(self.outputs):
+            arg = self.num_inputs + i
+            rep = self.lookup(v)
+            if isinstance(rep, Input):
+                rep = self.load_input(rep, "full")
+            if isinstance(rep, Scalar):  # a filled tensor: broadcast the value
+                numel = self.arg_types[arg][0]
+                if numel == self.geo.rows * self.geo.cols:
+                    rep = Full([rep.name] * (len(self.full_offsets) * self.vec), rep.type)
+                elif numel == self.geo.rows:
+                    rep = Row(rep.name, rep.type)
+            if isinstance(rep, Full):
+                for c, off in enumerate(self.full_offsets):
+                    lanes = rep.names[c * self.vec:(c + 1) * self.vec]
+                    if c in self.masks:
+                        self.emit(f"scf.if {self.masks[c]} {{")
+                        self.indent += 1
+                        self.store_vector(arg, off, lanes)
+                        self.indent -= 1
+                        self.emit("}")
+                    else:
+                        self.store_vector(arg, off, lanes)
+            elif isinstance(rep, Row):
+                # One thread writes the row's value.
+                cond = self.fresh("i")
+                self.emit(f"{cond} = arith.cmpi eq, {self.tid}, {self.index(0)} : index")
+                self.emit(f"scf.if {cond} {{")
+                self.indent += 1
+                self.store_vector(arg, self.row_index, [rep.name])
+                self.indent -= 1
+                self.emit("}")
+            else:
+                raise CudaCodegenError(f"group output of kind {type(rep).__name__} "
+                                       "is not supported")
+
+    # -- whole kernel
+
+    def build(self) -> str:
+        """The `gpu.func` text."""
+        self.prologue: list[str] = []
+        self.masks: dict[int, str] = {}  # chunk -> i1 "in bounds" (partial last chunk)
+        shape = self.geo.shape
+        self.vec = shape.vec
+        header_args = ", ".join(f"%arg{i}: {self.memref(i)}" for i in range(len(self.arg_types)))
+        self.tid = "%tid"
+        self.emit("%tid = gpu.thread_id x")
+        self.emit("%bid = gpu.block_id x")
+        if self.geo.kind == "row":
+            self.emit_row_kernel(shape)
+        else:
+            self.emit_elementwise_kernel(shape)
+        workgroup = ""
+        if self.workgroup:
+            workgroup = " workgroup(" + ", ".join(f"{n} : {t}" for n, t in self.workgroup) + ")"
+        head = [f"    gpu.func @{self.symbol}({header_args}){workgroup} kernel attributes "
+                f"{{known_block_size = array<i32: {shape.block}, 1, 1>, "
+                f"known_grid_size = array<i32: {shape.grid}, 1, 1>}} {{"]
+        head += ["      " + line for line in self.prologue]
+        return "\n".join(head + self.lines + ["      gpu.return", "    }"])
+
+    def emit_row_kernel(self, shape: RowShape) -> None:
+        cols = self.geo.cols
+        self.row_index = "%bid"
+        row_base = self.arith("muli", "%bid", self.index(cols))
+        self.col_offsets, self.full_offsets = [], []
+        for c in range(shape.chunks):
+            col = self.arith("addi", "%tid", self.index(c * shape.block))
+            col = self.arith("muli", col, self.index(shape.vec))
+            if shape.guarded and c == shape.chunks - 1:
+                # Past the row's end: load a valid (clamped) vector, mask its use.
+                inb = self.fresh("m")
+                self.emit(f"{inb} = arith.cmpi ult, {col}, {self.index(cols)} : index")
+                self.masks[c] = inb
+                col = self.arith("minui", col, self.index(cols - shape.vec))
+            self.col_offsets.append(col)
+            self.full_offsets.append(self.arith("addi", row_base, col))
+        self.run_body()
+        self.store_outputs()
+
+    def emit_elementwise_kernel(self, shape: ElementwiseShape) -> None:
+        tile_elems = shape.block * shape.unroll * shape.vec
+        self.emit(f"scf.for %tile = %bid to {self.index(shape.tiles)} "
+                  f"step {self.index(shape.grid)} {{")
+        self.indent += 1
+        base = self.arith("muli", "%tile", self.index(tile_elems))
+        lane = self.arith("muli", "%tid", self.index(shape.vec))
+        base = self.arith("addi", base, lane)
+        self.full_offsets = [self.arith("addi", base, self.index(c * shape.block * shape.vec))
+                             for c in range(shape.unroll)]
+        self.col_offsets = []
+        self.row_index = self.index(0)
+        if shape.guarded:
+            numel = self.geo.cols
+            cond = self.fresh("i")
+            self.emit(f"{cond} = arith.cmpi ult, {self.full_offsets[0]}, "
+                      f"{self.index(numel)} : index")
+            self.emit(f"scf.if {cond} {{")
+            self.indent += 1
+        self.run_body()
+        self.store_outputs()
+        if shape.guarded:
+            self.indent -= 1
+            self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+
+
+def id_of(op: ir.Operation) -> int:
+    from fusec.passes.grouping import op_key
+
+    return op_key(op)
+
+
+def _needed_ops(block: ir.Block, wanted: list[ir.Value]) -> set[int]:
+    """Keys of the payload ops that `wanted` depends on (within the block)."""
+    producers = {}
+    for inner in block.operations:
+        for r in inner.results:
+            producers[_value_key(r)] = inner
+    needed: set[int] = set()
+    stack = list(wanted)
+    while stack:
+        v = stack.pop()
+        op = producers.get(_value_key(v))
+        if op is None or id_of(op) in needed:
+            continue
+        needed.add(id_of(op))
+        stack.extend(op.operands)
+    return needed
+
+
+def _live_results(op: ir.Operation, emitter: KernelEmitter) -> list[int]:
+    """Result positions of `op` that something reads (dead results are not computed)."""
+    yielded = {_value_key(v) for v in emitter.outputs}
+    live = []
+    for j, r in enumerate(op.results):
+        if _value_key(r) in yielded or any(True for _ in r.uses):
+            live.append(j)
+    return live
+
+
+def _combiner(yielded: ir.Value, acc: ir.BlockArgument) -> str:
+    """The combining op of a reduction payload: it yields combiner(..., accumulator)."""
+    name = _op_name(yielded)
+    owner = yielded.owner
+    if name not in COMBINERS or _value_key(acc) not in {_value_key(v) for v in owner.operands}:
+        raise CudaCodegenError(
+            f"reduction payload does not end in a known combiner of its accumulator ({name})")
+    return name
+
+
+def _neutral(combiner: str, type_: str) -> str:
+    floating = type_.startswith(("f", "bf"))
+    kind = COMBINERS[combiner]
+    if kind == "add":
+        return "0.0" if floating else "0"
+    if kind == "mul":
+        return "1.0" if floating else "1"
+    if kind in ("maximumf", "maxnumf"):
+        return {"f32": "0xFF800000", "f64": "0xFFF0000000000000", "f16": "0xFC00",
+                "bf16": "0xFF80"}[type_]
+    if kind in ("minimumf", "minnumf"):
+        return {"f32": "0x7F800000", "f64": "0x7FF0000000000000", "f16": "0x7C00",
+                "bf16": "0x7F80"}[type_]
+    bits = int(type_[1:])
+    if kind == "maxsi":
+        return str(-(1 << (bits - 1)))
+    if kind == "minsi":
+        return str((1 << (bits - 1)) - 1)
+    raise CudaCodegenError(f"no neutral element for {combiner}")
+
+
+def _attr_value(attr: ir.Attribute) -> str:
+    """The literal of a scalar attribute as `arith.constant` accepts it (`1.0 : f32` -> `1.0`)."""
+    text = str(attr)
+    return text.rsplit(" : ", 1)[0]
+
+
+def _element(rep: Any, p: int) -> str:
+    if isinstance(rep, Full):
+        return rep.names[p]
+    if isinstance(rep, (Row, Scalar)):
+        return rep.name
+    raise CudaCodegenError(f"cannot read an element of a {type(rep).__name__}")
+
+
+def is_weight(op: ir.Operation) -> bool:
+    """A tensor constant that is not a splat: its data becomes a buffer of the artifact."""
+    if op.operation.name != "arith.constant":
+        return False
+    result = op.results[0]
+    if not isinstance(result.type, ir.RankedTensorType):
+        return False
+    attr = op.attributes["value"]
+    return not (isinstance(attr, ir.DenseElementsAttr) and attr.is_splat)
+
+
+_RESOURCE_RE = re.compile(r"dense_resource<([^>]+)>")
+
+
+def constant_bytes(op: ir.Operation, module_asm: Any) -> bytes:
+    """The raw little-endian data of a tensor constant (inline dense or dense_resource)."""
+    attr = op.attributes["value"]
+    text = str(attr)
+    m = _RESOURCE_RE.match(text)
+    if m:
+        asm = module_asm()
+        found = re.search(re.escape(m.group(1)) + r'\s*:\s*"0x([0-9A-Fa-f]*)"', asm)
+        if not found:
+            raise CudaCodegenError(f"resource {m.group(1)} not found in the module")
+        return bytes.fromhex(found.group(1))[4:]  # the blob starts with its alignment (u32)
+    try:
+        import numpy as np
+
+        return np.array(attr).tobytes()
+    except Exception:  # noqa: BLE001 - bf16/f16 have no Python buffer
+        hexdata = re.match(r'dense<"0x([0-9A-Fa-f]*)">', text)
+        if hexdata:
+            return bytes.fromhex(hexdata.group(1))
+    raise CudaCodegenError(f"cannot read the data of constant {text[:80]}")
+
+
+# ---------------------------------------------------------------- lowering to PTX
+
+
+def find_cuda_toolkit() -> str | None:
+    """A CUDA toolkit folder with bin/ptxas and nvvm/libdevice (None if there is none).
+
+    Order: $FUSEC_CUDA_TOOLKIT, $CUDA_HOME / $CUDA_PATH, /usr/local/cuda*, the PyPI
+    `nvidia-cuda-nvcc` wheel (nvidia/cu13). libdevice gives math.exp/erf/...; ptxas and
+    fatbinary give the cubin.
+    """
+    candidates = [os.environ.get("FUSEC_CUDA_TOOLKIT"), os.environ.get("CUDA_HOME"),
+                  os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    candidates += sorted((str(p) for p in Path("/usr/local").glob("cuda-*")), reverse=True)
+    try:
+        import nvidia  # type: ignore
+
+        for root in getattr(nvidia, "__path__", []):
+            candidates += [str(p) for p in sorted(Path(root).glob("cu1*"), reverse=True)]
+            candidates.append(str(Path(root) / "cuda_nvcc"))
+    except ImportError:
+        pass
+    for c in candidates:
+        if c and (Path(c) / "nvvm" / "libdevice" / "libdevice.10.bc").exists():
+            return c
+    return None
+
+
+@dataclass
+class CudaOptions:
+    arch: str = DEFAULT_ARCH
+    features: str = DEFAULT_FEATURES
+    opt_level: int = 3
+    toolkit: str | None = None  # None: find_cuda_toolkit()
+    cubin: bool = True  # also build a fatbin (cubin + PTX) when ptxas is found
+    device: CudaDevice = H200
+    row_elements_per_thread: int = 0  # 0: ROW_BYTES_PER_THREAD's worth (row_launch_shape)
+    elementwise_unroll: int = 0  # chunks per thread per tile; 0: elementwise_launch_shape's
+
+
+def kernel_module_text(kernels: list[str], options: CudaOptions) -> str:
+    target = (f'#nvvm.target<O = {options.opt_level}, chip = "{options.arch}", '
+              f'features = "{options.features}">')
+    return ("module attributes {gpu.container_module} {\n"
+            f"  gpu.module @{KERNEL_MODULE} [{target}] {{\n"
+            + "\n".join(kernels) + "\n  }\n}\n")
+
+
+def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
+                  fmt: str = "isa") -> bytes:
+    """gpu dialect text -> PTX (fmt="isa") or fatbin (fmt="fatbin") bytes."""
+    toolkit = options.toolkit or find_cuda_toolkit()
+    binary_opts = f"format={fmt}"
+    if toolkit:
+        binary_opts += f" toolkit={toolkit}"
+    pipeline = (
+        "builtin.module("
+        # fpowi with a constant exponent (x.pow(2)) becomes multiplications, not a
+        # libdevice call per element.
+        "gpu.module(canonicalize,math-expand-ops{ops=fpowi},"
+        # math on bf16/f16 (erf, exp, ...) runs in f32: libdevice has no bf16 functions.
+        "math-extend-to-supported-types,convert-scf-to-cf,"
+        # Bare pointers: a static memref argument is one device pointer, as the shim passes.
+        "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1}),"
+        "reconcile-unrealized-casts,"
+        f"gpu-module-to-binary{{{binary_opts}}})")
+    with context:
+        module = ir.Module.parse(text)
+        pm = PassManager.parse(pipeline)
+        try:
+            pm.run(module.operation)
+        except Exception as e:  # noqa: BLE001 - re-raised with the reproducer
+            path = Path(tempfile.gettempdir()) / "fusec_cuda_failed.mlir"
+            path.write_text(text)
+            raise CudaCodegenError(
+                f"lowering to {fmt} failed: {e}\nreproduce: mlir-opt {path} "
+                f"--pass-pipeline='{pipeline}'") from e
+        from mlir.dialects import gpu
+
+        for op in module.body.operations:
+            if op.operation.name == "gpu.binary":
+                return bytes(gpu.ObjectAttr(op.attributes["objects"][0]).object)
+    raise CudaCodegenError("gpu-module-to-binary produced no gpu.binary")
+
+
+# ---------------------------------------------------------------- the program
+
+
+@dataclass
+class CudaProgram:
+    """Everything `model.so` needs: the plan, the kernels (text, PTX, fatbin)."""
+
+    plan: Plan
+    kernels_mlir: str
+    ptx: str
+    fatbin: bytes | None
+    compile_seconds: float
+    # Buffers of role "constant" (weights): their bytes, uploaded once by the shim.
+    constants: dict[int, bytes] = field(default_factory=dict)
+
+
+def _entry_function(module: ir.Module) -> ir.Operation:
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    if not funcs:
+        raise CudaCodegenError("module has no func.func")
+    for f in funcs:
+        if "sym_visibility" not in f.attributes:
+            return f
+    return funcs[0]
+
+
+def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgram:
+    """Compile every `fusion.group` of the entry function to a kernel; build the plan."""
+    options = options or CudaOptions()
+    start = time.perf_counter()
+    func = _entry_function(module)
+    body = func.regions[0].blocks[0]
+    buffers: list[Buffer] = []
+    ids: dict[int, int] = {}
+
+    def add_buffer(value: ir.Value, role: str, name: str) -> int:
+        shape, elt = _tensor_info(value.type)
+        if elt not in DTYPES:
+            raise CudaCodegenError(f"element type {elt} is not supported")
+        b = Buffer(len(buffers), role, name, shape, DTYPES[elt])
+        buffers.append(b)
+        ids[_value_key(value)] = b.id
+        return b.id
+
+    inputs = [add_buffer(a, "input", f"input{i}") for i, a in enumerate(body.arguments)]
+    launches: list[Launch] = []
+    kernels: list[str] = []
+    outputs: list[int] = []
+    constants: dict[int, bytes] = {}
+    weight_ids: dict[int, int] = {}
+    asm_cache: list[str] = []
+
+    def asm() -> str:
+        if not asm_cache:
+            asm_cache.append(module.operation.get_asm())
+        return asm_cache[0]
+
+    ret = body.operations[len(body.operations) - 1]
+    returned = {_value_key(v) for v in ret.operands}
+    for op in body.operations:
+        name = op.operation.name
+        if name in ("arith.constant", "tensor.empty", "func.return"):
+            continue
+        if name != GROUP_OP:
+            raise CudaCodegenError(
+                f"'{name}' is outside any fusion.group: run the fusion stage first")
+        symbol = f"fusec_k{len(launches)}"
+        geometry = analyse_group(op, options.device, options.row_elements_per_thread,
+                                 options.elementwise_unroll)
+        weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
+        emitter = KernelEmitter(op, symbol, geometry, weights)
+        kernels.append(emitter.build())
+        args = []
+        for v in op.operands:
+            if _value_key(v) not in ids:
+                raise CudaCodegenError("a group operand is a tensor constant outside the group")
+            args.append(ids[_value_key(v)])
+        for w in weights:
+            data = constant_bytes(w, asm)
+            digest = hash(data)
+            if digest not in weight_ids:
+                shape, elt = _tensor_info(w.results[0].type)
+                b = Buffer(len(buffers), "constant", f"weight{len(weight_ids)}", shape,
+                           DTYPES[elt])
+                if b.nbytes != len(data):
+                    raise CudaCodegenError(f"constant of {b.nbytes} bytes has {len(data)}")
+                buffers.append(b)
+                constants[b.id] = data
+                weight_ids[digest] = b.id
+            args.append(weight_ids[digest])
+        for j, r in enumerate(op.results):
+            role = "output" if _value_key(r) in returned else "temp"
+            args.append(add_buffer(r, role, f"{symbol}_out{j}"))
+        shape = geometry.shape
+        info = {"shape": geometry.kind, "launch": dataclasses.asdict(shape),
+                "rows": geometry.rows, "cols": geometry.cols,
+                "bytes": sum(buffers[b].nbytes for b in args)}
+        kind = str(op.attributes["kind"]).strip('"') if "kind" in op.attributes else "single"
+        ops_in = [o.operation.name for o in op.regions[0].blocks[0].operations
+                  if o.operation.name.startswith("linalg.")]
+        launches.append(Launch(symbol=symbol, buffers=args, grid=shape.grid, kind=kind,
+                               ops=ops_in, info=info, block=shape.block, shared_bytes=0))
+    for v in ret.operands:
+        if _value_key(v) not in ids:
+            raise CudaCodegenError("a returned value is not an input or a group result")
+        outputs.append(ids[_value_key(v)])
+    # A returned input needs an output buffer of its own (the host copies it).
+    for k, bid in enumerate(outputs):
+        if buffers[bid].role == "input":
+            b = buffers[bid]
+            copy = Buffer(len(buffers), "output", f"output{k}", list(b.shape), b.dtype)
+            buffers.append(copy)
+            outputs[k] = copy.id
+            launches.append(Launch(symbol="__copy__", buffers=[bid, copy.id], grid=0))
+    # A group result returned twice, or returned and used, keeps one buffer; fine.
+    plan = Plan(target="cuda", buffers=buffers, launches=launches, inputs=inputs,
+                outputs=outputs, metadata={"arch": options.arch})
+    text = kernel_module_text(kernels, options)
+    context = module.context
+    ptx = lower_kernels(text, options, context, "isa").decode()
+    fatbin = None
+    toolkit = options.toolkit or find_cuda_toolkit()
+    if options.cubin and toolkit and (Path(toolkit) / "bin" / "ptxas").exists():
+        fatbin = lower_kernels(text, options, context, "fatbin")
+    seconds = time.perf_counter() - start
+    plan.metadata["compile_seconds"] = round(seconds, 4)
+    plan.metadata["image"] = "fatbin" if fatbin else "ptx"
+    return CudaProgram(plan, text, ptx, fatbin, seconds, constants)
+
+
+# ---------------------------------------------------------------- model.so
+
+
+SHIM_CUDA = Path(__file__).resolve().parent.parent / "runtime" / "shim_cuda.c"
+
+
+def _c_bytes(data: bytes) -> str:
+    rows = []
+    for i in range(0, len(data), 24):
+        rows.append(",".join(str(b) for b in data[i:i + 24]))
+    return ",\n".join(rows)
+
+
+def _c_string(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a valid C string literal for ASCII text
+
+
+def host_code(program: CudaProgram) -> str:
+    """The generated C part of a CUDA `model.so`: tables that runtime/shim_cuda.c runs."""
+    plan = program.plan
+    image = program.fatbin if program.fatbin is not None else program.ptx.encode() + b"\0"
+    symbols = sorted({k.symbol for k in plan.launches if k.symbol != "__copy__"})
+    lines = [f'#include "{SHIM_CUDA}"', ""]
+    lines.append(f"static const unsigned char fusec_image[{len(image)}] "
+                 f"__attribute__((aligned(64))) = {{\n{_c_bytes(image)}\n}};")
+    lines.append("static const char *const fusec_symbols[] = {"
+                 + ", ".join(_c_string(s) for s in symbols) + "};")
+    for k, launch in enumerate(plan.launches):
+        lines.append(f"static const int fusec_launch{k}_buffers[] = {{"
+                     + ", ".join(str(b) for b in launch.buffers) + "};")
+    lines.append("static const fusec_cuda_launch fusec_launches[] = {")
+    for k, launch in enumerate(plan.launches):
+        kernel = -1 if launch.symbol == "__copy__" else symbols.index(launch.symbol)
+        lines.append(f"  {{{kernel}, {launch.grid}, {launch.block}, {launch.shared_bytes}, "
+                     f"{len(launch.buffers)}, fusec_launch{k}_buffers}},")
+    lines.append("};")
+    roles = {"input": 0, "output": 1, "temp": 2, "constant": 3}
+    for bid, data in program.constants.items():
+        lines.append(f"static const unsigned char fusec_constant{bid}[{len(data)}] "
+                     f"__attribute__((aligned(64))) = {{\n{_c_bytes(data)}\n}};")
+    slot = {}
+    for role, idlist in (("input", plan.inputs), ("output", plan.outputs)):
+        for i, bid in enumerate(idlist):
+            slot[bid] = i
+    lines.append("static const fusec_cuda_buffer fusec_buffers[] = {")
+    for b in plan.buffers:
+        data = f"fusec_constant{b.id}" if b.id in program.constants else "0"
+        lines.append(f"  {{{roles[b.role]}, {slot.get(b.id, -1)}, {b.nbytes}ULL, {data}}},")
+    lines.append("};")
+    metadata = _metadata(plan)
+    lines.append(f"static const char fusec_metadata_json[] = {_c_string(json.dumps(metadata))};")
+    lines.append("static const fusec_cuda_program fusec_the_program = {")
+    lines.append(f"  fusec_image, sizeof(fusec_image), {int(program.fatbin is not None)},")
+    lines.append(f"  fusec_symbols, {len(symbols)},")
+    lines.append(f"  fusec_launches, {len(plan.launches)},")
+    lines.append(f"  fusec_buffers, {len(plan.buffers)},")
+    lines.append(f"  {len(plan.inputs)}, {len(plan.outputs)}, fusec_metadata_json,")
+    lines.append("};")
+    lines.append("static const fusec_cuda_program *fusec_program(void) "
+                 "{ return &fusec_the_program; }")
+    return "\n".join(lines) + "\n"
+
+
+def _metadata(plan: Plan) -> dict:
+    """The same JSON object as the CPU artifact's `fusec_metadata()` (compiler/artifact.py)."""
+    try:
+        from fusec.compiler.artifact import artifact_metadata
+
+        return artifact_metadata(plan)
+    except Exception:  # noqa: BLE001 - the CPU artifact module may reject cuda-only launches
+        by_id = {b.id: b for b in plan.buffers}
+        tensor = lambda b: {"name": b.name, "shape": list(b.shape), "dtype": b.dtype}  # noqa
+        return {"format": "fusec-artifact", "abi_version": 1, "target": "cuda",
+                "inputs": [tensor(by_id[i]) for i in plan.inputs],
+                "outputs": [tensor(by_id[i]) for i in plan.outputs],
+                "kernels": [{"symbol": k.symbol, "kind": k.kind, "ops": k.ops, "grid": k.grid,
+                             "info": k.info} for k in plan.launches],
+                "temp_bytes": sum(b.nbytes for b in plan.buffers if b.role == "temp"),
+                "plan": plan.to_json_dict()}
+
+
+EXPORTED = ("fusec_abi_version", "fusec_metadata", "fusec_last_error", "fusec_run",
+            "fusec_run_stream", "fusec_num_threads")
+
+
+def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:
+    """Build `model.so` (links only libc + libdl; libcuda.so.1 is opened at run time)."""
+    path = Path(path)
+    cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "plan_cuda.c"
+        src.write_text(host_code(program))
+        script = Path(tmp) / "exports.map"
+        script.write_text("{\n  global: " + " ".join(f"{s};" for s in EXPORTED)
+                          + "\n  local: *;\n};\n")
+        out = Path(tmp) / "model.so"
+        cmd = [cc, "-O2", "-shared", "-fPIC", "-std=gnu11", str(src), "-o", str(out),
+               f"-Wl,--version-script={script}", "-ldl", "-lpthread"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise CudaCodegenError(f"{' '.join(cmd)} failed:\n{done.stderr}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(out), str(path))
+    return path
+
+
+# ---------------------------------------------------------------- pipeline entry points
+
+
+def cuda_passes(options: Any) -> list[str]:
+    """IR passes of the `cuda` stage: none. The CUDA code generator reads the fusion stage's
+    tensor IR (groups of linalg ops) directly and emits gpu dialect kernels itself, so for
+    target cuda the stages are linalg -> fusion -> cuda (tiled/bufferized are the CPU's)."""
+    return []
+
+
+def options_from(compile_options: Any) -> CudaOptions:
+    """CudaOptions from fusec.compiler.pipeline.CompileOptions (its `arch`, `extra`)."""
+    extra = dict(getattr(compile_options, "extra", {}) or {})
+    return CudaOptions(arch=getattr(compile_options, "arch", DEFAULT_ARCH) or DEFAULT_ARCH,
+                       toolkit=extra.get("cuda_toolkit"),
+                       cubin=bool(extra.get("cubin", True)))
+
+
+def build_so(module: ir.Module, compile_options: Any, output: str | os.PathLike) -> dict:
+    """The `so` stage for target cuda: fusion-stage module -> model.so; returns its metadata."""
+    program = generate(module, options_from(compile_options))
+    write_cuda_artifact(program, output)
+    return _metadata(program.plan)
+
+
+def load_metadata(path: str | os.PathLike) -> dict:
+    """The metadata JSON of a CUDA `model.so` (works without a GPU)."""
+    lib = ctypes.CDLL(str(path))
+    lib.fusec_metadata.restype = ctypes.c_char_p
+    return json.loads(lib.fusec_metadata().decode())

@@ -1,0 +1,176 @@
+"""The fusion cost model: pure functions of plain numbers and a device description.
+
+The fusion passes ask it whether a fusion pays and whether it is legal on the device; they
+never embed thresholds of their own. Everything here is a function of its arguments: no IR,
+no state, so it can be tested and read on its own.
+
+Devices: the H200 (the GPU target; figures from design.md: 132 SMs, 227 KB of shared memory
+per block, 64K registers per SM, about 50 MB of L2, 4.25 TB/s measured copy bandwidth, a few
+microseconds per launch) and the host CPU (2 cores here; per-core L2 as the on-chip level).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the cost model needs to know about a target."""
+
+    name: str
+    hbm_bytes_per_s: float  # sustained main-memory bandwidth
+    flops_per_s: float  # scalar/vector (non-tensor-core) peak
+    matmul_flops_per_s: float  # contraction peak (tensor cores on the GPU)
+    launch_s: float  # cost of one kernel launch
+    on_chip_bytes: int  # what one tile may keep on chip: shared memory per block / L2 per core
+    parallel_units: int  # SMs / cores
+    l2_bytes: int
+    registers_per_unit: int = 0  # 32-bit registers per SM (GPU only)
+    max_registers_per_thread: int = 0
+    # Widest extent a contraction may keep untiled in one tile (its accumulator row must stay
+    # in registers): beyond it, a producer fused before it is recomputed for every tile.
+    max_untiled_contraction_extent: int = 128
+
+
+H200 = Device(
+    name="nvidia-h200",
+    hbm_bytes_per_s=4.25e12,
+    flops_per_s=60e12,
+    matmul_flops_per_s=679e12,
+    launch_s=4e-6,
+    on_chip_bytes=227 * 1024,
+    parallel_units=132,
+    l2_bytes=50 * 1024 * 1024,
+    registers_per_unit=65536,
+    max_registers_per_thread=255,
+    max_untiled_contraction_extent=128,
+)
+
+CPU_HOST = Device(
+    name="cpu",
+    hbm_bytes_per_s=20e9,
+    flops_per_s=100e9,
+    matmul_flops_per_s=100e9,
+    launch_s=2e-6,
+    on_chip_bytes=1024 * 1024,
+    parallel_units=2,
+    l2_bytes=1024 * 1024,
+    max_untiled_contraction_extent=256,
+)
+
+DEVICES = {"nvidia-h200": H200, "h200": H200, "cuda": H200, "cpu": CPU_HOST}
+
+
+def device_named(name: str) -> Device:
+    """The device description for a pass option such as `device=cpu`."""
+    try:
+        return DEVICES[name]
+    except KeyError:
+        raise ValueError(f"unknown device '{name}' (known: {', '.join(sorted(DEVICES))})") from None
+
+
+def roofline_s(bytes_moved: int, flops: int, device: Device, contraction: bool = False) -> float:
+    """Lower bound on a kernel's run time: memory time or compute time, whichever is larger."""
+    peak = device.matmul_flops_per_s if contraction else device.flops_per_s
+    return max(bytes_moved / device.hbm_bytes_per_s, flops / peak)
+
+
+def kernel_s(bytes_moved: int, flops: int, device: Device, contraction: bool = False) -> float:
+    """Predicted time of one kernel: its roofline floor plus one launch."""
+    return device.launch_s + roofline_s(bytes_moved, flops, device, contraction)
+
+
+def arithmetic_intensity(flops: int, bytes_moved: int) -> float:
+    """Flops per byte of main-memory traffic."""
+    return flops / bytes_moved if bytes_moved else 0.0
+
+
+@dataclass(frozen=True)
+class FusionEstimate:
+    """Unfused (one kernel per op) versus fused (one kernel) for a set of ops."""
+
+    bytes_unfused: int
+    bytes_fused: int
+    launches_saved: int
+    time_unfused_s: float
+    time_fused_s: float
+
+    @property
+    def pays(self) -> bool:
+        return self.time_fused_s <= self.time_unfused_s
+
+
+def estimate(kernels: list[tuple[int, int, bool]], fused_bytes: int, fused_flops: int,
+             device: Device) -> FusionEstimate:
+    """Compare `kernels` ((bytes, flops, is_contraction) each, run one by one) with one
+    kernel moving `fused_bytes` and doing `fused_flops` (recomputation included)."""
+    unfused_bytes = sum(b for b, _, _ in kernels)
+    unfused_s = sum(kernel_s(b, f, device, c) for b, f, c in kernels)
+    contraction = any(c for _, _, c in kernels)
+    fused_s = kernel_s(fused_bytes, fused_flops, device, contraction)
+    return FusionEstimate(unfused_bytes, fused_bytes, max(0, len(kernels) - 1), unfused_s, fused_s)
+
+
+def fits_on_chip(working_set_bytes: int, device: Device) -> bool:
+    """Whether what one tile must hold on chip (rows kept across a reduction) fits."""
+    return working_set_bytes <= device.on_chip_bytes
+
+
+def reduction_row_fits(row_elements: int, element_bytes: int, device: Device) -> bool:
+    """Whether one reduced row can stay on chip until its broadcast consumer reads it again.
+
+    A reduction feeding a consumer that broadcasts its result back over the reduced axis
+    needs the whole row twice (once to reduce, once to apply); fused, the row must stay on
+    chip or be read again, and a kernel with one huge row per tile has no parallelism left.
+    """
+    return row_elements * element_bytes <= device.on_chip_bytes
+
+
+def should_duplicate(bytes_read: int, bytes_written: int, cheap: bool) -> bool:
+    """Recompute a producer in a second kernel rather than write it once and read it back.
+
+    Only cheap producers (elementwise, reshape, fill, transpose) qualify, and only when the
+    recomputation reads no more than the materialised value would cost to read.
+    """
+    return cheap and bytes_read <= bytes_written
+
+
+def contraction_untiled_ok(extent: int, device: Device) -> bool:
+    """Whether a contraction may keep a parallel dimension of `extent` whole in one tile
+    (as it must when a row-wise producer is fused before it)."""
+    return extent <= device.max_untiled_contraction_extent
+
+
+def tiles_per_kernel(device: Device) -> int:
+    """How many tiles a good tiling of a large kernel makes: a few per parallel unit."""
+    return 4 * device.parallel_units
+
+
+def recompute_cost_s(flops: int, bytes_written: int, broadcast: int,
+                     device: Device) -> tuple[float, float]:
+    """(extra time, saved time) of fusing a producer that every tile along `broadcast`
+    tile positions recomputes, instead of writing its `bytes_written` once and reading it
+    back. A tile spans many positions, so the recomputation happens at most once per tile."""
+    repeats = min(broadcast, tiles_per_kernel(device))
+    extra = max(0, repeats - 1) * flops / device.flops_per_s
+    saved = device.launch_s + 2 * bytes_written / device.hbm_bytes_per_s
+    return extra, saved
+
+
+def occupancy(parallel_tiles: int, device: Device) -> float:
+    """Fraction of the device's parallel units a kernel with `parallel_tiles` tiles can use."""
+    if parallel_tiles <= 0:
+        return 0.0
+    return min(1.0, parallel_tiles / device.parallel_units)
+
+
+# Numerics flags: the reasons a fusion would change results, not just speed.
+REORDERS_REDUCTION = "reorders-reduction"
+
+
+def contraction_then_reduction_flag() -> str:
+    """A row reduction fused after a contraction that is tiled along the reduced axis must
+    combine partial results per tile (an online, rescaled reduction as in FlashAttention):
+    the summation order and the rounding of every partial result change."""
+    return REORDERS_REDUCTION

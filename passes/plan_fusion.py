@@ -1,0 +1,53 @@
+"""--fusion-plan: the whole graph-level fusion plan, driven by the cost model.
+
+Runs, in order:
+0. `--fusion-reduction`: sibling reductions over a shared input become one multi-result
+   reduction, so that what follows sees one op reading the input once;
+1. one producer-absorption planning over each function (`producer_fusion`) with every kind
+   allowed, so that each root takes what pays most for it: a contraction with its epilogue
+   and prologue (`epilogue`), elementwise/broadcast chains through row-compatible
+   reductions (`vertical`), a reduction with its init (`single`);
+2. `--fusion-form-singletons` for what no group took, so that every compute op is in
+   exactly one group (one group = one kernel);
+3. `--fusion-horizontal`: independent kernels too small to pay for their own launch share
+   one (kind `horizontal`).
+
+Every group records the cost model's numbers and the refused fusions with their reasons;
+`fusec --report` is derived from these attributes.
+
+Options: device (nvidia-h200 | cpu), max-ops (group size cap), horizontal (step 3 on/off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlir.ir as ir
+
+from fusec.passes import cost_model
+from fusec.passes.form_singletons import FormSingletonsPass, function_bodies
+from fusec.passes.fuse_horizontal import FuseHorizontalPass
+from fusec.passes.fuse_reduction import FuseReductionPass
+from fusec.passes.producer_fusion import Policy, fuse_block
+from fusec.passes.registry import Pass, register
+
+
+@register
+@dataclass
+class PlanFusionPass(Pass):
+    """Plan every fusion kind with the cost model, then wrap leftovers as singles."""
+
+    ARGUMENT = "fusion-plan"
+    device: str = "nvidia-h200"
+    max_ops: int = 128
+    horizontal: bool = True
+
+    def run(self, module: ir.Operation) -> None:
+        policy = Policy(device=cost_model.device_named(self.device), allow_contraction=True,
+                        max_ops=self.max_ops)
+        FuseReductionPass().run(module)
+        for block in function_bodies(module):
+            fuse_block(block, policy)
+        FormSingletonsPass().run(module)
+        if self.horizontal:
+            FuseHorizontalPass(device=self.device, max_ops=self.max_ops).run(module)

@@ -1,0 +1,203 @@
+"""The fusion report, derived from the IR alone (`fusec --report`, `--report=json`).
+
+Per kernel (one `fusion.group`): its kind, its ops, its predicted HBM bytes (inputs and
+tensor constants read once, results written once), flops, arithmetic intensity and roofline
+floor time on a device; then every refused fusion with its reason, from the `fusion.refused`
+attributes that the fusion passes leave on groups (and on ops that absorbed nothing). Nothing
+comes from a side table: a plan saved as MLIR and reloaded gives the same report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import mlir.ir as ir
+
+from fusec.passes import cost_model
+from fusec.passes.fusion_analysis import CONTRACTION, describe
+from fusec.passes.inline_groups import groups_in
+from fusec.passes.producer_fusion import group_bytes
+
+_FREE = ("fusion.yield", "arith.constant", "tensor.empty")
+
+
+@dataclass
+class KernelReport:
+    """One kernel of the plan."""
+
+    index: int
+    kind: str
+    ops: list[str]
+    hbm_bytes: int
+    flops: int
+    arithmetic_intensity: float
+    floor_us: float
+    bytes_unfused: int | None = None
+    tile_dims: list[int] = field(default_factory=list)
+
+
+@dataclass
+class FusionReport:
+    """Kernels in program order, and every refused fusion."""
+
+    device: str
+    kernels: list[KernelReport]
+    refused: list[str]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    def to_text(self) -> str:
+        lines = [f"fusion plan for {self.device}: {len(self.kernels)} kernels"]
+        lines.append(f"{'#':>3} {'kind':<10} {'HBM bytes':>12} {'flops':>12} {'AI':>7} "
+                     f"{'floor us':>9}  ops")
+        for k in self.kernels:
+            lines.append(f"{k.index:>3} {k.kind:<10} {k.hbm_bytes:>12} {k.flops:>12} "
+                         f"{k.arithmetic_intensity:>7.2f} {k.floor_us:>9.3f}  {', '.join(k.ops)}")
+        lines.append(f"refused fusions: {len(self.refused)}")
+        lines.extend(f"  {r}" for r in self.refused)
+        return "\n".join(lines)
+
+
+def refusals_in(module: ir.Operation) -> list[str]:
+    """Every `fusion.refused` entry in the module, on groups and on ops, deduplicated."""
+    found: list[str] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if "fusion.refused" in op.attributes:
+            for entry in op.attributes["fusion.refused"]:
+                text = ir.StringAttr(entry).value
+                if text not in found:
+                    found.append(text)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
+
+
+def kernel_report(group: ir.Operation, index: int, device: cost_model.Device) -> KernelReport:
+    """The report line of one group, from its IR."""
+    ops, flops, contraction = [], 0, False
+    for i, op in enumerate(group.regions[0].blocks[0].operations):
+        op = op.operation
+        if op.name in _FREE:
+            continue
+        facts = describe(op, i)
+        ops.append(op.name)
+        flops += facts.flops
+        contraction |= facts.category == CONTRACTION
+    hbm = group_bytes(group)
+    attrs = group.attributes
+    unfused = attrs["fusion.bytes_unfused"].value if "fusion.bytes_unfused" in attrs else None
+    tiles = []
+    if "fusion.tile_dims" in attrs:
+        tiles = [ir.IntegerAttr(a).value for a in attrs["fusion.tile_dims"]]
+    return KernelReport(
+        index=index, kind=ir.StringAttr(attrs["kind"]).value, ops=ops, hbm_bytes=hbm, flops=flops,
+        arithmetic_intensity=cost_model.arithmetic_intensity(flops, hbm),
+        floor_us=cost_model.roofline_s(hbm, flops, device, contraction) * 1e6,
+        bytes_unfused=unfused, tile_dims=tiles,
+    )
+
+
+def fusion_report(module: ir.Operation, device: str = "nvidia-h200") -> FusionReport:
+    """The report of a module whose functions have been grouped (after `--fusion-plan`)."""
+    dev = cost_model.device_named(device)
+    kernels = [kernel_report(g, i, dev) for i, g in enumerate(groups_in(module))]
+    return FusionReport(device=dev.name, kernels=kernels, refused=refusals_in(module))
+
+
+def _operation(module: ir.Module | ir.Operation) -> ir.Operation:
+    return module.operation if isinstance(module, ir.Module) else module
+
+
+def report_data(module: ir.Module | ir.Operation, device: str = "nvidia-h200") -> dict:
+    """The report as JSON-serialisable data (`fusec --report=json`)."""
+    return asdict(fusion_report(_operation(module), device))
+
+
+def format_report(module: ir.Module | ir.Operation, device: str = "nvidia-h200") -> str:
+    """The report as text (`fusec --report`)."""
+    return fusion_report(_operation(module), device).to_text()
+
+
+KIND_COLOURS = {
+    "single": "#d9d9d9", "vertical": "#a6cee3", "epilogue": "#b2df8a", "reduction": "#fdbf6f",
+    "horizontal": "#cab2d6", "input": "#fb9a99", "attention": "#ffff99",
+}
+
+
+def _value_key(value: ir.Value) -> tuple[int, int]:
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        # block arguments: keyed by the op that owns the block (negated, to stay apart
+        # from results)
+        return (-op_key_of(owner.owner), ir.BlockArgument(value).arg_number)
+    return (op_key_of(owner), ir.OpResult(value).result_number)
+
+
+def op_key_of(op: ir.Operation | ir.OpView) -> int:
+    from fusec.passes.grouping import op_key
+
+    return op_key(op)
+
+
+def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
+    """The op graph as Graphviz DOT, one cluster per kernel coloured by its kind, edges
+    following the data (through group boundaries); derived from the IR alone."""
+    root = _operation(module)
+    lines = ["digraph fusion {", "  rankdir=TB; node [shape=box, style=filled, fillcolor=white];"]
+    node_of: dict[tuple[int, int], str] = {}  # value -> node that produces it
+    edges: list[tuple[tuple[int, int], str]] = []
+    for f_index, func in enumerate(root.regions[0].blocks[0].operations):
+        func = func.operation
+        if func.name != "func.func" or not len(func.regions[0].blocks):
+            continue
+        block = func.regions[0].blocks[0]
+        for a_index, arg in enumerate(block.arguments):
+            name = f"f{f_index}_arg{a_index}"
+            lines.append(f'  {name} [label="%arg{a_index}", shape=ellipse];')
+            node_of[_value_key(arg)] = name
+        kernel = 0
+        for g_index, op in enumerate(block.operations):
+            op = op.operation
+            if op.name != "fusion.group":
+                if op.name in _FREE or op.name == "func.return":
+                    continue
+                name = f"f{f_index}_op{g_index}"
+                lines.append(f'  {name} [label="{op.name}"];')
+                for r in op.results:
+                    node_of[_value_key(r)] = name
+                edges += [(_value_key(v), name) for v in op.operands]
+                continue
+            kind = ir.StringAttr(op.attributes["kind"]).value
+            body = op.regions[0].blocks[0]
+            lines.append(f"  subgraph cluster_f{f_index}_g{g_index} {{")
+            lines.append(f'    label="kernel {kernel}: {kind}"; style=filled; '
+                         f'fillcolor="{KIND_COLOURS.get(kind, "#eeeeee")}";')
+            for arg, outer in zip(body.arguments, op.operands):
+                node_of[_value_key(arg)] = node_of.get(_value_key(outer), "")
+            for i, inner in enumerate(body.operations):
+                inner = inner.operation
+                if inner.name == "fusion.yield":
+                    for result, value in zip(op.results, inner.operands):
+                        node_of[_value_key(result)] = node_of.get(_value_key(value), "")
+                    continue
+                if inner.name in _FREE:
+                    continue
+                name = f"f{f_index}_g{g_index}_{i}"
+                lines.append(f'    {name} [label="{inner.name}"];')
+                for r in inner.results:
+                    node_of[_value_key(r)] = name
+                edges += [(_value_key(v), name) for v in inner.operands]
+            lines.append("  }")
+            kernel += 1
+    seen = set()
+    for value, target in edges:
+        source = node_of.get(value)
+        if source and (source, target) not in seen:
+            seen.add((source, target))
+            lines.append(f"  {source} -> {target};")
+    lines.append("}")
+    return "\n".join(lines)

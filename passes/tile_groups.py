@@ -1,0 +1,388 @@
+"""--fusion-tile: tile each group's root op with `scf.forall` and fuse the group into it.
+
+Loop-level fusion. In every `fusion.group`, the *root* is the last tileable op (a linalg op
+or `tensor.pad`) whose result the group yields. The root is tiled over its outer parallel
+dims with `scf.forall`, and the group's other tileable ops are fused into the tile loop
+as producers (consumers first), so that intermediates are computed tile by tile and never
+leave the tile. The rewriting is upstream MLIR's: a transform-dialect script built per group
+(`transform.structured.tile_using_forall`, `transform.structured.fuse_into_containing_op`)
+run by the transform interpreter. Tile sizes come from `cpu_tile_sizes` (policy, a pure
+function) and are recorded on the group as `fusion.tile_sizes`; the number of tiles as
+`fusion.grid`. A group with nothing to tile is left alone (`fusion.grid = 1`).
+
+Options: `threads` (0: this machine's cores), `tiles-per-thread` (load balance),
+`min-tile-kb` (the least work, in KB of the root's iteration space, worth a tile),
+`max-tile-kb` (the most output per tile: about a core's L2).
+
+Before:
+    %0 = fusion.group single (%arg1 = %a : tensor<64x128xf32>) -> tensor<64x128xf32> {
+      %1 = linalg.exp ins(%arg1 : ...) outs(%e : ...) -> tensor<64x128xf32>
+      fusion.yield %1 : tensor<64x128xf32>
+    }
+After:
+    %0 = fusion.group single (...) -> tensor<64x128xf32> attributes {fusion.grid = 8 : i64,
+                                                       fusion.tile_sizes = array<i64: 8, 0>} {
+      %1 = scf.forall (%i) in (8) shared_outs(%o = %e) -> (tensor<64x128xf32>) {
+        ... linalg.exp on tensor<8x128xf32> slices ...
+      }
+      fusion.yield %1 : tensor<64x128xf32>
+    }
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from fusec.passes.grouping import defining_op, is_compute
+from fusec.passes.inline_groups import groups_in
+from fusec.passes.registry import Pass, PassError, register
+from mlir import ir
+from mlir.dialects import linalg, tensor
+from mlir.dialects.transform import interpreter
+
+TILE_TAG = "fusion.tile_op"
+# Ops that the transform dialect can tile and fuse (they implement TilingInterface).
+TILEABLE_TENSOR_OPS = frozenset({"tensor.pad"})
+RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
+
+
+def cpu_tile_sizes(ranges: list[int], iterators: list[str], elem_bytes: int,
+                   tileable_dims: int | Collection[int], threads: int, tiles_per_thread: int = 4,
+                   min_tile_bytes: int = 16 * 1024,
+                   max_tile_bytes: int = 256 * 1024) -> list[int]:
+    """Tile sizes (0 = not tiled) for a root op with loop `ranges` and `iterators`.
+
+    Policy for a CPU with `threads` cores: aim for `threads * tiles_per_thread` tiles so that
+    the thread pool balances, but no tile smaller than `min_tile_bytes` of the root's
+    iteration space (`elem_bytes` per point), since a tile's fixed cost must stay small; and
+    enough tiles that a tile's output (its parallel extent) stays within `max_tile_bytes`,
+    about a core's L2, so that the fused ops' passes over a tile hit cache.
+    Only parallel dims among `tileable_dims` (a set of dims, or n for the first n) are
+    split, outer dims first; reduction dims are never split, so a row reduction keeps its
+    whole row in one tile. Inner dims are split only when the outer ones are too short.
+    """
+    if isinstance(tileable_dims, int):
+        allowed = set(range(min(tileable_dims, len(ranges))))
+    else:
+        allowed = set(tileable_dims)
+    sizes = [0] * len(ranges)
+    total_bytes = elem_bytes * math.prod(ranges)
+    output_bytes = elem_bytes * math.prod(
+        r for r, kind in zip(ranges, iterators) if kind == "parallel")
+    want = min(threads * tiles_per_thread, total_bytes // max(min_tile_bytes, 1))
+    want = max(want, math.ceil(output_bytes / max(max_tile_bytes, 1)))
+    if want <= 1:
+        return sizes
+    remaining = want
+    for d, (extent, kind) in enumerate(zip(ranges, iterators)):
+        if remaining <= 1:
+            break
+        if kind != "parallel" or d not in allowed:
+            continue
+        if extent >= remaining:
+            sizes[d] = math.ceil(extent / remaining)
+            break
+        sizes[d] = 1
+        remaining = math.ceil(remaining / extent)
+    return sizes
+
+
+def tile_count(ranges: list[int], sizes: list[int]) -> int:
+    """Number of tiles a forall with these tile sizes has."""
+    return math.prod(math.ceil(r / s) for r, s in zip(ranges, sizes) if s)
+
+
+def _is_tileable(op: ir.Operation) -> bool:
+    name = op.name
+    return (name.startswith("linalg.") and name not in ("linalg.yield", "linalg.index")) or (
+        name in TILEABLE_TENSOR_OPS)
+
+
+def _iteration_space(op: ir.Operation) -> tuple[list[int], list[str]] | None:
+    """Static loop ranges and iterator kinds of a tileable op, or None if unknown."""
+    if op.name == "tensor.pad":
+        shape = ir.RankedTensorType(op.results[0].type).shape
+        return list(shape), ["parallel"] * len(shape)
+    if "iterator_types" in op.attributes:
+        kinds = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
+        maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+        return _ranges_from_maps(op, maps), kinds
+    return None
+
+
+def _ranges_from_maps(op: ir.Operation, maps: list[ir.AffineMap]) -> list[int]:
+    """Loop ranges from operand shapes through the indexing maps (dims used directly)."""
+    n = maps[0].n_dims
+    ranges = [0] * n
+    for operand, amap in zip(op.operands, maps):
+        if not isinstance(operand.type, ir.RankedTensorType):
+            continue
+        shape = ir.RankedTensorType(operand.type).shape
+        for expr, extent in zip(amap.results, shape):
+            if isinstance(expr, ir.AffineDimExpr):
+                ranges[ir.AffineDimExpr(expr).position] = extent
+    return ranges
+
+
+def reduction_rank_limit(group: ir.Operation) -> int:
+    """How many leading dims of the root may be tiled without re-running a reduction.
+
+    A reduction's result is usually broadcast back along the reduced dims (softmax,
+    LayerNorm); tiling the root along such a dim would recompute the whole reduction for
+    every tile. The reduction's result rank, less trailing unit dims (torch's keepdim),
+    bounds the dims it is indexed by.
+    """
+    limit = 1 << 30
+    body = group.regions[0].blocks[0]
+    for op in body.operations:
+        op = op.operation
+        if not _is_tileable(op) or "iterator_types" not in op.attributes:
+            continue
+        if not any("reduction" in str(a) for a in op.attributes["iterator_types"]):
+            continue
+        for result in op.results:
+            shape = list(ir.RankedTensorType(result.type).shape)
+            while shape and shape[-1] == 1:
+                shape.pop()
+            limit = min(limit, len(shape))
+    return limit
+
+
+def tileable_dims(group: ir.Operation) -> int | list[int]:
+    """The root's dims that tiles may split: the fusion planner's `fusion.tile_dims` (loops
+    of the group's last op along which nothing is recomputed) when it left them, else the
+    `reduction_rank_limit` leading dims."""
+    if "fusion.tile_dims" in group.attributes:
+        return [ir.IntegerAttr(d).value for d in ir.ArrayAttr(group.attributes["fusion.tile_dims"])]
+    return reduction_rank_limit(group)
+
+
+def find_root(group: ir.Operation) -> ir.Operation | None:
+    """The tileable op whose result the group yields (through reshapes), the last one first."""
+    body = group.regions[0].blocks[0]
+    terminator = list(body.operations)[-1]
+    for value in reversed(list(terminator.operands)):
+        op = defining_op(value)
+        while op is not None and op.name in RESHAPE_OPS:
+            op = defining_op(op.operands[0])
+        if op is not None and _is_tileable(op):
+            return op
+    return None
+
+
+def own_root_inits(root: ir.Operation, group: ir.Operation) -> None:
+    """Give the root fresh init tensors where its init comes from outside the group's ops.
+
+    The root's init becomes the tile loop's shared output, which bufferizes in place into
+    the kernel's result. An init that is a kernel input (read-only) would make bufferization
+    copy it whole before the loop; instead, a `linalg.copy` into a `tensor.empty` (or just the
+    empty tensor, when the payload never reads the init) is fused into the tiles like any
+    producer.
+    """
+    if root.name != "linalg.generic":
+        return
+    n_results = len(root.results)
+    operands = list(root.operands)
+    payload = root.regions[0].blocks[0]
+    n_inputs = len(operands) - n_results
+    for i in range(n_results):
+        init = operands[n_inputs + i]
+        producer = defining_op(init)
+        if producer is not None and _is_tileable(producer) and producer.parent == group:
+            continue
+        if producer is not None and producer.name == "tensor.empty":
+            continue
+        tensor_type = ir.RankedTensorType(init.type)
+        with ir.InsertionPoint(root), root.location:
+            fresh = tensor.EmptyOp(tensor_type.shape, tensor_type.element_type).result
+            if any(True for _ in payload.arguments[n_inputs + i].uses):
+                fresh = linalg.copy(init, outs=[fresh])
+        root.operands[n_inputs + i] = fresh
+
+
+def _transform_script(root_tag: int, producer_tags: list[int], sizes: list[int]) -> str:
+    """The transform-dialect script: tile the root, then fuse producers, consumers first."""
+    fuse = "".join(
+        f"""
+    transform.sequence %forall : !transform.any_op failures(suppress) {{
+    ^bb0(%f: !transform.any_op):
+      %p = transform.structured.match attributes{{{TILE_TAG} = {tag} : i64}} in %arg0
+        : (!transform.any_op) -> !transform.any_op
+      %fused, %new = transform.structured.fuse_into_containing_op %p into %f
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }}"""
+        for tag in producer_tags
+    )
+    return f"""
+module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%arg0: !transform.any_op {{transform.readonly}}) {{
+    %root = transform.structured.match attributes{{{TILE_TAG} = {root_tag} : i64}} in %arg0
+      : (!transform.any_op) -> !transform.any_op
+    %tiled, %forall = transform.structured.tile_using_forall %root
+      tile_sizes [{", ".join(str(s) for s in sizes)}]
+      : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    {fuse}
+    transform.yield
+  }}
+}}"""
+
+
+def _element_bytes(op: ir.Operation) -> int:
+    element = ir.ShapedType(op.results[0].type).element_type
+    width = getattr(element, "width", 32) if hasattr(element, "width") else 32
+    return max(1, width // 8)
+
+
+def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
+               min_tile_bytes: int, max_tile_bytes: int = 256 * 1024) -> None:
+    """Tile `group`'s root and fuse its producers; record sizes and grid on the group."""
+    i64 = ir.IntegerType.get_signless(64)
+    group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, 1)
+    _record_op_names(group)
+    _generalize(group)
+    for op in group.regions[0].blocks[0].operations:
+        if op.operation.name == "linalg.generic":
+            materialize_unit_result_dims(op.operation)
+    root = find_root(group)
+    if root is None:
+        return
+    space = _iteration_space(root)
+    if space is None:
+        return
+    ranges, iterators = space
+    own_root_inits(root, group)
+    sizes = cpu_tile_sizes(ranges, iterators, _element_bytes(root), tileable_dims(group),
+                           threads, tiles_per_thread, min_tile_bytes, max_tile_bytes)
+    if not any(sizes):
+        return
+    body = group.regions[0].blocks[0]
+    tileable = [op.operation for op in body.operations if _is_tileable(op.operation)]
+    root_index = next(i for i, op in enumerate(tileable) if op == root)
+    for i, op in enumerate(tileable):
+        op.attributes[TILE_TAG] = ir.IntegerAttr.get(i64, i)
+    script = _transform_script(root_index, list(reversed(range(root_index))), sizes)
+    transform_module = ir.Module.parse(script)
+    entry = next(iter(transform_module.body.operations))
+    try:
+        interpreter.apply_named_sequence(group, entry, transform_module)
+    except ir.MLIRError as exc:
+        raise PassError(f"tiling the group failed: {exc}", group.location) from None
+    _drop_tags(group)
+    fold_reshaped_empties(group)
+    group.attributes["fusion.tile_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
+    group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, tile_count(ranges, sizes))
+
+
+GENERALIZE_SCRIPT = """
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%arg0: !transform.any_op {transform.readonly}) {
+    %all = transform.structured.match interface{LinalgOp} in %arg0
+      : (!transform.any_op) -> !transform.any_op
+    %generic = transform.structured.generalize %all : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+}"""
+
+
+def _record_op_names(group: ir.Operation) -> None:
+    """`fusion.ops`: the names of the group's compute ops, before generalization hides them."""
+    names = [op.operation.name for op in group.regions[0].blocks[0].operations
+             if is_compute(op.operation)]
+    group.attributes["fusion.ops"] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in names])
+
+
+def _generalize(group: ir.Operation) -> None:
+    """Rewrite named linalg ops (matmul, conv, fill, ...) as linalg.generic.
+
+    Tile-size policy reads iteration spaces from `indexing_maps`/`iterator_types`, which only
+    linalg.generic spells out; the loops generated later are the same either way.
+    """
+    script = ir.Module.parse(GENERALIZE_SCRIPT)
+    interpreter.apply_named_sequence(group, next(iter(script.body.operations)), script)
+
+
+def materialize_unit_result_dims(op: ir.Operation) -> None:
+    """Give each constant index of a result's indexing map a loop dim of its own.
+
+    torch-mlir writes keepdim reductions as `(d0, d1) -> (d0, 0)` into tensor<Nx1>; the
+    tiling interface only tiles ops whose results are indexed by dims (a projected
+    permutation). A new parallel dim of extent 1 in place of the constant says the same.
+    """
+    maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+    n_results = len(op.results)
+    n_dims = maps[0].n_dims
+    new_maps = []
+    added = 0
+    for i, amap in enumerate(maps):
+        exprs = list(amap.results)
+        if i >= len(maps) - n_results:
+            for k, expr in enumerate(exprs):
+                if isinstance(expr, ir.AffineConstantExpr) and expr.value == 0:
+                    exprs[k] = ir.AffineDimExpr.get(n_dims + added)
+                    added += 1
+        new_maps.append(exprs)
+    if not added:
+        return
+    total = n_dims + added
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get(
+        [ir.AffineMapAttr.get(ir.AffineMap.get(total, 0, exprs)) for exprs in new_maps])
+    parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+    op.attributes["iterator_types"] = ir.ArrayAttr.get(
+        list(op.attributes["iterator_types"]) + [parallel] * added)
+
+
+def fold_reshaped_empties(group: ir.Operation) -> None:
+    """`expand_shape(tensor.empty)` -> `tensor.empty` of the expanded type (and collapse).
+
+    A tile loop whose shared output is a reshaped empty tensor bufferizes to a view of a
+    kernel-local buffer, which then has to be copied into the kernel's result; an empty
+    tensor of the right shape becomes the result buffer itself.
+    """
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in RESHAPE_OPS:
+            producer = defining_op(op.operands[0])
+            if producer is not None and producer.name == "tensor.empty":
+                found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    group.walk(visit)
+    for op in found:
+        result_type = ir.RankedTensorType(op.results[0].type)
+        if not result_type.has_static_shape:
+            continue
+        with ir.InsertionPoint(op), op.location:
+            empty = tensor.EmptyOp(result_type.shape, result_type.element_type)
+        op.results[0].replace_all_uses_with(empty.result)
+        op.erase()
+
+
+def _drop_tags(group: ir.Operation) -> None:
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if TILE_TAG in op.attributes:
+            del op.attributes[TILE_TAG]
+        return ir.WalkResult.ADVANCE
+
+    group.walk(visit)
+
+
+@register
+@dataclass
+class TileGroupsPass(Pass):
+    """Tile each fusion.group's root with scf.forall and fuse the group's producers into it."""
+
+    ARGUMENT = "fusion-tile"
+    threads: int = 0
+    tiles_per_thread: int = 4
+    min_tile_kb: int = 16
+    max_tile_kb: int = 256
+
+    def run(self, module: ir.Operation) -> None:
+        threads = self.threads or os.cpu_count() or 1
+        for group in groups_in(module):
+            tile_group(group, threads, self.tiles_per_thread, self.min_tile_kb * 1024,
+                       self.max_tile_kb * 1024)

@@ -1,0 +1,52 @@
+// RUN: fusec-opt %s --fusion-plan{horizontal=false} --fusion-horizontal --split-input-file | filecheck %s
+
+// Two independent chains, each far below a launch's cost in work: one launch for both.
+// CHECK-LABEL: func.func @independent_small
+// CHECK: %[[H:[0-9]+]]:2 = fusion.group horizontal
+// CHECK-SAME: fusion.launches_saved = 1
+// CHECK-SAME: fusion.parts = ["vertical", "vertical"]
+// CHECK: linalg.exp
+// CHECK: linalg.negf
+// CHECK: linalg.abs
+// CHECK: linalg.exp
+// CHECK: fusion.yield
+// CHECK-NOT: fusion.group
+// CHECK: return %[[H]]#0, %[[H]]#1
+func.func @independent_small(%a: tensor<16x32xf32>, %b: tensor<8xf32>) -> (tensor<16x32xf32>, tensor<8xf32>) {
+  %e = tensor.empty() : tensor<16x32xf32>
+  %0 = linalg.exp ins(%a : tensor<16x32xf32>) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %1 = linalg.negf ins(%0 : tensor<16x32xf32>) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %e2 = tensor.empty() : tensor<8xf32>
+  %2 = linalg.abs ins(%b : tensor<8xf32>) outs(%e2 : tensor<8xf32>) -> tensor<8xf32>
+  %3 = linalg.exp ins(%2 : tensor<8xf32>) outs(%e2 : tensor<8xf32>) -> tensor<8xf32>
+  return %1, %3 : tensor<16x32xf32>, tensor<8xf32>
+}
+
+// -----
+
+// A chain through an op no fusion takes (a concat): three kernels, each depending on the one
+// before it; dependent kernels are never merged.
+// CHECK-LABEL: func.func @dependent
+// CHECK-NOT: fusion.group horizontal
+// CHECK: return
+func.func @dependent(%x: tensor<8x8xf32>) -> tensor<16x8xf32> {
+  %e = tensor.empty() : tensor<8x8xf32>
+  %a = linalg.exp ins(%x : tensor<8x8xf32>) outs(%e : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %c = tensor.concat dim(0) %a, %a : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<16x8xf32>
+  %e2 = tensor.empty() : tensor<16x8xf32>
+  %b = linalg.negf ins(%c : tensor<16x8xf32>) outs(%e2 : tensor<16x8xf32>) -> tensor<16x8xf32>
+  return %b : tensor<16x8xf32>
+}
+
+// -----
+
+// Kernels that move 128 MB each (30 us on an H200) are not launch-bound: they keep their own launches.
+// CHECK-LABEL: func.func @independent_large
+// CHECK-NOT: fusion.group horizontal
+// CHECK: return
+func.func @independent_large(%a: tensor<4096x4096xf32>, %b: tensor<4096x4096xf32>) -> (tensor<4096x4096xf32>, tensor<4096x4096xf32>) {
+  %e = tensor.empty() : tensor<4096x4096xf32>
+  %0 = linalg.exp ins(%a : tensor<4096x4096xf32>) outs(%e : tensor<4096x4096xf32>) -> tensor<4096x4096xf32>
+  %1 = linalg.exp ins(%b : tensor<4096x4096xf32>) outs(%e : tensor<4096x4096xf32>) -> tensor<4096x4096xf32>
+  return %0, %1 : tensor<4096x4096xf32>, tensor<4096x4096xf32>
+}

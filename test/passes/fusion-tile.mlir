@@ -1,0 +1,95 @@
+// RUN: fusec-opt %s '--fusion-tile{threads=4,min-tile-kb=1}' --canonicalize --cse --split-input-file | filecheck %s
+
+// A row reduction and its consumer: the root (the division) is tiled over rows only, so
+// each tile holds whole rows; the reduction is fused into the tile loop, nothing is left
+// outside it, and the tile sizes and tile count are recorded on the group.
+// CHECK-LABEL: func.func @row_softmax_tail
+// CHECK: fusion.group reduction
+// CHECK-SAME: fusion.grid = 16 : i64
+// CHECK-SAME: fusion.ops = ["linalg.fill", "linalg.reduce", "linalg.generic"]
+// CHECK-SAME: fusion.tile_sizes = array<i64: 4, 0>
+// CHECK-NOT: linalg.
+// CHECK: %[[LOOP:.+]] = scf.forall (%{{.+}}) in (16) shared_outs
+// CHECK: %[[ROWS:.+]] = tensor.extract_slice %{{.+}} [4, 256] [1, 1] : tensor<64x256xf32> to tensor<4x256xf32>
+// CHECK: %[[SUM:.+]] = linalg.generic {{.*}}iterator_types = ["parallel", "reduction"]{{.*}} ins(%[[ROWS]] : tensor<4x256xf32>)
+// CHECK: linalg.generic {{.*}} ins(%[[ROWS]], %[[SUM]] : tensor<4x256xf32>, tensor<4xf32>)
+// CHECK: scf.forall.in_parallel
+// CHECK-NOT: linalg.
+// CHECK: fusion.yield %[[LOOP]]
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @row_softmax_tail(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
+  %r = fusion.group reduction (%a = %x : tensor<64x256xf32>) -> tensor<64x256xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e1 = tensor.empty() : tensor<64xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e1 : tensor<64xf32>) -> tensor<64xf32>
+    %s = linalg.reduce ins(%a : tensor<64x256xf32>) outs(%f : tensor<64xf32>) dimensions = [1]
+      (%in: f32, %acc: f32) {
+        %t = arith.addf %in, %acc : f32
+        linalg.yield %t : f32
+      }
+    %e2 = tensor.empty() : tensor<64x256xf32>
+    %d = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+        ins(%a, %s : tensor<64x256xf32>, tensor<64xf32>) outs(%e2 : tensor<64x256xf32>) {
+    ^bb0(%in: f32, %sum: f32, %out: f32):
+      %q = arith.divf %in, %sum : f32
+      linalg.yield %q : f32
+    } -> tensor<64x256xf32>
+    fusion.yield %d : tensor<64x256xf32>
+  }
+  return %r : tensor<64x256xf32>
+}
+
+// -----
+
+// Negative: too little work for more than one tile. Nothing is tiled; the group is one tile.
+// CHECK-LABEL: func.func @too_small
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.grid = 1 : i64
+// CHECK-NOT: fusion.tile_sizes
+// CHECK-NOT: scf.forall
+// CHECK: fusion.yield
+func.func @too_small(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %r = fusion.group single (%a = %x : tensor<4x8xf32>) -> tensor<4x8xf32> {
+    %e = tensor.empty() : tensor<4x8xf32>
+    %y = linalg.exp ins(%a : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+    fusion.yield %y : tensor<4x8xf32>
+  }
+  return %r : tensor<4x8xf32>
+}
+
+// -----
+
+// The root's init is a group input (read-only in the kernel): the root gets a fresh init,
+// and the copy of the input is fused into the tiles instead of being done whole up front.
+// CHECK-LABEL: func.func @matmul_init_from_input
+// CHECK-SAME: %{{.+}}: tensor<64x32xf32>, %{{.+}}: tensor<32x64xf32>, %[[C:.+]]: tensor<64x64xf32>
+// CHECK: fusion.group single (%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %[[Z:.+]] = %[[C]] : tensor<64x64xf32>)
+// CHECK: %[[E:.+]] = tensor.empty() : tensor<64x64xf32>
+// CHECK: scf.forall (%{{.+}}) in (16) shared_outs(%{{.+}} = %[[E]])
+// CHECK: %[[INIT:.+]] = tensor.extract_slice %[[Z]]
+// CHECK: %[[COPY:.+]] = linalg.copy {{.*}}ins(%[[INIT]] : tensor<4x64xf32>)
+// CHECK: linalg.generic {{.*}} outs(%[[COPY]] : tensor<4x64xf32>)
+func.func @matmul_init_from_input(%a: tensor<64x32xf32>, %b: tensor<32x64xf32>, %c: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %r = fusion.group single (%x = %a : tensor<64x32xf32>, %y = %b : tensor<32x64xf32>, %z = %c : tensor<64x64xf32>) -> tensor<64x64xf32> {
+    %m = linalg.matmul ins(%x, %y : tensor<64x32xf32>, tensor<32x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32>
+    fusion.yield %m : tensor<64x64xf32>
+  }
+  return %r : tensor<64x64xf32>
+}
+
+// -----
+
+// The fusion planner's `fusion.tile_dims` says which loops of the group's last op may be
+// split (here only the columns): the tiles follow it.
+// CHECK-LABEL: func.func @planner_tile_dims
+// CHECK: fusion.tile_sizes = array<i64: 0, {{[0-9]+}}>
+// CHECK: scf.forall
+func.func @planner_tile_dims(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
+  %r = fusion.group single (%a = %x : tensor<64x256xf32>) -> tensor<64x256xf32> attributes {fusion.tile_dims = [1 : i64]} {
+    %e = tensor.empty() : tensor<64x256xf32>
+    %y = linalg.exp ins(%a : tensor<64x256xf32>) outs(%e : tensor<64x256xf32>) -> tensor<64x256xf32>
+    fusion.yield %y : tensor<64x256xf32>
+  }
+  return %r : tensor<64x256xf32>
+}

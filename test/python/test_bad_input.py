@@ -1,0 +1,342 @@
+"""Bad input, catalogued: one row per case, for `fusec`, `fusec.compile` and `fusec.runtime`.
+
+Every compile-time case must give exactly one line `LOCATION: error: MESSAGE` on stderr,
+exit code 1, no traceback, and leave nothing behind (no output, no temporary file next to
+it). Run-time cases must raise the right exception type with a message naming the problem.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import fusec.runtime as rt
+import numpy as np
+import pytest
+from fusec.compiler.diagnostics import FusecError
+from fusec.tools.fusec import main as fusec_main
+
+ADD_MLIR = """\
+func.func @main(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %0 = linalg.add ins(%a, %b : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+"""
+
+
+def _unary(op_line: str, arg: str = "tensor<4xf32>", result: str = "tensor<4xf32>") -> str:
+    return (f"func.func @main(%a: {arg}) -> {result} {{\n  {op_line}\n"
+            f"  return %0 : {result}\n}}\n")
+
+
+# --------------------------------------------------------------------------- compile time
+# (case id, files to write {name: text}, extra arguments, expected location, message regex).
+# The input is the first file; `{out}` in the arguments is the output path.
+
+CLI_CASES = [
+    ("missing-file", {}, ["nope.mlir", "-o", "{out}"], "nope.mlir", r"no such file$"),
+    ("directory-input", {"adir/": ""}, ["adir", "-o", "{out}"], "adir",
+     r"is a directory, expected a \.mlir or \.py file"),
+    ("empty-file", {"empty.mlir": ""}, ["empty.mlir", "-o", "{out}"], "empty.mlir",
+     r"expected one public func.func \(the model\) in the module, found 0"),
+    ("parse-error", {"bad.mlir": _unary("%0 = arith.addf %a, %b : tensor<4xf32>")},
+     ["bad.mlir", "-o", "{out}"], "bad.mlir:2:23", r"use of undeclared SSA value name"),
+    ("unknown-dialect-op", {"op.mlir": _unary('%0 = "foo.bar"(%a) : (tensor<4xf32>) -> '
+                                              "tensor<4xf32>")},
+     ["op.mlir", "-o", "{out}"], "op.mlir:2:8",
+     r"unsupported op 'foo.bar'; fusec supports ops of the dialects arith, math, linalg"),
+    ("unsupported-dialect-op", {"tosa.mlir": _unary("%0 = tosa.abs %a : (tensor<4xf32>) -> "
+                                                    "tensor<4xf32>")},
+     ["tosa.mlir", "-o", "{out}"], "tosa.mlir:2:8",
+     r"unsupported op 'tosa.abs'; fusec supports ops of the dialects"),
+    ("unlowerable-linalg-op", {"sm.mlir": _unary(
+        "%e = tensor.empty() : tensor<4x8xf32>\n  %0 = linalg.softmax dimension(1) "
+        "ins(%a : tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>",
+        "tensor<4x8xf32>", "tensor<4x8xf32>")},
+     ["sm.mlir", "-o", "{out}"], "sm.mlir:3:8", r"unsupported op 'linalg.softmax'"),
+    ("dynamic-shape", {"dyn.mlir": "func.func @main(%a: tensor<?xf32>) -> tensor<?xf32> {\n"
+                                   "  return %a : tensor<?xf32>\n}\n"},
+     ["dyn.mlir", "-o", "{out}"], "dyn.mlir:1:1",
+     r"argument 0 of @main has dynamic shape tensor<\?xf32>; fusec compiles static shapes"),
+    ("complex-dtype", {"c.mlir": "func.func @main(%a: tensor<4xcomplex<f32>>) -> "
+                                 "tensor<4xcomplex<f32>> {\n  return %a : tensor<4xcomplex<f32>>\n}\n"},
+     ["c.mlir", "-o", "{out}"], "c.mlir:1:1",
+     r"element type complex<f32>, which fusec does not support \(supported: f64, f32"),
+    ("f8-dtype-inside", {"f8.mlir": _unary("%0 = arith.truncf %a : tensor<4xf32> to "
+                                           "tensor<4xf8E4M3FN>", result="tensor<4xf8E4M3FN>")},
+     ["f8.mlir", "-o", "{out}"], "f8.mlir:2:8",
+     r"result 0 of 'arith.truncf' has element type f8E4M3FN, which fusec does not support"),
+    ("output-dir-missing", {"add.mlir": ADD_MLIR}, ["add.mlir", "-o", "missing/dir/m.so"],
+     "missing/dir/m.so", r"cannot write output: directory .*missing/dir does not exist"),
+    ("output-is-directory", {"add.mlir": ADD_MLIR}, ["add.mlir", "-o", "out"], "out",
+     r"cannot write output: it is a directory"),
+    ("emit-unknown-stage", {"add.mlir": ADD_MLIR}, ["add.mlir", "--emit", "bogus"], None,
+     r"unknown stage 'bogus' for --emit; the stages for target 'cpu' are: torch, linalg, "
+     r"fusion, tiled, bufferized, cpu"),
+    ("emit-after-input-stage", {"add.mlir": ADD_MLIR}, ["add.mlir", "--emit", "so"], None,
+     r"unknown stage 'so' for --emit"),
+    ("verify-needs-linalg", {"g.mlir": (
+        "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "  %0 = fusion.group single (%x = %a : tensor<4xf32>) -> tensor<4xf32> {\n"
+        "    %e = tensor.empty() : tensor<4xf32>\n"
+        "    %1 = linalg.exp ins(%x : tensor<4xf32>) outs(%e : tensor<4xf32>) -> tensor<4xf32>\n"
+        "    fusion.yield %1 : tensor<4xf32>\n  }\n  return %0 : tensor<4xf32>\n}\n")},
+     ["g.mlir", "-o", "{out}", "--verify"], "g.mlir",
+     r"--verify needs linalg-on-tensors input .* this input is at stage 'fusion'"),
+    ("binary-input", {"model.onnx": "\udcb8"}, ["model.onnx", "-o", "{out}"], "model.onnx",
+     r"not a text file: fusec reads MLIR text \(\.mlir\) or a model\.py"),
+    ("dump-dir-is-a-file", {"add.mlir": ADD_MLIR, "f.txt": "x"},
+     ["add.mlir", "-o", "{out}", "--dump-dir", "f.txt"], "f.txt",
+     r"--dump-dir: exists and is not a directory"),
+    ("model-py-without-model", {"m.py": "import torch\ndef example_inputs():\n"
+                                        "    return (torch.randn(4),)\n"},
+     ["m.py", "-o", "{out}"], "m.py",
+     r"a model file must define `model\(\)` and `example_inputs\(\)`; missing: `model\(\)`$"),
+    ("model-py-without-example-inputs", {"m.py": "import torch\ndef model():\n"
+                                                 "    return torch.nn.ReLU()\n"},
+     ["m.py", "-o", "{out}"], "m.py", r"missing: `example_inputs\(\)`$"),
+    ("model-py-raises", {"m.py": "import torch\ndef model():\n    raise RuntimeError('boom')\n"
+                                 "def example_inputs():\n    return (torch.randn(4),)\n"},
+     ["m.py", "-o", "{out}"], "m.py", r"`model\(\)` raised RuntimeError: boom$"),
+    ("model-py-syntax-error", {"m.py": "def model(:\n"}, ["m.py", "-o", "{out}"], "m.py",
+     r"SyntaxError"),
+    ("model-py-shape-mismatch", {"m.py": "import torch\ndef model():\n"
+                                         "    return torch.nn.Linear(4, 3)\n"
+                                         "def example_inputs():\n"
+                                         "    return (torch.randn(2, 5),)\n"},
+     ["m.py", "-o", "{out}"], "m.py",
+     r"torch.export or torch-mlir's importer failed: RuntimeError: a and b must have same "
+     r"reduction dim"),
+    ("model-py-complex-input", {"m.py": "import torch\ndef model():\n"
+                                        "    return torch.nn.ReLU()\ndef example_inputs():\n"
+                                        "    return (torch.randn(4, dtype=torch.complex64),)\n"},
+     ["m.py", "-o", "{out}"], "m.py",
+     r"example input 0 has dtype torch.complex64, which fusec does not support"),
+    ("model-py-inputs-not-tensors", {"m.py": "import torch\ndef model():\n"
+                                             "    return torch.nn.ReLU()\n"
+                                             "def example_inputs():\n    return (3,)\n"},
+     ["m.py", "-o", "{out}"], "m.py", r"`example_inputs\(\)` item 0 is a int, not a tensor"),
+]
+
+
+def _write_files(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        if name.endswith("/"):
+            (root / name).mkdir()
+        else:  # surrogateescape: "\udcb8" writes the byte 0xb8, which is not UTF-8
+            (root / name).write_bytes(text.encode("utf-8", "surrogateescape"))
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c[0] for c in CLI_CASES])
+def test_fusec_bad_input(case, tmp_path, monkeypatch, capsys):
+    _, files, args, location, message = case
+    monkeypatch.chdir(tmp_path)
+    _write_files(tmp_path, files)
+    (tmp_path / "out").mkdir()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    argv = [a.replace("{out}", "out/m.so") for a in args]
+
+    status = fusec_main(argv)
+
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 1, err
+    assert len(lines) == 1, f"expected one line, got:\n{err}"
+    assert "Traceback" not in err
+    prefix = f"{location}: error: " if location else "error: "
+    assert lines[0].startswith(prefix), lines[0]
+    import re
+
+    assert re.search(message, lines[0][len(prefix):]), lines[0]
+    # Nothing half-written: no output, no temporary next to it, no folder created.
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_fusec_debug_shows_the_traceback(tmp_path):
+    """--debug re-raises, so a user can see where an error came from."""
+    with pytest.raises(FusecError, match="no such file"):
+        fusec_main([str(tmp_path / "nope.mlir"), "--debug"])
+
+
+def test_fusec_command_line_exit_code(tmp_path):
+    """The installed command, as a new user runs it: exit 1, one line, no traceback."""
+    bad = tmp_path / "bad.mlir"
+    bad.write_text(_unary('%0 = "foo.bar"(%a) : (tensor<4xf32>) -> tensor<4xf32>'))
+    proc = subprocess.run([sys.executable, "-m", "fusec.tools.fusec", str(bad), "-o",
+                           str(tmp_path / "m.so")], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"{bad}:2:8: error: unsupported op 'foo.bar'; fusec supports ops of the dialects "
+        "arith, math, linalg, tensor, func, fusion, ml_program, scf, affine, complex "
+        "(linalg-on-tensors as torch-mlir emits it)"]
+    assert sorted(os.listdir(tmp_path)) == ["bad.mlir"]
+
+
+# (case id, call, exception type, message regex) for fusec.compile.
+API_CASES = [
+    ("text-does-not-parse", lambda f: f.compile("this is not MLIR"), FusecError,
+     r"^<text>:1:1: error: "),
+    ("unsupported-op", lambda f: f.compile(_unary('%0 = "foo.bar"(%a) : (tensor<4xf32>) -> '
+                                                  "tensor<4xf32>")),
+     FusecError, r"^<text>:2:8: error: unsupported op 'foo.bar'"),
+    ("dynamic-shape", lambda f: f.compile("func.func @main(%a: tensor<?xf32>) -> "
+                                          "tensor<?xf32> {\n  return %a : tensor<?xf32>\n}\n"),
+     FusecError, r"dynamic shape"),
+    ("unknown-target", lambda f: f.compile(ADD_MLIR, target="tpu"), FusecError,
+     r"unknown target 'tpu'"),
+    ("example-inputs-with-text", lambda f: f.compile(ADD_MLIR, np.zeros(3)), TypeError,
+     r"example inputs are only for torch modules"),
+]
+
+
+@pytest.mark.parametrize("case", API_CASES, ids=[c[0] for c in API_CASES])
+def test_compile_api_bad_input(case, tmp_path, monkeypatch):
+    _, call, error_type, message = case
+    import fusec
+
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    with pytest.raises(error_type, match=message):
+        call(fusec)
+    assert [p for p in tmp_path.iterdir() if p.suffix == ".so" or p.name.startswith(".")] == []
+
+
+# --------------------------------------------------------------------------- run time
+
+
+@pytest.fixture(scope="module")
+def add_model(tmp_path_factory):
+    """A real artifact: z = a + b over 4x8 float32."""
+    path = tmp_path_factory.mktemp("add") / "add.mlir"
+    path.write_text(ADD_MLIR)
+    assert fusec_main([str(path), "-o", str(path.with_suffix(".so"))]) == 0
+    return rt.load(path.with_suffix(".so"))
+
+
+def _rand(*shape, dtype=np.float32):
+    return np.random.default_rng().standard_normal(shape).astype(dtype)
+
+
+A, B = _rand(4, 8), _rand(4, 8)
+
+# (case id, inputs, message regex): every one a ValueError.
+RUN_CASES = [
+    ("too-few-inputs", (A,), r"takes 2 inputs \(input0, input1\), got 1"),
+    ("too-many-inputs", (A, B, A), r"takes 2 inputs \(input0, input1\), got 3"),
+    ("wrong-shape", (A, _rand(8, 4)),
+     r"input 1 \('input1'\): expected shape \(4, 8\), got \(8, 4\)"),
+    ("wrong-rank", (A, _rand(32)), r"input 1 \('input1'\): expected shape \(4, 8\), got \(32,\)"),
+    ("wrong-dtype", (A, B.astype(np.float64)),
+     r"input 1 \('input1'\): expected dtype float32, got float64"),
+    ("integer-for-float", (A.astype(np.int32), B),
+     r"input 0 \('input0'\): expected dtype float32, got int32"),
+    ("not-an-array", ("hello", B), r"input 0 \('input0'\): expected dtype float32"),
+]
+
+
+@pytest.mark.parametrize("case", RUN_CASES, ids=[c[0] for c in RUN_CASES])
+def test_runtime_bad_inputs(case, add_model):
+    _, inputs, message = case
+    with pytest.raises(ValueError, match=message):
+        add_model(*inputs)
+
+
+@pytest.mark.parametrize("layout", ["transposed-view", "strided-slice", "fortran-order"])
+def test_runtime_non_contiguous_inputs_are_copied(layout, add_model):
+    """A non-contiguous input is accepted by copy, and the result is still right."""
+    a = {"transposed-view": _rand(8, 4).T,
+         "strided-slice": _rand(8, 16)[::2, ::2],
+         "fortran-order": np.asfortranarray(_rand(4, 8))}[layout]
+    b = _rand(4, 8)
+    assert not a.flags.c_contiguous
+    out = add_model(a, b)
+    ref = a.astype(np.float64) + b.astype(np.float64)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-6
+
+
+FAKE_ARTIFACT_C = """
+int fusec_abi_version(void) {{ return {abi}; }}
+const char *fusec_metadata(void) {{ return "{meta}"; }}
+int fusec_run(void **i, void **o) {{ return 0; }}
+int fusec_run_stream(void **i, void **o, void *s) {{ return 0; }}
+const char *fusec_last_error(void) {{ return ""; }}
+int fusec_num_threads(void) {{ return 1; }}
+"""
+
+
+def _fake_artifact(path: Path, abi: int = rt.ABI_VERSION, target: str = "cpu",
+                   meta_abi: int = rt.ABI_VERSION, symbols: bool = True) -> Path:
+    """A shared library with the artifact's entry points and crafted metadata."""
+    meta = (f'{{\\"format\\": \\"fusec-artifact\\", \\"abi_version\\": {meta_abi}, '
+            f'\\"target\\": \\"{target}\\", \\"fusec_version\\": \\"0.0.0\\", '
+            '\\"inputs\\": [], \\"outputs\\": [], \\"kernels\\": []}')
+    source = path.with_suffix(".c")
+    source.write_text(FAKE_ARTIFACT_C.format(abi=abi, meta=meta) if symbols
+                      else "int not_fusec(void) { return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", str(source), "-o", str(path)], check=True)
+    return path
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _truncated(path: Path, real: Path) -> Path:
+    data = real.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+# (case id, make(tmp_path, real artifact path) -> path, message regex): every one ArtifactError.
+ARTIFACT_CASES = [
+    ("missing", lambda d, real: d / "nope.so", r"nope.so: no such file"),
+    ("directory", lambda d, real: d, r"not a regular file"),
+    ("empty", lambda d, real: _write(d / "e.so", b""), r"not a shared library \(no ELF header\)"),
+    ("text-file", lambda d, real: _write(d / "t.so", b"hello"),
+     r"not a shared library \(no ELF header\)"),
+    ("truncated", lambda d, real: _truncated(d / "half.so", real),
+     r"truncated or corrupt|truncated: a segment ends past"),
+    ("not-a-fusec-artifact", lambda d, real: _fake_artifact(d / "other.so", symbols=False),
+     r"not a fusec artifact \(no fusec_abi_version\)"),
+    ("other-abi-version", lambda d, real: _fake_artifact(d / "abi.so", abi=rt.ABI_VERSION + 1),
+     rf"built for fusec ABI version {rt.ABI_VERSION + 1}; this runtime runs {rt.ABI_VERSION}"),
+    ("metadata-abi-mismatch",
+     lambda d, real: _fake_artifact(d / "mabi.so", meta_abi=rt.ABI_VERSION + 1),
+     rf"metadata says ABI version {rt.ABI_VERSION + 1}"),
+    ("other-target", lambda d, real: _fake_artifact(d / "tpu.so", target="tpu"),
+     r"built for target 'tpu'; this runtime runs \['cpu', 'cuda'\]"),
+]
+
+
+@pytest.mark.parametrize("case", ARTIFACT_CASES, ids=[c[0] for c in ARTIFACT_CASES])
+def test_runtime_bad_artifacts(case, tmp_path, add_model):
+    _, make, message = case
+    path = make(tmp_path, add_model.path)
+    with pytest.raises(rt.ArtifactError, match=message):
+        rt.load(path)
+
+
+def test_runtime_cuda_artifact_refuses_numpy(tmp_path):
+    """An artifact for the GPU loads here (metadata only) but cannot run on numpy arrays."""
+    module = rt.load(_fake_artifact(tmp_path / "gpu.so", target="cuda"))
+    with pytest.raises(RuntimeError, match="runs on device pointers"):
+        module()
+
+
+def test_runtime_imports_no_mlir_when_rejecting(tmp_path):
+    """Rejecting a bad artifact needs no compiler: the runtime alone, in a fresh process."""
+    bad = tmp_path / "bad.so"
+    bad.write_text("not a library")
+    code = textwrap.dedent(f"""
+        import sys, fusec.runtime as rt
+        try:
+            rt.load({str(bad)!r})
+        except rt.ArtifactError as e:
+            print(e)
+        assert not any(m == "mlir" or m.startswith("mlir.") for m in sys.modules)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{bad}: not a shared library (no ELF header)"

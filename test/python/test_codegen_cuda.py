@@ -1,0 +1,258 @@
+"""CUDA code generation without a GPU: kernels, launch shapes, PTX text, the model.so ABI.
+
+Numerics on the GPU are in test/gpu (run on the H200 through the device tool).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import re
+
+import mlir.ir as ir
+import pytest
+
+from fusec.compiler import codegen_cuda as cg
+from fusec.dialects import make_context
+from fusec.passes.grouping import form_group, is_compute
+
+ELEMENTWISE = """
+#id = affine_map<(d0) -> (d0)>
+func.func @main(%x: tensor<1048576xf32>, %y: tensor<1048576xf32>) -> tensor<1048576xf32> {
+  %c2 = arith.constant 2.0 : f32
+  %e = tensor.empty() : tensor<1048576xf32>
+  %a = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]}
+      ins(%x, %y : tensor<1048576xf32>, tensor<1048576xf32>) outs(%e : tensor<1048576xf32>) {
+  ^bb0(%i: f32, %j: f32, %o: f32):
+    %m = arith.mulf %i, %c2 : f32
+    %s = arith.addf %m, %j : f32
+    linalg.yield %s : f32
+  } -> tensor<1048576xf32>
+  %b = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%a : tensor<1048576xf32>) outs(%e : tensor<1048576xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %t = math.tanh %i : f32
+    linalg.yield %t : f32
+  } -> tensor<1048576xf32>
+  return %b : tensor<1048576xf32>
+}
+"""
+
+# softmax over rows of 1000 (not a multiple of the block: the last chunk is partial).
+SOFTMAX = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @main(%x: tensor<%Rx1000xf32>) -> tensor<%Rx1000xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<%Rxf32>
+  %mx0 = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<%Rxf32>) -> tensor<%Rxf32>
+  %mx = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<%Rx1000xf32>) outs(%mx0 : tensor<%Rxf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %m = arith.maximumf %i, %o : f32
+    linalg.yield %m : f32
+  } -> tensor<%Rxf32>
+  %e2 = tensor.empty() : tensor<%Rx1000xf32>
+  %ex = linalg.generic {indexing_maps = [#map, #row, #map],
+                       iterator_types = ["parallel", "parallel"]}
+      ins(%x, %mx : tensor<%Rx1000xf32>, tensor<%Rxf32>) outs(%e2 : tensor<%Rx1000xf32>) {
+  ^bb0(%i: f32, %m: f32, %o: f32):
+    %d = arith.subf %i, %m : f32
+    %v = math.exp %d : f32
+    linalg.yield %v : f32
+  } -> tensor<%Rx1000xf32>
+  %s0 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<%Rxf32>) -> tensor<%Rxf32>
+  %s = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%ex : tensor<%Rx1000xf32>) outs(%s0 : tensor<%Rxf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %a = arith.addf %i, %o : f32
+    linalg.yield %a : f32
+  } -> tensor<%Rxf32>
+  %y = linalg.generic {indexing_maps = [#map, #row, #map],
+                       iterator_types = ["parallel", "parallel"]}
+      ins(%ex, %s : tensor<%Rx1000xf32>, tensor<%Rxf32>) outs(%e2 : tensor<%Rx1000xf32>) {
+  ^bb0(%i: f32, %t: f32, %o: f32):
+    %q = arith.divf %i, %t : f32
+    linalg.yield %q : f32
+  } -> tensor<%Rx1000xf32>
+  return %y : tensor<%Rx1000xf32>
+}
+"""
+
+# y = x * w (a column broadcast) and the row sums of x: two outputs, one full and one per row.
+SCALE_AND_SUM = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @main(%x: tensor<64x4096xf32>, %w: tensor<4096xf32>)
+    -> (tensor<64x4096xf32>, tensor<64xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x4096xf32>
+  %y = linalg.generic {indexing_maps = [#map, #col, #map],
+                      iterator_types = ["parallel", "parallel"]}
+      ins(%x, %w : tensor<64x4096xf32>, tensor<4096xf32>) outs(%e : tensor<64x4096xf32>) {
+  ^bb0(%i: f32, %j: f32, %o: f32):
+    %m = arith.mulf %i, %j : f32
+    linalg.yield %m : f32
+  } -> tensor<64x4096xf32>
+  %e1 = tensor.empty() : tensor<64xf32>
+  %s0 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<64xf32>) -> tensor<64xf32>
+  %s = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<64x4096xf32>) outs(%s0 : tensor<64xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %a = arith.addf %i, %o : f32
+    linalg.yield %a : f32
+  } -> tensor<64xf32>
+  return %y, %s : tensor<64x4096xf32>, tensor<64xf32>
+}
+"""
+
+# A reduction over the first dimension: refused (only last-dimension reductions so far).
+COLUMN_SUM = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @main(%x: tensor<64x512xf32>) -> tensor<512xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<512xf32>
+  %s0 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<512xf32>) -> tensor<512xf32>
+  %s = linalg.generic {indexing_maps = [#map, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%x : tensor<64x512xf32>) outs(%s0 : tensor<512xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %a = arith.addf %i, %o : f32
+    linalg.yield %a : f32
+  } -> tensor<512xf32>
+  return %s : tensor<512xf32>
+}
+"""
+
+
+def _grouped(text: str, group: bool = True) -> ir.Module:
+    module = ir.Module.parse(text)
+    if group:
+        func = module.body.operations[0]
+        ops = [o for o in func.regions[0].blocks[0].operations
+               if is_compute(o) or o.operation.name == "linalg.fill"]
+        form_group(ops, "vertical")
+    return module
+
+
+@pytest.fixture
+def ctx():
+    with make_context() as c, ir.Location.unknown(c):
+        yield c
+
+
+def _generate(text: str) -> cg.CudaProgram:
+    return cg.generate(_grouped(text), cg.CudaOptions(cubin=False))
+
+
+def test_elementwise_chain_is_one_vectorized_kernel(ctx) -> None:
+    program = _generate(ELEMENTWISE)
+    plan = program.plan
+    assert [k.symbol for k in plan.launches] == ["fusec_k0"]
+    launch = plan.launches[0]
+    shape = cg.elementwise_launch_shape(1048576, 4)
+    assert (launch.grid, launch.block) == (shape.grid, shape.block)
+    assert launch.block * launch.grid * shape.unroll * shape.vec == 1048576
+    ptx = program.ptx
+    assert ".target sm_90" in ptx
+    assert re.search(r"\.visible \.entry fusec_k0\(", ptx)
+    # Two inputs and one output, 16 bytes per access, `unroll` chunks each.
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|f)32", ptx)) == 2 * shape.unroll
+    assert len(re.findall(r"st\.global\.v4\.(b|f)32", ptx)) == shape.unroll
+    assert "ld.global.b32" not in ptx and "ld.global.f32" not in ptx
+    # The intermediate %a never reaches memory: exactly one output buffer in the plan.
+    assert [b.role for b in plan.buffers] == ["input", "input", "output"]
+
+
+def test_softmax_row_reduction_uses_shuffles(ctx) -> None:
+    rows = 3
+    program = _generate(SOFTMAX.replace("%R", str(rows)))
+    launch = program.plan.launches[0]
+    shape = cg.row_launch_shape(rows, 1000, 4)
+    assert shape.guarded and shape.vec == 4
+    assert (launch.grid, launch.block) == (rows, shape.block)
+    ptx = program.ptx
+    assert "shfl.sync.bfly" in ptx  # warp shuffles for the max and the sum
+    assert "bar.sync" in ptx  # one shared-memory step across warps
+    assert ptx.count("ld.global.v4") == shape.chunks  # x read once; the row stays in registers
+    if cg.find_cuda_toolkit():
+        assert "call" not in ptx  # libdevice's expf inlined, no per-element calls
+
+
+def test_column_broadcast_and_row_output(ctx) -> None:
+    program = _generate(SCALE_AND_SUM)
+    plan = program.plan
+    assert len(plan.launches) == 1
+    assert [b.shape for b in plan.buffers if b.role == "output"] == [[64, 4096], [64]]
+    launch = plan.launches[0]
+    assert launch.grid == 64 and launch.info["shape"] == "row"
+    mlir_text = program.kernels_mlir
+    assert mlir_text.count("gpu.barrier") == 1  # one block reduction round
+    assert mlir_text.count("gpu.shuffle xor") == 5 + 3  # in-warp, then across 8 warps
+    # The per-row sum is written by one thread.
+    assert "scf.if" in mlir_text and "memref.store" in mlir_text
+
+
+def test_independent_reductions_share_one_round(ctx) -> None:
+    # Row max and row sum of x are independent: one barrier for both. Softmax's max and sum
+    # are dependent (the sum reads exp(x - max)): two rounds.
+    two = SCALE_AND_SUM.replace("(tensor<64x4096xf32>, tensor<64xf32>)",
+                                "(tensor<64xf32>, tensor<64xf32>)")
+    two = two.replace("return %y, %s : tensor<64x4096xf32>, tensor<64xf32>",
+                      "return %s, %m : tensor<64xf32>, tensor<64xf32>")
+    two = two.replace("  return %s, %m", """  %ninf = arith.constant 0xFF800000 : f32
+  %m0 = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<64xf32>) -> tensor<64xf32>
+  %m = linalg.generic {indexing_maps = [#map, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<64x4096xf32>) outs(%m0 : tensor<64xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %a = arith.maximumf %i, %o : f32
+    linalg.yield %a : f32
+  } -> tensor<64xf32>
+  return %s, %m""")
+    program = _generate(two)
+    assert program.kernels_mlir.count("gpu.barrier") == 1
+    assert program.ptx.count("bar.sync") == 1
+    softmax = _generate(SOFTMAX.replace("%R", "3").replace("1000", "4000"))
+    assert softmax.kernels_mlir.count("gpu.barrier") == 2
+
+
+def test_refusals_name_the_reason(ctx) -> None:
+    with pytest.raises(cg.CudaCodegenError, match="last dimension"):
+        _generate(COLUMN_SUM)
+    with pytest.raises(cg.CudaCodegenError, match="outside any fusion.group"):
+        cg.generate(_grouped(ELEMENTWISE, group=False), cg.CudaOptions(cubin=False))
+
+
+def test_launch_shapes() -> None:
+    shape = cg.row_launch_shape(16384, 4096, 4)
+    assert (shape.block, shape.grid, shape.vec, shape.chunks, shape.guarded) == (
+        256, 16384, 4, 4, False)
+    shape = cg.row_launch_shape(8192, 8192, 4)
+    assert shape.block * shape.chunks * shape.vec == 8192
+    assert cg.row_launch_shape(2, 1001, 4).vec == 1
+    with pytest.raises(cg.CudaCodegenError, match="too long"):
+        cg.row_launch_shape(2, 1 << 20, 4)
+    shape = cg.elementwise_launch_shape(1000003, 4)
+    assert shape.vec == 1 and shape.guarded
+    assert shape.grid * shape.block * shape.unroll >= 1000003
+
+
+def test_model_so_exports_the_abi(ctx, tmp_path) -> None:
+    program = _generate(SOFTMAX.replace("%R", "3"))
+    path = cg.write_cuda_artifact(program, tmp_path / "model.so")
+    meta = cg.load_metadata(path)
+    assert meta["target"] == "cuda"
+    assert meta["inputs"] == [{"name": "input0", "shape": [3, 1000], "dtype": "float32"}]
+    assert meta["kernels"][0]["symbol"] == "fusec_k0"
+    lib = ctypes.CDLL(str(path))
+    assert lib.fusec_abi_version() == 1
+    lib.fusec_last_error.restype = ctypes.c_char_p
+    null = (ctypes.c_void_p * 1)(None)
+    ok = (ctypes.c_void_p * 1)(16)
+    assert lib.fusec_run(null, ok) == 1
+    assert b"inputs[0] is NULL" in lib.fusec_last_error()
+    if ctypes.util.find_library("cuda") is None:
+        assert lib.fusec_run(ok, ok) == 2
+        assert b"libcuda.so.1" in lib.fusec_last_error()

@@ -1,0 +1,61 @@
+"""The fusion cost model's pure functions, on numbers worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from fusec.passes import cost_model
+from fusec.passes.cost_model import CPU_HOST, H200
+
+
+def test_roofline_is_memory_or_compute_bound():
+    # 4.25 GB over 4.25 TB/s is 1 ms; 1 GFLOP at 60 TFLOP/s is far less.
+    assert cost_model.roofline_s(4_250_000_000, 10**9, H200) == pytest.approx(1e-3)
+    # 679 TFLOP on tensor cores is one second, whatever the bytes.
+    assert cost_model.roofline_s(1000, 679 * 10**12, H200, contraction=True) == pytest.approx(1.0)
+    assert cost_model.kernel_s(0, 0, H200) == H200.launch_s
+
+
+def test_fusing_three_elementwise_kernels_pays():
+    mb = 1 << 20
+    # three unary kernels over 1 MB each (read + write), fused: read once, write once
+    est = cost_model.estimate([(2 * mb, mb // 4, False)] * 3, 2 * mb, 3 * mb // 4, H200)
+    assert est.bytes_unfused == 6 * mb and est.bytes_fused == 2 * mb
+    assert est.launches_saved == 2
+    assert est.pays and est.time_fused_s < est.time_unfused_s
+
+
+def test_on_chip_capacity_boundaries():
+    assert cost_model.fits_on_chip(227 * 1024, H200)
+    assert not cost_model.fits_on_chip(227 * 1024 + 1, H200)
+    # a 64K-element f32 row is 256 KB: over an H200 block's shared memory, within 1 MB of L2
+    assert not cost_model.reduction_row_fits(65536, 4, H200)
+    assert cost_model.reduction_row_fits(65536, 4, CPU_HOST)
+
+
+def test_duplicate_only_cheap_producers_that_read_no_more_than_they_write():
+    assert cost_model.should_duplicate(100, 100, cheap=True)
+    assert not cost_model.should_duplicate(200, 100, cheap=True)
+    assert not cost_model.should_duplicate(100, 100, cheap=False)
+
+
+def test_recompute_is_bounded_by_the_tile_count():
+    # a 1M-way broadcast is recomputed once per tile (4 per SM), not once per position
+    extra, saved = cost_model.recompute_cost_s(10**6, 4 * 10**6, 10**6, H200)
+    assert extra == pytest.approx((4 * 132 - 1) * 10**6 / H200.flops_per_s)
+    assert saved == pytest.approx(H200.launch_s + 8 * 10**6 / H200.hbm_bytes_per_s)
+    assert cost_model.recompute_cost_s(10**6, 1, 1, H200)[0] == 0
+
+
+def test_untiled_contraction_budget_and_occupancy():
+    assert cost_model.contraction_untiled_ok(128, H200)
+    assert not cost_model.contraction_untiled_ok(129, H200)
+    assert cost_model.occupancy(66, H200) == pytest.approx(0.5)
+    assert cost_model.occupancy(10**6, H200) == 1.0
+
+
+def test_devices_by_name():
+    assert cost_model.device_named("h200") is H200
+    assert cost_model.device_named("cpu") is CPU_HOST
+    with pytest.raises(ValueError):
+        cost_model.device_named("tpu")
