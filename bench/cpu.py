@@ -139,8 +139,10 @@ def all_workloads() -> list[Workload]:
 # ---------------------------------------------------------------- measuring
 
 
-def copy_bandwidth(nbytes: int = 256 << 20, reps: int = 9) -> float:
-    """Host copy bandwidth in bytes/s, counting bytes read + written (numpy copyto)."""
+def copy_bandwidth(nbytes: int = 256 << 20, reps: int = 15) -> tuple[float, float]:
+    """Host copy bandwidth in bytes/s, counting bytes read + written (numpy copyto, one
+    thread): (best, median) of `reps` copies. The floor uses the best: it is what this
+    machine can do; the median shows how much other jobs took away during the run."""
     src = np.random.default_rng(0).standard_normal(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
     times = []
@@ -149,7 +151,7 @@ def copy_bandwidth(nbytes: int = 256 << 20, reps: int = 9) -> float:
         np.copyto(dst, src)
         if i >= 2:  # the first two touch fresh pages
             times.append(time.perf_counter() - t)
-    return 2 * nbytes / statistics.median(times)
+    return 2 * nbytes / min(times), 2 * nbytes / statistics.median(times)
 
 
 def floor_bytes(module: Any, inputs: tuple[Any, ...], outputs: list[Any]) -> int:
@@ -223,9 +225,10 @@ class Result:
 def time_variants(
     runners: dict[str, Callable[[], Any]], budget_s: float, rounds: int, warmup_s: float
 ) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
-    """Median ms, minimum ms and number of timed calls per runner. Warm-up, then `rounds` rounds in which each runner makes a block
-    of calls, each call timed alone, after one untimed call; a block's size comes from the
-    warm-up's time."""
+    """Median ms, minimum ms and number of timed calls per runner.
+
+    Warm-up, then `rounds` rounds in which each runner makes a block of calls, each call
+    timed alone, after one untimed call; a block's size comes from the warm-up's time."""
     estimate = {}
     for name, fn in runners.items():
         # Warm up for a while, not a few calls: on this shared 2-core machine a thread pool
@@ -459,17 +462,21 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(), "threads": args.threads, "torch": torch.__version__,
         "fusec_commit": git_state(), "budget_s": args.budget, "rounds": args.rounds,
         "warmup_s": args.warmup,
+        # Other jobs share this machine: its load says how much the timings can be trusted.
+        "loadavg_1_5_15_start": list(os.getloadavg()),
         "tolerance": TOLERANCE,
     }
-    bw = copy_bandwidth()
+    bw, bw_median = copy_bandwidth()
     info["copy_bandwidth_GBps"] = bw / 1e9
+    info["copy_bandwidth_median_GBps"] = bw_median / 1e9
     if not args.no_inductor:
         info["inductor_startup_s"] = warm_up_inductor()
     print(f"# {info['date_utc']} UTC, {info['machine']['cpu']}, "
           f"{info['machine']['cores_available']} cores, {info['machine']['memory']}; "
           f"threads {args.threads} (torch.set_num_threads and FUSEC_NUM_THREADS); "
           f"torch {torch.__version__}; fusec {info['fusec_commit']}; "
-          f"copy bandwidth {bw / 1e9:.1f} GB/s", flush=True)
+          f"copy bandwidth {bw / 1e9:.1f} GB/s (best of 15; median {bw_median / 1e9:.1f}); "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
     results = []
     for w in workloads:
@@ -478,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         results.append(r)
         print(f"#   {' '.join(f'{k}={v:.3f}ms' for k, v in r.ms.items())} "
               f"failures={r.failure}", file=sys.stderr, flush=True)
+    info["loadavg_1_5_15_end"] = list(os.getloadavg())
+    print(f"# load average at the end {info['loadavg_1_5_15_end'][0]:.1f}; "
+          f"'!' marks a fusec error above {TOLERANCE:g}")
     print(markdown(results))
     failures = [(r.name, v, f) for r in results for v, f in r.failure.items()]
     wrong = [(r.name, v, r.err[v]) for r in results for v in ("fusec", "fusec_unfused")

@@ -15,6 +15,29 @@ def cache_dir() -> str:
         os.path.expanduser("~"), ".cache", "fusec")
 
 
+_FINGERPRINT: str | None = None
+
+
+def compiler_fingerprint() -> str:
+    """A hash of fusec's own sources and dialect library: a changed compiler never reuses an
+    artifact that an older one cached."""
+    global _FINGERPRINT
+    if _FINGERPRINT is None:
+        import fusec
+
+        root = os.path.dirname(os.path.abspath(fusec.__file__))
+        digest = hashlib.sha256(fusec.__version__.encode())
+        for folder in ("compiler", "passes", "dialects", "runtime"):
+            top = os.path.join(root, folder)
+            for directory, _, files in sorted(os.walk(top)):
+                for name in sorted(files):
+                    if name.endswith((".py", ".c", ".h", ".td", ".cpp", ".so")):
+                        with open(os.path.join(directory, name), "rb") as f:
+                            digest.update(name.encode() + f.read())
+        _FINGERPRINT = digest.hexdigest()
+    return _FINGERPRINT
+
+
 def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool = True,
             arch: str = "sm_90", cache: bool = True, dump_dir: str | None = None,
             verify: bool = False) -> Any:
@@ -28,7 +51,6 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     fused kernel agrees with it (`fusec.compiler.verify`); a mismatch raises
     `VerificationError` (a `FusecError`) naming the first kernel that differs.
     """
-    import fusec
     import fusec.runtime as runtime
     from fusec.compiler import driver
 
@@ -42,11 +64,11 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
 
         driver.check_example_inputs(example_inputs, "<torch>")
         with driver.quiet_torch_logs():
-            text, filename = import_torch(model, *example_inputs), "<torch>"
+            text, filename = import_torch(model, *example_inputs, locations=True), "<torch>"
     options = CompileOptions(target=target, arch=arch, fusion=fusion, dump_dir=dump_dir)
     options.target = options.resolved_target()
     key = hashlib.sha256(
-        (fusec.__version__ + options.cache_key() + text).encode()).hexdigest()[:32]
+        (compiler_fingerprint() + options.cache_key() + text).encode()).hexdigest()[:32]
     path = os.path.join(cache_dir(), f"{key}.so")
     if not (cache and os.path.exists(path)):
         os.makedirs(cache_dir(), exist_ok=True)

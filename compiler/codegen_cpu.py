@@ -18,12 +18,16 @@ default this machine's cores), `tiles_per_thread` (4), `min_tile_kb` (16), `max_
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import tempfile
 from typing import Any
 
-from fusec.compiler.plan import Plan
+import numpy as np
 from mlir import ir
+from mlir.dialects import llvm as llvm_dialect
+
+from fusec.compiler.plan import Plan
 
 
 def _option(options: Any, name: str, default: Any) -> Any:
@@ -63,6 +67,8 @@ def tiled_passes(options: Any = None) -> list[str]:
         "canonicalize",
         "cse",
         "fusion-cpu-loop-order",
+        # Float sums may use several partial sums, so that LLVM vectorizes them.
+        "fusion-reassociate-reductions",
     ]
 
 
@@ -108,6 +114,8 @@ def cpu_passes(options: Any = None) -> list[str]:
         "math-expand-ops",
         # After the expansion (tanh becomes exp): f32 exp as a polynomial LLVM vectorizes.
         "fusion-fast-exp",
+        # Before arith-expand, whose compare/select form of max hides a max reduction.
+        "fusion-float-minmax-to-llvm",
         "arith-expand",
         "convert-math-to-llvm",
         "convert-math-to-libm",
@@ -166,16 +174,90 @@ def llvm_tool(name: str) -> str:
 
 
 def llvm_ir(module: ir.Module) -> str:
-    """The module (LLVM dialect, after the `cpu` stage) as textual LLVM IR."""
-    from mlir.dialects import llvm as llvm_dialect
-
+    """The module (LLVM dialect, after the `cpu` stage) as textual LLVM IR, weights inline."""
     with module.context:
         clean = ir.Module.parse(str(module))
-        # Our attributes mean nothing to LLVM; the translation would warn on unknown ones.
-        for name in ("fusion.plan",):
-            if name in clean.operation.attributes:
-                del clean.operation.attributes[name]
+        _drop_fusion_attributes(clean)
         return str(llvm_dialect.translate_module_to_llvmir(clean.operation))
+
+
+def _drop_fusion_attributes(module: ir.Module) -> None:
+    # Our attributes mean nothing to LLVM; the translation would warn on unknown ones.
+    if "fusion.plan" in module.operation.attributes:
+        del module.operation.attributes["fusion.plan"]
+
+
+# Constant globals at least this large leave the LLVM IR (see `externalize_weights`).
+EXTERNAL_WEIGHT_BYTES = 64 * 1024
+_RESOURCE = re.compile(r'^\s*([\w.$-]+|"[^"]*"): "0x([0-9A-Fa-f]*)",?$', re.MULTILINE)
+
+
+def _resource_blobs(text: str) -> dict[str, bytes]:
+    """The builtin resource blobs of a printed module: name -> data (alignment word cut)."""
+    marker = text.rfind("dialect_resources")
+    if marker < 0:
+        return {}
+    blobs = {}
+    for match in _RESOURCE.finditer(text, marker):
+        raw = bytes.fromhex(match.group(2))
+        blobs[match.group(1).strip('"')] = raw[4:]  # the first 4 bytes are the alignment
+    return blobs
+
+
+def _constant_bytes(value: ir.Attribute, blobs: dict[str, bytes]) -> bytes | None:
+    """The raw bytes of a dense or dense_resource constant (None: leave it inline)."""
+    text = str(value)
+    if text.startswith("dense_resource<"):
+        return blobs.get(text[len("dense_resource<"):text.index(">")])
+    try:
+        dense = ir.DenseElementsAttr(value)
+    except (TypeError, ValueError):
+        return None
+    if str(ir.ShapedType(dense.type).element_type) == "i1":
+        return None  # bit-packed in MLIR, bytes in memory: keep such (small) masks inline
+    return np.array(dense).tobytes()
+
+
+def externalize_weights(module: ir.Module, text: str,
+                        min_bytes: int = EXTERNAL_WEIGHT_BYTES) -> list[tuple[str, bytes, int]]:
+    """Turn large constant `llvm.mlir.global`s into external declarations; return their data.
+
+    Printing weights as LLVM IR literals and parsing them back in opt and llc costs seconds
+    per megabyte; the caller places the bytes in the object directly (`.incbin`). `text` is
+    the printed module, where dense_resource blobs (torch-mlir's weights) can be read.
+    Returns (symbol, bytes, alignment) per global.
+    """
+    blobs = _resource_blobs(text)
+    moved = []
+    for op in module.body.operations:
+        op = op.operation
+        if op.name != "llvm.mlir.global" or "value" not in op.attributes:
+            continue
+        if "constant" not in op.attributes:
+            continue
+        data = _constant_bytes(op.attributes["value"], blobs)
+        if data is None or len(data) < min_bytes:
+            continue
+        symbol = ir.StringAttr(op.attributes["sym_name"]).value
+        alignment = 64
+        if "alignment" in op.attributes:
+            alignment = ir.IntegerAttr(op.attributes["alignment"]).value
+        del op.attributes["value"]
+        op.attributes["linkage"] = ir.Attribute.parse("#llvm.linkage<external>")
+        moved.append((symbol, data, max(alignment, 16)))
+    return moved
+
+
+def _weights_asm(weights: list[tuple[str, str, int, int]]) -> str:
+    """`module asm` lines defining each (symbol, file, size, alignment) in .rodata."""
+    lines = []
+    for symbol, path, size, alignment in weights:
+        for line in (f'.section .rodata.{symbol},"a",@progbits', f".globl {symbol}",
+                     f".hidden {symbol}", f".p2align {max(alignment.bit_length() - 1, 0)}",
+                     f"{symbol}:", f'.incbin "{path}"', f".size {symbol}, {size}", ".text"):
+            escaped = line.replace("\\", "\\5C").replace('"', "\\22")
+            lines.append(f'module asm "{escaped}"')
+    return "\n".join(lines) + "\n"
 
 
 def host_triple() -> str:
@@ -209,15 +291,26 @@ def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | Non
     """Compile a `cpu`-stage module to a position-independent object file at `path`.
 
     The target (triple and CPU) must be given to `opt` as well as `llc`: without it, the
-    loop vectorizer sees no vector registers and vectorizes nothing.
+    loop vectorizer sees no vector registers and vectorizes nothing. Large weights bypass
+    the LLVM IR (`externalize_weights`) and are assembled into the same object.
     """
-    text = llvm_ir(module)
     target = [f"-mtriple={host_triple()}", f"-mcpu={cpu or default_cpu()}"]
-    with tempfile.TemporaryDirectory(prefix="fusec-obj-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fusec-obj-") as tmp, module.context:
+        clean = ir.Module.parse(module.operation.get_asm())
+        _drop_fusion_attributes(clean)
+        # Printed again: parsing renamed the resource blobs (their names are per context).
+        text = clean.operation.get_asm()
+        weights = []
+        for i, (symbol, data, alignment) in enumerate(externalize_weights(clean, text)):
+            blob = os.path.join(tmp, f"weight{i}.bin")
+            with open(blob, "wb") as f:
+                f.write(data)
+            weights.append((symbol, blob, len(data), alignment))
         source = os.path.join(tmp, "kernels.ll")
         optimized = os.path.join(tmp, "kernels.opt.bc")
         with open(source, "w") as f:
-            f.write(text)
+            f.write(str(llvm_dialect.translate_module_to_llvmir(clean.operation)))
+            f.write(_weights_asm(weights))
         _check_call([llvm_tool("opt"), f"-O{opt_level}", *target, source, "-o", optimized])
         _check_call([llvm_tool("llc"), f"-O{opt_level}", *target, "-relocation-model=pic",
                      "-filetype=obj", optimized, "-o", path])

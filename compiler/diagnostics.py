@@ -7,7 +7,9 @@ with `--debug`.
 
 from __future__ import annotations
 
+import os
 import re
+import sysconfig
 
 _FILE_LOC = re.compile(r'"([^"]*)":(\d+):(\d+)')
 
@@ -28,15 +30,25 @@ class FusecError(Exception):
 def format_location(location: object, filename: str | None = None) -> str | None:
     """`loc("a.mlir":3:5)` (or any location naming a file position) -> `a.mlir:3:5`.
 
-    Parsing from a string names the buffer "-" (or "<unknown>"): `filename` replaces it.
+    Parsing from a string names the buffer "-" (or "<unknown>"): `filename` replaces it, and
+    so does the absolute path of `filename` (say it as the user did). A call-site location
+    (torch-mlir's, for an op inside `nn.Linear.forward` called from model.py) names the first
+    frame outside installed packages: the user's line, not torch's.
     """
-    match = _FILE_LOC.search(str(location))
-    if not match:
+    matches = _FILE_LOC.findall(str(location))
+    if not matches:
         return filename
-    name, line, col = match.groups()
-    if filename and name in ("-", "<unknown>", ""):
+    name, line, col = next((m for m in matches if not _is_library(m[0])), matches[0])
+    if filename and (name in ("-", "<unknown>", "")
+                     or os.path.abspath(filename) == os.path.abspath(name)):
         name = filename
     return f"{name}:{line}:{col}"
+
+
+def _is_library(path: str) -> bool:
+    """Whether `path` is installed code (torch's modules, the standard library)."""
+    return ("site-packages" in path or "dist-packages" in path
+            or path.startswith(sysconfig.get_paths()["stdlib"]))
 
 
 def from_mlir_error(exc: Exception, filename: str | None = None) -> list[FusecError]:

@@ -9,7 +9,6 @@ import os
 from collections.abc import Iterator
 
 import mlir.ir as ir
-
 from fusec.compiler.diagnostics import FusecError, format_location, from_mlir_error
 from fusec.compiler.pipeline import CompileOptions, build_so, lower
 
@@ -92,7 +91,7 @@ def load_input(path: str) -> tuple[str, tuple | None, object | None]:
             model, inputs = load_model_file(path)
             check_example_inputs(inputs, path)
             with quiet_torch_logs():
-                return import_torch(model, *inputs), inputs, model
+                return import_torch(model, *inputs, locations=True), inputs, model
         except FrontendError as exc:
             raise _one_line(str(exc), path) from None
     try:
@@ -178,4 +177,15 @@ def build(module: ir.Module, options: CompileOptions, output: str,
                          f"({len(leftovers)} unresolved type conversion(s)); rerun with "
                          "--dump-dir DIR and look for 'unrealized_conversion_cast' in the cpu "
                          "stage", filename)
-    return build_so(module, options, output)
+    from fusec.compiler.artifact import ArtifactBuildError
+
+    try:
+        return build_so(module, options, output)
+    except ArtifactBuildError as exc:
+        # The full command and compiler output are in the exception (--debug shows them).
+        summary = str(exc).splitlines()[0].rstrip(":")
+        lines = [line.strip() for line in exc.output.splitlines()]
+        detail = next((line for line in lines if "undefined reference" in line), None) or next(
+            (line for line in lines if "error" in line and "collect2" not in line), "")
+        raise FusecError(f"{summary}{': ' + detail if detail else ''} (set CC to choose the C "
+                         "compiler; --debug shows the command)", output) from exc

@@ -42,20 +42,25 @@ class FrontendError(ValueError):
 
 
 def import_torch(
-    module: torch.nn.Module, *example_inputs: torch.Tensor, func_name: str = DEFAULT_FUNC_NAME
+    module: torch.nn.Module,
+    *example_inputs: torch.Tensor,
+    func_name: str = DEFAULT_FUNC_NAME,
+    locations: bool = False,
 ) -> str:
     """Import `module` called on `example_inputs` as linalg-on-tensors MLIR, in generic form.
 
     The module is put in eval mode. The result has one public function `@func_name` whose
     arguments are the example inputs (static shapes) and whose weights are inlined dense
-    constants; it parses with `fusec.dialects.make_context()`.
+    constants; it parses with `fusec.dialects.make_context()`. `locations=True` keeps
+    torch-mlir's locations (the Python lines of the model that made each op), so that errors
+    can point at the model's source; they are absolute paths, so committed files leave them out.
     """
     from fusec.dialects import make_context
 
     text = inline_dense_resources(_torch_mlir_generic_text(module, example_inputs, func_name))
     context = make_context()
     check_dialects(text, context)
-    return to_generic(text, context)
+    return to_generic(text, context, locations=locations)
 
 
 def _torch_mlir_generic_text(
@@ -93,7 +98,7 @@ def _torch_mlir_generic_text(
                 decomposition_table=decomposition_table(),
                 fx_importer=FxImporter(context=context),
             )
-        return imported.operation.get_asm(print_generic_op_form=True)
+        return imported.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
     except TorchMlirCompilerError as error:
         raise FrontendError(_describe_torch_mlir_failure(errors, str(error))) from error
     except Exception as error:  # torch.export raises many types (Unsupported, UserError, ...)
@@ -382,10 +387,10 @@ def parse_module(text: str, context: ir.Context | None = None) -> ir.Module:
             raise FrontendError(message) from error
 
 
-def to_generic(text: str, context: ir.Context | None = None) -> str:
+def to_generic(text: str, context: ir.Context | None = None, locations: bool = False) -> str:
     """Re-print MLIR text in generic form with fusec's MLIR (after checking that it parses)."""
     module = parse_module(text, context)
-    return module.operation.get_asm(print_generic_op_form=True)
+    return module.operation.get_asm(print_generic_op_form=True, enable_debug_info=locations)
 
 
 # --------------------------------------------------------------------------------------------

@@ -66,7 +66,9 @@ def linalg_passes(options: CompileOptions) -> list[str]:
 def fusion_passes(options: CompileOptions) -> list[str]:
     from fusec.passes import REGISTRY
 
-    plan = ["fusion-plan"] if options.fusion and "fusion-plan" in REGISTRY else []
+    # The planner weighs fusion against the target's device (on-chip capacity, launch cost).
+    device = "nvidia-h200" if options.resolved_target() == "cuda" else "cpu"
+    plan = [f"fusion-plan{{device={device}}}"] if options.fusion and "fusion-plan" in REGISTRY else []
     # Whatever the planner left (or everything, without fusion) becomes a kernel of its own;
     # canonicalize then drops the constants that were cloned into groups.
     return plan + ["fusion-form-singletons", "canonicalize", "cse"]

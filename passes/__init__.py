@@ -23,6 +23,7 @@ from fusec.passes import fence_broadcast_consumers  # noqa: F401,E402
 from fusec.passes import unfence  # noqa: F401,E402
 from fusec.passes import propagate_reshapes  # noqa: F401,E402
 from fusec.passes import reassociate_reductions  # noqa: F401,E402
+from fusec.passes import float_minmax_to_llvm  # noqa: F401,E402
 from fusec.passes import fuse_vertical  # noqa: F401,E402
 from fusec.passes import fuse_epilogue  # noqa: F401,E402
 from fusec.passes import plan_fusion  # noqa: F401,E402

@@ -10,6 +10,7 @@ move after it, which is legal exactly when the set is convex (checked).
 
 from __future__ import annotations
 
+import functools
 from typing import Iterable
 
 import mlir.ir as ir
@@ -90,26 +91,40 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
 
     members = [op.operation for op in ops]
     block = members[0].block
-    order = block_order(block)
-    members.sort(key=lambda o: order[op_key(o)])
+    # Block order through MLIR's own (cached) op order: numbering the whole block here would
+    # make forming n groups quadratic in the block's size.
+    members.sort(key=functools.cmp_to_key(_block_compare))
     member_set = {op_key(o) for o in members}
     nested = _nested_ops(members)
     first, last = members[0], members[-1]
 
-    # Inputs (in first-use order) and the free ops to clone in.
+    # Inputs (in first-use order) and the free ops to clone in. Each operand to redirect is
+    # remembered here, so that redirecting costs the group's size, not the number of uses
+    # of a shared value (one `tensor.empty` may feed hundreds of ops).
     inputs: list[ir.Value] = []
     clones: list[ir.Operation] = []
+    input_index: dict[tuple[int, int], int] = {}
+    clone_index: dict[int, int] = {}
+    redirects: list[tuple[ir.Operation, int, bool, int, int]] = []
     for op in members:
         for inner in _walk_list(op):
-            for operand in inner.operands:
+            for i, operand in enumerate(inner.operands):
                 if _is_inside(operand, nested):
                     continue
                 producer = defining_op(operand)
                 if producer is not None and producer.name in CLONED_INTO_GROUPS:
-                    if op_key(producer) not in {op_key(c) for c in clones}:
+                    key = op_key(producer)
+                    if key not in clone_index:
+                        clone_index[key] = len(clones)
                         clones.append(producer)
-                elif operand not in inputs:
-                    inputs.append(operand)
+                    result_number = ir.OpResult(operand).result_number
+                    redirects.append((inner, i, True, clone_index[key], result_number))
+                else:
+                    key = _value_key(operand)
+                    if key not in input_index:
+                        input_index[key] = len(inputs)
+                        inputs.append(operand)
+                    redirects.append((inner, i, False, input_index[key], 0))
 
     outputs = [r for op in members for r in op.results
                if any(op_key(use.owner) not in nested for use in r.uses)]
@@ -117,21 +132,11 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
         raise PassError("a fusion group must produce at least one used result", first.location)
 
     # Outside ops between first and last that (transitively) use the set must move after the
-    # group; if one of them also feeds the set, the set is not convex.
-    start, end = order[op_key(first)], order[op_key(last)]
-    ops_between = [o.operation for o in list(block.operations)[start:end]]
-    tainted: set[int] = set()
-    movers: list[ir.Operation] = []
-    for op in ops_between:
-        if op_key(op) in member_set:
-            continue
-        uses_set = any(
-            (p := defining_op(v)) is not None and (op_key(p) in member_set or op_key(p) in tainted)
-            for inner in _walk_list(op) for v in inner.operands
-        )
-        if uses_set:
-            tainted.add(op_key(op))
-            movers.append(op)
+    # group; if one of them also feeds the set, the set is not convex. They are found by
+    # following uses forward from the set (not by scanning the block), so the cost is that of
+    # the ops touched.
+    movers = _users_before(members, member_set, last, block)
+    tainted = {op_key(op) for op in movers}
     for op in members:
         for inner in _walk_list(op):
             for v in inner.operands:
@@ -161,17 +166,60 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
     for op in members:
         op.move_before(yield_op.operation)
     # Inside uses of inputs and cloned ops now read block arguments and clones.
-    for value, arg in zip(inputs, body.arguments):
-        for use in list(value.uses):
-            if op_key(use.owner) in nested:
-                use.owner.operation.operands[use.operand_number] = arg
-    for original, cloned in clone_map:
-        for value, new in zip(original.results, cloned.results):
-            for use in list(value.uses):
-                if op_key(use.owner) in nested:
-                    use.owner.operation.operands[use.operand_number] = new
+    for inner, i, is_clone, index, result_number in redirects:
+        if is_clone:
+            inner.operands[i] = clone_map[index][1].results[result_number]
+        else:
+            inner.operands[i] = body.arguments[index]
     _move_in_order(movers, group_op)
     return group_op
+
+
+def _value_key(value: ir.Value) -> tuple[int, int]:
+    """A stable identity for a value: its defining op's key and result number, or for a block
+    argument the (negated) key of the op that owns the block and the argument number."""
+    producer = defining_op(value)
+    if producer is not None:
+        return (op_key(producer), ir.OpResult(value).result_number)
+    return (-op_key(value.owner.owner), ir.BlockArgument(value).arg_number)
+
+
+def _block_compare(a: ir.Operation, b: ir.Operation) -> int:
+    if op_key(a) == op_key(b):
+        return 0
+    return -1 if a.is_before_in_block(b) else 1
+
+
+def _top_level(op: ir.Operation, block: ir.Block) -> ir.Operation | None:
+    """The ancestor of `op` (or `op`) that sits directly in `block`."""
+    while op is not None:
+        if op.block == block:
+            return op
+        parent = op.parent
+        op = parent.operation if parent is not None else None
+    return None
+
+
+def _users_before(members: list[ir.Operation], member_set: set[int], last: ir.Operation,
+                  block: ir.Block) -> list[ir.Operation]:
+    """Ops of `block` outside the set and before `last` that (transitively) use the set,
+    in block order."""
+    found: dict[int, ir.Operation] = {}
+    frontier = list(members)
+    while frontier:
+        op = frontier.pop()
+        for result in op.results:
+            for use in result.uses:
+                owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+                top = _top_level(owner, block)
+                if top is None:
+                    continue
+                key = op_key(top)
+                if key in member_set or key in found or not top.is_before_in_block(last):
+                    continue
+                found[key] = top
+                frontier.append(top)
+    return sorted(found.values(), key=functools.cmp_to_key(_block_compare))
 
 
 def _walk_list(op: ir.Operation) -> list[ir.Operation]:

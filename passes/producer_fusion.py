@@ -98,6 +98,26 @@ class Candidate:
             self.duplicated.append(key)
 
 
+Refusal = tuple[str, str] | None  # (reason code, explanation), or None to go on
+
+
+@dataclass
+class Absorption:
+    """A producer being considered for a group: how the root's dims reach it, and what the
+    checks found (`duplicate`, the tile dims and held rows it would leave)."""
+
+    p: OpFacts
+    uses: list[tuple[int, int, int]]
+    mapping: dict[int, int]
+    lost: set[int]
+    partial: set[int]
+    in_prologue: bool
+    root_position: int
+    duplicate: bool = False
+    tiles: set[int] = field(default_factory=set)
+    held: list[tuple[int, int]] = field(default_factory=list)
+
+
 def _uses_of(producer: OpFacts, graph: BlockGraph, members: set[int]) -> list[tuple[int, int, int]]:
     """(member key, operand index, result index) for each use of `producer` by a member."""
     found = []
@@ -231,144 +251,163 @@ class Planner:
     def consider(self, cand: Candidate, p: OpFacts, root_position: int,
                  strict_prologue: bool = False) -> bool:
         """Absorb `p` into `cand` if the cost model agrees; record why not otherwise."""
-        graph, dev = self.graph, self.device
-        if p.category not in ABSORBABLE:
-            self.refuse(cand, p, "not-fusible", f"{p.category} ops stay kernels of their own")
-            return False
-        if p.category == CONTRACTION and not self.policy.allow_contraction:
-            self.refuse(cand, p, "not-fusible", "contractions are fused by --fusion-epilogue")
-            return False
-        if p.category == REDUCTION and not self.policy.allow_reduction:
-            self.refuse(cand, p, "not-fusible", "reductions are not fused by this pass")
-            return False
-        if len(cand.members) >= self.policy.max_ops:
-            self.refuse(cand, p, "size-cap", f"the group already holds {self.policy.max_ops} ops")
-            return False
-        uses = _uses_of(p, graph, cand.member_set)
+        uses = _uses_of(p, self.graph, cand.member_set)
         in_prologue = p.category == CONTRACTION or any(u in cand.prologue for u, _, _ in uses)
-        if strict_prologue and in_prologue and p.category != CONTRACTION and not _cheap_prologue(p):
-            self.refuse(cand, p, "prologue",
-                        "only casts, transposes, reshapes and fills join a contraction as its "
-                        "prologue here: the row reduction this op depends on cannot come along "
-                        "(`recompute`), and fusing the rest would split the row computation")
+        refusal = self._check_kind(cand, p, in_prologue and strict_prologue)
+        if refusal is None:
+            mapping, lost, partial = _map_producer(cand, self.graph, p, uses)
+            step = Absorption(p, uses, mapping, lost, partial, in_prologue, root_position)
+            for check in (self._check_outside_users, self._check_tiles,
+                          self._check_contractions, self._check_huge_axis,
+                          self._check_capacity, self._check_recompute):
+                refusal = check(cand, step)
+                if refusal is not None:
+                    break
+        if refusal is not None:
+            self.refuse(cand, p, *refusal)
             return False
-        mapping, lost, partial = _map_producer(cand, graph, p, uses)
+        cand.add(p.key, step.mapping, step.lost, step.duplicate)
+        cand.tile_dims = step.tiles
+        cand.held = step.held
+        if in_prologue:
+            cand.prologue.add(p.key)
+        return True
 
-        # Users outside the group: write the value out, recompute it, or refuse.
+    # Each check returns None to go on, or the refusal's (code, reason).
+    def _check_kind(self, cand: Candidate, p: OpFacts, strict_prologue: bool) -> Refusal:
+        if p.category not in ABSORBABLE:
+            return "not-fusible", f"{p.category} ops stay kernels of their own"
+        if p.category == CONTRACTION and not self.policy.allow_contraction:
+            return "not-fusible", "contractions are fused by --fusion-epilogue"
+        if p.category == REDUCTION and not self.policy.allow_reduction:
+            return "not-fusible", "reductions are not fused by this pass"
+        if len(cand.members) >= self.policy.max_ops:
+            return "size-cap", f"the group already holds {self.policy.max_ops} ops"
+        if strict_prologue and p.category != CONTRACTION and not _cheap_prologue(p):
+            return ("prologue", "only casts, transposes, reshapes and fills join a contraction "
+                    "as its prologue here: the row reduction this op depends on cannot come "
+                    "along (`recompute`), and fusing the rest would split the row computation")
+        return None
+
+    def _check_outside_users(self, cand: Candidate, step: Absorption) -> Refusal:
+        """Users outside the group: write the value out, recompute it, or refuse."""
+        p = step.p
         outside = [u for u in self.remaining_users[p.key] if u not in cand.member_set]
-        earlier = [u for u in outside if graph.positions.get(u, 1 << 60) < root_position]
-        duplicate = False
-        if outside:
-            follows_tiles = all(r in mapping and r not in partial for r in cand.tile_dims - lost)
-            if not earlier and follows_tiles:
-                pass  # exported: the group writes it once for its later users
-            elif cost_model.should_duplicate(p.bytes_read, p.bytes_written, p.is_cheap):
-                duplicate = True
-            else:
-                users = ", ".join(sorted({graph.ops[u].name for u in outside}))
-                self.refuse(cand, p, "multi-consumer",
-                            f"also used by {len(outside)} op(s) outside the group ({users}); "
-                            f"recomputing this {p.category} would cost {p.flops} flops and "
-                            f"{p.bytes_read} bytes, so it is written once")
-                return False
+        if not outside:
+            return None
+        positions = self.graph.positions
+        earlier = [u for u in outside if positions.get(u, 1 << 60) < step.root_position]
+        follows_tiles = all(r in step.mapping and r not in step.partial
+                            for r in cand.tile_dims - step.lost)
+        if not earlier and follows_tiles:
+            return None  # exported: the group writes it once for its later users
+        if cost_model.should_duplicate(p.bytes_read, p.bytes_written, p.is_cheap):
+            step.duplicate = True
+            return None
+        users = ", ".join(sorted({self.graph.ops[u].name for u in outside}))
+        return ("multi-consumer",
+                f"also used by {len(outside)} op(s) outside the group ({users}); recomputing "
+                f"this {p.category} would cost {p.flops} flops and {p.bytes_read} bytes, so it "
+                "is written once")
 
-        # Tile dims left after absorbing p.
-        tiles = cand.tile_dims - lost
+    def _check_tiles(self, cand: Candidate, step: Absorption) -> Refusal:
+        """The tile dims left once `p` is in: expensive ops must follow every one."""
+        p = step.p
+        tiles = cand.tile_dims - step.lost
         if p.category in EXPENSIVE:
-            tiles = {r for r in tiles
-                     if r in mapping and r not in partial and p.loop_parallel[mapping[r]]}
-        if not tiles:
-            self.refuse(cand, p, "no-parallel-tile",
-                        f"no loop of the root could be tiled in parallel: this {p.category} "
-                        "would be recomputed by every tile")
-            return False
+            tiles = {r for r in tiles if r in step.mapping and r not in step.partial
+                     and p.loop_parallel[step.mapping[r]]}
+        step.tiles = tiles
+        if tiles:
+            return None
+        return ("no-parallel-tile", f"no loop of the root could be tiled in parallel: this "
+                f"{p.category} would be recomputed by every tile")
 
-        # Contractions: one per group; a wide contraction dimension left untiled (a tile must
-        # hold whole rows for a reduction after it, or for a row-wise producer before it) is
-        # refused: past the register budget, the row would need an online reduction or the
-        # producer would be recomputed for every tile.
+    def _check_contractions(self, cand: Candidate, step: Absorption) -> Refusal:
+        """One contraction per group; none left untiled along a dimension wider than the
+        register budget (a tile holds whole rows for a reduction after it, or for a row-wise
+        producer before it): past it, the row would need an online reduction, or the
+        producer would be recomputed for every tile."""
+        p, graph, dev = step.p, self.graph, self.device
         contractions = [k for k in cand.members if graph.facts[k].category == CONTRACTION]
         reduction_after = False
         if p.category == CONTRACTION:
             if contractions:
-                self.refuse(cand, p, "one-contraction", "the group already holds a contraction")
-                return False
+                return "one-contraction", "the group already holds a contraction"
             after = _downstream(cand, graph, p.key)
             reduction_after = any(graph.facts[k].category in (REDUCTION, WINDOW) for k in after)
             contractions = [p.key]
         for ck in contractions:
             c = graph.facts[ck]
-            c_map = mapping if ck == p.key else cand.dim_map[ck]
-            tiled_loops = {c_map[r] for r in tiles if r in c_map}
+            c_map = step.mapping if ck == p.key else cand.dim_map[ck]
+            tiled_loops = {c_map[r] for r in step.tiles if r in c_map}
             for loop, parallel in enumerate(c.loop_parallel):
+                extent = c.loop_ranges[loop]
                 if not parallel or loop in tiled_loops or cost_model.contraction_untiled_ok(
-                        c.loop_ranges[loop], dev):
+                        extent, dev):
                     continue
+                budget = f"beyond {dev.max_untiled_contraction_extent} on {dev.name}"
                 if reduction_after:
-                    self.refuse(cand, p, "reduction-order",
-                                f"{cost_model.contraction_then_reduction_flag()}: the reduction "
-                                f"after it needs loop {loop} ({c.loop_ranges[loop]} wide) whole, "
-                                f"beyond {dev.max_untiled_contraction_extent} on {dev.name}: only "
-                                "an online (rescaled) reduction over column tiles could fuse it, "
-                                "which changes the summation order; left to attention fusion")
-                else:
-                    self.refuse(cand, p, "recompute",
-                                f"fusing it leaves loop {loop} ({c.loop_ranges[loop]} wide) of "
-                                f"{c.name}@{c.location} untiled, beyond "
-                                f"{dev.max_untiled_contraction_extent} on {dev.name}: the producer "
-                                "would be recomputed for every tile")
-                return False
+                    return ("reduction-order",
+                            f"{cost_model.contraction_then_reduction_flag()}: the reduction "
+                            f"after it needs loop {loop} ({extent} wide) whole, {budget}: only "
+                            "an online (rescaled) reduction over column tiles could fuse it, "
+                            "which changes the summation order; left to attention fusion")
+                return ("recompute", f"fusing it leaves loop {loop} ({extent} wide) of "
+                        f"{c.name}@{c.location} untiled, {budget}: the producer would be "
+                        "recomputed for every tile")
+        return None
 
-        # A reduction broadcast back over a huge axis keeps its whole row per tile.
-        if p.category == REDUCTION:
-            row = 1
-            for loop, parallel in enumerate(p.loop_parallel):
-                if not parallel:
-                    row *= p.loop_ranges[loop]
-            ebytes = _input_element_bytes(p)
-            broadcast_back = any(self._broadcasts(graph.facts[u], i, p) for u, i, _ in uses)
-            if broadcast_back and not cost_model.reduction_row_fits(row, ebytes, dev):
-                self.refuse(cand, p, "huge-axis",
-                            f"reduction over {row} elements feeds a broadcast consumer: its "
-                            f"{row * ebytes} byte row cannot stay on chip ({dev.on_chip_bytes} "
-                            f"bytes per tile on {dev.name})")
-                return False
+    def _check_huge_axis(self, cand: Candidate, step: Absorption) -> Refusal:
+        """A reduction broadcast back over its axis keeps its whole row per tile."""
+        p, dev = step.p, self.device
+        if p.category != REDUCTION:
+            return None
+        row = 1
+        for loop, parallel in enumerate(p.loop_parallel):
+            if not parallel:
+                row *= p.loop_ranges[loop]
+        ebytes = _input_element_bytes(p)
+        broadcast_back = any(self._broadcasts(self.graph.facts[u], i, p) for u, i, _ in step.uses)
+        if not broadcast_back or cost_model.reduction_row_fits(row, ebytes, dev):
+            return None
+        return ("huge-axis", f"reduction over {row} elements feeds a broadcast consumer: its "
+                f"{row * ebytes} byte row cannot stay on chip ({dev.on_chip_bytes} bytes per "
+                f"tile on {dev.name})")
 
-        # Rows that must stay on chip across a reduction.
+    def _check_capacity(self, cand: Candidate, step: Absorption) -> Refusal:
+        """Rows read both by a reduction and by another op must stay on chip across it."""
+        p, graph, dev = step.p, self.graph, self.device
         held = list(cand.held)
-        if not duplicate:
+        if not step.duplicate:
             for ri in range(len(p.op.results)):
                 users = _result_users(p, graph, cand.member_set, ri)
                 if len(users) >= 2 and any(graph.facts[u].category in EXPENSIVE for u in users):
                     held.append((p.key, ri))
-        working = sum(_row_bytes(cand, graph, k, ri, tiles,
-                                 mapping if k == p.key else cand.dim_map[k])
+        step.held = held
+        working = sum(_row_bytes(cand, graph, k, ri, step.tiles,
+                                 step.mapping if k == p.key else cand.dim_map[k])
                       for k, ri in held)
-        if not cost_model.fits_on_chip(working, dev):
-            self.refuse(cand, p, "over-capacity",
-                        f"the group would keep {working} bytes per tile on chip across its "
-                        f"reductions, over the {dev.on_chip_bytes} of {dev.name}")
-            return False
+        if cost_model.fits_on_chip(working, dev):
+            return None
+        return ("over-capacity", f"the group would keep {working} bytes per tile on chip "
+                f"across its reductions, over the {dev.on_chip_bytes} of {dev.name}")
 
-        # A cheap producer broadcast along tile dims is recomputed by each tile: worth it?
-        if p.is_cheap and p.flops:
-            broadcast = 1
-            for r in tiles:
-                if r not in mapping:
-                    broadcast *= cand.root_extents[r]
-            extra, saved = cost_model.recompute_cost_s(p.flops, p.bytes_written, broadcast, dev)
-            if extra > saved:
-                self.refuse(cand, p, "slower",
-                            f"recomputing it in each of the {broadcast}-way broadcast tiles costs "
-                            f"{extra:.2e} s, more than the {saved:.2e} s fusing saves")
-                return False
-
-        cand.add(p.key, mapping, lost, duplicate)
-        cand.tile_dims = tiles
-        cand.held = held
-        if in_prologue:
-            cand.prologue.add(p.key)
-        return True
+    def _check_recompute(self, cand: Candidate, step: Absorption) -> Refusal:
+        """A cheap producer broadcast along tile dims is recomputed by each tile: worth it?"""
+        p = step.p
+        if not (p.is_cheap and p.flops):
+            return None
+        broadcast = 1
+        for r in step.tiles:
+            if r not in step.mapping:
+                broadcast *= cand.root_extents[r]
+        extra, saved = cost_model.recompute_cost_s(p.flops, p.bytes_written, broadcast,
+                                                   self.device)
+        if extra <= saved:
+            return None
+        return ("slower", f"recomputing it in each of the {broadcast}-way broadcast tiles "
+                f"costs {extra:.2e} s, more than the {saved:.2e} s fusing saves")
 
     @staticmethod
     def _broadcasts(user: OpFacts, operand_index: int, p: OpFacts) -> bool:

@@ -49,7 +49,8 @@ class FusionReport:
         return json.dumps(asdict(self), indent=2)
 
     def to_text(self) -> str:
-        lines = [f"fusion plan for {self.device}: {len(self.kernels)} kernels"]
+        count = len(self.kernels)
+        lines = [f"fusion plan for {self.device}: {count} kernel{'' if count == 1 else 's'}"]
         lines.append(f"{'#':>3} {'kind':<10} {'HBM bytes':>12} {'flops':>12} {'AI':>7} "
                      f"{'floor us':>9}  ops")
         for k in self.kernels:

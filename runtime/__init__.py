@@ -407,7 +407,12 @@ class Module:
             )
         arrays = []
         for i, (x, spec) in enumerate(zip(inputs, specs)):
-            a = x if isinstance(x, np.ndarray) else np.asarray(x)
+            try:
+                a = x if isinstance(x, np.ndarray) else np.asarray(x)
+            except (TypeError, RuntimeError) as e:  # e.g. a torch tensor on a GPU
+                raise ValueError(
+                    f"input {i} ({spec.name!r}): cannot be read as a host array: {e}"
+                ) from None
             _check_array(a, spec, f"input {i} ({spec.name!r})")
             if not (a.flags.c_contiguous and a.flags.aligned):
                 a = np.array(a, order="C", copy=True)

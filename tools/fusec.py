@@ -1,12 +1,14 @@
 """fusec: compile a PyTorch model (model.py) or linalg-on-tensors MLIR into model.so.
 
     fusec MODEL.{py,mlir} [-o model.so] [--target cpu|cuda|auto] [--arch sm_90]
-          [--emit STAGE] [--dump-dir DIR] [--report[=json]] [--no-fusion] [--check] [--verify] [--debug]
+          [--emit STAGE] [--dump-dir DIR] [--report[=json]] [--no-fusion] [--check]
+          [--verify] [--debug]
 
 A model.py defines `model()` (a torch.nn.Module) and `example_inputs()`. `--emit STAGE` prints
 the IR after STAGE (linalg, fusion, tiled, bufferized, cpu) and stops; IR given as input
 resumes after the stage it is in. `--check` runs the compiled model on fresh random inputs and
-compares it with PyTorch in float64 (model.py inputs only). Errors print as
+compares it with PyTorch in float64 (model.py inputs only). `--verify` also builds the unfused
+program and checks, kernel by kernel, that the fused one agrees with it. Errors print as
 `file:line:col: error: ...` with exit code 1.
 """
 
@@ -33,6 +35,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dump-dir", metavar="DIR", help="write <model>.<stage>.mlir per stage")
     parser.add_argument("--report", nargs="?", const="text", choices=["text", "json"],
                         help="print the fusion report (per kernel and refused fusions)")
+    parser.add_argument("--graph", metavar="FILE",
+                        help="draw the op graph with one cluster per kernel: FILE.dot, or "
+                             "FILE.svg/.png (needs Graphviz's `dot`)")
     parser.add_argument("--no-fusion", action="store_true", help="one kernel per op (baseline)")
     parser.add_argument("--check", action="store_true",
                         help="run the result and compare with PyTorch in float64 (model.py)")
@@ -41,7 +46,14 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
                              "that every fused kernel agrees with it (names the first that "
                              "does not)")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    parser.error = _usage_error  # type: ignore[method-assign]
     return parser.parse_args(argv)
+
+
+def _usage_error(message: str) -> None:
+    """A bad command line, like every other fusec error: one line, exit code 1."""
+    print(f"error: {message} (see fusec --help)", file=sys.stderr)
+    sys.exit(1)
 
 
 def _write_text(path: str | None, text: str) -> None:
@@ -76,23 +88,22 @@ def run(argv: list[str]) -> int:
     if args.verify:
         from fusec.compiler.verify import require_linalg
 
-        require_linalg(module, args.input)
+        require_linalg(module, args.input, options)
     if args.emit:
         lower(module, options, stop_after=args.emit, filename=args.input)
         _write_text(args.output, str(module))
         return 0
-    if args.report:
-        from fusec.compiler.pipeline import ir_stages
-
+    if args.report or args.graph:
         lower(module, options, stop_after="fusion", filename=args.input)
-        _print_report(module, args.report, options)
+        if args.report:
+            _print_report(module, args.report, options)
+        if args.graph:
+            _write_graph(module, args.graph)
         if not args.output:
             return 0
         lower(module, options, filename=args.input)
     else:
         lower(module, options, filename=args.input)
-    from fusec.compiler.pipeline import build_so
-
     output = args.output or os.path.splitext(args.input)[0] + ".so"
     metadata = driver.build(module, options, output, args.input)
     elapsed = time.perf_counter() - started
@@ -119,7 +130,7 @@ def _check_args(args: argparse.Namespace, options) -> None:
         raise FusecError("--dump-dir: exists and is not a directory", args.dump_dir)
     if args.output and args.output != "-":
         driver.check_output_path(args.output)
-    elif not args.emit and not (args.report and not args.output):
+    elif not args.emit and not ((args.report or args.graph) and not args.output):
         driver.check_output_path(os.path.splitext(args.input)[0] + ".so")
 
 
@@ -129,8 +140,38 @@ def _verify(text: str, path: str, options, inputs) -> None:
 
     examples = tuple(t.numpy() for t in inputs) if inputs is not None else None
     result = verify.verify(text, path, options, examples=examples)
+    print("\n".join(result.kernel_lines()))
     print(result.summary())
     verify.check_or_raise(result, path)
+
+
+def _write_graph(module, path: str) -> None:
+    """The fusion plan as a Graphviz graph: DOT text, or rendered by `dot` for .svg/.png."""
+    import shutil
+    import subprocess
+
+    from fusec.passes.report import fusion_graph_dot
+
+    dot_text = fusion_graph_dot(module)
+    extension = os.path.splitext(path)[1].lower()
+    if extension in ("", ".dot", ".gv"):
+        _write_text(path, dot_text)
+        return
+    if extension not in (".svg", ".png", ".pdf"):
+        raise FusecError(f"--graph: unknown format '{extension}' (use .dot, .svg, .png or .pdf)",
+                         path)
+    dot = shutil.which("dot")
+    if dot is None:
+        raise FusecError("--graph: rendering needs Graphviz's `dot` on PATH (apt install "
+                         "graphviz); or ask for a .dot file", path)
+    rendered = subprocess.run([dot, f"-T{extension[1:]}"], input=dot_text.encode(),
+                              capture_output=True)
+    if rendered.returncode != 0:
+        raise FusecError(f"--graph: dot failed: {rendered.stderr.decode().strip()}", path)
+    tmp = path + ".partial"
+    with open(tmp, "wb") as f:
+        f.write(rendered.stdout)
+    os.replace(tmp, path)
 
 
 def _print_report(module, fmt: str, options) -> None:
@@ -198,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        print(f"fusec: internal error: {type(exc).__name__}: {exc} (rerun with --debug for the "
-              "traceback)", file=sys.stderr)
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        print(f"fusec: internal error: {type(exc).__name__}: {first_line} (rerun with --debug "
+              "for the traceback)", file=sys.stderr)
         return 1
 
 

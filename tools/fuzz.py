@@ -32,6 +32,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -45,7 +46,10 @@ TOLERANCE = 1e-4
 # Beyond this bound on |value|, ops that grow values are not generated.
 MAX_BOUND = 1e3
 MAX_EXP_INPUT = 3.0
-DIM_SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 33)
+# Small sizes, odd ones, and a few large enough that the CPU code generator tiles the kernels
+# (it splits work above 16 KB), so partial tiles are exercised too.
+DIM_SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 33, 65, 129, 257)
+MAX_ELEMENTS = 1 << 17  # per tensor: keeps the float64 reference and the runs fast
 
 # --------------------------------------------------------------------------------------------
 # Programs
@@ -221,7 +225,17 @@ class _Builder:
         from hypothesis import strategies as st
 
         rank = rank if rank is not None else self.draw(st.integers(1, 3))
-        return tuple(self.draw(st.sampled_from(DIM_SIZES)) for _ in range(rank))
+        dims: list[int] = []
+        for _ in range(rank):
+            dims.append(self.draw_dim(math.prod(dims)))
+        return tuple(dims)
+
+    def draw_dim(self, elements_so_far: int) -> int:
+        """A dim size that keeps the tensor within MAX_ELEMENTS."""
+        from hypothesis import strategies as st
+
+        size = self.draw(st.sampled_from(DIM_SIZES))
+        return size if elements_so_far * size <= MAX_ELEMENTS else 2
 
     def new_input(self, shape: tuple[int, ...]) -> int:
         """Add a graph input. Inputs are numbered before op results, so indices shift."""
@@ -330,7 +344,7 @@ class _Builder:
         if a is None:
             return
         shape = self.shapes[a]
-        n = self.draw(st.sampled_from(DIM_SIZES))
+        n = self.draw_dim(max(math.prod(shape[:-1]), shape[-1]))
         w_shape = (*shape[:-2], shape[-1], n) if self.draw(st.booleans()) else (shape[-1], n)
         w = self.pick(lambda i: self.shapes[i] == w_shape)
         if w is None or self.draw(st.booleans()):
@@ -513,7 +527,8 @@ class Finding:
 class Campaign:
     """Counts across hypothesis rounds, and the findings so far."""
 
-    graphs: int = 0
+    graphs: int = 0  # graphs compiled and run, shrinking included
+    shrink_runs: int = 0  # of which, runs while shrinking a failure
     failing_runs: int = 0
     findings: list[Finding] = field(default_factory=list)
     last_failure: dict[str, Any] = field(default_factory=dict)
@@ -529,6 +544,7 @@ def run_round(campaign: Campaign, examples: int, seed: int, max_ops: int,
     from hypothesis import seed as hypothesis_seed
 
     known = campaign.known()
+    shrinking = False
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=False,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
@@ -536,14 +552,20 @@ def run_round(campaign: Campaign, examples: int, seed: int, max_ops: int,
     @hypothesis_seed(seed)  # each round reproducible
     @given(programs(max_ops, exclude))
     def property_(program: Program) -> None:
+        nonlocal shrinking
         if time.monotonic() > deadline:
             return
         campaign.graphs += 1
+        campaign.shrink_runs += shrinking
+        if campaign.graphs % 25 == 0:
+            print(f"  ... {campaign.graphs} graphs, {len(campaign.findings)} failures",
+                  file=sys.stderr, flush=True)
         try:
             check_program(program)
         except FuzzFailure as failure:
             if failure.signature in known:
                 return  # already reported: look for something else
+            shrinking = True
             campaign.failing_runs += 1
             campaign.last_failure = {"signature": failure.signature, "program": program,
                                      "detail": failure.detail}
@@ -584,6 +606,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     deadline = start + (args.budget_seconds if args.budget_seconds else math.inf)
     campaign = Campaign()
     seed = args.seed
+    # SIGTERM (a CI timeout, `kill`) still prints what was found so far.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         while campaign.graphs < args.examples and time.monotonic() < deadline:
             before = campaign.graphs
@@ -596,16 +620,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             elif campaign.graphs == before:
                 break
             seed += 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     print(summary(campaign, time.monotonic() - start))
     return 1 if campaign.findings else 0
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def summary(campaign: Campaign, seconds: float) -> str:
-    lines = [f"fusec fuzz: {campaign.graphs} graphs run (generation and shrinking) in "
-             f"{seconds:.0f} s; {len(campaign.findings)} distinct failures"
-             f" ({campaign.failing_runs} failing runs)"]
+    lines = [f"fusec fuzz: {campaign.graphs} graphs compiled and run in {seconds:.0f} s "
+             f"({campaign.graphs - campaign.shrink_runs} generated, {campaign.shrink_runs} "
+             f"while shrinking); {len(campaign.findings)} distinct failures "
+             f"({campaign.failing_runs} failing runs)"]
     for index, finding in enumerate(campaign.findings, 1):
         lines += [f"\n--- failure {index}: {finding.signature}",
                   finding.detail.splitlines()[0][:300] if finding.detail else "",

@@ -62,6 +62,7 @@ class Result:
     outcome: str
     cause: str = ""
     seconds: float = 0.0
+    detail: str = ""  # the start of the error text
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,15 +213,19 @@ def make_config(backend_name: str, workdir: str, fusion: bool) -> Any:
 
 
 def error_first_line(text: str) -> str:
-    """The exception line of a formatted traceback (the last one when exceptions chain)."""
+    """The exception line ("pkg.SomeError: message") of a formatted traceback.
+
+    When exceptions chain, the last one printed (the outermost) is taken. torch._dynamo's
+    messages contain "File ..." lines of user code and advice after the exception line, so the
+    line is found by its form rather than by its position after the last frame.
+    """
     lines = text.rstrip().splitlines()
-    last_frame = max((i for i, line in enumerate(lines) if line.startswith("  File ")),
-                     default=-1)
-    # The exception line follows the last frame and its source lines (indented).
-    for line in lines[last_frame + 1:]:
-        if line and not line.startswith(" "):
-            return line.strip()
-    return lines[-1].strip() if lines else ""
+    pattern = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Unsupported|Exit)"
+                         r"(?::|$)")
+    matches = [line for line in lines if pattern.match(line)]
+    if matches:
+        return matches[-1].strip()
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 def normalise_cause(line: str) -> str:
@@ -248,18 +253,23 @@ def _error_outcome(text: str) -> str:
     return "runtime_error"
 
 
-def classify(test_result: Any) -> tuple[str, str]:
-    """(outcome, cause) of a framework TestResult, judged by the suite's own report code."""
+def classify(test_result: Any) -> tuple[str, str, str]:
+    """(outcome, cause, detail) of a framework TestResult, judged by the suite's own report
+    code."""
     from torch_mlir_e2e_test.reporting import ErrorContext, SingleTestReport
 
     text = test_result.compilation_error or test_result.runtime_error
     if text is not None:
-        return _error_outcome(text), error_first_line(text)
+        return _error_outcome(text), error_first_line(text), text[-3000:]
     report = SingleTestReport(test_result, ErrorContext.empty())
     if not report.failed:
-        return "pass", ""
-    first = next((line.strip() for line in report.error_str().splitlines() if line.strip()), "")
-    return "fail", f"wrong result: {first}"
+        return "pass", "", ""
+    text = report.error_str()
+    # The report nests context lines ("@ trace item #0 ...", "@ output of ..."); the line
+    # that says what differs starts with ERROR.
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = next((line for line in lines if line.startswith("ERROR")), lines[0] if lines else "")
+    return "fail", f"wrong result: {first}", text[:3000]
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,12 +296,12 @@ def worker_main(checkout: str, backend_name: str, fusion: bool, workdir: str,
             return
         start = time.monotonic()
         try:
-            outcome, cause = classify(compile_and_run_test(tests[name], config))
+            outcome, cause, detail = classify(compile_and_run_test(tests[name], config))
         except Exception as error:  # noqa: BLE001  (the framework's own reporting failed)
             outcome, cause = "runtime_error", f"{type(error).__name__}: {error}"
-            traceback.print_exc()
+            detail = traceback.format_exc()
         _remove_artifacts(workdir)
-        connection.send(Result(name, outcome, cause, time.monotonic() - start))
+        connection.send(Result(name, outcome, cause, time.monotonic() - start, detail))
 
 
 def _remove_artifacts(workdir: str) -> None:
@@ -453,6 +463,51 @@ def summarise(results: list[Result], not_run: list[str], skipped_modules: list[s
     return "\n".join(lines)
 
 
+def load_results(path: str) -> list[Result]:
+    with open(path) as f:
+        return [Result(**r) for r in json.load(f)["results"]]
+
+
+def report_only(args: argparse.Namespace, skipped_modules: list[str], not_attempted: int,
+                names: list[str]) -> int:
+    """`--report`: the combined summary of earlier runs (later files win on a repeated test)."""
+    by_name: dict[str, Result] = {}
+    seconds = 0.0
+    for path in args.report:
+        with open(path) as f:
+            data = json.load(f)
+        args.backend, args.no_fusion = data["backend"], not data["fusion"]
+        seconds += data["seconds"]
+        by_name.update({r["name"]: Result(**r) for r in data["results"]})
+    results = list(by_name.values())
+    not_run = [n for n in names if n not in by_name]
+    print(summarise(results, not_run, skipped_modules, not_attempted, args, seconds))
+    if args.compare:
+        print(compare(results, args.compare, args.backend))
+    return 0
+
+
+def compare(results: list[Result], other_json: str, backend: str) -> str:
+    """Passes of this run against another run's, on the tests both ran."""
+    with open(other_json) as f:
+        other = json.load(f)
+    theirs = {r["name"]: r["outcome"] for r in other["results"]}
+    ours = {r.name: r.outcome for r in results if r.name in theirs}
+    our_passes = sum(o == "pass" for o in ours.values())
+    their_passes = sum(theirs[n] == "pass" for n in ours)
+    both = sum(o == "pass" and theirs[n] == "pass" for n, o in ours.items())
+    def percent(a: int, b: int) -> str:
+        return f"{a / b:.1%}" if b else "n/a"
+
+    return "\n".join([
+        f"on the {len(ours)} tests both runs ran: {backend} passes {our_passes}, "
+        f"{other['backend']} passes {their_passes}, both pass {both}",
+        f"  {backend} passes / {other['backend']} passes = {percent(our_passes, their_passes)}",
+        f"  of the tests {other['backend']} passes, {backend} passes "
+        f"{percent(both, their_passes)}",
+    ])
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m fusec.tools.torch_mlir_e2e",
@@ -466,6 +521,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--filter", default=None, help="only tests whose name matches")
     parser.add_argument("--limit", type=int, default=None, help="at most this many tests")
     parser.add_argument("--seed", type=int, default=0, help="seed of the test order")
+    parser.add_argument("--names-from", default=None,
+                        help="only the tests of an earlier run's --json (same sample, other "
+                             "backend)")
+    parser.add_argument("--compare", default=None,
+                        help="an earlier run's --json: also print passes here / passes there "
+                             "on the tests both ran")
+    parser.add_argument("--skip-names-from", action="append", default=[],
+                        help="skip the tests of an earlier run's --json (to resume a run "
+                             "stopped by its budget); may be repeated")
+    parser.add_argument("--report", action="append", default=[], metavar="JSON",
+                        help="run nothing: print the combined report of earlier runs' --json "
+                             "files (of one backend); may be repeated")
     parser.add_argument("--no-fusion", action="store_true", help="fusec with fusion off")
     parser.add_argument("--json", default=None, help="write per-test results here")
     parser.add_argument("--progress", action="store_true", help="progress on stderr")
@@ -480,8 +547,17 @@ def main(argv: list[str] | None = None) -> int:
     crashing = crashing_set()
     names = sorted(n for n in tests if n not in crashing)
     not_attempted = len(tests) - len(names)
+    if args.report:
+        return report_only(args, skipped_modules, not_attempted, names)
     if args.filter:
         names = [n for n in names if re.search(args.filter, n)]
+    for path in args.skip_names_from:
+        done = {r.name for r in load_results(path)}
+        names = [n for n in names if n not in done]
+    if args.names_from:
+        with open(args.names_from) as f:
+            wanted = {r["name"] for r in json.load(f)["results"]}
+        names = [n for n in names if n in wanted]
     random.Random(args.seed).shuffle(names)
     if args.limit is not None:
         names = names[: args.limit]
@@ -496,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     seconds = time.monotonic() - start
     print(summarise(runner.results, not_run, skipped_modules, not_attempted, args, seconds))
+    if args.compare:
+        print(compare(runner.results, args.compare, args.backend))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"backend": args.backend, "fusion": not args.no_fusion,

@@ -6,6 +6,7 @@ it). Run-time cases must raise the right exception type with a message naming th
 """
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -60,10 +61,17 @@ CLI_CASES = [
                                    "  return %a : tensor<?xf32>\n}\n"},
      ["dyn.mlir", "-o", "{out}"], "dyn.mlir:1:1",
      r"argument 0 of @main has dynamic shape tensor<\?xf32>; fusec compiles static shapes"),
-    ("complex-dtype", {"c.mlir": "func.func @main(%a: tensor<4xcomplex<f32>>) -> "
-                                 "tensor<4xcomplex<f32>> {\n  return %a : tensor<4xcomplex<f32>>\n}\n"},
+    ("complex-dtype", {"c.mlir": _unary("%0 = arith.constant dense<(1.0, 2.0)> : "
+                                        "tensor<4xcomplex<f32>>", "tensor<4xcomplex<f32>>",
+                                        "tensor<4xcomplex<f32>>")},
+     ["c.mlir", "-o", "{out}"], "c.mlir:2:8",
+     (r"result 0 of 'arith.constant' has element type complex<f32>, which fusec does not "
+     r"support \(supported: f64, f32")),
+    ("complex-argument", {"c.mlir": "func.func @main(%a: tensor<4xcomplex<f32>>) -> "
+                                    "tensor<4xcomplex<f32>> {\n"
+                                    "  return %a : tensor<4xcomplex<f32>>\n}\n"},
      ["c.mlir", "-o", "{out}"], "c.mlir:1:1",
-     r"element type complex<f32>, which fusec does not support \(supported: f64, f32"),
+     r"argument 0 of @main has element type complex<f32>, which fusec does not support"),
     ("f8-dtype-inside", {"f8.mlir": _unary("%0 = arith.truncf %a : tensor<4xf32> to "
                                            "tensor<4xf8E4M3FN>", result="tensor<4xf8E4M3FN>")},
      ["f8.mlir", "-o", "{out}"], "f8.mlir:2:8",
@@ -73,8 +81,8 @@ CLI_CASES = [
     ("output-is-directory", {"add.mlir": ADD_MLIR}, ["add.mlir", "-o", "out"], "out",
      r"cannot write output: it is a directory"),
     ("emit-unknown-stage", {"add.mlir": ADD_MLIR}, ["add.mlir", "--emit", "bogus"], None,
-     r"unknown stage 'bogus' for --emit; the stages for target 'cpu' are: torch, linalg, "
-     r"fusion, tiled, bufferized, cpu"),
+     (r"unknown stage 'bogus' for --emit; the stages for target 'cpu' are: torch, linalg, "
+     r"fusion, tiled, bufferized, cpu")),
     ("emit-after-input-stage", {"add.mlir": ADD_MLIR}, ["add.mlir", "--emit", "so"], None,
      r"unknown stage 'so' for --emit"),
     ("verify-needs-linalg", {"g.mlir": (
@@ -90,6 +98,14 @@ CLI_CASES = [
     ("dump-dir-is-a-file", {"add.mlir": ADD_MLIR, "f.txt": "x"},
      ["add.mlir", "-o", "{out}", "--dump-dir", "f.txt"], "f.txt",
      r"--dump-dir: exists and is not a directory"),
+    ("unknown-target", {"add.mlir": ADD_MLIR}, ["add.mlir", "--target", "tpu"], None,
+     (r"argument --target: invalid choice: 'tpu' \(choose from 'cpu', 'cuda', 'auto'\) "
+     r"\(see fusec --help\)")),
+    ("no-input", {}, [], None, r"the following arguments are required: input"),
+    ("verify-needs-cpu-target", {"add.mlir": ADD_MLIR},
+     ["add.mlir", "-o", "{out}", "--verify", "--target", "cuda"], "add.mlir",
+     (r"--verify runs both programs on this machine's CPU: it supports --target cpu only, "
+     r"not 'cuda'")),
     ("model-py-without-model", {"m.py": "import torch\ndef example_inputs():\n"
                                         "    return (torch.randn(4),)\n"},
      ["m.py", "-o", "{out}"], "m.py",
@@ -107,8 +123,8 @@ CLI_CASES = [
                                          "def example_inputs():\n"
                                          "    return (torch.randn(2, 5),)\n"},
      ["m.py", "-o", "{out}"], "m.py",
-     r"torch.export or torch-mlir's importer failed: RuntimeError: a and b must have same "
-     r"reduction dim"),
+     (r"torch.export or torch-mlir's importer failed: RuntimeError: a and b must have same "
+     r"reduction dim")),
     ("model-py-complex-input", {"m.py": "import torch\ndef model():\n"
                                         "    return torch.nn.ReLU()\ndef example_inputs():\n"
                                         "    return (torch.randn(4, dtype=torch.complex64),)\n"},
@@ -138,7 +154,10 @@ def test_fusec_bad_input(case, tmp_path, monkeypatch, capsys):
     before = sorted(p.name for p in tmp_path.rglob("*"))
     argv = [a.replace("{out}", "out/m.so") for a in args]
 
-    status = fusec_main(argv)
+    try:
+        status = fusec_main(argv)
+    except SystemExit as exit:  # a command-line usage error exits from argparse
+        status = exit.code
 
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
@@ -147,11 +166,30 @@ def test_fusec_bad_input(case, tmp_path, monkeypatch, capsys):
     assert "Traceback" not in err
     prefix = f"{location}: error: " if location else "error: "
     assert lines[0].startswith(prefix), lines[0]
-    import re
-
     assert re.search(message, lines[0][len(prefix):]), lines[0]
     # Nothing half-written: no output, no temporary next to it, no folder created.
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("compiler, message", [
+    ("missing", r"cannot run the C compiler '.*missing-cc': .*No such file"),
+    ("failing", r"building .*m\.so failed \(exit 1\): plan\.c:1:1: error: pretend failure"),
+])
+def test_c_compiler_failure(compiler, message, tmp_path, monkeypatch, capsys):
+    """No C compiler, or one that fails: one line naming the cause, nothing half-written."""
+    cc = tmp_path / f"{compiler}-cc"
+    if compiler == "failing":
+        cc.write_text('#!/bin/sh\necho "plan.c:1:1: error: pretend failure" >&2\nexit 1\n')
+        cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    (tmp_path / "add.mlir").write_text(ADD_MLIR)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert fusec_main([str(tmp_path / "add.mlir"), "-o", str(out / "m.so")]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and re.search(message, lines[0]), lines
+    assert lines[0].startswith(f"{out / 'm.so'}: error: ")
+    assert list(out.iterdir()) == []
 
 
 def test_fusec_debug_shows_the_traceback(tmp_path):
@@ -165,12 +203,12 @@ def test_fusec_command_line_exit_code(tmp_path):
     bad = tmp_path / "bad.mlir"
     bad.write_text(_unary('%0 = "foo.bar"(%a) : (tensor<4xf32>) -> tensor<4xf32>'))
     proc = subprocess.run([sys.executable, "-m", "fusec.tools.fusec", str(bad), "-o",
-                           str(tmp_path / "m.so")], capture_output=True, text=True)
+                           str(tmp_path / "m.so")], capture_output=True, text=True, check=False)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        f"{bad}:2:8: error: unsupported op 'foo.bar'; fusec supports ops of the dialects "
+        (f"{bad}:2:8: error: unsupported op 'foo.bar'; fusec supports ops of the dialects "
         "arith, math, linalg, tensor, func, fusion, ml_program, scf, affine, complex "
-        "(linalg-on-tensors as torch-mlir emits it)"]
+        "(linalg-on-tensors as torch-mlir emits it)")]
     assert sorted(os.listdir(tmp_path)) == ["bad.mlir"]
 
 
@@ -242,6 +280,18 @@ def test_runtime_bad_inputs(case, add_model):
         add_model(*inputs)
 
 
+def test_runtime_tensor_on_another_device(add_model):
+    """A tensor that is not in host memory (a GPU's; here torch's `meta` device, which has
+    no data at all) is refused naming the input; a host tensor is accepted."""
+    import torch
+
+    with pytest.raises(ValueError, match=r"input 1 \('input1'\): cannot be read as a host "
+                                         r"array: .*meta device"):
+        add_model(A, torch.empty(4, 8, device="meta"))
+    out = add_model(torch.from_numpy(A), torch.from_numpy(B))
+    assert np.allclose(out, A + B)
+
+
 @pytest.mark.parametrize("layout", ["transposed-view", "strided-slice", "fortran-order"])
 def test_runtime_non_contiguous_inputs_are_copied(layout, add_model):
     """A non-contiguous input is accepted by copy, and the result is still right."""
@@ -310,6 +360,13 @@ ARTIFACT_CASES = [
 ]
 
 
+def test_runtime_other_fusec_version_same_abi_loads(tmp_path):
+    """By design the ABI version, not the fusec version, decides: an artifact from another
+    fusec release with the same ABI loads (its version is in the metadata)."""
+    module = rt.load(_fake_artifact(tmp_path / "old.so"))
+    assert module.metadata["fusec_version"] == "0.0.0"
+
+
 @pytest.mark.parametrize("case", ARTIFACT_CASES, ids=[c[0] for c in ARTIFACT_CASES])
 def test_runtime_bad_artifacts(case, tmp_path, add_model):
     _, make, message = case
@@ -337,6 +394,6 @@ def test_runtime_imports_no_mlir_when_rejecting(tmp_path):
             print(e)
         assert not any(m == "mlir" or m.startswith("mlir.") for m in sys.modules)
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{bad}: not a shared library (no ELF header)"

@@ -478,3 +478,14 @@ def test_two_output_group_stays_tiled_and_full_reduction_is_one_tile(tmp_path):
     x64 = x.astype(np.float64)
     assert rel_err(y, np.exp(x64)) < 1e-6 and rel_err(z, np.exp(x64) + x64) < 1e-6
     assert rel_err(s, np.array(w.astype(np.float64).sum())) < 1e-5
+
+
+def test_torch_large_weights_leave_the_llvm_ir(tmp_path):
+    torch = pytest.importorskip("torch")
+    # 256x512 f32 weights (512 KB) are placed in the object by .incbin, not as IR literals.
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 64))
+    plan = _check_torch(model.eval(), [torch.randn(32, 256)], tmp_path)
+    assert len(plan.launches) >= 4
+    symbols = subprocess.run([codegen_cpu.llvm_tool("llvm-nm"), str(tmp_path / "kernels.o")],
+                             capture_output=True, text=True, check=True).stdout
+    assert " R __constant_" in symbols  # the weights are read-only data of the object

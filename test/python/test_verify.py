@@ -57,7 +57,7 @@ def test_good_examples_pass(name, tmp_path, monkeypatch):
 WRONG_CASES = [
     ("softmax-divide-becomes-multiply", "softmax", _edit_group(0, "arith.divf", "arith.mulf"), 0),
     ("layernorm-first-kernel", "layernorm_mlp", _edit_group(0, "arith.subf", "arith.addf"), 0),
-    ("mlp-epilogue-kernel", "layernorm_mlp", _edit_group(1, "arith.addf", "arith.subf"), 1),
+    ("mlp-second-kernel", "mlp", _edit_group(1, "arith.addf", "arith.subf"), 1),
 ]
 
 
