@@ -60,7 +60,7 @@ def _gpu_present() -> bool:
 
 def linalg_passes(options: CompileOptions) -> list[str]:
     # Normalise what torch-mlir gives: fold and deduplicate before deciding fusion.
-    return ["fusion-check-supported", "canonicalize", "cse"]
+    return ["fusion-drop-asserts", "fusion-check-supported", "canonicalize", "cse"]
 
 
 def fusion_passes(options: CompileOptions) -> list[str]:

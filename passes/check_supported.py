@@ -21,6 +21,8 @@ from fusec.passes.registry import Pass, PassError, register
 
 SUPPORTED_DIALECTS = ("arith", "math", "linalg", "tensor", "func", "fusion", "builtin",
                       "ml_program", "scf", "affine", "complex")
+# Ops of other dialects that the `linalg` stage removes (--fusion-drop-asserts).
+DROPPED_OPS = frozenset({"cf.assert"})
 SUPPORTED_ELEMENT_TYPES = ("f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "i1",
                            "index")
 
@@ -55,7 +57,7 @@ class CheckSupportedPass(Pass):
     def run(self, module: ir.Operation) -> None:
         for op in _all_ops(module):
             dialect = op.name.split(".", 1)[0]
-            if dialect not in SUPPORTED_DIALECTS:
+            if dialect not in SUPPORTED_DIALECTS and op.name not in DROPPED_OPS:
                 raise PassError(
                     f"unsupported op '{op.name}'; fusec supports ops of the dialects "
                     f"{', '.join(d for d in SUPPORTED_DIALECTS if d != 'builtin')} "
