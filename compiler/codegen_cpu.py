@@ -69,6 +69,9 @@ def tiled_passes(options: Any = None) -> list[str]:
         "fusion-cpu-loop-order",
         # Float sums may use several partial sums, so that LLVM vectorizes them.
         "fusion-reassociate-reductions",
+        # Last, on the final tile bodies: where each value lives, and whether a tile fits.
+        "fusion-place{device=cpu}",
+        "fusion-capacity{device=cpu}",
     ]
 
 

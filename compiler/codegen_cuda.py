@@ -31,13 +31,19 @@ pure functions `elementwise_launch_shape` / `row_launch_shape` (the cost model w
 Numerics choices: 16-bit float reductions accumulate in f32 (as PyTorch's do); `x / s` with `s`
 one value per row is computed as `x * (1/s)`; the summation order is a tree, not sequential.
 
-What is refused (a `CudaCodegenError` naming the op): reductions over other than the last
-dimension, non-projection indexing maps, rows too long for registers, ops that are not
-linalg.generic / linalg.fill / reshapes / scalar arith+math (matmuls, transposes, pads), and
-`linalg.index` in a live payload.
+What the emitter refuses (a `CudaCodegenError` naming the op): reductions over other than the
+last dimension, non-projection indexing maps, rows too long for registers, ops that are not
+linalg.generic / linalg.fill / reshapes / scalar arith+math (matmuls, transposes, pads, convs,
+pooling), and `linalg.index` in a live payload. Such a group goes through the fallback path
+(`fallback_kernel`, upstream MLIR: the CPU path's tile-and-fuse and bufferization, one tile
+per GPU thread), still one kernel per group; `Launch.info["path"]` says which path built each
+kernel ("fast" | "fallback") and, for the fallback, `info["why"]` the emitter's refusal.
+`CudaOptions(fallback=False)` turns the fallback off (the refusal is raised).
 
 Kernel arguments use the bare-pointer convention: one `void*` (device pointer) per memref,
-group inputs first, then the group's weights, then group outputs, all flat `memref<NxT>`.
+group inputs first, then the group's weights, then group outputs, all flat `memref<NxT>`
+(fallback kernels: inputs, outputs, then weights, shaped memrefs; `Launch.buffers` lists
+each kernel's buffers in its own argument order).
 """
 
 from __future__ import annotations
@@ -178,8 +184,9 @@ def row_launch_shape(rows: int, cols: int, element_bytes: int,
 
     One block per row; aim at ROW_BYTES_PER_THREAD (64) bytes of the row per thread (16 fp32,
     32 bf16 values) so the row sits in registers with room to spare: the smallest power-of-two
-    block of 32..1024 threads that covers the row in that many chunks. When the block does not divide the row, the last
-    chunk is partial (`guarded`). Rows longer than 1024 * 16 vectors are refused.
+    block of 32..1024 threads that covers the row in that many chunks. When the block does not
+    divide the row, the last chunk is partial (`guarded`). Rows longer than 1024 * 16 vectors
+    are refused.
     """
     vec = _vector_width(cols, element_bytes, device)
     vecs = cols // vec
@@ -1051,9 +1058,9 @@ def is_weight(op: ir.Operation) -> bool:
 _RESOURCE_RE = re.compile(r"dense_resource<([^>]+)>")
 
 
-def constant_bytes(op: ir.Operation, module_asm: Any) -> bytes:
+def constant_bytes(op: ir.Operation, module_asm: Any, attribute: str = "value") -> bytes:
     """The raw little-endian data of a tensor constant (inline dense or dense_resource)."""
-    attr = op.attributes["value"]
+    attr = op.attributes[attribute]
     text = str(attr)
     m = _RESOURCE_RE.match(text)
     if m:
@@ -1110,6 +1117,8 @@ class CudaOptions:
     device: CudaDevice = H200
     row_elements_per_thread: int = 0  # 0: ROW_BYTES_PER_THREAD's worth (row_launch_shape)
     elementwise_unroll: int = 0  # chunks per thread per tile; 0: elementwise_launch_shape's
+    # Groups the emitter refuses go through upstream MLIR (`fallback_kernel`); False: refuse.
+    fallback: bool = True
 
 
 def kernel_module_text(kernels: list[str], options: CudaOptions) -> str:
@@ -1224,21 +1233,18 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             raise CudaCodegenError(
                 f"'{name}' is outside any fusion.group: run the fusion stage first")
         symbol = f"fusec_k{len(launches)}"
-        geometry = analyse_group(op, options.device, options.row_elements_per_thread,
-                                 options.elementwise_unroll)
-        weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
-        emitter = KernelEmitter(op, symbol, geometry, weights)
-        kernels.append(emitter.build())
-        args = []
+        kind = str(op.attributes["kind"]).strip('"') if "kind" in op.attributes else "single"
+        ops_in = [o.operation.name for o in op.regions[0].blocks[0].operations
+                  if o.operation.name.startswith("linalg.")]
+        operands = []
         for v in op.operands:
             if _value_key(v) not in ids:
                 raise CudaCodegenError("a group operand is a tensor constant outside the group")
-            args.append(ids[_value_key(v)])
-        for w in weights:
-            data = constant_bytes(w, asm)
-            digest = hash(data)
+            operands.append(ids[_value_key(v)])
+
+        def weight_buffer(shape: list[int], elt: str, data: bytes) -> int:
+            digest = (hash(data), tuple(shape), elt)
             if digest not in weight_ids:
-                shape, elt = _tensor_info(w.results[0].type)
                 b = Buffer(len(buffers), "constant", f"weight{len(weight_ids)}", shape,
                            DTYPES[elt])
                 if b.nbytes != len(data):
@@ -1246,17 +1252,34 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                 buffers.append(b)
                 constants[b.id] = data
                 weight_ids[digest] = b.id
-            args.append(weight_ids[digest])
-        for j, r in enumerate(op.results):
-            role = "output" if _value_key(r) in returned else "temp"
-            args.append(add_buffer(r, role, f"{symbol}_out{j}"))
+            return weight_ids[digest]
+
+        def result_buffers() -> list[int]:
+            return [add_buffer(r, "output" if _value_key(r) in returned else "temp",
+                               f"{symbol}_out{j}") for j, r in enumerate(op.results)]
+
+        try:
+            geometry = analyse_group(op, options.device, options.row_elements_per_thread,
+                                     options.elementwise_unroll)
+            weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
+            kernels.append(KernelEmitter(op, symbol, geometry, weights).build())
+        except CudaCodegenError as refusal:
+            if not options.fallback:
+                raise
+            launches.append(_fallback_launch(op, symbol, str(refusal), operands,
+                                             weight_buffer, result_buffers, kernels,
+                                             kind, ops_in))
+            launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
+            continue
+        args = list(operands)
+        for w in weights:
+            shape, elt = _tensor_info(w.results[0].type)
+            args.append(weight_buffer(shape, elt, constant_bytes(w, asm)))
+        args += result_buffers()
         shape = geometry.shape
-        info = {"shape": geometry.kind, "launch": dataclasses.asdict(shape),
+        info = {"path": "fast", "shape": geometry.kind, "launch": dataclasses.asdict(shape),
                 "rows": geometry.rows, "cols": geometry.cols,
                 "bytes": sum(buffers[b].nbytes for b in args)}
-        kind = str(op.attributes["kind"]).strip('"') if "kind" in op.attributes else "single"
-        ops_in = [o.operation.name for o in op.regions[0].blocks[0].operations
-                  if o.operation.name.startswith("linalg.")]
         launches.append(Launch(symbol=symbol, buffers=args, grid=shape.grid, kind=kind,
                                ops=ops_in, info=info, block=shape.block, shared_bytes=0))
     for v in ret.operands:
@@ -1285,6 +1308,324 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
     plan.metadata["compile_seconds"] = round(seconds, 4)
     plan.metadata["image"] = "fatbin" if fatbin else "ptx"
     return CudaProgram(plan, text, ptx, fatbin, seconds, constants)
+
+
+# ---------------------------------------------------------------- the fallback path (upstream MLIR)
+#
+# A group the emitter above refuses (matmul, transpose, pad, conv, pooling, reductions over
+# other dims, ...) is compiled by upstream MLIR instead, reusing the CPU path's loop-level
+# stages: the group alone in a module, its root tiled with scf.forall and the rest of the
+# group fused into the tiles (`tiled`), outlined and bufferized (`bufferized`), linalg lowered
+# to loops. The tile loop then becomes the kernel's thread index space: each GPU thread runs
+# one tile, serially (tiles as small as the tile-and-fuse allows, so threads are many). A
+# group whose kernel is not one tile loop runs in one thread. Correct first; the launch
+# shape and the schedule inside a tile are where speed would come from.
+
+FALLBACK_BLOCK = 128  # threads per block of a fallback kernel
+# Tile intermediates up to this size live in each thread's stack (local memory).
+FALLBACK_STACK_BYTES = 1 << 20
+
+
+@dataclass
+class FallbackKernel:
+    """One refused group compiled by the fallback path.
+
+    `args` says what each kernel argument is: ("input", i) the group's operand i,
+    ("output", j) its result j, ("weight", k) `weights[k]` (a tensor constant of the group).
+    """
+
+    text: str  # the gpu.func
+    args: list[tuple[str, int]]
+    weights: list[tuple[list[int], str, bytes]]  # (shape, MLIR element type, data)
+    grid: int
+    block: int
+    tiles: int
+    tile_sizes: list[int]
+    serial: bool  # one thread runs the whole group (no single tile loop)
+
+
+def fallback_tiling_options() -> dict:
+    """The CPU tiling stage's options, set for a GPU: as many (small) tiles as it allows."""
+    return {"threads": 1 << 24, "tiles_per_thread": 1, "min_tile_kb": 0, "max_tile_kb": 0}
+
+
+def fallback_lowering_passes(serial: bool) -> list[str]:
+    """bufferized kernel -> loops over memrefs (no linalg), before it becomes a gpu.func."""
+    passes = ["fusion-copies-to-linalg"]
+    if serial:
+        # One thread walks every tile: the tiles' buffers can move out of the loops.
+        passes += ["scf-forall-to-for", "func.func(buffer-loop-hoisting)"]
+    return passes + [
+        # A tile's intermediates are the thread's own: stack (local memory), not malloc.
+        (f"func.func(promote-buffers-to-stack{{max-alloc-size-in-bytes="
+         f"{FALLBACK_STACK_BYTES} max-rank-of-allocated-memref=8}})"),
+        "convert-linalg-to-loops",
+        "fusion-widen-i1-memrefs",
+        "fold-memref-alias-ops",
+        "expand-strided-metadata",
+        "lower-affine",
+        "canonicalize",
+        "cse",
+    ]
+
+
+def _group_module(group: ir.Operation) -> ir.Module:
+    """A module whose `main` is `group` alone (a copy), its operands the function's arguments."""
+    from mlir.dialects import func
+
+    with group.location:
+        mini = ir.Module.create()
+        with ir.InsertionPoint(mini.body):
+            fn = func.FuncOp("main", ([v.type for v in group.operands],
+                                      [r.type for r in group.results]))
+            entry = fn.add_entry_block()
+        with ir.InsertionPoint(entry):
+            copy = group.clone()
+            for i, arg in enumerate(entry.arguments):
+                copy.operands[i] = arg
+            func.ReturnOp(list(copy.results))
+    return mini
+
+
+def _find_func(module: ir.Module, pred) -> list[ir.Operation]:
+    return [op.operation for op in module.body.operations
+            if op.operation.name == "func.func" and pred(op.operation)]
+
+
+def _kernel_arg_roles(main: ir.Operation) -> list[tuple[str, int]]:
+    """What each argument of the one call in `main` (after bufferization) is, as group terms.
+
+    `main(inputs..., outputs...)` allocates the kernel's results, calls it, and copies them
+    to its out-parameters; reshapes between are views of dense buffers (same pointer).
+    """
+    body = main.regions[0].blocks[0]
+    n_inputs = ir.IntegerAttr(main.attributes["fusion.num_inputs"]).value
+    root: dict[int, tuple[str, int]] = {}
+    for i, arg in enumerate(body.arguments):
+        root[_value_key(arg)] = ("input", i) if i < n_inputs else ("output", i - n_inputs)
+    allocs: dict[tuple[str, int], tuple[str, int]] = {}
+    calls = []
+    for op in body.operations:
+        op = op.operation
+        if op.name == "memref.alloc":
+            root[_value_key(op.results[0])] = ("alloc", len(allocs))
+            allocs[("alloc", len(allocs))] = ("alloc", len(allocs))
+        elif op.name in ("memref.expand_shape", "memref.collapse_shape", "memref.cast"):
+            root[_value_key(op.results[0])] = root[_value_key(op.operands[0])]
+        elif op.name == "memref.copy":
+            src = root[_value_key(op.operands[0])]
+            dst = root[_value_key(op.operands[1])]
+            if src[0] != "alloc" or dst[0] != "output":
+                raise CudaCodegenError(f"fallback: the group's host code copies {src} to {dst}")
+            allocs[src] = dst
+        elif op.name == "func.call":
+            calls.append(op)
+        elif op.name not in ("func.return", "arith.constant", "memref.dealloc"):
+            raise CudaCodegenError(f"fallback: '{op.name}' in the group's host code")
+    if len(calls) != 1:
+        raise CudaCodegenError(f"fallback: the group became {len(calls)} kernel calls, not one")
+    roles = []
+    for v in calls[0].operands:
+        role = root[_value_key(v)]
+        role = allocs.get(role, role)
+        if role[0] == "alloc":
+            raise CudaCodegenError("fallback: a kernel argument is a buffer of the host code")
+        roles.append(role)
+    return roles
+
+
+def _global_data(global_op: ir.Operation, module_asm: Any) -> bytes:
+    """The bytes of a memref.global's initial value (dense, splat or dense_resource)."""
+    import numpy as np
+
+    attr = global_op.attributes["initial_value"]
+    memref = ir.MemRefType(ir.TypeAttr(global_op.attributes["type"]).value)
+    if isinstance(attr, ir.DenseElementsAttr) and str(memref.element_type) == "i1":
+        return np.array(attr).astype(np.uint8).tobytes()
+    if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+        try:
+            return np.ascontiguousarray(np.broadcast_to(np.array(attr), memref.shape)).tobytes()
+        except Exception:  # noqa: BLE001 - bf16/f16: no numpy buffer; read the hex below
+            pass
+    return constant_bytes(global_op, module_asm, "initial_value")
+
+
+def _weights_to_arguments(kernel: ir.Operation, module: ir.Module,
+                          module_asm: Any) -> list[tuple[list[int], str, bytes]]:
+    """Each memref.get_global in `kernel` becomes a trailing argument; returns their data.
+
+    Weights are buffers of the artifact (uploaded once), as the emitter's are, rather than
+    device globals in the PTX.
+    """
+    globals_ = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
+                for op in module.body.operations if op.operation.name == "memref.global"}
+    body = kernel.regions[0].blocks[0]
+    weights = []
+    slots: dict[str, ir.Value] = {}
+    for op in list(body.operations):
+        op = op.operation
+        if op.name != "memref.get_global":
+            continue
+        name = ir.FlatSymbolRefAttr(op.attributes["name"]).value
+        if name not in slots:
+            g = globals_[name]
+            memref = ir.MemRefType(op.results[0].type)
+            weights.append((list(memref.shape), str(memref.element_type),
+                            _global_data(g, module_asm)))
+            slots[name] = body.add_argument(op.results[0].type, op.location)
+        op.results[0].replace_all_uses_with(slots[name])
+        op.erase()
+    ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
+    kernel.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in body.arguments], list(ftype.results)))
+    if "arg_attrs" in kernel.attributes:
+        del kernel.attributes["arg_attrs"]
+    return weights
+
+
+def _index_op(name: str, dim: str = "x") -> ir.Value:
+    return ir.Operation.create(name, results=[ir.IndexType.get()],
+                               attributes={"dimension": ir.Attribute.parse(f"#gpu<dim {dim}>")}
+                               ).results[0]
+
+
+def _distribute_tiles(gfunc: ir.Operation, forall: ir.Operation | None, block: int) -> int:
+    """Thread t of the grid runs tile t of `forall` (delinearized, last dim fastest).
+
+    Without a forall, thread 0 runs the body. Returns the number of tiles.
+    """
+    from mlir.dialects import arith, scf
+
+    from fusec.passes.cpu_tile_loops import forall_bounds
+
+    body = gfunc.regions[0].blocks[0]
+    ops = list(body.operations)
+    terminator = ops[-1]
+    index = ir.IndexType.get()
+    if forall is None:
+        bounds, tiles, moved = ([], [], []), 1, ops[:-1]
+    else:
+        bounds = forall_bounds(forall)
+        counts = [-(-(ub - lb) // st) for lb, ub, st in zip(*bounds)]
+        tiles = math.prod(counts)
+        moved = list(forall.regions[0].blocks[0].operations)[:-1]  # not scf.forall.in_parallel
+    anchor = forall if forall is not None else ops[0]
+    with ir.InsertionPoint(anchor), anchor.location:
+        c = lambda v: arith.ConstantOp(index, v).result  # noqa: E731
+        thread = arith.AddIOp(arith.MulIOp(_index_op("gpu.block_id"), c(block)).result,
+                              _index_op("gpu.thread_id")).result
+        inside = arith.CmpIOp(arith.CmpIPredicate.ult, thread, c(tiles)).result
+        branch = scf.IfOp(inside)
+        with ir.InsertionPoint(branch.then_block):
+            yield_op = scf.YieldOp([])
+        with ir.InsertionPoint(yield_op):
+            rest = thread
+            ivs = []
+            for lb, count, st in reversed(list(zip(bounds[0], counts if forall else [],
+                                                   bounds[2]))):
+                digit = arith.RemUIOp(rest, c(count)).result
+                rest = arith.DivUIOp(rest, c(count)).result
+                ivs.append(arith.AddIOp(c(lb), arith.MulIOp(digit, c(st)).result).result)
+            ivs.reverse()
+    if forall is not None:
+        for arg, iv in zip(forall.regions[0].blocks[0].arguments, ivs):
+            arg.replace_all_uses_with(iv)
+    for op in moved:
+        op.operation.move_before(yield_op)
+    if forall is not None:
+        forall.erase()
+    assert terminator.operation.name == "gpu.return"
+    return tiles
+
+
+def fallback_kernel(group: ir.Operation, symbol: str,
+                    block: int = FALLBACK_BLOCK) -> FallbackKernel:
+    """Compile a group through upstream MLIR (see the section comment) to one `gpu.func`."""
+    from fusec.passes import run_pipeline
+    from fusec.passes.cpu_tile_loops import tile_loop
+    from fusec.compiler import codegen_cpu
+
+    mini = _group_module(group)
+    run_pipeline(mini, codegen_cpu.tiled_passes(fallback_tiling_options())
+                 + codegen_cpu.bufferized_passes())
+    kernels = _find_func(mini, lambda f: "fusion.kind" in f.attributes)
+    if len(kernels) != 1:
+        raise CudaCodegenError(f"fallback: the group became {len(kernels)} kernels, not one")
+    kernel = kernels[0]
+    main = _find_func(mini, lambda f: "fusion.kind" not in f.attributes)[0]
+    roles = _kernel_arg_roles(main)
+    forall, _ = tile_loop(kernel)
+    serial = forall is None
+    tile_sizes = []
+    if "fusion.tile_sizes" in kernel.attributes:
+        tile_sizes = list(ir.DenseI64ArrayAttr(kernel.attributes["fusion.tile_sizes"]))
+    run_pipeline(mini, fallback_lowering_passes(serial))
+    kernel = _find_func(mini, lambda f: "fusion.kind" in f.attributes)[0]
+    asm_cache: list[str] = []
+
+    def asm() -> str:
+        if not asm_cache:
+            asm_cache.append(mini.operation.get_asm())
+        return asm_cache[0]
+
+    weights = _weights_to_arguments(kernel, mini, asm)
+    roles += [("weight", k) for k in range(len(weights))]
+    body = kernel.regions[0].blocks[0]
+    foralls = [op.operation for op in body.operations if op.operation.name == "scf.forall"]
+    if serial and foralls:
+        raise CudaCodegenError("fallback: a serial kernel kept an scf.forall")
+    if not serial and len(foralls) != 1:
+        raise CudaCodegenError("fallback: the tile loop did not survive the lowering")
+    # Every argument is a distinct buffer of the plan, or a read-only one (inputs, weights,
+    # possibly the same weight twice): noalias lets LLVM keep a tile's accumulator in a
+    # register instead of re-reading the output through memory at every step.
+    arg_types = ", ".join(f"%a{i}: {a.type} {{llvm.noalias}}"
+                          for i, a in enumerate(body.arguments))
+    holder = ir.Module.parse(
+        "module attributes {gpu.container_module} { gpu.module @fallback {\n"
+        f"  gpu.func @{symbol}({arg_types}) kernel {{ gpu.return }}\n}} }}")
+    gmodule = holder.body.operations[0]
+    gfunc = gmodule.regions[0].blocks[0].operations[0]
+    gbody = gfunc.regions[0].blocks[0]
+    for old, new in zip(body.arguments, gbody.arguments):
+        old.replace_all_uses_with(new)
+    gret = list(gbody.operations)[-1]
+    for op in list(body.operations)[:-1]:  # not func.return
+        op.operation.move_before(gret)
+    forall = next((op.operation for op in gbody.operations
+                   if op.operation.name == "scf.forall"), None)
+    tiles = _distribute_tiles(gfunc, forall, block)
+    if serial:
+        block = 1
+    return FallbackKernel(text=str(gfunc), args=roles, weights=weights,
+                          grid=-(-tiles // block), block=block, tiles=tiles,
+                          tile_sizes=tile_sizes, serial=serial)
+
+
+def _fallback_launch(group: ir.Operation, symbol: str, refusal: str, operands: list[int],
+                     weight_buffer: Any, result_buffers: Any, kernels: list[str],
+                     kind: str, ops_in: list[str]) -> Launch:
+    """The launch of a group the emitter refused, compiled by `fallback_kernel`."""
+    try:
+        # The caller's context need not be the default one (the fusec driver's is not).
+        with group.context, group.location:
+            fb = fallback_kernel(group, symbol)
+    except CudaCodegenError as e:
+        raise CudaCodegenError(f"{refusal}; and the fallback path failed: {e}") from e
+    except Exception as e:  # noqa: BLE001 - an upstream pass failed: say which group and why
+        raise CudaCodegenError(f"{refusal}; and the fallback path failed: "
+                               f"{type(e).__name__}: {str(e)[:2000]}") from e
+    kernels.append(fb.text)
+    weights = [weight_buffer(shape, elt, data) for shape, elt, data in fb.weights]
+    results = result_buffers()
+    args = []
+    for role, i in fb.args:
+        args.append({"input": operands, "output": results, "weight": weights}[role][i])
+    info = {"path": "fallback", "why": refusal,
+            "shape": "serial" if fb.serial else "tile-per-thread", "tiles": fb.tiles,
+            "tile_sizes": fb.tile_sizes}
+    return Launch(symbol=symbol, buffers=args, grid=fb.grid, kind=kind, ops=ops_in,
+                  info=info, block=fb.block, shared_bytes=0)
 
 
 # ---------------------------------------------------------------- model.so
@@ -1399,7 +1740,8 @@ def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:
 def cuda_passes(options: Any) -> list[str]:
     """IR passes of the `cuda` stage: none. The CUDA code generator reads the fusion stage's
     tensor IR (groups of linalg ops) directly and emits gpu dialect kernels itself, so for
-    target cuda the stages are linalg -> fusion -> cuda (tiled/bufferized are the CPU's)."""
+    target cuda the stages are linalg -> fusion -> cuda (tiled/bufferized are the CPU's; the
+    fallback path runs them on one group at a time, inside `generate`)."""
     return []
 
 

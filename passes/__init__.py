@@ -30,5 +30,7 @@ from fusec.passes import fuse_epilogue  # noqa: F401,E402
 from fusec.passes import plan_fusion  # noqa: F401,E402
 from fusec.passes import fuse_horizontal  # noqa: F401,E402
 from fusec.passes import fuse_reduction  # noqa: F401,E402
+from fusec.passes import place_intermediates  # noqa: F401,E402
+from fusec.passes import capacity  # noqa: F401,E402
 
 __all__ = ["REGISTRY", "Pass", "PassError", "register", "run_pipeline"]

@@ -11,6 +11,7 @@ microseconds per launch) and the host CPU (2 cores here; per-core L2 as the on-c
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -31,6 +32,14 @@ class Device:
     # Widest extent a contraction may keep untiled in one tile (its accumulator row must stay
     # in registers): beyond it, a producer fused before it is recomputed for every tile.
     max_untiled_contraction_extent: int = 128
+    # Tile capacity (GPU only; 0 = no such limit): shared memory a block may use without the
+    # opt-in attribute, shared memory per SM, resident threads per SM, threads per block the
+    # tiles are given, and the least SM occupancy (resident warps / warp slots) we accept.
+    shared_bytes_default_per_block: int = 0
+    shared_bytes_per_unit: int = 0
+    max_threads_per_unit: int = 0
+    threads_per_block: int = 1
+    min_occupancy: float = 0.0
 
 
 H200 = Device(
@@ -45,6 +54,11 @@ H200 = Device(
     registers_per_unit=65536,
     max_registers_per_thread=255,
     max_untiled_contraction_extent=128,
+    shared_bytes_default_per_block=48 * 1024,
+    shared_bytes_per_unit=228 * 1024,
+    max_threads_per_unit=2048,
+    threads_per_block=256,
+    min_occupancy=0.25,
 )
 
 CPU_HOST = Device(
@@ -174,3 +188,97 @@ def contraction_then_reduction_flag() -> str:
     combine partial results per tile (an online, rescaled reduction as in FlashAttention):
     the summation order and the rounding of every partial result change."""
     return REORDERS_REDUCTION
+
+
+# --- tile capacity: what one tile keeps on chip against what the device has ----------------
+
+# Registers every GPU thread needs besides the tile's values: indices, pointers, loop bounds.
+BASE_REGISTERS_PER_THREAD = 24
+MAX_BLOCKS_PER_UNIT = 32
+WARP = 32
+
+
+def tile_threads(tile_points: int, device: Device) -> int:
+    """Threads a tile of `tile_points` output points runs on: the device's block size, fewer
+    (whole warps) for a small tile; one on the CPU, where a tile is one task of one core."""
+    if device.threads_per_block <= 1:
+        return 1
+    warps = max(1, math.ceil(tile_points / WARP))
+    return min(device.threads_per_block, warps * WARP)
+
+
+def value_registers(points: int, element_bytes: int, threads: int) -> int:
+    """32-bit registers per thread for a tile value of `points` elements spread over the
+    block's `threads` (each thread holds its share, as in a Triton block)."""
+    return math.ceil(points * element_bytes / 4 / max(threads, 1))
+
+
+def registers_per_thread(live_value_registers: int) -> int:
+    """Estimated registers per thread: the base plus the peak of the register-placed tile
+    values live at once (`live_value_registers`, summed `value_registers`)."""
+    return BASE_REGISTERS_PER_THREAD + live_value_registers
+
+
+def sm_occupancy(threads: int, registers: int, shared_bytes: int, device: Device) -> float:
+    """Resident warps / warp slots of one SM for blocks of `threads` threads using
+    `registers` registers per thread and `shared_bytes` of shared memory; on the CPU (no
+    such limits) 1.0. Registers are allocated per thread in units of 8."""
+    if device.max_threads_per_unit == 0:
+        return 1.0
+    limits = [MAX_BLOCKS_PER_UNIT, device.max_threads_per_unit // max(threads, 1)]
+    if registers:
+        allocated = math.ceil(registers / 8) * 8
+        limits.append(device.registers_per_unit // (allocated * max(threads, 1)))
+    if shared_bytes:
+        limits.append(device.shared_bytes_per_unit // shared_bytes)
+    blocks = max(0, min(limits))
+    return min(1.0, blocks * threads / device.max_threads_per_unit)
+
+
+@dataclass(frozen=True)
+class CapacityVerdict:
+    """What one tile needs on chip, and why it does not fit (empty: it fits)."""
+
+    on_chip_bytes: int
+    registers: int  # per thread; 0 where the device has no register limit (CPU)
+    occupancy: float
+    over: tuple[str, ...]  # limits exceeded, each a sentence
+    notes: tuple[str, ...]  # fits, but with a condition (the shared-memory opt-in)
+
+
+def check_tile(on_chip_bytes: int, live_value_registers: int, threads: int,
+               device: Device) -> CapacityVerdict:
+    """Check what one tile keeps on chip (shared memory per block on the GPU, cache per core
+    on the CPU) and its registers per thread against `device`'s limits and its wanted
+    occupancy."""
+    over, notes = [], []
+    gpu = device.max_registers_per_thread > 0
+    registers = registers_per_thread(live_value_registers) if gpu else 0
+    where = "shared memory per block" if gpu else "on-chip bytes per tile (L2 per core)"
+    if on_chip_bytes > device.on_chip_bytes:
+        over.append(f"{where}: {on_chip_bytes} B > {device.on_chip_bytes} B")
+    elif gpu and on_chip_bytes > device.shared_bytes_default_per_block:
+        notes.append(f"shared memory {on_chip_bytes} B > {device.shared_bytes_default_per_block}"
+                     f" B default: needs the opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize)")
+    if gpu and registers > device.max_registers_per_thread:
+        over.append(f"registers per thread: about {registers} > {device.max_registers_per_thread}")
+    occupancy = sm_occupancy(threads, min(registers, device.max_registers_per_thread),
+                             min(on_chip_bytes, device.on_chip_bytes), device)
+    if gpu and not over and occupancy < device.min_occupancy:
+        over.append(f"occupancy {occupancy:.2f} < {device.min_occupancy:.2f} wanted")
+    return CapacityVerdict(on_chip_bytes, registers, occupancy, tuple(over), tuple(notes))
+
+
+def largest_fitting_share(bytes_per_unit: int, registers_per_unit: int, units: int,
+                          device: Device) -> int:
+    """The most units (rows, tile positions) of a tile that needs `bytes_per_unit` on chip
+    and `registers_per_unit` value registers per unit fit in one tile, at most `units`; 0 if
+    not even one fits (then the tile must be split along its kept axis or the group split)."""
+    best = 0
+    for n in range(1, units + 1):
+        verdict = check_tile(n * bytes_per_unit, n * registers_per_unit,
+                             device.threads_per_block, device)
+        if any(not o.startswith("occupancy") for o in verdict.over):
+            break
+        best = n
+    return best

@@ -35,6 +35,25 @@ class KernelReport:
     floor_us: float
     bytes_unfused: int | None = None
     tile_dims: list[int] = field(default_factory=list)
+    tiling: TilingReport | None = None
+
+
+@dataclass
+class TilingReport:
+    """Loop-level facts of one kernel, from the `tiled` stage's IR (`--fusion-tile`,
+    `--fusion-place`, `--fusion-capacity` attributes on its group)."""
+
+    tile_sizes: list[int]
+    grid: int
+    threads: int | None
+    registers: int | None  # per thread (GPU descriptions only)
+    occupancy: float | None
+    on_chip_bytes: int | None  # what one tile keeps on chip
+    shared_bytes: int | None  # shared memory per block
+    global_bytes: int | None  # what the kernel writes to global memory
+    register_values: int | None  # values placed in registers
+    placements: dict[str, int] = field(default_factory=dict)  # level -> values placed there
+    capacity: str | None = None
 
 
 @dataclass
@@ -56,9 +75,58 @@ class FusionReport:
         for k in self.kernels:
             lines.append(f"{k.index:>3} {k.kind:<10} {k.hbm_bytes:>12} {k.flops:>12} "
                          f"{k.arithmetic_intensity:>7.2f} {k.floor_us:>9.3f}  {', '.join(k.ops)}")
+        tiled = [k for k in self.kernels if k.tiling is not None]
+        if tiled:
+            lines.append(f"tiling (tiled stage): {len(tiled)} kernel"
+                         f"{'' if len(tiled) == 1 else 's'}")
+            lines.append(f"{'#':>3} {'tile sizes':<16} {'grid':>6} {'thr':>4} {'on-chip B':>10} "
+                         f"{'shared B':>9} {'regs':>5} {'occ':>5}  placement (values)  capacity")
+            lines.extend(_tiling_line(k.index, k.tiling) for k in tiled)
         lines.append(f"refused fusions: {len(self.refused)}")
         lines.extend(f"  {r}" for r in self.refused)
         return "\n".join(lines)
+
+
+def _dash(value: object, fmt: str = "") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _tiling_line(index: int, t: TilingReport) -> str:
+    sizes = "[" + ",".join(str(x) for x in t.tile_sizes) + "]" if t.tile_sizes else "untiled"
+    places = " ".join(f"{level}={n}" for level, n in sorted(t.placements.items())) or "-"
+    return (f"{index:>3} {sizes:<16} {t.grid:>6} {_dash(t.threads):>4} "
+            f"{_dash(t.on_chip_bytes):>10} {_dash(t.shared_bytes):>9} {_dash(t.registers):>5} "
+            f"{_dash(t.occupancy, '.2f'):>5}  {places:<18}  {t.capacity or '-'}")
+
+
+def _int_attr(attrs, name: str) -> int | None:
+    return ir.IntegerAttr(attrs[name]).value if name in attrs else None
+
+
+def tiling_report(group: ir.Operation) -> TilingReport:
+    """The loop-level facts recorded on a group by the `tiled` stage."""
+    from fusec.passes.place_intermediates import PLACEMENT_ATTR, placements
+
+    attrs = group.attributes
+    sizes = list(ir.DenseI64ArrayAttr(attrs["fusion.tile_sizes"])) \
+        if "fusion.tile_sizes" in attrs else []
+    summary = {}
+    if PLACEMENT_ATTR in attrs:
+        summary = {n.name: ir.IntegerAttr(n.attr).value for n in ir.DictAttr(attrs[PLACEMENT_ATTR])}
+    counts: dict[str, int] = {}
+    for _, level in placements(group):
+        counts[level] = counts.get(level, 0) + 1
+    occupancy = ir.FloatAttr(attrs["fusion.occupancy"]).value \
+        if "fusion.occupancy" in attrs else None
+    return TilingReport(
+        tile_sizes=sizes, grid=_int_attr(attrs, "fusion.grid") or 1,
+        threads=_int_attr(attrs, "fusion.threads"), registers=_int_attr(attrs, "fusion.registers"),
+        occupancy=occupancy, on_chip_bytes=summary.get("on_chip"),
+        shared_bytes=summary.get("shared"), global_bytes=summary.get("global"),
+        register_values=summary.get("register"), placements=counts,
+        capacity=ir.StringAttr(attrs["fusion.capacity"]).value
+        if "fusion.capacity" in attrs else None,
+    )
 
 
 def refusals_in(module: ir.Operation) -> list[str]:
@@ -102,10 +170,19 @@ def kernel_report(group: ir.Operation, index: int, device: cost_model.Device) ->
     )
 
 
-def fusion_report(module: ir.Operation, device: str = "nvidia-h200") -> FusionReport:
-    """The report of a module whose functions have been grouped (after `--fusion-plan`)."""
+def fusion_report(module: ir.Operation, device: str = "nvidia-h200",
+                  tiled: ir.Operation | None = None) -> FusionReport:
+    """The report of a module whose functions have been grouped (after `--fusion-plan`);
+    with `tiled` (the same module after the `tiled` stage), each kernel's tiling too."""
     dev = cost_model.device_named(device)
-    kernels = [kernel_report(g, i, dev) for i, g in enumerate(groups_in(module))]
+    groups = groups_in(module)
+    kernels = [kernel_report(g, i, dev) for i, g in enumerate(groups)]
+    if tiled is not None:
+        tiled_groups = groups_in(tiled)
+        # The tiled stage keeps the groups and their order; if not, no kernel is matched.
+        if len(tiled_groups) == len(groups):
+            for kernel, group in zip(kernels, tiled_groups):
+                kernel.tiling = tiling_report(group)
     return FusionReport(device=dev.name, kernels=kernels, refused=refusals_in(module))
 
 
@@ -113,14 +190,20 @@ def _operation(module: ir.Module | ir.Operation) -> ir.Operation:
     return module.operation if isinstance(module, ir.Module) else module
 
 
-def report_data(module: ir.Module | ir.Operation, device: str = "nvidia-h200") -> dict:
+def _tiled_operation(tiled: ir.Module | ir.Operation | None) -> ir.Operation | None:
+    return None if tiled is None else _operation(tiled)
+
+
+def report_data(module: ir.Module | ir.Operation, device: str = "nvidia-h200",
+                tiled: ir.Module | ir.Operation | None = None) -> dict:
     """The report as JSON-serialisable data (`fusec --report=json`)."""
-    return asdict(fusion_report(_operation(module), device))
+    return asdict(fusion_report(_operation(module), device, _tiled_operation(tiled)))
 
 
-def format_report(module: ir.Module | ir.Operation, device: str = "nvidia-h200") -> str:
+def format_report(module: ir.Module | ir.Operation, device: str = "nvidia-h200",
+                  tiled: ir.Module | ir.Operation | None = None) -> str:
     """The report as text (`fusec --report`)."""
-    return fusion_report(_operation(module), device).to_text()
+    return fusion_report(_operation(module), device, _tiled_operation(tiled)).to_text()
 
 
 KIND_COLOURS = {

@@ -178,12 +178,29 @@ def _print_report(module, fmt: str, options) -> None:
     from fusec.passes import report
 
     device = "h200" if options.resolved_target() == "cuda" else "cpu"
+    tiled = _tiled_copy(module, options)
     if fmt == "json":
         import json
 
-        print(json.dumps(report.report_data(module, device=device), indent=2))
+        print(json.dumps(report.report_data(module, device=device, tiled=tiled), indent=2))
     else:
-        print(report.format_report(module, device=device))
+        print(report.format_report(module, device=device, tiled=tiled))
+
+
+def _tiled_copy(module, options):
+    """A copy of the fusion-stage `module` lowered through `tiled` (tile sizes, placement and
+    capacity for the report), or None where the target has no tiled stage."""
+    import dataclasses
+
+    from fusec.compiler.pipeline import ir_stages, lower
+    from mlir import ir
+
+    if "tiled" not in ir_stages(options.resolved_target()):
+        return None
+    with module.context:
+        copy = ir.Module.parse(str(module))
+    lower(copy, dataclasses.replace(options, dump_dir=None), stop_after="tiled")
+    return copy
 
 
 def _check(output: str, model, inputs, path: str) -> int:

@@ -461,15 +461,14 @@ def check_program(program: Program, seed: int = 0) -> dict[str, Any]:
     Raises FuzzFailure (signature, detail) on a compile error, wrong numbers, a wrong output
     shape, or more fused kernels than unfused ones. Returns a summary on success.
     """
-    import torch
-
     import fusec
+    import torch
     from fusec.compiler.frontend import import_torch
 
     example = [torch.from_numpy(x) for x in random_inputs(program, seed)]
     try:
         text = import_torch(module(program), *example)
-    except Exception as error:  # noqa: BLE001  (any failure is a finding)
+    except Exception as error:
         raise FuzzFailure(f"import: {_normalise(_first_line(error))}", str(error)) from error
     inputs = random_inputs(program, seed + 1)  # fresh data, not the example inputs
     refs, err32 = references(program, inputs)
@@ -479,12 +478,12 @@ def check_program(program: Program, seed: int = 0) -> dict[str, Any]:
         label = "fused" if fusion else "unfused"
         try:
             compiled = fusec.compile(text, fusion=fusion)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise FuzzFailure(f"compile {label}: {_normalise(_first_line(error))}",
                               str(error)) from error
         try:
             outs = _as_tuple(compiled(*inputs))
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             raise FuzzFailure(f"run {label}: {_normalise(_first_line(error))}",
                               str(error)) from error
         kernels[label] = len(compiled.kernels)
@@ -532,9 +531,10 @@ class Campaign:
     failing_runs: int = 0
     findings: list[Finding] = field(default_factory=list)
     last_failure: dict[str, Any] = field(default_factory=dict)
+    ignored: set[str] = field(default_factory=set)  # signatures of bugs already filed
 
     def known(self) -> set[str]:
-        return {f.signature for f in self.findings}
+        return {f.signature for f in self.findings} | self.ignored
 
 
 def run_round(campaign: Campaign, examples: int, seed: int, max_ops: int,
@@ -588,6 +588,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-ops", type=int, default=8)
     parser.add_argument("--exclude", default="", help="op kinds not to generate (comma list)")
+    parser.add_argument("--known", action="append", default=[], metavar="SIGNATURE",
+                        help="a failure signature already filed (e.g. 'shape unfused'): "
+                             "ignore it and look for others; may be repeated")
     parser.add_argument("--budget-seconds", type=float, default=None,
                         help="stop generating after this long")
     return parser.parse_args(argv)
@@ -604,7 +607,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["FUSEC_CACHE_DIR"] = cache
     start = time.monotonic()
     deadline = start + (args.budget_seconds if args.budget_seconds else math.inf)
-    campaign = Campaign()
+    campaign = Campaign(ignored=set(args.known))
     seed = args.seed
     # SIGTERM (a CI timeout, `kill`) still prints what was found so far.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -633,10 +636,10 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def summary(campaign: Campaign, seconds: float) -> str:
-    lines = [f"fusec fuzz: {campaign.graphs} graphs compiled and run in {seconds:.0f} s "
+    lines = [(f"fusec fuzz: {campaign.graphs} graphs compiled and run in {seconds:.0f} s "
              f"({campaign.graphs - campaign.shrink_runs} generated, {campaign.shrink_runs} "
              f"while shrinking); {len(campaign.findings)} distinct failures "
-             f"({campaign.failing_runs} failing runs)"]
+             f"({campaign.failing_runs} failing runs)")]
     for index, finding in enumerate(campaign.findings, 1):
         lines += [f"\n--- failure {index}: {finding.signature}",
                   finding.detail.splitlines()[0][:300] if finding.detail else "",

@@ -149,7 +149,8 @@ def make_fusec_backend(workdir: str, fusion: bool) -> Any:
             text = to_generic(text, context)
             self.count += 1
             path = os.path.join(workdir, f"test{os.getpid()}_{self.count}.so")
-            driver.compile_text(text, "<torch-mlir-suite>", CompileOptions(target="cpu", fusion=fusion), path)
+            options = CompileOptions(target="cpu", fusion=fusion)
+            driver.compile_text(text, "<torch-mlir-suite>", options, path)
             return path
 
         def load(self, artifact: str) -> Any:
@@ -234,6 +235,7 @@ def normalise_cause(line: str) -> str:
     line = re.sub(r"/[\w./+-]+", "<path>", line)
     line = re.sub(r"loc\([^)]*\)", "loc(...)", line)
     line = re.sub(r"%[\w#]+", "%v", line)
+    line = re.sub(r"torch\.Size\(\[[^\]]*\]\)", "torch.Size([...])", line)
     line = re.sub(r"\d+", "N", line)
     return line[:200]
 
@@ -445,8 +447,8 @@ def summarise(results: list[Result], not_run: list[str], skipped_modules: list[s
     lines = [
         f"torch-mlir e2e suite, FX importer, backend={args.backend}"
         + ("" if args.backend == "ref" else f" (fusion={'off' if args.no_fusion else 'on'})"),
-        f"ran {len(results)} tests in {seconds:.0f} s with {args.workers} workers; "
-        f"not run (budget): {len(not_run)}; not attempted (FX crashing set): {not_attempted}",
+        (f"ran {len(results)} tests in {seconds:.0f} s with {args.workers} workers; "
+        f"not run (budget): {len(not_run)}; not attempted (FX crashing set): {not_attempted}"),
     ]
     if skipped_modules:
         lines.append("suite modules not importable here: " + "; ".join(skipped_modules))
@@ -499,12 +501,21 @@ def compare(results: list[Result], other_json: str, backend: str) -> str:
     def percent(a: int, b: int) -> str:
         return f"{a / b:.1%}" if b else "n/a"
 
+    # What to fix first: the causes of failures on tests the other backend passes.
+    causes = collections.Counter(
+        (r.outcome, normalise_cause(r.cause)) for r in results
+        if r.name in theirs and theirs[r.name] == "pass" and r.outcome != "pass")
+    lost = [f"    {count:4d}  {outcome:13s} {cause}"
+            for (outcome, cause), count in causes.most_common()]
+
     return "\n".join([
-        f"on the {len(ours)} tests both runs ran: {backend} passes {our_passes}, "
-        f"{other['backend']} passes {their_passes}, both pass {both}",
+        (f"on the {len(ours)} tests both runs ran: {backend} passes {our_passes}, "
+        f"{other['backend']} passes {their_passes}, both pass {both}"),
         f"  {backend} passes / {other['backend']} passes = {percent(our_passes, their_passes)}",
-        f"  of the tests {other['backend']} passes, {backend} passes "
-        f"{percent(both, their_passes)}",
+        (f"  of the tests {other['backend']} passes, {backend} passes "
+        f"{percent(both, their_passes)}"),
+        f"  {backend}'s failures on tests {other['backend']} passes, by cause:",
+        *lost,
     ])
 
 

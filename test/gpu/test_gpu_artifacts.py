@@ -98,18 +98,32 @@ def test_fault_names_cuda_error_and_kernel() -> None:
     assert "CUDA_ERROR_" in text and "fusec_k0" in text, text
 
 
-def _examples() -> list[str]:
+def _example_report() -> dict:
     import json
 
     path = ARTIFACTS / "examples.json"
-    if not path.exists():
-        return []
-    return sorted(n for n, r in json.loads(path.read_text()).items() if r["ok"])
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _examples() -> list[str]:
+    return sorted(n for n, r in _example_report().items() if r["ok"])
+
+
+def test_every_example_compiled() -> None:
+    """test/gpu/build_examples.py compiled all nine examples (fast path or fallback)."""
+    report = _example_report()
+    assert len(report) == 9, sorted(report)
+    assert all(r["ok"] for r in report.values()), {n: r for n, r in report.items()
+                                                   if not r["ok"]}
 
 
 @pytest.mark.parametrize("name", _examples())
 def test_example_model(name: str) -> None:
-    """examples/<name> compiled here (fusec's fusion stage + CUDA codegen) vs the torch model."""
+    """examples/<name> compiled here (fusec's fusion stage + CUDA codegen) vs the torch model.
+
+    One kernel per fusion group, whichever path (fast emitter, upstream fallback) built it.
+    """
+    groups = _example_report()[name].get("groups")
     spec = importlib.util.spec_from_file_location(f"example_{name}",
                                                   ROOT / "examples" / name / "model.py")
     module = importlib.util.module_from_spec(spec)
@@ -117,6 +131,8 @@ def test_example_model(name: str) -> None:
     reference = module.model().double().cuda()
     example = module.example_inputs()
     model = bench.FusecModel(ARTIFACTS / f"example_{name}.so")
+    if groups is not None:
+        assert model.kernels == groups
     for trial in range(2):
         g = torch.Generator().manual_seed(int(time.time_ns() % 2**31) + trial)
         xs = [torch.randn(x.shape, generator=g).to("cuda", x.dtype) for x in example]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import re
+from pathlib import Path
 
 import mlir.ir as ir
 import pytest
@@ -126,6 +127,28 @@ func.func @main(%x: tensor<64x512xf32>) -> tensor<512xf32> {
 }
 """
 
+# y = x @ w + bias (bias a constant): refused by the emitter (a matmul).
+MATMUL_BIAS = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @main(%x: tensor<64x32xf32>, %w: tensor<32x96xf32>) -> tensor<64x96xf32> {
+  %zero = arith.constant 0.0 : f32
+  %bias = arith.constant dense<[%BIAS]> : tensor<96xf32>
+  %e = tensor.empty() : tensor<64x96xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<64x96xf32>) -> tensor<64x96xf32>
+  %m = linalg.matmul ins(%x, %w : tensor<64x32xf32>, tensor<32x96xf32>)
+                     outs(%z : tensor<64x96xf32>) -> tensor<64x96xf32>
+  %y = linalg.generic {indexing_maps = [#map, #col, #map],
+                      iterator_types = ["parallel", "parallel"]}
+      ins(%m, %bias : tensor<64x96xf32>, tensor<96xf32>) outs(%e : tensor<64x96xf32>) {
+  ^bb0(%i: f32, %b: f32, %o: f32):
+    %s = arith.addf %i, %b : f32
+    linalg.yield %s : f32
+  } -> tensor<64x96xf32>
+  return %y : tensor<64x96xf32>
+}
+""".replace("%BIAS", ", ".join(f"{0.25 * i}" for i in range(96)))
+
 
 def _grouped(text: str, group: bool = True) -> ir.Module:
     module = ir.Module.parse(text)
@@ -220,7 +243,7 @@ def test_independent_reductions_share_one_round(ctx) -> None:
 
 def test_refusals_name_the_reason(ctx) -> None:
     with pytest.raises(cg.CudaCodegenError, match="last dimension"):
-        _generate(COLUMN_SUM)
+        cg.generate(_grouped(COLUMN_SUM), cg.CudaOptions(cubin=False, fallback=False))
     with pytest.raises(cg.CudaCodegenError, match="outside any fusion.group"):
         cg.generate(_grouped(ELEMENTWISE, group=False), cg.CudaOptions(cubin=False))
 
@@ -256,3 +279,92 @@ def test_model_so_exports_the_abi(ctx, tmp_path) -> None:
     if ctypes.util.find_library("cuda") is None:
         assert lib.fusec_run(ok, ok) == 2
         assert b"libcuda.so.1" in lib.fusec_last_error()
+
+
+def test_refused_group_goes_through_the_fallback(ctx) -> None:
+    # A column sum is refused by the emitter and compiled by upstream MLIR. The CPU tiling
+    # policy splits only parallel dims outside the reductions: here none, so no tile loop
+    # and one thread runs it (slow, correct).
+    program = _generate(COLUMN_SUM)
+    (launch,) = program.plan.launches
+    assert launch.info["path"] == "fallback"
+    assert "last dimension" in launch.info["why"]
+    assert launch.info["shape"] == "serial" and (launch.grid, launch.block) == (1, 1)
+    assert [program.plan.buffers[b].role for b in launch.buffers] == ["input", "output"]
+    assert re.search(r"\.visible \.entry fusec_k0\(", program.ptx)
+    assert "bar.sync" not in program.ptx and "call" not in program.ptx
+    # A matmul (MLP example's groups): one thread per output element.
+    mm = _generate(MATMUL_BIAS)
+    (launch,) = mm.plan.launches
+    assert launch.info["path"] == "fallback" and "linalg.matmul" in launch.info["why"]
+    assert launch.info["tiles"] == 64 * 96 and launch.info["tile_sizes"] == [1, 1]
+    assert (launch.grid, launch.block) == (64 * 96 // cg.FALLBACK_BLOCK, cg.FALLBACK_BLOCK)
+    # Inputs, then the output, then the bias (a weight: a constant buffer of the artifact).
+    assert [mm.plan.buffers[b].role for b in launch.buffers] == [
+        "input", "input", "output", "constant"]
+    assert len(mm.constants) == 1
+
+
+def test_fast_groups_say_so(ctx) -> None:
+    launch = _generate(SOFTMAX.replace("%R", "3")).plan.launches[0]
+    assert launch.info["path"] == "fast" and "why" not in launch.info
+
+
+EXAMPLES = sorted(p.parent.name for p in (Path(__file__).resolve().parents[2] / "examples")
+                  .glob("*/model.mlir"))
+
+
+def _count_groups(module: ir.Module) -> int:
+    count = [0]
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        count[0] += op.name == "fusion.group"
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return count[0]
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_example_compiles_to_ptx(ctx, name: str) -> None:
+    """The fusion stage's groups (planned for the H200), one sm_90 kernel each, either path."""
+    from fusec.compiler import pipeline as pl
+
+    root = Path(__file__).resolve().parents[2] / "examples" / name
+    module = ir.Module.parse((root / "model.mlir").read_text())
+    options = pl.CompileOptions(target="cuda", model_name=name)
+    pl.lower(module, options, stop_after="fusion")
+    groups = _count_groups(module)
+    program = cg.generate(module, cg.CudaOptions(cubin=False))
+    kernels = [k for k in program.plan.launches if k.symbol != "__copy__"]
+    assert len(kernels) == groups >= 1
+    assert ".target sm_90" in program.ptx
+    for k in kernels:
+        assert re.search(rf"\.visible \.entry {k.symbol}\(", program.ptx), k.symbol
+        assert k.grid >= 1 and 1 <= k.block <= 1024
+        assert k.info["path"] in ("fast", "fallback")
+        if k.info["path"] == "fallback":
+            assert k.info["why"]  # the emitter's refusal, kept for the report
+        roles = {program.plan.buffers[b].role for b in k.buffers}
+        assert roles <= {"input", "output", "temp", "constant"}
+    # Every weight the kernels read is carried with its bytes.
+    for b in program.plan.buffers:
+        if b.role == "constant":
+            assert len(program.constants[b.id]) == b.nbytes
+    assert "malloc" not in program.ptx  # tile intermediates live on the thread's stack
+
+
+def test_fusec_cli_builds_a_fallback_artifact(tmp_path) -> None:
+    """`fusec model.mlir --target cuda` (the driver's own context) through the fallback."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "mlp.so"
+    done = subprocess.run([sys.executable, "-m", "fusec.tools.fusec",
+                           str(root / "examples" / "mlp" / "model.mlir"), "--target", "cuda",
+                           "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    meta = cg.load_metadata(out)
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["fallback", "fallback"]
+    assert all("linalg.transpose" in k["info"]["why"] for k in meta["kernels"])

@@ -1,5 +1,6 @@
 // fusec --report and --graph are derived from the fusion stage's IR: one kernel for this
 // exp/sum/div chain, listed with its kind and ops; the graph has one cluster per kernel.
+// The report adds the tiled stage's tiling, placement and capacity (CPU target).
 // RUN: fusec %s --report | filecheck %s --check-prefix=REPORT
 // RUN: fusec %s --report=json | filecheck %s --check-prefix=JSON
 // RUN: fusec %s --graph %t.dot && filecheck %s --check-prefix=DOT < %t.dot
@@ -8,7 +9,14 @@
 // REPORT: fusion plan for cpu: 1 kernel
 // REPORT: 0 vertical
 // REPORT-SAME: linalg.generic
+// The tiled stage's facts per kernel: too small to tile, so one tile; its values placed.
+// REPORT: tiling (tiled stage): 1 kernel
+// REPORT: 0 untiled 1 1 4160 0 - 0.50 global=1 register=3 fits
 // JSON: "kind": "vertical"
+// JSON: "tiling": {
+// JSON: "grid": 1,
+// JSON: "on_chip_bytes": 4160,
+// JSON: "capacity": "fits"
 // DOT: digraph fusion {
 // DOT: subgraph cluster_f0_g0 {
 // DOT-NEXT: label="kernel 0: vertical"
