@@ -132,7 +132,7 @@ def _check_io(plan: Plan, by_id: dict[int, Buffer]) -> None:
             raise PlanError(f"buffer {b.id} ({b.name!r}) is written but is not an output")
     for i, bid in enumerate(plan.outputs):
         b = by_id[bid]
-        if b.role == "output" and bid not in used and b.nbytes > 0:
+        if b.role == "output" and bid not in used and b.nbytes > 0 and b.copy_of is None:
             raise PlanError(f"output {i} ({b.name!r}) is written by no launch")
 
 
@@ -309,7 +309,19 @@ def _output_copies(plan: Plan, by_id: dict[int, Buffer]) -> list[str]:
         b = by_id[bid]
         if b.nbytes == 0:
             continue
-        if b.role == "input":
+        if b.copy_of is not None:
+            source = by_id[b.copy_of]
+            if source.nbytes != b.nbytes:
+                raise PlanError(f"output {i} copies buffer {source.id}, which has "
+                                f"{source.nbytes} bytes, not {b.nbytes}")
+            if b.copy_of in plan.inputs:
+                src = f"inputs[{plan.inputs.index(b.copy_of)}]"
+            elif b.copy_of in first_output:
+                src = f"outputs[{first_output[b.copy_of]}]"
+            else:
+                raise PlanError(f"output {i} copies buffer {source.id}, which is neither an "
+                                "input nor an earlier output")
+        elif b.role == "input":
             src = f"inputs[{plan.inputs.index(bid)}]"
         elif bid in first_output:
             src = f"outputs[{first_output[bid]}]"

@@ -38,6 +38,9 @@ class Buffer:
     name: str
     shape: list[int]
     dtype: str
+    # An output whose bytes are those of another buffer (an input, or a reshape of one):
+    # the host code copies them at the end of the run instead of a kernel writing them.
+    copy_of: int | None = None
 
     @property
     def nbytes(self) -> int:

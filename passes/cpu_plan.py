@@ -113,6 +113,8 @@ class _PlanBuilder:
         new_id = {b.id: i for i, b in enumerate(kept)}
         for b in kept:
             b.id = new_id[b.id]
+            if b.copy_of is not None:
+                b.copy_of = new_id[b.copy_of]
         for launch in plan.launches:
             launch.buffers = [new_id[b] for b in launch.buffers]
         return Plan(plan.target, kept, plan.launches, [new_id[b] for b in plan.inputs],
@@ -146,7 +148,9 @@ class _PlanBuilder:
                 launch.buffers = [target if b == source else b for b in launch.buffers]
             self.ids = {k: (target if v == source else v) for k, v in self.ids.items()}
         else:
-            outputs[outputs.index(target)] = source
+            # An input (or a view of one) returned as is: the output keeps its own shape and
+            # the host code copies the bytes (a view has the same bytes, row-major).
+            self.buffers[target].copy_of = source
 
 
 def extract_plan(module: ir.Operation) -> Plan:
