@@ -20,6 +20,7 @@ from fusec.passes import cpu_abi  # noqa: F401,E402
 from fusec.passes import widen_i1_memrefs  # noqa: F401,E402
 from fusec.passes import copies_to_linalg  # noqa: F401,E402
 from fusec.passes import fast_exp  # noqa: F401,E402
+from fusec.passes import fast_erf  # noqa: F401,E402
 from fusec.passes import fence_broadcast_consumers  # noqa: F401,E402
 from fusec.passes import unfence  # noqa: F401,E402
 from fusec.passes import propagate_reshapes  # noqa: F401,E402
