@@ -47,6 +47,14 @@ def _check_type(t: ir.Type, what: str, location: ir.Location) -> None:
                         f"(supported: {', '.join(SUPPORTED_ELEMENT_TYPES)})", location)
 
 
+def _check_tensor(t: ir.Type, what: str, location: ir.Location) -> None:
+    # The model's signature is buffers: a scalar argument or result would have no place in
+    # the artifact's ABI (and a dropped result would be a silent wrong answer).
+    if not isinstance(t, ir.RankedTensorType):
+        raise PassError(f"{what} is a scalar {t}; fusec models take and return tensors only "
+                        "(return torch.tensor(value) instead of a Python number)", location)
+
+
 @register
 @dataclass
 class CheckSupportedPass(Pass):
@@ -69,10 +77,15 @@ class CheckSupportedPass(Pass):
             if op.name == "func.func":
                 name = ir.StringAttr(op.attributes["sym_name"]).value
                 function_type = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+                public = "sym_visibility" not in op.attributes
                 for i, t in enumerate(function_type.inputs):
                     _check_type(t, f"argument {i} of @{name}", op.location)
+                    if public:
+                        _check_tensor(t, f"argument {i} of @{name}", op.location)
                 for i, t in enumerate(function_type.results):
                     _check_type(t, f"result {i} of @{name}", op.location)
+                    if public:
+                        _check_tensor(t, f"result {i} of @{name}", op.location)
             for i, result in enumerate(op.results):
                 _check_type(result.type, f"result {i} of '{op.name}'", op.location)
 

@@ -36,6 +36,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -412,7 +413,8 @@ def random_inputs(program: Program, seed: int) -> list[np.ndarray]:
     for shape in program.inputs:
         magnitude = rng.uniform(0.5, 1.0, size=shape)
         sign = np.where(rng.random(size=shape) < 0.5, -1.0, 1.0)
-        arrays.append((magnitude * sign).astype(np.float32))
+        # np.asarray: for a 0-d shape, numpy gives back scalars, not arrays.
+        arrays.append(np.asarray(magnitude * sign, dtype=np.float32))
     return arrays
 
 
@@ -584,7 +586,8 @@ def run_round(campaign: Campaign, examples: int, seed: int, max_ops: int,
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m fusec.tools.fuzz",
                                      description="Differential fuzzing of fusec.")
-    parser.add_argument("--examples", type=int, default=100, help="graphs to generate")
+    parser.add_argument("--examples", type=int, default=100,
+                        help="graphs to compile and run, shrinking included")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-ops", type=int, default=8)
     parser.add_argument("--exclude", default="", help="op kinds not to generate (comma list)")
@@ -608,6 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.monotonic()
     deadline = start + (args.budget_seconds if args.budget_seconds else math.inf)
     campaign = Campaign(ignored=set(args.known))
+    status = 0
     seed = args.seed
     # SIGTERM (a CI timeout, `kill`) still prints what was found so far.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -625,10 +629,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed += 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+    except Exception:  # noqa: BLE001  (reported below, not swallowed)
+        # A bug of the fuzzer itself (hypothesis shrinks it too): show it, keep the summary.
+        traceback.print_exc()
+        print("the fuzzer itself failed (above); the summary covers the graphs before",
+              file=sys.stderr)
+        status = 2
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     print(summary(campaign, time.monotonic() - start))
-    return 1 if campaign.findings else 0
+    return status or (1 if campaign.findings else 0)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -34,3 +34,13 @@ func.func @dynamic(%a: tensor<?x4xf32>) -> tensor<?x4xf32> {
 func.func @complex_arg(%a: tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>> {
   return %a : tensor<4xcomplex<f32>>
 }
+
+// -----
+
+// The model's results (and arguments) are tensors: a scalar result would have no buffer in
+// the artifact, so it is refused rather than dropped.
+// CHECK: fusion-check-supported.mlir:[[@LINE+1]]:1: error: result 0 of @scalar_result is a scalar i64; fusec models take and return tensors only
+func.func @scalar_result(%a: tensor<4xf32>) -> i64 {
+  %c = arith.constant 1 : i64
+  return %c : i64
+}
