@@ -71,7 +71,8 @@ def fusion_passes(options: CompileOptions) -> list[str]:
     plan = [f"fusion-plan{{device={device}}}"] if options.fusion and "fusion-plan" in REGISTRY else []
     # Whatever the planner left (or everything, without fusion) becomes a kernel of its own;
     # canonicalize then drops the constants that were cloned into groups.
-    return plan + ["fusion-form-singletons", "canonicalize", "cse"]
+    return ["fusion-materialize-outputs"] + plan + ["fusion-form-singletons", "canonicalize",
+                                                   "cse"]
 
 
 def tiled_passes(options: CompileOptions) -> list[str]:

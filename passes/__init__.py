@@ -10,6 +10,7 @@ from fusec.passes import form_singletons  # noqa: F401,E402
 from fusec.passes import inline_groups  # noqa: F401,E402
 from fusec.passes import check_supported  # noqa: F401,E402
 from fusec.passes import drop_asserts  # noqa: F401,E402
+from fusec.passes import materialize_outputs  # noqa: F401,E402
 from fusec.passes import hoist_reshapes  # noqa: F401,E402
 from fusec.passes import outline_kernels  # noqa: F401,E402
 from fusec.passes import tile_groups  # noqa: F401,E402

@@ -84,3 +84,20 @@ def test_embedding_gather_with_dropped_bounds_check():
     with torch.no_grad():
         ref = model.double()(fresh).numpy()
     assert _relative_error(compiled(fresh.numpy()), ref) < 1e-5
+
+
+def test_constant_outputs_are_written_by_a_kernel():
+    """torch.zeros / torch.full / torch.ones fold to constants that no op computes; each still
+    comes back (they used to fail in the plan: found by torch-mlir's e2e suite)."""
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.zeros(3, 4), torch.full((2, 3), 7.5), torch.ones(4, dtype=torch.int64), x * 2
+
+    x = torch.randn(5)
+    compiled = fusec.compile(Model(), x, target="cpu")
+    zeros, full, ones, doubled = compiled(x.numpy())
+    assert np.array_equal(zeros, np.zeros((3, 4), np.float32))
+    assert np.array_equal(full, np.full((2, 3), 7.5, np.float32))
+    assert ones.dtype == np.int64 and np.array_equal(ones, np.ones(4, np.int64))
+    assert np.array_equal(doubled, x.numpy() * 2)
