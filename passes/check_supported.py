@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import mlir.ir as ir
 
+from fusec.passes.grouping import walk_ops
 from fusec.passes.registry import Pass, PassError, register
 
 SUPPORTED_DIALECTS = ("arith", "math", "linalg", "tensor", "func", "fusion", "builtin",
@@ -63,7 +64,7 @@ class CheckSupportedPass(Pass):
     ARGUMENT = "fusion-check-supported"
 
     def run(self, module: ir.Operation) -> None:
-        for op in _all_ops(module):
+        for op in walk_ops(module):
             dialect = op.name.split(".", 1)[0]
             if dialect not in SUPPORTED_DIALECTS and op.name not in DROPPED_OPS:
                 raise PassError(
@@ -88,15 +89,3 @@ class CheckSupportedPass(Pass):
                         _check_tensor(t, f"result {i} of @{name}", op.location)
             for i, result in enumerate(op.results):
                 _check_type(result.type, f"result {i} of '{op.name}'", op.location)
-
-
-def _all_ops(module: ir.Operation) -> list[ir.Operation]:
-    # Collected first: an exception raised inside a walk callback loses its type.
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found

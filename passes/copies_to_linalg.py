@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusec.passes.grouping import walk_ops
 from fusec.passes.registry import Pass, register
 from mlir import ir
 from mlir.dialects import linalg
@@ -27,15 +28,7 @@ class CopiesToLinalgPass(Pass):
     ARGUMENT = "fusion-copies-to-linalg"
 
     def run(self, module: ir.Operation) -> None:
-        copies: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "memref.copy":
-                copies.append(op.operation)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
-        for copy in copies:
+        for copy in walk_ops(module, lambda op: op.name == "memref.copy"):
             with ir.InsertionPoint(copy), copy.location:
                 linalg.copy(copy.operands[0], outs=[copy.operands[1]])
             copy.erase()

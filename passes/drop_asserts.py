@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import mlir.ir as ir
 
+from fusec.passes.grouping import walk_ops
 from fusec.passes.registry import Pass, register
 
 
@@ -30,14 +31,7 @@ class DropAssertsPass(Pass):
     ARGUMENT = "fusion-drop-asserts"
 
     def run(self, module: ir.Operation) -> None:
-        asserts: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "cf.assert":
-                asserts.append(op.operation)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
+        asserts = walk_ops(module, lambda op: op.name == "cf.assert")
         for op in asserts:
             op.erase()
         if asserts:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusec.passes.grouping import walk_ops
 from fusec.passes.registry import Pass, register
 from mlir import ir
 from mlir.dialects import arith, math
@@ -76,13 +77,6 @@ class FastExpPass(Pass):
     ARGUMENT = "fusion-fast-exp"
 
     def run(self, module: ir.Operation) -> None:
-        found: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "math.exp" and str(op.results[0].type) == "f32":
-                found.append(op.operation)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
-        for op in found:
+        for op in walk_ops(module, lambda op: op.name == "math.exp"
+                           and str(op.results[0].type) == "f32"):
             expand_exp(op)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import mlir.ir as ir
 from mlir.dialects import llvm
 
+from fusec.passes.grouping import walk_ops
 from fusec.passes.registry import Pass, register
 
 INTRINSICS = {"arith.maximumf": llvm.MaximumOp, "arith.minimumf": llvm.MinimumOp}
@@ -32,15 +33,10 @@ class FloatMinMaxToLlvmPass(Pass):
     ARGUMENT = "fusion-float-minmax-to-llvm"
 
     def run(self, module: ir.Operation) -> None:
-        found: list[ir.Operation] = []
+        def is_float_minmax(op: ir.Operation) -> bool:
+            return op.name in INTRINSICS and isinstance(op.results[0].type, ir.FloatType)
 
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name in INTRINSICS and isinstance(op.results[0].type, ir.FloatType):
-                found.append(op.operation)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
-        for op in found:
+        for op in walk_ops(module, is_float_minmax):
             with ir.InsertionPoint(op), op.location:
                 new = INTRINSICS[op.name](op.operands[0], op.operands[1])
             op.results[0].replace_all_uses_with(new.result)

@@ -33,7 +33,7 @@ from mlir.dialects import linalg
 
 from fusec.passes.form_singletons import function_bodies
 from fusec.passes.fusion_analysis import REDUCTION, describe, short_location
-from fusec.passes.grouping import defining_op, op_key
+from fusec.passes.grouping import defining_op, op_key, walk_ops
 from fusec.passes.registry import Pass, register
 
 
@@ -73,20 +73,9 @@ def _descendants_between(earlier: ir.Operation, later: ir.Operation,
     found = []
     for op in block_ops[start + 1:end + 1]:
         if any((p := defining_op(v)) is not None and op_key(p) in tainted
-               for inner in _walk(op) for v in inner.operands):
+               for inner in walk_ops(op) for v in inner.operands):
             tainted.add(op_key(op))
             found.append(op)
-    return found
-
-
-def _walk(op: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(inner: ir.Operation) -> ir.WalkResult:
-        found.append(inner.operation)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
     return found
 
 

@@ -11,7 +11,7 @@ move after it, which is legal exactly when the set is convex (checked).
 from __future__ import annotations
 
 import functools
-from typing import Iterable
+from typing import Callable, Iterable
 
 import mlir.ir as ir
 
@@ -54,17 +54,28 @@ def op_key(op: ir.Operation | ir.OpView) -> int:
     return _capsule_pointer(op.operation._CAPIPtr, b"mlir.ir.Operation._CAPIPtr")
 
 
-def _nested_ops(ops: Iterable[ir.Operation]) -> set[int]:
-    """The keys of every op in `ops` and in the regions nested inside them."""
-    found: set[int] = set()
+def walk_ops(root: ir.Operation | ir.OpView,
+             where: Callable[[ir.Operation], bool] | None = None) -> list[ir.Operation]:
+    """`root` and every op nested in it (post-order: an op after the ops nested in it), or
+    those for which `where` holds.
+
+    Collected into a list first: rewriting while walking is unsafe, and an exception raised
+    inside a walk callback loses its type.
+    """
+    found: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        found.add(op_key(op))
+        if where is None or where(op):
+            found.append(op.operation)
         return ir.WalkResult.ADVANCE
 
-    for op in ops:
-        op.operation.walk(visit)
+    root.operation.walk(visit)
     return found
+
+
+def _nested_ops(ops: Iterable[ir.Operation]) -> set[int]:
+    """The keys of every op in `ops` and in the regions nested inside them."""
+    return {op_key(inner) for op in ops for inner in walk_ops(op)}
 
 
 def _is_inside(value: ir.Value, nested: set[int]) -> bool:
@@ -107,7 +118,7 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
     clone_index: dict[int, int] = {}
     redirects: list[tuple[ir.Operation, int, bool, int, int]] = []
     for op in members:
-        for inner in _walk_list(op):
+        for inner in walk_ops(op):
             for i, operand in enumerate(inner.operands):
                 if _is_inside(operand, nested):
                     continue
@@ -138,7 +149,7 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
     movers = _users_before(members, member_set, last, block)
     tainted = {op_key(op) for op in movers}
     for op in members:
-        for inner in _walk_list(op):
+        for inner in walk_ops(op):
             for v in inner.operands:
                 if (p := defining_op(v)) is not None and op_key(p) in tainted:
                     raise PassError(
@@ -220,17 +231,6 @@ def _users_before(members: list[ir.Operation], member_set: set[int], last: ir.Op
                 found[key] = top
                 frontier.append(top)
     return sorted(found.values(), key=functools.cmp_to_key(_block_compare))
-
-
-def _walk_list(op: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(inner: ir.Operation) -> ir.WalkResult:
-        found.append(inner.operation)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return found
 
 
 def _move_in_order(movers: list[ir.Operation], anchor: ir.Operation) -> None:

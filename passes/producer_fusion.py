@@ -50,7 +50,7 @@ from fusec.passes.fusion_analysis import (
     analyse_block,
     element_bytes, describe, tensor_bytes, tensor_shape,
 )
-from fusec.passes.grouping import defining_op, form_group, op_key
+from fusec.passes.grouping import defining_op, form_group, op_key, walk_ops
 from fusec.passes.registry import PassError
 
 # Categories a group may absorb at all (window ops and unknown ops stay kernels of their own).
@@ -549,14 +549,7 @@ def _anchor(cand: Candidate, graph: BlockGraph) -> int:
 
 
 def _nested_keys(op: ir.Operation) -> set[int]:
-    found: set[int] = set()
-
-    def visit(inner: ir.Operation) -> ir.WalkResult:
-        found.add(op_key(inner))
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return found
+    return {op_key(inner) for inner in walk_ops(op)}
 
 
 def _clone_duplicates(cand: Candidate, graph: BlockGraph) -> list[ir.Operation]:

@@ -32,21 +32,13 @@ from dataclasses import dataclass
 import mlir.ir as ir
 from mlir.dialects import tensor
 
-from fusec.passes.grouping import defining_op
+from fusec.passes.grouping import defining_op, walk_ops
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, register
 
 
 def _has_index_op(op: ir.Operation) -> bool:
-    found = []
-
-    def visit(inner: ir.Operation) -> ir.WalkResult:
-        if inner.name == "linalg.index":
-            found.append(True)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return bool(found)
+    return bool(walk_ops(op, lambda inner: inner.name == "linalg.index"))
 
 
 # Named linalg ops that are elementwise over operands of one shape (implicit identity maps).
