@@ -3,15 +3,17 @@
 A model output that is a constant (`torch.zeros(3, 4)` folds to `arith.constant dense<0.0>`)
 is computed by no op, so no kernel writes the caller's output buffer: on the CPU the plan
 would hold a `memref.get_global` it cannot place. This pass, first in the `fusion` stage,
-gives each such output a `linalg.copy` from the constant, which the planner then puts in a
-kernel like any other op (a constant is never a group input: it is cloned into the group).
+gives each such output a `linalg.fill` (a splat: zeros, ones, full) or a `linalg.copy` from
+the constant, which the planner then puts in a kernel like any other op (a constant is never
+a group input: it is cloned into the group).
 
 Before:
     %cst = arith.constant dense<0.0> : tensor<3x4xf32>
     return %cst, %1 : tensor<3x4xf32>, tensor<2x2xf32>
 After:
     %e = tensor.empty() : tensor<3x4xf32>
-    %0 = linalg.copy ins(%cst : tensor<3x4xf32>) outs(%e : tensor<3x4xf32>) -> tensor<3x4xf32>
+    %z = arith.constant 0.0 : f32
+    %0 = linalg.fill ins(%z : f32) outs(%e : tensor<3x4xf32>) -> tensor<3x4xf32>
     return %0, %1 : tensor<3x4xf32>, tensor<2x2xf32>
 
 Outputs that are function arguments (or views of them) need nothing here: the artifact
@@ -23,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
-from mlir.dialects import linalg, tensor
+from mlir.dialects import arith, linalg, tensor
 
 from fusec.passes.form_singletons import function_bodies
 from fusec.passes.grouping import defining_op
@@ -48,7 +50,15 @@ class MaterializeOutputsPass(Pass):
                     continue
                 if not isinstance(value.type, ir.RankedTensorType):
                     continue
+                attr = producer.attributes["value"]
                 with ir.InsertionPoint(terminator), terminator.location:
                     empty = tensor.EmptyOp(list(value.type.shape), value.type.element_type)
-                    copy = linalg.copy(value, outs=[empty.result])
-                terminator.operands[index] = copy
+                    if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+                        # zeros/ones/full: a fill reads nothing (and, unlike a 0-d copy, does
+                        # not trip linalg-fuse-elementwise-ops in MLIR 22).
+                        scalar = arith.ConstantOp(value.type.element_type,
+                                                  attr.get_splat_value()).result
+                        written = linalg.fill(scalar, outs=[empty.result])
+                    else:
+                        written = linalg.copy(value, outs=[empty.result])
+                terminator.operands[index] = written

@@ -92,11 +92,14 @@ def test_constant_outputs_are_written_by_a_kernel():
 
     class Model(torch.nn.Module):
         def forward(self, x):
-            return torch.zeros(3, 4), torch.full((2, 3), 7.5), torch.ones(4, dtype=torch.int64), x * 2
+            return (torch.zeros(3, 4), torch.full((2, 3), 7.5), torch.ones(4, dtype=torch.int64),
+                    torch.tensor(3.0), torch.arange(6, dtype=torch.float32), x * 2)
 
     x = torch.randn(5)
     compiled = fusec.compile(Model(), x, target="cpu")
-    zeros, full, ones, doubled = compiled(x.numpy())
+    zeros, full, ones, scalar, ramp, doubled = compiled(x.numpy())
+    assert scalar.shape == () and float(scalar) == 3.0
+    assert np.array_equal(ramp, np.arange(6, dtype=np.float32))
     assert np.array_equal(zeros, np.zeros((3, 4), np.float32))
     assert np.array_equal(full, np.full((2, 3), 7.5, np.float32))
     assert ones.dtype == np.int64 and np.array_equal(ones, np.ones(4, np.int64))
