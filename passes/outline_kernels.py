@@ -43,7 +43,17 @@ def outline_group(group: ir.Operation, name: str, insert_before: ir.Operation) -
     """Move `group`'s body into a new private function `name`; the group becomes a call."""
     body = group.regions[0].blocks[0]
     arg_types = [a.type for a in body.arguments]
-    result_types = [r.type for r in group.results]
+    terminator = list(body.operations)[-1]
+    # A value yielded twice (CSE merges identical ops after grouping) is returned once: the
+    # kernel writes one buffer, and both group results read it. (Returning it twice also
+    # crashes MLIR 22's buffer-results-to-out-params.)
+    unique: list[ir.Value] = []
+    position: list[int] = []
+    for value in terminator.operands:
+        if value not in unique:
+            unique.append(value)
+        position.append(unique.index(value))
+    result_types = [v.type for v in unique]
     with ir.InsertionPoint(insert_before), group.location:
         kernel = func.FuncOp(name, (arg_types, result_types), visibility="private")
         entry = kernel.add_entry_block()
@@ -53,17 +63,16 @@ def outline_group(group: ir.Operation, name: str, insert_before: ir.Operation) -
         attr = group.attributes[i]
         if attr.name.startswith("fusion."):
             kernel.operation.attributes[attr.name] = attr.attr
-    terminator = list(body.operations)[-1]
     with ir.InsertionPoint(entry), terminator.location:
-        ret = func.ReturnOp(list(terminator.operands))
+        ret = func.ReturnOp(unique)
     for op in list(body.operations)[:-1]:
         op.operation.move_before(ret.operation)
     for old, new in zip(body.arguments, entry.arguments):
         old.replace_all_uses_with(new)
     with ir.InsertionPoint(group), group.location:
         call = func.CallOp(result_types, ir.FlatSymbolRefAttr.get(name), list(group.operands))
-    for old, new in zip(group.results, call.results):
-        old.replace_all_uses_with(new)
+    for old, index in zip(group.results, position):
+        old.replace_all_uses_with(call.results[index])
     group.erase()
     return kernel.operation
 
