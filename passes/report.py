@@ -227,6 +227,15 @@ def op_key_of(op: ir.Operation | ir.OpView) -> int:
     return op_key(op)
 
 
+def _add_node(name: str, op: ir.Operation, indent: str, lines: list[str],
+              node_of: dict, edges: list) -> None:
+    """One DOT node for `op`; its results map to it, and edges come from its operands."""
+    lines.append(f'{indent}{name} [label="{op.name}"];')
+    for r in op.results:
+        node_of[_value_key(r)] = name
+    edges.extend((_value_key(v), name) for v in op.operands)
+
+
 def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
     """The op graph as Graphviz DOT, one cluster per kernel coloured by its kind, edges
     following the data (through group boundaries); derived from the IR alone."""
@@ -249,11 +258,7 @@ def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
             if op.name != "fusion.group":
                 if op.name in _FREE or op.name == "func.return":
                     continue
-                name = f"f{f_index}_op{g_index}"
-                lines.append(f'  {name} [label="{op.name}"];')
-                for r in op.results:
-                    node_of[_value_key(r)] = name
-                edges += [(_value_key(v), name) for v in op.operands]
+                _add_node(f"f{f_index}_op{g_index}", op, "  ", lines, node_of, edges)
                 continue
             kind = ir.StringAttr(op.attributes["kind"]).value
             body = op.regions[0].blocks[0]
@@ -270,11 +275,7 @@ def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
                     continue
                 if inner.name in _FREE:
                     continue
-                name = f"f{f_index}_g{g_index}_{i}"
-                lines.append(f'    {name} [label="{inner.name}"];')
-                for r in inner.results:
-                    node_of[_value_key(r)] = name
-                edges += [(_value_key(v), name) for v in inner.operands]
+                _add_node(f"f{f_index}_g{g_index}_{i}", inner, "    ", lines, node_of, edges)
             lines.append("  }")
             kernel += 1
     seen = set()

@@ -21,16 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _count_groups(module) -> int:
-    import mlir.ir as ir
+    from fusec.passes.inline_groups import groups_in
 
-    count = [0]
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        count[0] += op.name == "fusion.group"
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return count[0]
+    return len(groups_in(module.operation))
 
 
 def build_example(folder: Path, out_dir: Path) -> dict:
