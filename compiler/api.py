@@ -41,8 +41,8 @@ def compiler_fingerprint() -> str:
 def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool = True,
             arch: str = "sm_90", cache: bool = True, dump_dir: str | None = None,
             verify: bool = False) -> Any:
-    """Compile `model` (a torch.nn.Module with example inputs, or linalg-on-tensors MLIR
-    text) and return the loaded `fusec.runtime.Module`.
+    """Compile `model` (a torch.nn.Module with example inputs, given separately or as one
+    tuple, or linalg-on-tensors MLIR text) and return the loaded `fusec.runtime.Module`.
 
     The artifact is cached under `cache_dir()`, keyed on the input IR and the options, so a
     second call with the same model and options only loads it.
@@ -62,6 +62,9 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     else:
         from fusec.compiler.frontend import import_torch
 
+        # torch.export's style, one tuple of inputs, is accepted as well as separate inputs.
+        if len(example_inputs) == 1 and isinstance(example_inputs[0], (tuple, list)):
+            example_inputs = tuple(example_inputs[0])
         driver.check_example_inputs(example_inputs, "<torch>")
         with driver.quiet_torch_logs():
             text, filename = import_torch(model, *example_inputs, locations=True), "<torch>"

@@ -114,6 +114,10 @@ def cpu_passes(options: Any = None) -> list[str]:
         "convert-scf-to-cf",
         "canonicalize",
         "cse",
+        # bf16/f16 arithmetic in f32 (converted at loads and stores): the C toolchain here has
+        # no soft-float helpers for it (`__truncsfbf2`), and it is what PyTorch computes too.
+        "math-extend-to-supported-types{extra-types=f32 target-type=f32}",
+        "arith-emulate-unsupported-floats{source-types=bf16,f16 target-type=f32}",
         "math-expand-ops",
         # After the expansion (tanh becomes exp): f32 exp as a polynomial LLVM vectorizes.
         "fusion-fast-exp",
@@ -121,7 +125,8 @@ def cpu_passes(options: Any = None) -> list[str]:
         "fusion-fast-erf",
         # Before arith-expand, whose compare/select form of max hides a max reduction.
         "fusion-float-minmax-to-llvm",
-        "arith-expand",
+        # bf16 conversions as integer arithmetic (no __truncsfbf2 in libgcc here).
+        "arith-expand{include-bf16=true}",
         "convert-math-to-llvm",
         "convert-math-to-libm",
         "finalize-memref-to-llvm",
