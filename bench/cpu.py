@@ -7,7 +7,8 @@
 
 Workloads: every example under examples/ (model() and example_inputs()) plus four larger
 memory-bound ones (an elementwise chain at 16M fp32, softmax 4096x4096, residual + LayerNorm
-4096x1024 and RMSNorm 4096x1024). Each runs in this one process, on fresh random inputs of the
+4096x1024 and RMSNorm 4096x1024) and two matmul microbenchmarks (512x512x512 and
+4096x1024 @ 1024x1024 fp32, also reported in GFLOP/s). Each runs in this one process, on fresh random inputs of the
 example's shapes (not the example's own tensors):
 
 - correctness: every variant's output against the same model in float64 torch, as
@@ -72,6 +73,9 @@ class Workload:
     name: str
     description: str
     build: Callable[[], tuple[Any, tuple[Any, ...]]]
+    # Floating-point operations per call (2*M*N*K for a matmul): set for the matmul
+    # microbenchmarks, whose figure of merit is GFLOP/s.
+    flops: int = 0
 
 
 def _example(name: str) -> Workload:
@@ -121,7 +125,15 @@ def _large_workloads() -> list[Workload]:
 
         return build
 
+    class MatMul(nn.Module):
+        def forward(self, a, b):
+            return a @ b
+
     return [
+        Workload("matmul_512", "a @ b, 512x512 @ 512x512 fp32",
+                 make(MatMul, (512, 512), (512, 512)), flops=2 * 512**3),
+        Workload("matmul_4096x1024x1024", "a @ b, 4096x1024 @ 1024x1024 fp32",
+                 make(MatMul, (4096, 1024), (1024, 1024)), flops=2 * 4096 * 1024 * 1024),
         Workload("ew_chain_16M", "gelu(x*2+1)*3 over 16M fp32", make(EwChain, (1 << 24,))),
         Workload("softmax_4096x4096", "softmax(x, -1), 4096x4096 fp32",
                  make(Softmax, (4096, 4096))),
@@ -219,6 +231,7 @@ class Result:
     kernels: dict[str, Any] = field(default_factory=dict)
     floor_bytes: int = 0
     floor_ms: float = 0.0
+    flops: int = 0
     threads: dict[str, int] = field(default_factory=dict)
 
 
@@ -260,7 +273,7 @@ def bench_workload(w: Workload, args: argparse.Namespace, bw: float) -> Result:
 
     import fusec
 
-    res = Result(w.name, w.description)
+    res = Result(w.name, w.description, flops=w.flops)
     model, example = w.build()
     model = model.eval()
     gen = torch.Generator().manual_seed(1234)  # fresh data, not the example's tensors
@@ -422,6 +435,21 @@ def markdown(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def gflops_table(results: list[Result]) -> str:
+    """GFLOP/s of every variant, for the workloads that count their flops (matmuls)."""
+    rows = [r for r in results if r.flops]
+    if not rows:
+        return ""
+    names = [v for v in VARIANTS if any(r.ms.get(v) for r in rows)]
+    lines = ["| workload | " + " | ".join(f"{v} GFLOP/s" for v in names) + " |",
+             "|" + " --- |" * (len(names) + 1)]
+    for r in rows:
+        cells = [f"{r.flops / (r.ms[v] * 1e-3) / 1e9:.1f}" if r.ms.get(v) else "-"
+                 for v in names]
+        lines.append(f"| {r.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", nargs="*", help="workload names to run (default: all)")
@@ -489,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# load average at the end {info['loadavg_1_5_15_end'][0]:.1f}; "
           f"'!' marks a fusec error above {TOLERANCE:g}")
     print(markdown(results))
+    flops = gflops_table(results)
+    if flops:
+        print()
+        print(flops)
     failures = [(r.name, v, f) for r in results for v, f in r.failure.items()]
     wrong = [(r.name, v, r.err[v]) for r in results for v in ("fusec", "fusec_unfused")
              if r.err.get(v) is not None and r.err[v] > TOLERANCE]

@@ -1,11 +1,15 @@
-"""Issue 6's GPU benchmark: torch eager, torch.compile and fusec on the memory-bound workloads.
+"""Issue 6's GPU benchmark: torch eager, torch.compile and fusec, memory-bound and matmul workloads.
 
 Two halves, because MLIR is here and the GPU is there:
 
-  python bench/gpu.py build DIR     (this machine, no GPU) import each workload with torch-mlir,
-                                    fuse it into one fusion.group, compile it with
-                                    fusec.compiler.codegen_cuda to PTX + sm_90 cubin, write
-                                    DIR/<name>.so and DIR/build.json (fusec compile seconds).
+  python bench/gpu.py build DIR     (this machine, no GPU) import each workload with fusec's
+                                    frontend (torch-mlir) and compile it through fusec's real
+                                    pipeline for target cuda (`driver.compile_text`: linalg ->
+                                    fusion planned for the H200 -> cuda -> model.so, sm_90 cubin
+                                    + PTX; matmuls through cuBLASLt), write DIR/<name>.so and
+                                    DIR/build.json (fusec compile seconds, kernels, paths).
+                                    The launch-shape experiments and the "[fusec unfused]" rows
+                                    use the code generator directly, as before.
   python bench/gpu.py run DIR OUT   (the H200) for each workload, in one process: check fusec's
                                     output (and eager's and Inductor's) against a float64
                                     reference, then time eager, torch.compile (default; with
@@ -17,8 +21,9 @@ Two halves, because MLIR is here and the GPU is there:
                                     Prints a table and writes OUT/bench_gpu.json.
 
 The run half imports neither MLIR nor fusec's compiler: model.so is loaded with ctypes.
-Fusion is decided by hand here (all of a workload's ops in one group) until the fusion stage
-chooses the same; dtypes are float32 (bf16 code generation is not done yet).
+Linear + bias + GELU's floor is the larger of the HBM floor and the matmul alone (torch.mm,
+cuBLAS, timed in the same run). The TransformerEncoderLayer at batch 1 is launch-bound: it is
+also timed with CUDA graphs (Inductor mode="reduce-overhead", fusec `fusec_run_graph`).
 """
 
 from __future__ import annotations
@@ -54,6 +59,17 @@ def softmax(x):
     return torch.softmax(x, -1)
 
 
+def linear_gelu(x, w, b):
+    return F.gelu(F.linear(x, w, b))
+
+
+def transformer_layer(d_model: int = 512, nhead: int = 8) -> torch.nn.Module:
+    """The design table's TransformerEncoderLayer (d512, 8 heads, feed-forward 2048), eval."""
+    torch.manual_seed(0)
+    return torch.nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward=2048, dropout=0.0,
+                                            batch_first=True).eval()
+
+
 class Wrap(torch.nn.Module):
     def __init__(self, fn):
         super().__init__()
@@ -64,6 +80,10 @@ class Wrap(torch.nn.Module):
 
 
 def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
+    if name == "lg":  # x [rows, cols] @ w[cols, cols]^T + b
+        return [(rows, cols), (cols, cols), (cols,)]
+    if name == "tel":  # batch 1, sequence `rows`, d_model `cols`
+        return [(1, rows, cols)]
     if name.startswith("ew"):
         return [(rows * cols,)]
     if name.startswith("ln"):
@@ -73,7 +93,26 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
     return [(rows, cols)]
 
 
-FUNCTIONS = {"ew": ew_chain, "ln": residual_layernorm, "rms": rmsnorm, "softmax": softmax}
+FUNCTIONS = {"ew": ew_chain, "ln": residual_layernorm, "rms": rmsnorm, "softmax": softmax,
+             "lg": linear_gelu}
+_LAYERS: dict[str, torch.nn.Module] = {}
+
+
+def function_for(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """The callable of a workload (the transformer: one module per device, same weights)."""
+    key = ALL[name][0]
+    if key != "tel":
+        return FUNCTIONS[key]
+    tag = f"{device}-{dtype}"
+    if tag not in _LAYERS:
+        _LAYERS[tag] = transformer_layer(ALL[name][2]).to(device, dtype)
+    layer = _LAYERS[tag]
+
+    def run(x):
+        with torch.no_grad():
+            return layer(x)
+
+    return run
 
 # name -> (function key, rows, cols, description, dtype). Large: issue 6's shapes; small: odd
 # shapes for numerics and compute-sanitizer.
@@ -86,6 +125,11 @@ WORKLOADS = {
     "ln_bf16": ("ln", 16384, 4096, "residual + LayerNorm 16384x4096 bf16", torch.bfloat16),
     "rms_bf16": ("rms", 16384, 4096, "RMSNorm 16384x4096 bf16", torch.bfloat16),
     "softmax_bf16": ("softmax", 8192, 8192, "softmax 8192x8192 bf16", torch.bfloat16),
+    "linear_gelu": ("lg", 8192, 4096, "linear+bias+GELU 8192x4096x4096 fp32", torch.float32),
+    "linear_gelu_bf16": ("lg", 8192, 4096, "linear+bias+GELU 8192x4096x4096 bf16",
+                         torch.bfloat16),
+    "transformer_b1": ("tel", 16, 512, "TransformerEncoderLayer B1 S16 d512 fp32",
+                       torch.float32),
 }
 SMALL = {
     "ew_small": ("ew", 1, 1000003, "elementwise, odd length (scalar, guarded)", torch.float32),
@@ -93,6 +137,8 @@ SMALL = {
     "rms_small": ("rms", 5, 4096, "RMSNorm 5x4096", torch.float32),
     "softmax_small": ("softmax", 3, 1000, "softmax 3x1000 (short row)", torch.float32),
     "softmax_small_bf16": ("softmax", 3, 1000, "softmax 3x1000 bf16", torch.bfloat16),
+    "linear_gelu_small": ("lg", 37, 96, "linear+bias+GELU 37x96x96", torch.float32),
+    "linear_gelu_small_bf16": ("lg", 37, 96, "linear+bias+GELU 37x96x96 bf16", torch.bfloat16),
     "ln_small_bf16": ("ln", 37, 768, "residual + LayerNorm 37x768 bf16", torch.bfloat16),
 }
 # Launch-shape experiments: the same workload with another row_elements_per_thread.
@@ -123,8 +169,11 @@ def inputs_for(name: str, device: str, seed: int = 0) -> list[torch.Tensor]:
     key, rows, cols, _, dtype = ALL[name]
     g = torch.Generator(device="cpu").manual_seed(seed)
     out = []
-    for shape in _shapes(key, rows, cols):
-        out.append(torch.randn(shape, generator=g, dtype=torch.float32).to(device, dtype))
+    for i, shape in enumerate(_shapes(key, rows, cols)):
+        x = torch.randn(shape, generator=g, dtype=torch.float32)
+        if key == "lg" and i == 1:
+            x /= cols ** 0.5  # nn.Linear-like weight scale: GELU sees values of order 1
+        out.append(x.to(device, dtype))
     return out
 
 
@@ -134,6 +183,11 @@ def floor_bytes(name: str) -> int:
     elems = sum(torch.Size(s).numel() for s in _shapes(key, rows, cols))
     out = rows * cols
     return dtype.itemsize * (elems + out)
+
+
+def flops(name: str) -> int:
+    key, rows, cols, _, _ = ALL[name]
+    return 2 * rows * cols * cols if key == "lg" else 0
 
 
 # ---------------------------------------------------------------- build (no GPU)
@@ -155,6 +209,10 @@ def build(out_dir: Path, names: list[str]) -> None:
         key, rows, cols, desc, dtype = ALL[name]
         args = [torch.empty(s, dtype=dtype) for s in _shapes(key, rows, cols)]
         t0 = time.perf_counter()
+        if name not in UNFUSED and name not in EXPERIMENTS:
+            report[name] = build_through_pipeline(name, args, out_dir)
+            print(f"{name}: {report[name]}", flush=True)
+            continue
         text = str(fx.export_and_import(Wrap(FUNCTIONS[key]), *args,
                                         output_type="linalg-on-tensors"))
         t1 = time.perf_counter()
@@ -182,6 +240,29 @@ def build(out_dir: Path, names: list[str]) -> None:
         print(f"{name}: import {t1 - t0:.2f} s, fusec compile {t2 - t1:.2f} s, "
               f"{program.plan.launches[0].info['launch']}")
     report_path.write_text(json.dumps(report, indent=1))
+
+
+def build_through_pipeline(name: str, args: list[torch.Tensor], out_dir: Path) -> dict:
+    """fusec's real pipeline for target cuda (what `fusec.compile(..., target="cuda")` runs)."""
+    from fusec.compiler import driver
+    from fusec.compiler.frontend import import_torch
+    from fusec.compiler.pipeline import CompileOptions
+
+    key, _, _, desc, _ = ALL[name]
+    module = transformer_layer(ALL[name][2]) if key == "tel" else Wrap(FUNCTIONS[key])
+    t0 = time.perf_counter()
+    with driver.quiet_torch_logs():
+        text = import_torch(module, *[torch.randn(a.shape).to(a.dtype) for a in args])
+    t1 = time.perf_counter()
+    options = CompileOptions(target="cuda", model_name=name)
+    meta = driver.compile_text(text, f"<bench {name}>", options, str(out_dir / f"{name}.so"))
+    t2 = time.perf_counter()
+    kernels = meta["kernels"]
+    return {"description": desc, "import_s": round(t1 - t0, 3),
+            "fusec_compile_s": round(t2 - t1, 3), "kernels": len(kernels),
+            "paths": [k["info"].get("path") for k in kernels],
+            "gemm": meta["plan"]["metadata"].get("gemm", []),
+            "launch": [k["info"].get("launch", k["info"].get("tiles")) for k in kernels]}
 
 
 def build_examples(out_dir: Path) -> None:
@@ -236,13 +317,17 @@ class FusecModel:
         return [torch.full(o["shape"], float("nan"), device=device,
                            dtype=getattr(torch, o["dtype"])) for o in self.meta["outputs"]]
 
-    def bind(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor]):
+    def bind(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor], graph: bool = False):
+        """A no-argument callable that runs the model on these tensors (through a CUDA graph,
+        captured on its first call, with `graph`)."""
         ins = (ctypes.c_void_p * len(inputs))(*[t.data_ptr() for t in inputs])
         outs = (ctypes.c_void_p * len(outputs))(*[t.data_ptr() for t in outputs])
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        run = self.lib.fusec_run_graph if graph else self.lib.fusec_run_stream
+        run.argtypes = [ctypes.c_void_p] * 3
 
         def call() -> None:
-            rc = self.lib.fusec_run_stream(ins, outs, stream)
+            rc = run(ins, outs, stream)
             if rc:
                 raise RuntimeError(self.lib.fusec_last_error().decode())
 
@@ -289,6 +374,13 @@ def copy_bandwidth() -> float:
     return 2 * a.numel() * 4 / (ms * 1e-3)
 
 
+def matmul_alone_ms(name: str, xs: list[torch.Tensor], reps: int) -> float:
+    """The matmul of a linear workload alone (torch.mm, cuBLAS): its compute floor here."""
+    x, w = xs[0], xs[1]
+    wt = w.t()
+    return time_ms(lambda: torch.mm(x, wt), reps)
+
+
 def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune: bool) -> None:
     build_info = json.loads((art_dir / "build.json").read_text())
     bw = copy_bandwidth()
@@ -298,43 +390,62 @@ def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune:
                "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "copy_TBps": bw / 1e12, "workloads": {}}
     for name in names:
-        key = ALL[name][0]
-        fn = FUNCTIONS[key]
+        key, dtype = ALL[name][0], ALL[name][4]
+        fn = function_for(name, "cuda", dtype)
         xs = inputs_for(name, "cuda", seed=1)
-        ref = fn(*[x.double() for x in xs])
+        if key == "tel":
+            ref = function_for(name, "cuda", torch.float64)(xs[0].double())
+        else:
+            ref = fn(*[x.double() for x in xs])
         model = FusecModel(art_dir / f"{name}.so")
         outs = model.outputs_like("cuda")
         call = model.bind(xs, outs)
         call()
         torch.cuda.synchronize()
         row = {"description": ALL[name][3],
-               "floor_ms": floor_bytes(name) / bw * 1e3,
+               "floor_ms": floor_bytes(name) / bw * 1e3 if key != "tel" else None,
                "fusec_compile_s": build_info.get(name, {}).get("fusec_compile_s"),
+               "fusec_paths": build_info.get(name, {}).get("paths"),
                "err": {"fusec": rel_err(outs[0], ref), "eager": rel_err(fn(*xs), ref)}}
         variants = {"eager": lambda: fn(*xs)}
         compiled = {"inductor": torch.compile(fn)}
         if max_autotune:
             compiled["inductor_max_autotune"] = torch.compile(
                 fn, mode="max-autotune-no-cudagraphs")
+        if key == "tel":
+            compiled["inductor_cudagraphs"] = torch.compile(fn, mode="reduce-overhead")
         for label, cfn in compiled.items():
+            torch._dynamo.reset() if label == "inductor_cudagraphs" else None
             t0 = time.perf_counter()
-            y = cfn(*xs)
+            for _ in range(3 if label == "inductor_cudagraphs" else 1):  # cudagraphs: warm
+                y = cfn(*xs)
             torch.cuda.synchronize()
             row[f"{label}_compile_s"] = time.perf_counter() - t0
             row["err"][label] = rel_err(y, ref)
             variants[label] = (lambda c: (lambda: c(*xs)))(cfn)
         variants["fusec"] = call
+        if key == "tel":
+            variants["fusec_graph"] = model.bind(xs, outs, graph=True)
         row["ms"], row["kernels"] = {}, {}
         for label, v in variants.items():
             row["ms"][label] = time_ms(v, reps)
-            row["kernels"][label] = model.kernels if label == "fusec" else count_kernels(v)
+            row["kernels"][label] = count_kernels(v)
+        if key == "tel":
+            # The graph replay must compute what the plain launches do.
+            outs[0].fill_(float("nan"))
+            variants["fusec_graph"]()
+            torch.cuda.synchronize()
+            row["err"]["fusec_graph"] = rel_err(outs[0], ref)
+        if key == "lg":
+            row["matmul_alone_ms"] = matmul_alone_ms(name, xs, reps)
+            row["floor_ms"] = max(row["floor_ms"], row["matmul_alone_ms"])
         # fusec timed a second time: the spread between two timings of one version is the noise.
         row["ms"]["fusec_again"] = time_ms(call, reps)
         results["workloads"][name] = row
         out_dir.mkdir(parents=True, exist_ok=True)  # saved as it goes: a timeout keeps the rest
         (out_dir / "bench_gpu.json").write_text(json.dumps(results, indent=1))
         print(f"{name}: " + ", ".join(f"{k} {v:.4f} ms" for k, v in row["ms"].items())
-              + f"; errors {row['err']}", flush=True)
+              + f"; errors {row['err']}; kernels {row['kernels']}", flush=True)
         del xs, ref, outs
         torch.cuda.empty_cache()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -342,21 +453,28 @@ def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune:
     print_table(results)
 
 
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
 def print_table(results: dict) -> None:
     print(f"\n{results['date']}  {results['device']}  torch {results['torch']}  "
           f"copy {results['copy_TBps']:.2f} TB/s")
-    print("| workload | eager ms | Inductor ms | Inductor max-autotune ms | fusec ms (again) | "
-          "floor ms | fusec speed vs best Inductor | fusec % of floor | kernels eager/Ind/fusec "
-          "| fusec err | fusec compile s | Inductor compile s |")
-    print("|" + " --- |" * 12)
+    print("| workload | eager ms | Inductor ms | Inductor max-autotune ms | Inductor CUDA graphs ms "
+          "| fusec ms (again) | fusec graph ms | floor ms | fusec speed vs best of eager/Inductor "
+          "| fusec % of floor | kernels eager/Ind/fusec | fusec err | fusec compile s "
+          "| Inductor compile s |")
+    print("|" + " --- |" * 14)
     for r in results["workloads"].values():
         ms, k = r["ms"], r["kernels"]
-        auto = ms.get("inductor_max_autotune")
-        best = min(ms["inductor"], auto) if auto else ms["inductor"]
-        auto_text = f"{auto:.3f}" if auto else "-"
-        print(f"| {r['description']} | {ms['eager']:.3f} | {ms['inductor']:.3f} | {auto_text} | "
-              f"{ms['fusec']:.3f} ({ms['fusec_again']:.3f}) | {r['floor_ms']:.3f} | "
-              f"{best / ms['fusec']:.2f}x | {100 * r['floor_ms'] / ms['fusec']:.0f} | "
+        fusec = min(ms["fusec"], ms.get("fusec_graph", float("inf")))
+        best = min(v for key, v in ms.items() if not key.startswith("fusec"))
+        floor = r["floor_ms"]
+        pct = f"{100 * floor / ms['fusec']:.0f}" if floor else "-"
+        print(f"| {r['description']} | {ms['eager']:.3f} | {ms['inductor']:.3f} | "
+              f"{_fmt(ms.get('inductor_max_autotune'))} | {_fmt(ms.get('inductor_cudagraphs'))} | "
+              f"{ms['fusec']:.3f} ({ms['fusec_again']:.3f}) | {_fmt(ms.get('fusec_graph'))} | "
+              f"{_fmt(floor)} | {best / fusec:.2f}x | {pct} | "
               f"{k['eager']}/{k['inductor']}/{k['fusec']} | {r['err']['fusec']:.1e} | "
               f"{r['fusec_compile_s']} | {r['inductor_compile_s']:.1f} |")
 

@@ -38,6 +38,15 @@ def compiler_fingerprint() -> str:
     return _FINGERPRINT
 
 
+def _codegen_environment() -> str:
+    """What changes the generated code besides the options: the CPU level the kernels are
+    built for and the environment variables the CPU code generator reads."""
+    from fusec.compiler.codegen_cpu import default_cpu
+
+    names = ("FUSEC_CPU_MATMUL", "FUSEC_MATMUL_MR", "FUSEC_MATMUL_NR")
+    return default_cpu() + "".join(f";{n}={os.environ.get(n, '')}" for n in names)
+
+
 def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool = True,
             arch: str = "sm_90", cache: bool = True, dump_dir: str | None = None,
             verify: bool = False) -> Any:
@@ -70,8 +79,8 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
             text, filename = import_torch(model, *example_inputs, locations=True), "<torch>"
     options = CompileOptions(target=target, arch=arch, fusion=fusion, dump_dir=dump_dir)
     options.target = options.resolved_target()
-    key = hashlib.sha256(
-        (compiler_fingerprint() + options.cache_key() + text).encode()).hexdigest()[:32]
+    key = hashlib.sha256((compiler_fingerprint() + options.cache_key() + _codegen_environment()
+                          + text).encode()).hexdigest()[:32]
     path = os.path.join(cache_dir(), f"{key}.so")
     if not (cache and os.path.exists(path)):
         os.makedirs(cache_dir(), exist_ok=True)

@@ -12,7 +12,8 @@ Three IR stages, each a flat pass list (`*_passes(options)`, run by `run_pipelin
 then `emit_object` (LLVM IR -> `opt -O3` -> `llc -O3` -> .o) and `take_plan` (the Plan).
 Options are read from `options.extra` (a dict) when present: `threads` (tile count target,
 default this machine's cores), `tiles_per_thread` (4), `min_tile_kb` (16), `max_tile_kb`
-(256), `cpu` (LLVM CPU name for code generation, default `default_cpu()`).
+(256), `cpu` (LLVM CPU name for code generation, default `default_cpu()`), `cpu_matmul`
+(matmul microkernels, `--fusion-cpu-matmul`, default on), `matmul_mr`, `matmul_nr`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def tiled_passes(options: Any = None) -> list[str]:
     per_thread = int(_option(options, "tiles_per_thread", 4))
     min_kb = int(_option(options, "min_tile_kb", 16))
     max_kb = int(_option(options, "max_tile_kb", 256))
+    # The pipeline acts on capacity (a group over the limits is re-tiled or split); a caller
+    # that needs one kernel per group back and passes a plain dict of tiling options (the
+    # CUDA fallback) gets that only when it asks for it ("fit": True).
+    fit = bool(_option(options, "fit", not isinstance(options, dict)))
     return [
         # Reshapes at group edges are views: out of the kernels, so that roots are tileable.
         "fusion-hoist-reshapes",
@@ -61,8 +66,9 @@ def tiled_passes(options: Any = None) -> list[str]:
         # The elementwise fusion propagates reshapes through linalg ops, to group edges too.
         "fusion-hoist-reshapes",
         "canonicalize",
+        # fit: a tile over the device's capacity is re-tiled smaller, or its group split.
         (f"fusion-tile{{threads={threads},tiles-per-thread={per_thread},min-tile-kb={min_kb},"
-         f"max-tile-kb={max_kb}}}"),
+         f"max-tile-kb={max_kb},fit={'true' if fit else 'false'}}}"),
         # Tiling leaves the fused-away producers dead and duplicates slices: clean both.
         "canonicalize",
         "cse",
@@ -78,9 +84,14 @@ def tiled_passes(options: Any = None) -> list[str]:
 def bufferized_passes(options: Any = None) -> list[str]:
     """tiled -> bufferized."""
     return [
+        # One buffer per output, even where the model returns one value twice.
+        "fusion-distinct-outputs",
         "fusion-outline-kernels",
         ("one-shot-bufferize{bufferize-function-boundaries "
          "function-boundary-type-conversion=identity-layout-map}"),
+        # A kernel returning an scf.for result (tm_tensor loops) returns a copy of the loop's
+        # buffer until canonicalize folds it; only a returned alloc becomes the out parameter.
+        "canonicalize",
         # Kernels write into caller-provided buffers; a kernel's result alloc *is* the out
         # parameter (hoist-static-allocs), so no copy remains.
         "buffer-results-to-out-params{modify-public-functions hoist-static-allocs}",
@@ -105,6 +116,9 @@ def cpu_passes(options: Any = None) -> list[str]:
         "buffer-deallocation-pipeline",
         # memref.copy would lower to a call into MLIR's runtime library; loops need none.
         "fusion-copies-to-linalg",
+        # Matmuls: register-blocked broadcast-FMA microkernels instead of scalar loops;
+        # their n-D vector transfers become 1-D loads and stores.
+        *_matmul_passes(options),
         "convert-linalg-to-loops",
         # MLIR 22's memref-to-LLVM asserts on i1 stores; booleans are bytes anyway.
         "fusion-widen-i1-memrefs",
@@ -129,6 +143,8 @@ def cpu_passes(options: Any = None) -> list[str]:
         "arith-expand{include-bf16=true}",
         "convert-math-to-llvm",
         "convert-math-to-libm",
+        "convert-vector-to-llvm",
+        "convert-ub-to-llvm",
         "finalize-memref-to-llvm",
         "convert-func-to-llvm{use-bare-ptr-memref-call-conv}",
         "convert-arith-to-llvm",
@@ -138,6 +154,22 @@ def cpu_passes(options: Any = None) -> list[str]:
         "fusion-cpu-abi",
         "canonicalize",
     ]
+
+
+def _matmul_passes(options: Any = None) -> list[str]:
+    """`fusion-cpu-matmul` and the lowering of its vector transfers (option `cpu_matmul`,
+    default on; `matmul_mr`, `matmul_nr`: the microkernel's rows and columns)."""
+    # $FUSEC_CPU_MATMUL=0 turns it off too (to measure what it brings).
+    if not _option(options, "cpu_matmul", os.environ.get("FUSEC_CPU_MATMUL", "1") != "0"):
+        return []
+    lanes = vector_bits(_option(options, "cpu", None) or default_cpu()) // 32
+    if lanes < 8:
+        return []  # no 8-lane f32 vectors: the microkernel's unit
+    # Two vectors of columns and 6 rows: 12 accumulators, 2 B vectors and a broadcast fit
+    # AVX2's 16 registers; AVX-512 has 32 registers of twice the width.
+    mr = int(_option(options, "matmul_mr", int(os.environ.get("FUSEC_MATMUL_MR", 6))))
+    nr = int(_option(options, "matmul_nr", int(os.environ.get("FUSEC_MATMUL_NR", 2 * lanes))))
+    return [f"fusion-cpu-matmul{{mr={mr},nr={nr}}}", "convert-vector-to-scf{full-unroll=true}"]
 
 
 def _run(module: ir.Module, passes: list[str]) -> ir.Module:
@@ -280,18 +312,56 @@ def host_triple() -> str:
     raise RuntimeError("llc --version names no default target")
 
 
-def default_cpu() -> str:
-    """The CPU to generate code for: x86-64-v3 (AVX2, FMA) where this machine has it.
+# x86-64-v4 is AVX-512 with these extensions (LLVM's definition of the level).
+_V4_FLAGS = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
 
-    Not `native`: an artifact may run on another x86 machine than the one that built it;
-    x86-64-v3 is what every x86 server of the last decade runs. `options.extra["cpu"]`
-    overrides it (e.g. "native").
-    """
+
+def _host_flags() -> set[str]:
     try:
         with open("/proc/cpuinfo") as f:
-            flags = f.read()
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
     except OSError:
-        return "generic"
+        pass
+    return set()
+
+
+def target_cpu(options: Any = None) -> str:
+    """The LLVM CPU the kernels are generated for: `extra["cpu"]`, else `default_cpu()`."""
+    return _option(options, "cpu", None) or default_cpu()
+
+
+def default_cpu() -> str:
+    """The CPU to generate code for: $FUSEC_CPU if set, else the highest x86-64 level this
+    machine runs: x86-64-v4 (AVX-512) or x86-64-v3 (AVX2, FMA), else "generic".
+
+    A level, not `native`: the artifact runs on every machine of that level, not only on
+    this model. An artifact to run on an older machine than the one that builds it needs
+    FUSEC_CPU (e.g. "x86-64-v3") or `options.extra["cpu"]`.
+    """
+    if os.environ.get("FUSEC_CPU"):
+        return os.environ["FUSEC_CPU"]
+    flags = _host_flags()
+    if all(f in flags for f in _V4_FLAGS):
+        return "x86-64-v4"
+    if "avx2" in flags and "fma" in flags:
+        return "x86-64-v3"
+    return "generic"
+
+
+def vector_bits(cpu: str) -> int:
+    """Width of the widest float vector register code for `cpu` may use (512, 256, 128)."""
+    if cpu == "native":
+        flags = _host_flags()
+        return 512 if "avx512f" in flags else 256 if "avx2" in flags else 128
+    if cpu == "x86-64-v4" or "avx512" in cpu or cpu.startswith(
+            ("znver4", "znver5", "skylake-avx512", "cascadelake", "icelake", "sapphirerapids",
+             "tigerlake", "cooperlake", "graniterapids", "emeraldrapids")):
+        return 512
+    if cpu in ("generic", "x86-64", "x86-64-v2"):
+        return 128
+    return 256
     if " avx2" in flags and " fma" in flags:
         return "x86-64-v3"
     return "generic"

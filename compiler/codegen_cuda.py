@@ -40,6 +40,15 @@ per GPU thread), still one kernel per group; `Launch.info["path"]` says which pa
 kernel ("fast" | "fallback") and, for the fallback, `info["why"]` the emitter's refusal.
 `CudaOptions(fallback=False)` turns the fallback off (the refusal is raised).
 
+Matmul-rooted groups (linalg.matmul / batch_matmul) are not kernels of ours: before emission,
+`split_matmul_groups` splits each into [prologue] + one cuBLASLt call (`Launch.launch_kind =
+"gemm"`, parameters in `Launch.gemm`, the reason in `info["why"]` and the gemm group's
+`fusion.why`) + [epilogue], fusing bias / ReLU / bf16 rounding / (16-bit) GELU into cuBLASLt's
+epilogue (see the section comment). Other rewrites before emission, each for the GPU's sake:
+transposes that only move size-1 dims become reshapes, static slices become gathers, groups the
+emitter refuses are cut at reshapes of computed values, and multi-output groups it refuses are
+split one per output (`CudaOptions(gemm=False)` turns the gemm split off).
+
 Kernel arguments use the bare-pointer convention: one `void*` (device pointer) per memref,
 group inputs first, then the group's weights, then group outputs, all flat `memref<NxT>`
 (fallback kernels: inputs, outputs, then weights, shaped memrefs; `Launch.buffers` lists
@@ -294,6 +303,16 @@ def analyse_group(group: ir.Operation, device: CudaDevice = H200,
             continue
         raise CudaCodegenError(f"'{name}' is not supported by the CUDA code generator yet")
     generics = _generics(group)
+    for op in generics:
+        # An identity map on an operand of another shape (a slice at offset 0, left by
+        # extract_slices_to_generics) is not elementwise over one domain.
+        parallel = all("parallel" in str(t) for t in _iterators(op))
+        domain = _tensor_info(op.results[0].type)[0] if len(op.results) and parallel else None
+        for v, m in zip(op.operands, (_parse_map(a) for a in op.attributes["indexing_maps"])):
+            if m.results == tuple(range(m.num_dims)) and domain is not None and \
+                    m.num_dims == len(domain) and _tensor_info(v.type)[0] != domain:
+                raise CudaCodegenError("an operand read through an identity map has another "
+                                       "shape than the loop domain (a slice)")
     if not generics:
         # Only fills (the unfused baseline makes a kernel of each): a broadcast store.
         shapes = [_tensor_info(v.type) for v in body.operations[len(body.operations) - 1].operands]
@@ -1119,6 +1138,9 @@ class CudaOptions:
     elementwise_unroll: int = 0  # chunks per thread per tile; 0: elementwise_launch_shape's
     # Groups the emitter refuses go through upstream MLIR (`fallback_kernel`); False: refuse.
     fallback: bool = True
+    # Matmul-rooted groups: the matmul through cuBLASLt (split_matmul_groups); False: one
+    # kernel per group (the fallback's one thread per output element).
+    gemm: bool = True
 
 
 def kernel_module_text(kernels: list[str], options: CudaOptions) -> str:
@@ -1192,11 +1214,33 @@ def _entry_function(module: ir.Module) -> ir.Operation:
     return funcs[0]
 
 
+# Entry-function attributes of CPU-only features: the CUDA plan and runtime have no model
+# state (an RNG seed kept between calls) and return no Python scalars yet.
+_CPU_ONLY_FEATURES = {
+    "fusion.state": "keeps state between calls (an RNG seed: torch.rand, dropout, ...)",
+    "fusion.scalar_results": "returns Python numbers (scalar results)",
+}
+
+
+def _refuse_host_features(func: ir.Operation) -> None:
+    """Raise a PassError (located at the model function) if the model needs what only the
+    CPU artifact provides."""
+    from fusec.passes.registry import PassError
+
+    for attribute, what in _CPU_ONLY_FEATURES.items():
+        if attribute in func.attributes:
+            raise PassError(f"the model {what}, which the CUDA target does not support yet; "
+                            "compile it with --target cpu", func.location)
+
+
 def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgram:
-    """Compile every `fusion.group` of the entry function to a kernel; build the plan."""
+    """Compile every `fusion.group` of the entry function to a kernel or a cuBLASLt call;
+    build the plan. The module is rewritten in place first (matmul splits and the other
+    GPU rewrites named in the module docstring)."""
     options = options or CudaOptions()
     start = time.perf_counter()
     func = _entry_function(module)
+    _refuse_host_features(func)
     body = func.regions[0].blocks[0]
     buffers: list[Buffer] = []
     ids: dict[int, int] = {}
@@ -1211,6 +1255,15 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
         return b.id
 
     inputs = [add_buffer(a, "input", f"input{i}") for i, a in enumerate(body.arguments)]
+    gemm_notes = []
+    if options.gemm:
+        # The caller's context need not be the default one (the fusec driver's is not).
+        with module.context, func.location:
+            unit_transposes_to_reshapes(func)
+            extract_slices_to_generics(func)
+            gemm_notes = split_matmul_groups(func)
+            split_at_reshapes(func, options)
+            split_multi_output_groups(func, options)
     launches: list[Launch] = []
     kernels: list[str] = []
     outputs: list[int] = []
@@ -1258,6 +1311,10 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             return [add_buffer(r, "output" if _value_key(r) in returned else "temp",
                                f"{symbol}_out{j}") for j, r in enumerate(op.results)]
 
+        if "fusion.path" in op.attributes:
+            launches.append(gemm_launch(op, operands, weight_buffer, result_buffers, asm))
+            launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
+            continue
         try:
             geometry = analyse_group(op, options.device, options.row_elements_per_thread,
                                      options.elementwise_unroll)
@@ -1297,6 +1354,10 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
     # A group result returned twice, or returned and used, keeps one buffer; fine.
     plan = Plan(target="cuda", buffers=buffers, launches=launches, inputs=inputs,
                 outputs=outputs, metadata={"arch": options.arch})
+    if gemm_notes:
+        plan.metadata["gemm"] = gemm_notes
+    if any(k.launch_kind == "gemm" for k in launches):
+        plan.metadata["cublaslt_workspace_bytes"] = GEMM_WORKSPACE_BYTES
     text = kernel_module_text(kernels, options)
     context = module.context
     ptx = lower_kernels(text, options, context, "isa").decode()
@@ -1645,29 +1706,49 @@ def _c_string(text: str) -> str:
     return json.dumps(text)  # a JSON string is a valid C string literal for ASCII text
 
 
-def host_code(program: CudaProgram) -> str:
+def _c_blob(name: str, data: bytes, blob_dir: Path | None) -> str:
+    """A 64-byte aligned constant byte array `name`: inline C bytes, or (with `blob_dir`) the
+    bytes written to a file there and pulled in by the assembler's .incbin, which keeps the
+    C compiler from parsing megabytes of weights as text."""
+    if blob_dir is None:
+        return (f"static const unsigned char {name}[{len(data)}] "
+                f"__attribute__((aligned(64))) = {{\n{_c_bytes(data)}\n}};")
+    path = Path(blob_dir) / f"{name}.bin"
+    path.write_bytes(data)
+    return (f'__asm__(".section .rodata\\n.balign 64\\n.type {name}, @object\\n{name}:\\n'
+            f'.incbin \\"{path}\\"\\n.size {name}, {len(data)}\\n.previous");\n'
+            f"extern const unsigned char {name}[{len(data)}];")
+
+
+def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
     """The generated C part of a CUDA `model.so`: tables that runtime/shim_cuda.c runs."""
     plan = program.plan
     image = program.fatbin if program.fatbin is not None else program.ptx.encode() + b"\0"
-    symbols = sorted({k.symbol for k in plan.launches if k.symbol != "__copy__"})
+    symbols = sorted({k.symbol for k in plan.launches
+                      if k.symbol != "__copy__" and k.launch_kind != "gemm"})
     lines = [f'#include "{SHIM_CUDA}"', ""]
-    lines.append(f"static const unsigned char fusec_image[{len(image)}] "
-                 f"__attribute__((aligned(64))) = {{\n{_c_bytes(image)}\n}};")
+    lines.append(_c_blob("fusec_image", image, blob_dir))
     lines.append("static const char *const fusec_symbols[] = {"
                  + ", ".join(_c_string(s) for s in symbols) + "};")
     for k, launch in enumerate(plan.launches):
         lines.append(f"static const int fusec_launch{k}_buffers[] = {{"
                      + ", ".join(str(b) for b in launch.buffers) + "};")
+        if launch.launch_kind == "gemm":
+            lines.append(f"static const long long fusec_launch{k}_gemm[] = {{"
+                         + ", ".join(str(v) for v in gemm_table(launch, None)) + "};")
     lines.append("static const fusec_cuda_launch fusec_launches[] = {")
     for k, launch in enumerate(plan.launches):
-        kernel = -1 if launch.symbol == "__copy__" else symbols.index(launch.symbol)
+        gemm = "0"
+        if launch.launch_kind == "gemm":
+            kernel, gemm = -2, f"fusec_launch{k}_gemm"
+        else:
+            kernel = -1 if launch.symbol == "__copy__" else symbols.index(launch.symbol)
         lines.append(f"  {{{kernel}, {launch.grid}, {launch.block}, {launch.shared_bytes}, "
-                     f"{len(launch.buffers)}, fusec_launch{k}_buffers}},")
+                     f"{len(launch.buffers)}, fusec_launch{k}_buffers, {gemm}}},")
     lines.append("};")
     roles = {"input": 0, "output": 1, "temp": 2, "constant": 3}
     for bid, data in program.constants.items():
-        lines.append(f"static const unsigned char fusec_constant{bid}[{len(data)}] "
-                     f"__attribute__((aligned(64))) = {{\n{_c_bytes(data)}\n}};")
+        lines.append(_c_blob(f"fusec_constant{bid}", data, blob_dir))
     slot = {}
     for role, idlist in (("input", plan.inputs), ("output", plan.outputs)):
         for i, bid in enumerate(idlist):
@@ -1685,6 +1766,7 @@ def host_code(program: CudaProgram) -> str:
     lines.append(f"  fusec_launches, {len(plan.launches)},")
     lines.append(f"  fusec_buffers, {len(plan.buffers)},")
     lines.append(f"  {len(plan.inputs)}, {len(plan.outputs)}, fusec_metadata_json,")
+    lines.append(f"  {plan.metadata.get('cublaslt_workspace_bytes', 0)}ULL,")
     lines.append("};")
     lines.append("static const fusec_cuda_program *fusec_program(void) "
                  "{ return &fusec_the_program; }")
@@ -1710,7 +1792,8 @@ def _metadata(plan: Plan) -> dict:
 
 
 EXPORTED = ("fusec_abi_version", "fusec_metadata", "fusec_last_error", "fusec_run",
-            "fusec_run_stream", "fusec_num_threads")
+            "fusec_run_stream", "fusec_num_threads", "fusec_run_graph",
+            "fusec_graph_captures_count")
 
 
 def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:
@@ -1719,7 +1802,7 @@ def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:
     cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "plan_cuda.c"
-        src.write_text(host_code(program))
+        src.write_text(host_code(program, Path(tmp)))
         script = Path(tmp) / "exports.map"
         script.write_text("{\n  global: " + " ".join(f"{s};" for s in EXPORTED)
                           + "\n  local: *;\n};\n")
@@ -1765,3 +1848,780 @@ def load_metadata(path: str | os.PathLike) -> dict:
     lib = ctypes.CDLL(str(path))
     lib.fusec_metadata.restype = ctypes.c_char_p
     return json.loads(lib.fusec_metadata().decode())
+
+
+# ---------------------------------------------------------------- matmul-rooted groups: cuBLASLt
+#
+# A group whose root is a matmul / batch_matmul is split, before code generation, into up to
+# three groups: a *prologue* (whatever the matmul's operands need that cuBLASLt cannot absorb,
+# through the emitter or the fallback), the *gemm* (one cuBLASLt call: transposes of the last
+# two dims become transpose flags, contiguous reshapes and bf16/f16->f32 casts of operands are
+# free, and the first elementwise ops on the result become cuBLASLt's fused epilogue when they
+# match it: + bias row vector, ReLU, f32->bf16/f16 rounding, GELU), and an *epilogue* (the
+# rest, one fused elementwise kernel of the emitter). The decision and its reason live in the
+# IR (`fusion.path = "gemm"`, `fusion.why`, `fusion.gemm_epilogue` on the gemm group).
+#
+# GELU: torch's default GELU is the erf form, cuBLASLt's the tanh approximation (they differ
+# by up to 4.7e-4 absolute, about 1e-4 relative on normal data): above fp32's 1e-5 tolerance,
+# far below bf16/f16 rounding (2^-8 relative). So GELU goes into cuBLASLt only when the
+# output is 16-bit; in fp32 it stays in the elementwise epilogue kernel.
+
+GEMM_OPS = ("linalg.matmul", "linalg.batch_matmul")
+RESHAPE_OPS = ("tensor.collapse_shape", "tensor.expand_shape")
+# cudaDataType values (library_types.h).
+CUDA_DATA_TYPES = {"f32": 0, "f16": 2, "bf16": 14}
+CUBLAS_COMPUTE_32F = 68
+# cublasLtEpilogue_t values.
+CUBLASLT_EPILOGUES = {"default": 1, "relu": 2, "bias": 4, "relu_bias": 6, "gelu": 32,
+                      "gelu_bias": 36}
+# Bytes of cuBLASLt workspace the shim allocates once (NVIDIA recommends 32 MiB on Hopper).
+GEMM_WORKSPACE_BYTES = 32 << 20
+
+
+def _defining(value: ir.Value) -> ir.Operation | None:
+    from fusec.passes.grouping import defining_op
+
+    return defining_op(value)
+
+
+def _single_use(value: ir.Value) -> bool:
+    return len(list(value.uses)) == 1
+
+
+def _scalar_body(op: ir.Operation) -> tuple[list[ir.Value], list[ir.Operation], ir.Value] | None:
+    """A linalg.generic's block arguments, its ops and its one yielded value."""
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return None
+    block = op.regions[0].blocks[0]
+    ops = [o.operation for o in block.operations]
+    if ops[-1].name != "linalg.yield" or len(ops[-1].operands) != 1:
+        return None
+    return list(block.arguments), ops[:-1], ops[-1].operands[0]
+
+
+_CMP = {"ogt": ">", "ugt": ">", "oge": ">=", "uge": ">=", "olt": "<", "ult": "<",
+        "ole": "<=", "ule": "<="}
+
+
+def evaluate_body(op: ir.Operation, args: list[Any]) -> Any:
+    """The value a linalg.generic's scalar body yields for `args` (numpy float64 arrays).
+
+    Recognising an epilogue by what it computes, not by how torch-mlir spelled it, makes the
+    match independent of the op order in the body; any op not listed here means no match.
+    """
+    import numpy as np
+
+    parsed = _scalar_body(op)
+    if parsed is None:
+        raise CudaCodegenError("not a one-result linalg.generic")
+    block_args, ops, yielded = parsed
+    env: dict[int, Any] = {_value_key(a): x for a, x in zip(block_args, args)}
+
+    def get(v: ir.Value) -> Any:
+        key = _value_key(v)
+        if key in env:
+            return env[key]
+        producer = _defining(v)
+        if producer is not None and producer.name == "arith.constant":
+            attr = producer.attributes["value"]
+            if isinstance(attr, ir.FloatAttr):
+                return float(attr.value)
+        raise CudaCodegenError("the body reads a value it does not define")
+
+    from math import erf
+
+    verf = np.vectorize(erf)
+    unary = {"math.erf": verf, "math.sqrt": np.sqrt, "math.tanh": np.tanh, "math.exp": np.exp,
+             "arith.negf": np.negative, "arith.extf": lambda x: x, "arith.truncf": lambda x: x}
+    binary = {"arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply,
+              "arith.divf": np.divide, "arith.maximumf": np.maximum,
+              "arith.maxnumf": np.maximum, "arith.minimumf": np.minimum,
+              "arith.minnumf": np.minimum}
+    for o in ops:
+        name = o.name
+        if name == "arith.constant":
+            continue
+        xs = [get(v) for v in o.operands]
+        if name in unary:
+            r = unary[name](xs[0])
+        elif name in binary:
+            r = binary[name](xs[0], xs[1])
+        elif name == "arith.cmpf":
+            raw = str(o.attributes["predicate"])
+            pred = ({"2": "ogt", "3": "oge", "4": "olt", "5": "ole", "9": "ugt", "10": "uge",
+                     "11": "ult", "12": "ule"}.get(raw.split(":")[0].strip(), "")
+                    if raw[:1].isdigit() else re.sub(r"[^a-z]", " ", raw).split()[-1])
+            if pred not in _CMP:
+                raise CudaCodegenError(f"cmpf {pred}")
+            r = eval(f"xs[0] {_CMP[pred]} xs[1]")  # noqa: S307 - operator from a fixed table
+        elif name == "arith.select":
+            r = np.where(xs[0], xs[1], xs[2])
+        else:
+            raise CudaCodegenError(f"'{name}' in an epilogue body")
+        env[_value_key(o.results[0])] = r
+    return get(yielded)
+
+
+def _samples() -> Any:
+    import numpy as np
+
+    return np.linspace(-4.0, 4.0, 81)
+
+
+def _is_elementwise_1(op: ir.Operation) -> bool:
+    """One input, one output, identity maps, all parallel."""
+    if op.name != "linalg.generic" or len(op.operands) != 2:
+        return False
+    maps = [_parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    return all(m.results == tuple(range(m.num_dims)) for m in maps) and all(
+        "parallel" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"]))
+
+
+def _unary_kind(op: ir.Operation) -> str | None:
+    """'cast' (extf/truncf only), 'relu', 'gelu' (erf form) or None, by evaluation."""
+    import numpy as np
+
+    if not _is_elementwise_1(op):
+        return None
+    parsed = _scalar_body(op)
+    if parsed is None:
+        return None
+    names = [o.name for o in parsed[1] if o.name != "arith.constant"]
+    if names in (["arith.extf"], ["arith.truncf"]):
+        return "cast"
+    x = _samples()
+    try:
+        y = evaluate_body(op, [x, np.zeros_like(x)])
+    except CudaCodegenError:
+        return None
+    from math import erf
+
+    gelu = 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2.0)))
+    if np.allclose(y, np.maximum(x, 0), rtol=1e-6, atol=1e-6):
+        return "relu"
+    # bf16 constants (sqrt(2) rounded) move the value by ~2^-8 relative: still erf-GELU.
+    if np.allclose(y, gelu, rtol=1e-2, atol=1e-2):
+        return "gelu"
+    return None
+
+
+def _cast_types(op: ir.Operation) -> tuple[str, str]:
+    ins = ir.RankedTensorType(op.operands[0].type).element_type
+    outs = ir.RankedTensorType(op.results[0].type).element_type
+    return str(ins), str(outs)
+
+
+def _bias_add(op: ir.Operation, result: ir.Value) -> ir.Value | None:
+    """If `op` is `result + bias[col]` (bias a row vector over the last dim), the bias."""
+    import numpy as np
+
+    if op.name != "linalg.generic" or len(op.operands) != 3:
+        return None
+    maps = [_parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if maps[0].num_dims != 2 or maps[2].results != (0, 1):
+        return None
+    ins = list(op.operands[:2])
+    if _value_key(ins[0]) == _value_key(result) and maps[0].results == (0, 1) \
+            and maps[1].results == (1,):
+        bias = ins[1]
+    elif _value_key(ins[1]) == _value_key(result) and maps[1].results == (0, 1) \
+            and maps[0].results == (1,):
+        bias = ins[0]
+    else:
+        return None
+    a, b = _samples(), _samples()[::-1] * 0.37
+    try:
+        y = evaluate_body(op, [a, b, np.zeros_like(a)])
+    except CudaCodegenError:
+        return None
+    return bias if np.allclose(y, a + b, rtol=1e-12, atol=0) else None
+
+
+def _swaps_last_two(op: ir.Operation) -> bool:
+    perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    n = len(perm)
+    return n >= 2 and perm == list(range(n - 2)) + [n - 1, n - 2]
+
+
+@dataclass
+class GemmOperand:
+    """What cuBLASLt reads for one matmul operand: `source` (a group input or a weight),
+    transposed or not, the ops between absorbed."""
+
+    source: ir.Value
+    transposed: bool
+    element: str  # element type of `source` (cuBLASLt's input type)
+    ops: list[ir.Operation]
+
+
+def gemm_operand(value: ir.Value) -> GemmOperand:
+    """Walk back from a matmul operand over what cuBLASLt absorbs: casts to f32 (anywhere), one
+    transpose of the last two dims, and contiguous reshapes *before* the transpose (a reshape
+    of a transposed tensor would move its bytes). Each absorbed op must have no other use."""
+    ops: list[ir.Operation] = []
+    transposed = False
+    reshaped = False
+    while True:
+        op = _defining(value)
+        if op is None or not _single_use(value):
+            break
+        if op.name == "linalg.generic" and _unary_kind(op) == "cast" \
+                and _cast_types(op)[1] == "f32":
+            pass
+        elif op.name == "linalg.transpose" and not transposed and not reshaped \
+                and _swaps_last_two(op):
+            transposed = True
+        elif op.name in RESHAPE_OPS:
+            reshaped = True
+        else:
+            break
+        ops.append(op)
+        value = op.operands[0]
+    element = str(ir.RankedTensorType(value.type).element_type)
+    return GemmOperand(value, transposed, element, ops)
+
+
+def _operand_ok(operand: GemmOperand) -> bool:
+    producer = _defining(operand.source)
+    if producer is not None and producer.name == "arith.constant" and not is_weight(producer):
+        return False  # a splat tensor constant has no buffer
+    return operand.element in CUDA_DATA_TYPES
+
+
+@dataclass
+class GemmSplit:
+    """How one matmul-rooted group splits (see the section comment)."""
+
+    prologue: list[ir.Operation]
+    gemm: list[ir.Operation]
+    epilogue: list[ir.Operation]
+    fused: list[str]  # epilogue ops absorbed by cuBLASLt: "bias", "relu", "cast", "gelu"
+    why: str
+
+
+def plan_gemm_split(group: ir.Operation) -> GemmSplit | str:
+    """The split of `group`, or the reason it is not a cuBLASLt group."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, walk_ops
+
+    body = group.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations][:-1]
+    mms = [o for o in ops if o.name in GEMM_OPS]
+    if len(mms) != 1:
+        return f"{len(mms)} matmuls in the group"
+    mm = mms[0]
+    fill = _defining(mm.operands[2])
+    if fill is None or fill.name != "linalg.fill" or not _single_use(mm.operands[2]):
+        return "the matmul does not start from a zero fill"
+    zero = _defining(fill.operands[0])
+    if zero is None or zero.name != "arith.constant" or \
+            float(ir.FloatAttr(zero.attributes["value"]).value) != 0.0:
+        return "the matmul accumulates into a non-zero init"
+    a, b = gemm_operand(mm.operands[0]), gemm_operand(mm.operands[1])
+    if not (_operand_ok(a) and _operand_ok(b)) or a.element != b.element:
+        return f"operand types {a.element} x {b.element} are not a cuBLASLt pair"
+    if str(ir.RankedTensorType(mm.results[0].type).element_type) != "f32" and \
+            a.element != str(ir.RankedTensorType(mm.results[0].type).element_type):
+        return "the matmul's result type differs from its operands'"
+    core = a.ops + b.ops + [fill, mm]
+    absorbed, fused, out_type = _absorb_epilogue(mm, a.element, allow_bias=True)
+    if absorbed is None:
+        absorbed, fused, out_type = _absorb_epilogue(mm, a.element, allow_bias=False)
+    gemm = core + absorbed
+    gemm_keys = {id_of(o) for o in gemm}
+    # Prologue: what the gemm ops need, transitively, inside the group.
+    by_key = {id_of(o): o for o in ops}
+    needed: set[int] = set()
+    stack = [o for o in gemm]
+    while stack:
+        op = stack.pop()
+        for inner in walk_ops(op):
+            for v in inner.operands:
+                p = _defining(v)
+                if p is None:
+                    continue
+                k = id_of(p)
+                if k in by_key and k not in gemm_keys and k not in needed \
+                        and p.name not in CLONED_INTO_GROUPS:
+                    needed.add(k)
+                    stack.append(p)
+    prologue = [o for o in ops if id_of(o) in needed]
+    epilogue = [o for o in ops if id_of(o) not in needed and id_of(o) not in gemm_keys
+                and o.name not in CLONED_INTO_GROUPS]
+    why = "matmul-rooted group: cuBLASLt"
+    if fused:
+        why += f" with the fused epilogue {'+'.join(fused)}"
+    if any(_unary_kind(o) == "gelu" for o in epilogue if o.name == "linalg.generic") \
+            and out_type == "f32":
+        why += ("; GELU stays in the elementwise kernel (cuBLASLt's GELU is the tanh "
+                "approximation, ~1e-4 from torch's erf GELU: over fp32's 1e-5 tolerance)")
+    return GemmSplit(prologue, gemm, epilogue, fused, why)
+
+
+def _absorb_epilogue(mm: ir.Operation, in_type: str, allow_bias: bool
+                     ) -> tuple[list[ir.Operation] | None, list[str], str]:
+    """The elementwise ops after `mm` that cuBLASLt's epilogue runs, in order:
+    [+ bias] [relu] [round f32 to the operands' 16-bit type] [relu | gelu (16-bit only)].
+    Returns (ops, their names, output element type); ops None when the bias's type would
+    differ from the output's (cuBLASLt reads the bias in the output's type)."""
+    rank = ir.RankedTensorType(mm.results[0].type).rank
+    out_type = str(ir.RankedTensorType(mm.results[0].type).element_type)
+    value = mm.results[0]
+    ops: list[ir.Operation] = []
+    fused: list[str] = []
+    bias_type = None
+    while _single_use(value):
+        user = next(iter(value.uses)).owner
+        user = user.operation if hasattr(user, "operation") else user
+        if user.name != "linalg.generic":
+            break
+        kind = _unary_kind(user)
+        cast = _cast_types(user) if kind == "cast" else None
+        bias = _bias_add(user, value) if allow_bias and not fused and rank == 2 else None
+        if bias is not None:
+            bias_op = gemm_operand(bias)
+            if bias_op.transposed or not _operand_ok(bias_op):
+                break
+            ops += bias_op.ops
+            bias_type = bias_op.element
+            step = "bias"
+        elif cast and "cast" not in fused and cast[0] == "f32" and cast[1] == in_type \
+                and in_type in ("bf16", "f16"):
+            out_type = cast[1]
+            step = "cast"
+        elif kind == "relu" and not {"relu", "gelu"} & set(fused):
+            step = "relu"
+        elif kind == "gelu" and not {"relu", "gelu"} & set(fused) and out_type != "f32":
+            step = "gelu"
+        else:
+            break
+        fused.append(step)
+        ops.append(user)
+        value = user.results[0]
+    if bias_type is not None and bias_type != out_type:
+        return None, [], out_type
+    return ops, fused, out_type
+
+
+def unit_transposes_to_reshapes(func: ir.Operation) -> int:
+    """Rewrite each linalg.transpose that only moves size-1 dims (batch 1: [1, 16, 512] ->
+    [16, 1, 512]) into a collapse_shape to 1-D and an expand_shape: the same bytes, so no
+    kernel (cuBLASLt reads through it, the emitter treats it as a view). Returns how many."""
+    from fusec.passes.grouping import walk_ops
+
+    count = 0
+    for op in walk_ops(func, lambda o: o.name == "linalg.transpose"):
+        src = op.operands[0]
+        src_shape = list(ir.RankedTensorType(src.type).shape)
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        moved = [p for p in perm if src_shape[p] != 1]
+        if len(src_shape) < 2 or moved != sorted(moved) or not op.results[0].uses:
+            continue
+        result_type = op.results[0].type
+        numel = math.prod(src_shape)
+        elt = ir.RankedTensorType(src.type).element_type
+        out_shape = list(ir.RankedTensorType(result_type).shape)
+        with ir.InsertionPoint(op), op.location:
+            flat = ir.Operation.create(
+                "tensor.collapse_shape", results=[ir.RankedTensorType.get([numel], elt)],
+                operands=[src], attributes={"reassociation": ir.ArrayAttr.parse(
+                    "[[" + ", ".join(str(i) for i in range(len(src_shape))) + "]]")})
+            view = ir.Operation.create(
+                "tensor.expand_shape", results=[result_type], operands=[flat.results[0]],
+                attributes={"reassociation": ir.ArrayAttr.parse(
+                    "[[" + ", ".join(str(i) for i in range(len(out_shape))) + "]]"),
+                    "static_output_shape": ir.DenseI64ArrayAttr.get(out_shape)})
+        op.results[0].replace_all_uses_with(view.results[0])
+        op.erase()
+        count += 1
+    return count
+
+
+def _cone(value: ir.Value, members: dict[int, ir.Operation]) -> set[int]:
+    """Keys of the ops among `members` that `value` depends on (itself included)."""
+    from fusec.passes.grouping import walk_ops
+
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        producer = _defining(stack.pop())
+        if producer is None or id_of(producer) not in members or id_of(producer) in seen:
+            continue
+        seen.add(id_of(producer))
+        for inner in walk_ops(producer):
+            stack.extend(inner.operands)
+    return seen
+
+
+def _emittable(group: ir.Operation, options: CudaOptions) -> bool:
+    """Whether the fast emitter takes `group` as it is."""
+    try:
+        geometry = analyse_group(group, options.device, options.row_elements_per_thread,
+                                 options.elementwise_unroll)
+        weights = [w for w in group.regions[0].blocks[0].operations if is_weight(w)]
+        KernelEmitter(group, "fusec_probe", geometry, weights).build()
+    except CudaCodegenError:
+        return False
+    return True
+
+
+def _pieces_at_reshapes(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
+    """`ops` (a group's body, constants left out) cut before every reshape of a value the group
+    computes: the connected pieces of the def-use graph without those edges, in block order."""
+    keys = {id_of(o): i for i, o in enumerate(ops)}
+    parent = list(range(len(ops)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, op in enumerate(ops):
+        for v in op.operands:
+            producer = _defining(v)
+            if producer is None or id_of(producer) not in keys:
+                continue
+            # Cut into the first reshape of a chain (reshapes of reshapes stay together).
+            if op.name in RESHAPE_OPS and producer.name not in RESHAPE_OPS:
+                continue
+            parent[find(i)] = find(keys[id_of(producer)])
+    pieces: dict[int, list[ir.Operation]] = {}
+    for i, op in enumerate(ops):
+        pieces.setdefault(find(i), []).append(op)
+    return list(pieces.values())
+
+
+def _convex(pieces: list[list[ir.Operation]]) -> bool:
+    """No path leaves a piece and comes back to it (each piece can be one group)."""
+    piece_of = {id_of(o): n for n, piece in enumerate(pieces) for o in piece}
+    # Piece-level dependency graph must be acyclic.
+    deps: dict[int, set[int]] = {n: set() for n in range(len(pieces))}
+    for n, piece in enumerate(pieces):
+        for op in piece:
+            for v in op.operands:
+                producer = _defining(v)
+                if producer is not None and id_of(producer) in piece_of \
+                        and piece_of[id_of(producer)] != n:
+                    deps[n].add(piece_of[id_of(producer)])
+    state: dict[int, int] = {}
+
+    def cyclic(n: int) -> bool:
+        if state.get(n) == 1:
+            return True
+        if state.get(n) == 2:
+            return False
+        state[n] = 1
+        if any(cyclic(d) for d in deps[n]):
+            return True
+        state[n] = 2
+        return False
+
+    return not any(cyclic(n) for n in deps)
+
+
+def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
+    """Split each group the emitter refuses at reshapes of values it computes.
+
+    The fallback tiles a group's root and fuses producers into the tile, but cannot slice a
+    producer through a reshape: such a producer is computed whole *by every thread* (batch-1
+    attention's bias add + head split: 8192 threads x 24K elements). Cut there, each piece
+    tiles cleanly (a reshape of a kernel's input is a view), and elementwise pieces go to the
+    fast emitter. Returns how many groups were split."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
+    from fusec.passes.inline_groups import inline_group
+
+    count = 0
+    body = func.regions[0].blocks[0]
+    for group in [op.operation for op in body.operations if op.operation.name == GROUP_OP]:
+        if "fusion.path" in group.attributes or _emittable(group, options):
+            continue
+        ops = [o.operation for o in group.regions[0].blocks[0].operations][:-1]
+        ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
+        pieces = _pieces_at_reshapes(ops)
+        if len(pieces) < 2 or not _convex(pieces):
+            continue
+        kind = str(group.attributes["kind"]).strip('"')
+        inline_group(group)
+        for piece in pieces:
+            form_group(piece, kind if len(piece) > 1 else "single",
+                       {"fusion.split": ir.StringAttr.get("reshape")})
+        count += 1
+    return count
+
+
+def split_multi_output_groups(func: ir.Operation, options: CudaOptions) -> int:
+    """Split each group with several outputs (not a gemm) into one group per output, ops that
+    two outputs need cloned into both. A multi-output group has no single tile loop, so the
+    fallback runs it in one GPU thread; one output per group gives each its own parallel
+    kernel (recomputing a shared bias add costs far less than a serial kernel). Returns how
+    many groups were split."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
+    from fusec.passes.inline_groups import inline_group
+
+    count = 0
+    body = func.regions[0].blocks[0]
+    for group in [op.operation for op in body.operations if op.operation.name == GROUP_OP]:
+        if len(group.results) < 2 or "fusion.path" in group.attributes or \
+                _emittable(group, options):
+            continue
+        ops = [o.operation for o in group.regions[0].blocks[0].operations]
+        yielded = list(ops[-1].operands)
+        members = {id_of(o): o for o in ops[:-1] if o.name not in CLONED_INTO_GROUPS}
+        cones = [_cone(v, members) for v in yielded]
+        if any(not c for c in cones) or len({frozenset(c) for c in cones}) != len(cones):
+            continue  # an output that is an input, or two outputs of one op
+        kind = str(group.attributes["kind"]).strip('"')
+        order = [o for o in ops[:-1] if id_of(o) in members]
+        inline_group(group)
+        # Every clone is made from an untouched original, then each output's versions are
+        # wired to each other (a clone of a clone would keep another output's operands).
+        operands = {id_of(o): list(o.operands) for o in order}
+        claimed: set[int] = set()
+        versions: list[dict[int, ir.Operation]] = []
+        for cone in cones:
+            version = {}
+            for op in order:
+                key = id_of(op)
+                if key not in cone:
+                    continue
+                if key in claimed:
+                    with ir.InsertionPoint(op):
+                        version[key] = op.clone()
+                else:
+                    version[key] = op
+            claimed |= cone
+            versions.append(version)
+        sets: list[list[ir.Operation]] = []
+        for version in versions:
+            for key, op in version.items():
+                for j, v in enumerate(operands[key]):
+                    producer = _defining(v)
+                    if producer is not None and id_of(producer) in version:
+                        op.operands[j] = version[id_of(producer)].results[
+                            ir.OpResult(v).result_number]
+            sets.append(list(version.values()))
+        dead = [o for o in order if id_of(o) not in claimed]
+        sets[0] += dead
+        for chosen in sets:
+            form_group(chosen, kind if kind != "horizontal" else "vertical",
+                       {"fusion.split": ir.StringAttr.get("output")})
+        count += 1
+    return count
+
+
+def extract_slices_to_generics(func: ir.Operation) -> int:
+    """Rewrite each static, unit-stride, rank-keeping tensor.extract_slice into a linalg.generic
+    that gathers: out[i] = src[i + offset] (linalg.index + tensor.extract). Upstream tiling
+    does not tile extract_slice, so a slice group ran in one GPU thread; the generic runs one
+    element per thread. (An offset map `d0 + o` would fail linalg's shape check at o = 0.)
+    Returns how many."""
+    from mlir.dialects import arith, linalg, tensor
+
+    from fusec.passes.grouping import walk_ops
+
+    count = 0
+    for op in walk_ops(func, lambda o: o.name == "tensor.extract_slice"):
+        if len(op.operands) != 1:
+            continue  # dynamic offsets or sizes
+        result_type = ir.RankedTensorType(op.results[0].type)
+        sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+        strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+        offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+        if sizes != list(result_type.shape) or any(st != 1 for st in strides):
+            continue
+        rank = len(sizes)
+        elt = result_type.element_type
+        maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))])
+        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+        index = ir.IndexType.get()
+        with ir.InsertionPoint(op), op.location:
+            empty = tensor.EmptyOp(sizes, elt)
+            gather = linalg.GenericOp([result_type], [], [empty.result], maps,
+                                      ir.ArrayAttr.get([parallel] * rank))
+            block = gather.regions[0].blocks.append(elt)
+            with ir.InsertionPoint(block):
+                where = []
+                for d, o in enumerate(offsets):
+                    i = linalg.IndexOp(ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d))
+                    where.append(arith.AddIOp(i.result, arith.ConstantOp(index, o).result).result
+                                 if o else i.result)
+                value = tensor.ExtractOp(op.operands[0], where)
+                linalg.YieldOp([value.result])
+        op.results[0].replace_all_uses_with(gather.results[0])
+        op.erase()
+        count += 1
+    return count
+
+
+def _absorbable_group(group: ir.Operation) -> bool:
+    """A group of only what cuBLASLt absorbs in an operand: casts to f32, transposes of the
+    last two dims, reshapes (the planner leaves these apart from a large matmul's group)."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS
+
+    if len(group.results) != 1:
+        return False
+    for op in [o.operation for o in group.regions[0].blocks[0].operations][:-1]:
+        if op.name in CLONED_INTO_GROUPS or op.name in RESHAPE_OPS:
+            continue
+        if op.name == "linalg.transpose" and _swaps_last_two(op):
+            continue
+        if op.name == "linalg.generic" and _unary_kind(op) == "cast" \
+                and _cast_types(op)[1] == "f32":
+            continue
+        return False
+    return True
+
+
+def _merge_operand_producers(group: ir.Operation) -> ir.Operation:
+    """Pull into a matmul group the groups that only cast/transpose/reshape its operands, so
+    that cuBLASLt reads the operands as they are (bf16, transposed) instead of a materialised
+    f32 copy. Returns the (possibly new) group."""
+    from fusec.passes.grouping import form_group
+    from fusec.passes.inline_groups import inline_group
+
+    body = group.regions[0].blocks[0]
+    mm = next(o.operation for o in body.operations if o.operation.name in GEMM_OPS)
+    producers = []
+    for operand in list(mm.operands)[:2]:
+        source = gemm_operand(operand).source
+        if not isinstance(source.owner, ir.Block) or not _single_use(source):
+            continue
+        outer = group.operands[ir.BlockArgument(source).arg_number]
+        producer = _defining(outer)
+        if producer is not None and producer.name == GROUP_OP and _single_use(outer) \
+                and _absorbable_group(producer):
+            producers.append(producer)
+    if not producers:
+        return group
+    attributes = {name: group.attributes[name] for name in group.attributes}
+    kind = str(group.attributes["kind"]).strip('"')
+    ops = []
+    for g in producers + [group]:
+        ops += [o.operation for o in g.regions[0].blocks[0].operations][:-1]
+        inline_group(g)
+    from fusec.passes.grouping import CLONED_INTO_GROUPS
+
+    ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
+    attributes.pop("kind", None)
+    return form_group(ops, kind, attributes)
+
+
+def split_matmul_groups(func: ir.Operation) -> list[str]:
+    """Split every matmul-rooted group of `func` (in place) as `plan_gemm_split` says.
+
+    Returns one line per matmul group: what was done, or why it stays one kernel.
+    """
+    from fusec.passes.grouping import form_group
+    from fusec.passes.inline_groups import inline_group
+
+    body = func.regions[0].blocks[0]
+    notes = []
+    groups = [op.operation for op in body.operations if op.operation.name == GROUP_OP]
+    for group in groups:
+        names = [o.operation.name for o in group.regions[0].blocks[0].operations]
+        if names.count("linalg.matmul") + names.count("linalg.batch_matmul") != 1:
+            continue
+        group = _merge_operand_producers(group)
+        split = plan_gemm_split(group)
+        if isinstance(split, str):
+            notes.append(f"not cuBLASLt: {split}")
+            continue
+        kind = str(group.attributes["kind"]).strip('"') if "kind" in group.attributes else "single"
+        inline_group(group)
+        s = ir.StringAttr.get
+        if split.prologue:
+            form_group(split.prologue, "vertical" if len(split.prologue) > 1 else "single",
+                       {"fusion.split": s("prologue")})
+        form_group(split.gemm, "epilogue" if split.fused else "single",
+                   {"fusion.path": s("gemm"), "fusion.why": s(split.why),
+                    "fusion.gemm_epilogue": s("+".join(split.fused) or "none"),
+                    "fusion.split_of": s(kind)})
+        if split.epilogue:
+            form_group(split.epilogue, "vertical" if len(split.epilogue) > 1 else "single",
+                       {"fusion.split": s("epilogue")})
+        notes.append(split.why)
+    return notes
+
+
+def _gemm_epilogue_code(fused: list[str]) -> str:
+    act = "relu" if "relu" in fused else "gelu" if "gelu" in fused else ""
+    if "bias" in fused:
+        return f"{act}_bias" if act else "bias"
+    return act or "default"
+
+
+def gemm_launch(group: ir.Operation, operands: list[int], weight_buffer: Any,
+                result_buffers: Any, module_asm: Any) -> Launch:
+    """The cuBLASLt launch of a gemm group (formed by `split_matmul_groups`).
+
+    `Launch.buffers` = [A, B, D] (+ [bias]) in row-major terms: D[b] = A[b] @ B[b] with A
+    [M, K] (or its transpose stored [K, M] when `trans_a`), B [K, N] (or [N, K]). The shim
+    calls cuBLASLt in column-major terms (D^T = B^T A^T); host_code derives those numbers.
+    """
+    body = group.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations]
+    mm = next(o for o in ops if o.name in GEMM_OPS)
+    args = {_value_key(a): i for i, a in enumerate(body.arguments)}
+
+    def buffer_of(value: ir.Value) -> int:
+        key = _value_key(value)
+        if key in args:
+            return operands[args[key]]
+        producer = _defining(value)
+        if producer is not None and is_weight(producer):
+            shape, elt = _tensor_info(value.type)
+            return weight_buffer(shape, elt, constant_bytes(producer, module_asm))
+        raise CudaCodegenError("a gemm operand is neither a group input nor a weight")
+
+    a, b = gemm_operand(mm.operands[0]), gemm_operand(mm.operands[1])
+    fused = str(ir.StringAttr(group.attributes["fusion.gemm_epilogue"]).value).split("+")
+    fused = [f for f in fused if f != "none"]
+    bias = None
+    value = mm.results[0]
+    for op in ops:  # the bias add reads the matmul's result directly (plan_gemm_split)
+        if op.name == "linalg.generic" and len(op.operands) == 3 and any(
+                _value_key(v) == _value_key(value) for v in op.operands[:2]):
+            bias = _bias_add(op, value)
+    a_shape = list(ir.RankedTensorType(mm.operands[0].type).shape)
+    b_shape = list(ir.RankedTensorType(mm.operands[1].type).shape)
+    batch = math.prod(a_shape[:-2]) if len(a_shape) > 2 else 1
+    m, k = a_shape[-2:]
+    n = b_shape[-1]
+    results = result_buffers()
+    if len(results) != 1:
+        raise CudaCodegenError(f"a gemm group has {len(results)} results, not one")
+    buffers = [buffer_of(a.source), buffer_of(b.source), results[0]]
+    if "bias" in fused:
+        if bias is None:
+            raise CudaCodegenError("the gemm group's bias add was not found")
+        buffers.append(buffer_of(gemm_operand(bias).source))
+    out_elt = str(ir.RankedTensorType(group.results[0].type).element_type)
+    gemm = {"library": "cublasLt", "op": mm.name, "batch": batch, "m": m, "n": n, "k": k,
+            "trans_a": a.transposed, "trans_b": b.transposed, "in_dtype": DTYPES[a.element],
+            "out_dtype": DTYPES[out_elt], "epilogue": _gemm_epilogue_code(fused),
+            "fused": fused}
+    info = {"path": "gemm", "why": str(ir.StringAttr(group.attributes["fusion.why"]).value),
+            "flops": 2 * batch * m * n * k}
+    ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
+    kind = str(group.attributes["kind"]).strip('"')
+    return Launch(symbol="__gemm__", buffers=buffers, grid=0, kind=kind, ops=ops_in, info=info,
+                  block=0, shared_bytes=0, launch_kind="gemm", gemm=gemm)
+
+
+def gemm_table(launch: Launch, element_of: Any) -> list[int]:
+    """The shim's 16 numbers for one gemm launch (column-major cuBLASLt terms).
+
+    cuBLASLt's A is our B, its B our A: D^T[N, M] = B^T[N, K] A^T[K, M], where a row-major
+    [r, c] buffer is a column-major [c, r] one with leading dimension c.
+    """
+    g = launch.gemm
+    m, n, k = g["m"], g["n"], g["k"]
+    op_a = 1 if g["trans_b"] else 0   # cuBLASLt A = our B: stored [K, N] (N) or [N, K] (T)
+    op_b = 1 if g["trans_a"] else 0   # cuBLASLt B = our A: stored [M, K] (N) or [K, M] (T)
+    rows_a, cols_a = (k, n) if op_a else (n, k)
+    rows_b, cols_b = (m, k) if op_b else (k, m)
+    in_type = CUDA_DATA_TYPES[{v: k_ for k_, v in DTYPES.items()}[g["in_dtype"]]]
+    out_type = CUDA_DATA_TYPES[{v: k_ for k_, v in DTYPES.items()}[g["out_dtype"]]]
+    return [in_type, out_type, op_a, op_b, rows_a, cols_a, rows_a, rows_b, cols_b, rows_b,
+            n, m, g["batch"], CUBLASLT_EPILOGUES[g["epilogue"]],
+            int("bias" in g["fused"]), CUBLAS_COMPUTE_32F]

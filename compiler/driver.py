@@ -11,14 +11,19 @@ from collections.abc import Iterator
 import mlir.ir as ir
 from fusec.compiler.diagnostics import FusecError, format_location, from_mlir_error
 from fusec.compiler.pipeline import CompileOptions, build_so, lower
+from fusec.passes.registry import PassError
 
 
 def parse(text: str, filename: str) -> ir.Module:
     """Parse MLIR text in fusec's context; errors become located FusecErrors."""
     from fusec.dialects import make_context
 
+    context = make_context()
+    # torch-mlir's TMTensor ops (generic form) are unregistered; the `fusion` stage lowers
+    # those it can, and _check_supported names any other unknown op.
+    context.allow_unregistered_dialects = True
     try:
-        module = ir.Module.parse(text, make_context())
+        module = ir.Module.parse(text, context)
     except ir.MLIRError as exc:
         _name_unsupported_op(text, filename)
         raise from_mlir_error(exc, filename)[0] from None
@@ -181,6 +186,8 @@ def build(module: ir.Module, options: CompileOptions, output: str,
 
     try:
         return build_so(module, options, output)
+    except PassError as exc:  # code generation refused the model (located)
+        raise FusecError(exc.message, format_location(exc.location, filename)) from None
     except ArtifactBuildError as exc:
         # The full command and compiler output are in the exception (--debug shows them).
         summary = str(exc).splitlines()[0].rstrip(":")

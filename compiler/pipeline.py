@@ -60,7 +60,11 @@ def _gpu_present() -> bool:
 
 def linalg_passes(options: CompileOptions) -> list[str]:
     # Normalise what torch-mlir gives: fold and deduplicate before deciding fusion.
-    return ["fusion-drop-asserts", "fusion-check-supported", "canonicalize", "cse"]
+    # Model globals (RNG seeds) and host scalar code move into kernels before the checks.
+    return ["fusion-drop-asserts", "fusion-globals-to-state",
+            "fusion-scalars-to-tensors", "fusion-check-supported",
+            # A contraction over a zero-size dimension is its init (no kernel can take it).
+            "fusion-fold-empty-iterations", "canonicalize", "cse"]
 
 
 def fusion_passes(options: CompileOptions) -> list[str]:
@@ -69,16 +73,39 @@ def fusion_passes(options: CompileOptions) -> list[str]:
     # The planner weighs fusion against the target's device (on-chip capacity, launch cost).
     device = "nvidia-h200" if options.resolved_target() == "cuda" else "cpu"
     plan = [f"fusion-plan{{device={device}}}"] if options.fusion and "fusion-plan" in REGISTRY else []
+    # torch-mlir's TMTensor ops (scatter, scan, sort, topk) become serial loop nests, each a
+    # kernel of its own from the start: the planner never fuses into them.
     # Whatever the planner left (or everything, without fusion) becomes a kernel of its own;
     # canonicalize then drops the constants that were cloned into groups.
-    return ["fusion-materialize-outputs"] + plan + ["fusion-form-singletons", "canonicalize",
-                                                   "cse"]
+    # Loops torch-mlir left in the model function (multinomial) are serial kernels too.
+    return (["fusion-lower-tm-tensor", "fusion-form-loop-kernels", "fusion-materialize-outputs"]
+            + plan
+            + ["fusion-form-singletons", "canonicalize", "cse"])
 
 
 def tiled_passes(options: CompileOptions) -> list[str]:
     from fusec.compiler import codegen_cpu
 
+    if options.resolved_target() == "cuda":
+        return gpu_tiled_passes(options)
     return codegen_cpu.tiled_passes(options)
+
+
+def gpu_tiled_passes(options: CompileOptions) -> list[str]:
+    """`tiled` for the H200's description (a view stage of target cuda, see VIEW_STAGES): the
+    CPU path's normalisation, then one block's tile per group, placement and capacity."""
+    from fusec.compiler import codegen_cpu
+
+    cpu = codegen_cpu.tiled_passes(options)
+    normalise = cpu[:next(i for i, p in enumerate(cpu) if p.startswith("fusion-tile"))]
+    return normalise + [
+        # A tile over the H200's limits is re-tiled or its group split (reason recorded).
+        "fusion-tile{device=nvidia-h200,fit=true}",
+        "canonicalize",
+        "cse",
+        "fusion-place{device=nvidia-h200}",
+        "fusion-capacity{device=nvidia-h200}",
+    ]
 
 
 def bufferized_passes(options: CompileOptions) -> list[str]:
@@ -107,6 +134,20 @@ STAGE_PASSES: dict[str, Callable[[CompileOptions], list[str]]] = {
     "cpu": cpu_passes,
     "cuda": cuda_passes,
 }
+
+
+# Stages a target prints (`--emit`, `--report`) without lowering through them: the CUDA code
+# generator reads the fusion stage's groups and picks launch shapes itself, so for cuda
+# `tiled` shows the H200's tiles, fused producers, placements and capacity beside the lowering.
+VIEW_STAGES: dict[str, tuple[str, ...]] = {"cuda": ("tiled",)}
+
+
+def emit_stages(target: str) -> list[str]:
+    """The stages `--emit` accepts for `target`: its IR stages and view stages, in order."""
+    stages = ir_stages(target)
+    for view in VIEW_STAGES.get(target, ()):
+        stages.insert(stages.index("fusion") + 1, view)
+    return stages
 
 
 def ir_stages(target: str) -> list[str]:
@@ -195,10 +236,20 @@ def lower(module: ir.Module, options: CompileOptions, stop_after: str | None = N
     target = options.resolved_target()
     stages = ir_stages(target)
     current = detect_stage(module)
+    if current in VIEW_STAGES.get(target, ()):
+        raise FusecError(f"the input is at stage '{current}', which target '{target}' only "
+                         f"prints: give it the fusion stage's IR", filename)
+    if stop_after in VIEW_STAGES.get(target, ()):
+        if current != "fusion":
+            lower(module, options, "fusion", filename)
+        run_stage(module, stop_after, options, filename)
+        return stop_after
     start = stages.index(current) + 1 if current in stages else 0
     if stop_after is not None and stop_after not in stages:
         raise FusecError(f"stage '{stop_after}' is not an IR stage for target '{target}' "
                          f"(stages: {', '.join(stages)})")
+    if stop_after is not None and stop_after == current:
+        return current  # already there (`--report` on the fusion stage's IR)
     if stop_after is not None and stages.index(stop_after) < start:
         raise FusecError(f"the input is already past stage '{stop_after}' (it is at "
                          f"'{current}')", filename)
@@ -228,7 +279,9 @@ def build_so(module: ir.Module, options: CompileOptions, output: str) -> dict:
 
         plan = codegen_cpu.take_plan(module)
         obj = os.path.join(workdir, "kernels.o")
-        codegen_cpu.emit_object(module, obj)
+        cpu = codegen_cpu.target_cpu(options)
+        codegen_cpu.emit_object(module, obj, cpu=cpu)
+        plan.metadata["cpu"] = cpu  # the runtime refuses to run it on a CPU that lacks it
         return artifact.build_artifact(plan, obj, output)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

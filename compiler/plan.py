@@ -64,6 +64,26 @@ class Launch:
     # GPU only: block size and dynamic shared memory bytes.
     block: int = 0
     shared_bytes: int = 0
+    # GPU only: "kernel" (a generated kernel, or the "__copy__" output copy) or "gemm" (a
+    # library call, cuBLASLt; `gemm` holds its parameters, compiler/codegen_cuda.gemm_launch).
+    launch_kind: str = "kernel"
+    gemm: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class State:
+    """Bytes the artifact keeps from one run to the next (a model global: an RNG seed).
+
+    The model reads them as input `plan.inputs[input]` and, if `output` is not None, leaves
+    their next value in output `plan.outputs[output]`; the caller sees neither: the host code
+    passes its own storage, initialised to `init` (hex), and copies the output back after
+    each run.
+    """
+
+    name: str
+    input: int
+    output: int | None
+    init: str
 
 
 @dataclass
@@ -78,6 +98,20 @@ class Plan:
     inputs: list[int]
     outputs: list[int]
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Positions in `inputs`/`outputs` that are the artifact's own state, not the caller's.
+    states: list[State] = field(default_factory=list)
+    # Positions in `outputs` whose 0-d value the runtime returns as a Python number.
+    scalar_outputs: list[int] = field(default_factory=list)
+
+    def user_inputs(self) -> list[int]:
+        """Positions in `inputs` that the caller passes (all but the states)."""
+        hidden = {s.input for s in self.states}
+        return [i for i in range(len(self.inputs)) if i not in hidden]
+
+    def user_outputs(self) -> list[int]:
+        """Positions in `outputs` that the caller receives (all but the states' next values)."""
+        hidden = {s.output for s in self.states}
+        return [i for i in range(len(self.outputs)) if i not in hidden]
 
     def to_json_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -91,4 +125,6 @@ class Plan:
             inputs=list(data["inputs"]),
             outputs=list(data["outputs"]),
             metadata=dict(data.get("metadata", {})),
+            states=[State(**x) for x in data.get("states", [])],
+            scalar_outputs=list(data.get("scalar_outputs", [])),
         )

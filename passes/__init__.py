@@ -10,11 +10,17 @@ from fusec.passes import form_singletons  # noqa: F401,E402
 from fusec.passes import inline_groups  # noqa: F401,E402
 from fusec.passes import check_supported  # noqa: F401,E402
 from fusec.passes import drop_asserts  # noqa: F401,E402
+from fusec.passes import globals_to_state  # noqa: F401,E402
+from fusec.passes import scalars_to_tensors  # noqa: F401,E402
+from fusec.passes import fold_empty_iterations  # noqa: F401,E402
+from fusec.passes import form_loop_kernels  # noqa: F401,E402
 from fusec.passes import materialize_outputs  # noqa: F401,E402
+from fusec.passes import distinct_outputs  # noqa: F401,E402
 from fusec.passes import hoist_reshapes  # noqa: F401,E402
 from fusec.passes import outline_kernels  # noqa: F401,E402
 from fusec.passes import tile_groups  # noqa: F401,E402
 from fusec.passes import cpu_loop_order  # noqa: F401,E402
+from fusec.passes import cpu_matmul  # noqa: F401,E402
 from fusec.passes import cpu_tile_loops  # noqa: F401,E402
 from fusec.passes import cpu_plan  # noqa: F401,E402
 from fusec.passes import cpu_abi  # noqa: F401,E402
@@ -34,5 +40,6 @@ from fusec.passes import fuse_horizontal  # noqa: F401,E402
 from fusec.passes import fuse_reduction  # noqa: F401,E402
 from fusec.passes import place_intermediates  # noqa: F401,E402
 from fusec.passes import capacity  # noqa: F401,E402
+from fusec.passes import lower_tm_tensor  # noqa: F401,E402
 
 __all__ = ["REGISTRY", "Pass", "PassError", "register", "run_pipeline"]

@@ -19,6 +19,14 @@ exceeded>; <remedy>". The remedy is smaller tiles when some number of the tile's
 long to keep on chip needs an online reduction over row tiles or a split into two kernels.
 The pure rules are `cost_model.check_tile` and `cost_model.largest_fitting_share`.
 
+Acting on it (`tile_to_fit`, run by `--fusion-tile{fit=true}` for each group): the group
+is tiled, placed and checked at once (an untiled copy kept aside); over a hard limit (on-chip bytes,
+registers) the group is re-tiled with the most rows that fit (`fusion.max_tile_rows`,
+honoured by `--fusion-tile`; the reason in `fusion.retiled`), or, when not even one row fits,
+split into one kernel per op (each records the reason in `fusion.split`): every
+intermediate that would not stay on chip goes through global memory instead. An
+occupancy shortfall alone is recorded, not acted on: such a kernel launches.
+
 Option: `device` (cpu | h200).
 """
 
@@ -26,14 +34,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from fusec.passes import cost_model
-from fusec.passes.inline_groups import groups_in
-from fusec.passes.place_intermediates import MEM_ATTR, PLACEMENT_ATTR, REGISTER
-from fusec.passes.registry import Pass, register
+from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, is_compute
+from fusec.passes.inline_groups import groups_in, inline_group
+from fusec.passes.place_intermediates import (KEPT, MEM_ATTR, PLACEMENT_ATTR, REGISTER,
+                                              input_slice_role, place_group, value_bytes)
+from fusec.passes.registry import Pass, PassError, register
 from mlir import ir
+from mlir.passmanager import PassManager
 
 CAPACITY_ATTR = "fusion.capacity"
+RETILED_ATTR = "fusion.retiled"
+SPLIT_ATTR = "fusion.split"
+MAX_TILE_ROWS_ATTR = "fusion.max_tile_rows"  # read by --fusion-tile
 
 
 def tile_block(group: ir.Operation) -> tuple[ir.Block, bool]:
@@ -181,6 +196,161 @@ def check_group(group: ir.Operation, device: cost_model.Device) -> cost_model.Ca
         text = "fits"
     group.attributes[CAPACITY_ATTR] = ir.StringAttr.get(text)
     return verdict
+
+
+def _hard_limits(verdict: cost_model.CapacityVerdict) -> list[str]:
+    """The limits a kernel cannot launch (or cannot keep its tile on chip) beyond."""
+    return [o for o in verdict.over if not o.startswith("occupancy")]
+
+
+@dataclass
+class Trial:
+    """What tiling a group showed."""
+
+    verdict: cost_model.CapacityVerdict
+    rows: int  # rows per tile of that tiling
+    fitting_rows: int  # how many of them fit (0: not even one)
+    input_kept_bytes: int  # of the on-chip bytes, the staged slices of kernel inputs
+
+
+def check_tiled(group: ir.Operation, device: cost_model.Device) -> Trial:
+    """Place and check a freshly tiled `group`; the placement attributes are removed again
+    (`--fusion-place` places the final tile bodies)."""
+    # What the stage runs between tiling and placement: without it, a producer fused for
+    # each of its users is counted once per user, as per-element values.
+    PassManager.parse("fusion.group(canonicalize,cse)").run(group)
+    place_group(group, device)
+    verdict = check_group(group, device)
+    rows = tile_units(group)
+    summary = ir.DictAttr(group.attributes[PLACEMENT_ATTR])
+    on_chip = ir.IntegerAttr(summary["on_chip"]).value
+    registers = 0
+    if device.max_registers_per_thread > 0:
+        registers = max(0, verdict.registers - cost_model.BASE_REGISTERS_PER_THREAD)
+    fitting = cost_model.largest_fitting_share(math.ceil(on_chip / rows),
+                                               math.ceil(registers / rows), rows, device)
+    input_kept = _input_kept_bytes(group)
+    _clear_placement(group)
+    return Trial(verdict, rows, fitting, input_kept)
+
+
+def _input_kept_bytes(group: ir.Operation) -> int:
+    """On-chip bytes of a tile that are slices of kernel inputs it reuses (a matmul's
+    operand tiles): splitting the group does not make them smaller."""
+    block, _ = tile_block(group)
+    total = 0
+    for op in block.operations:
+        op = op.operation
+        if op.name == "tensor.extract_slice" and MEM_ATTR in op.attributes \
+                and input_slice_role(op) == KEPT:
+            total += value_bytes(op.results[0])
+    return total
+
+
+def _clear_placement(group: ir.Operation) -> None:
+    for name in (PLACEMENT_ATTR, CAPACITY_ATTR, "fusion.threads", "fusion.registers",
+                 "fusion.occupancy"):
+        if name in group.attributes:
+            del group.attributes[name]
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if MEM_ATTR in op.attributes:
+            del op.attributes[MEM_ATTR]
+        return ir.WalkResult.ADVANCE
+
+    group.walk(visit)
+
+
+def _restore(tiled: ir.Operation, backup: ir.Operation) -> ir.Operation:
+    """Put the untiled `backup` in the place of `tiled`."""
+    for old, new in zip(tiled.results, backup.results):
+        old.replace_all_uses_with(new)
+    tiled.erase()
+    return backup
+
+
+def _sole_user(op: ir.Operation) -> ir.Operation | None:
+    users = [use.owner.operation if hasattr(use.owner, "operation") else use.owner
+             for r in op.results for use in r.uses]
+    return users[0] if users and all(u == users[0] for u in users) else None
+
+
+def split_group(group: ir.Operation, reason: str) -> list[ir.Operation]:
+    """One `single` group per compute op of `group` (a fill goes with the op it initialises),
+    each recording `reason`."""
+    body_ops = [op.operation for op in group.regions[0].blocks[0].operations][:-1]
+    inline_group(group)
+    members: list[list[ir.Operation]] = []
+    pending_fills: list[ir.Operation] = []
+    for op in body_ops:
+        if op.name in CLONED_INTO_GROUPS or not is_compute(op):
+            continue
+        if not any(True for r in op.results for _ in r.uses):
+            continue
+        user = _sole_user(op)
+        if op.name == "linalg.fill" and user is not None and any(user == o for o in body_ops):
+            pending_fills.append(op)
+            continue
+        mine = [f for f in pending_fills if _sole_user(f) == op]
+        pending_fills = [f for f in pending_fills if not _sole_user(f) == op]
+        members.append(mine + [op])
+    members += [[f] for f in pending_fills]
+    parts = []
+    for ops in members:
+        part = form_group(ops, "single")
+        part.attributes[SPLIT_ATTR] = ir.StringAttr.get(reason)
+        parts.append(part)
+    return parts
+
+
+def tile_to_fit(group: ir.Operation, device: cost_model.Device,
+                tile: Callable[[ir.Operation], None], attempts: int = 3) -> list[ir.Operation]:
+    """Tile `group` with `tile` so that every tile fits `device`: over a hard limit, tile it
+    again with the most rows that fit (`fusion.max_tile_rows`, reason in `fusion.retiled`),
+    or split it into one kernel per op (reason in `fusion.split`) when not even one row
+    fits. Returns the tiled groups (the group, or its parts)."""
+    for _ in range(attempts):
+        backup = group.clone(ip=ir.InsertionPoint(group))
+        try:
+            tile(group)
+        except Exception:
+            backup.erase()  # no stray copy left behind the error
+            raise
+        try:
+            result = check_tiled(group, device)
+        except (PassError, ir.MLIRError):  # unplaceable: the stage's own passes say why
+            backup.erase()
+            return [group]
+        hard = _hard_limits(result.verdict)
+        if not hard:
+            backup.erase()
+            return [group]
+        group = _restore(group, backup)
+        limits = "; ".join(hard)
+        if 1 <= result.fitting_rows < result.rows:
+            i64 = ir.IntegerType.get_signless(64)
+            group.attributes[MAX_TILE_ROWS_ATTR] = ir.IntegerAttr.get(i64, result.fitting_rows)
+            group.attributes[RETILED_ATTR] = ir.StringAttr.get(
+                f"{limits} with {result.rows} rows per tile on {device.name}: re-tiled to "
+                f"{result.fitting_rows}")
+            continue
+        ops = sum(1 for op in group.regions[0].blocks[0].operations
+                  if is_compute(op.operation))
+        if ops <= 1 or result.input_kept_bytes > device.on_chip_bytes \
+                or result.verdict.on_chip_bytes == result.input_kept_bytes and \
+                not any(o.startswith("registers") for o in hard):
+            # Nothing to split, or what is over is the inputs' own tiles, which a split
+            # keeps just the same: the capacity check records the group as over.
+            break
+        parts = split_group(group, f"{limits} with {result.rows} row"
+                            f"{'s' if result.rows != 1 else ''} per tile on {device.name}, "
+                            f"and no fewer rows fit: split into one kernel per op, "
+                            f"intermediates through global memory")
+        for part in parts:
+            tile(part)
+        return parts
+    tile(group)
+    return [group]
 
 
 @register

@@ -18,12 +18,15 @@ from dataclasses import dataclass
 import mlir.ir as ir
 
 from fusec.passes.grouping import walk_ops
+from fusec.passes.lower_tm_tensor import LOWERED_OPS
 from fusec.passes.registry import Pass, PassError, register
 
 SUPPORTED_DIALECTS = ("arith", "math", "linalg", "tensor", "func", "fusion", "builtin",
                       "ml_program", "scf", "affine", "complex")
-# Ops of other dialects that the `linalg` stage removes (--fusion-drop-asserts).
-DROPPED_OPS = frozenset({"cf.assert"})
+# Ops of other dialects that the `linalg` stage removes (--fusion-drop-asserts), and
+# torch-mlir's TMTensor ops (unregistered in fusec's MLIR) that the `fusion` stage lowers
+# first (--fusion-lower-tm-tensor).
+DROPPED_OPS = frozenset({"cf.assert", "tm_tensor.yield"}) | LOWERED_OPS
 SUPPORTED_ELEMENT_TYPES = ("f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "i1",
                            "index")
 
@@ -48,12 +51,20 @@ def _check_type(t: ir.Type, what: str, location: ir.Location) -> None:
                         f"(supported: {', '.join(SUPPORTED_ELEMENT_TYPES)})", location)
 
 
-def _check_tensor(t: ir.Type, what: str, location: ir.Location) -> None:
-    # The model's signature is buffers: a scalar argument or result would have no place in
-    # the artifact's ABI (and a dropped result would be a silent wrong answer).
-    if not isinstance(t, ir.RankedTensorType):
-        raise PassError(f"{what} is a scalar {t}; fusec models take and return tensors only "
-                        "(return torch.tensor(value) instead of a Python number)", location)
+def _check_tensor(t: ir.Type, what: str, location: ir.Location, result: bool) -> None:
+    # The model's signature is buffers: a scalar argument would have no place in the
+    # artifact's ABI. A scalar result of a supported type becomes a 0-d tensor output that
+    # the runtime returns as a Python number (--fusion-scalars-to-tensors); anything else
+    # would be dropped, a silent wrong answer.
+    if isinstance(t, ir.RankedTensorType):
+        return
+    if result and str(t) in SUPPORTED_ELEMENT_TYPES and str(t) != "index":
+        return
+    if result:
+        raise PassError(f"{what} is {t}; fusec models return tensors and numbers only",
+                        location)
+    raise PassError(f"{what} is a scalar {t}; fusec models take tensors only "
+                    "(pass torch.tensor(value) instead of a Python number)", location)
 
 
 @register
@@ -82,10 +93,10 @@ class CheckSupportedPass(Pass):
                 for i, t in enumerate(function_type.inputs):
                     _check_type(t, f"argument {i} of @{name}", op.location)
                     if public:
-                        _check_tensor(t, f"argument {i} of @{name}", op.location)
+                        _check_tensor(t, f"argument {i} of @{name}", op.location, False)
                 for i, t in enumerate(function_type.results):
                     _check_type(t, f"result {i} of @{name}", op.location)
                     if public:
-                        _check_tensor(t, f"result {i} of @{name}", op.location)
+                        _check_tensor(t, f"result {i} of @{name}", op.location, True)
             for i, result in enumerate(op.results):
                 _check_type(result.type, f"result {i} of '{op.name}'", op.location)

@@ -282,3 +282,74 @@ def largest_fitting_share(bytes_per_unit: int, registers_per_unit: int, units: i
             break
         best = n
     return best
+
+
+# --- input fusion: consumers of one large input share its read ------------------------------
+
+
+def input_reread_pays(shared_bytes: int, device: Device) -> bool:
+    """Whether reading `shared_bytes` once more costs at least one launch: below that the
+    second read is cheaper than what reshaping kernels around it is worth (and a small
+    input is likely still in L2); horizontal fusion, not input fusion, is then the tool."""
+    return shared_bytes / device.hbm_bytes_per_s >= device.launch_s
+
+
+def input_fusion_estimate(kernels: list[tuple[int, int, bool]], fused_bytes: int,
+                          device: Device) -> FusionEstimate:
+    """`kernels` ((bytes, flops, is_contraction) of each consumer kernel, each reading the
+    shared input) run one by one, against one kernel moving `fused_bytes` (the shared input
+    read once) and doing all their flops."""
+    unfused_bytes = sum(b for b, _, _ in kernels)
+    unfused_s = sum(kernel_s(b, f, device, c) for b, f, c in kernels)
+    contraction = any(c for _, _, c in kernels)
+    fused_s = kernel_s(fused_bytes, sum(f for _, f, _ in kernels), device, contraction)
+    return FusionEstimate(unfused_bytes, fused_bytes, max(0, len(kernels) - 1), unfused_s,
+                          fused_s)
+
+
+# --- GPU tiles: what one block of the H200 computes ------------------------------------------
+
+# Block tile of a contraction's two output dims (M, N): the K loop runs inside the tile,
+# staged through shared memory; 128 x 128 fp32 accumulators over 256 threads are 64
+# registers per thread.
+CONTRACTION_BLOCK_TILE = 128
+
+
+def gpu_tile_sizes(ranges: list[int], iterators: list[str], element_bytes: int,
+                   allowed: set[int], kind: str, device: Device) -> list[int]:
+    """Tile sizes (0 = the whole dim in every tile) of a group's root for one GPU block.
+
+    `kind` is the kernel's: "contraction" (its root is one), "row" (it reduces), or
+    "elementwise".
+    - a row kernel: one row per block, the row kept on chip between its passes and reduced
+      across the block's threads: size 1 on every tileable parallel dim;
+    - a contraction: CONTRACTION_BLOCK_TILE square block tiles of its last two parallel
+      dims, 1 on leading (batch) dims, the reduction (K) loop inside the tile;
+    - elementwise: a flat tile of 16 bytes per thread over the block's threads, taken from
+      the innermost tileable dims outwards (coalesced accesses).
+    Only dims in `allowed` are split (the planner's `fusion.tile_dims`: dims along which
+    nothing would be recomputed); reduction dims never are.
+    """
+    sizes = [0] * len(ranges)
+    parallel = [d for d, kind in enumerate(iterators) if kind == "parallel" and d in allowed]
+    if not parallel:
+        return sizes
+    if kind == "contraction":
+        # The root's last two parallel loops are the output's M and N (the root is the
+        # contraction or its epilogue); loops before them are batch loops.
+        outer = [d for d, kind in enumerate(iterators) if kind == "parallel"][-2:]
+        for d in parallel:
+            sizes[d] = min(ranges[d], CONTRACTION_BLOCK_TILE) if d in outer else 1
+        return sizes
+    if kind == "row" or "reduction" in iterators:
+        for d in parallel:
+            sizes[d] = 1
+        return sizes
+    points = max(1, device.threads_per_block * (16 // max(1, element_bytes)))
+    for d in reversed(range(len(ranges))):
+        if d not in parallel:
+            points = max(1, points // max(1, ranges[d]))  # kept whole: part of every tile
+            continue
+        sizes[d] = max(1, min(ranges[d], points))
+        points = max(1, points // sizes[d])
+    return sizes

@@ -21,10 +21,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from fusec.compiler.plan import Buffer, Launch, Plan
+import numpy as np
+
+from fusec.compiler.plan import Buffer, Launch, Plan, State
 from fusec.passes.cpu_tile_loops import kernel_functions, tile_loop
+from fusec.passes.globals_to_state import STATE_ATTRIBUTE
 from fusec.passes.grouping import defining_op, op_key
 from fusec.passes.registry import Pass, PassError, register
+from fusec.passes.scalars_to_tensors import SCALAR_RESULTS_ATTRIBUTE
 from mlir import ir
 
 PLAN_ATTRIBUTE = "fusion.plan"
@@ -103,7 +107,12 @@ class _PlanBuilder:
             elif op.name not in IGNORED_OPS:
                 raise PassError(f"'{op.name}' in the host function has no place in a CPU plan "
                                 "(only kernel calls, allocations, views and copies)", op.location)
-        return self.renumbered(Plan("cpu", self.buffers, self.launches, inputs, outputs))
+        plan = self.renumbered(Plan("cpu", self.buffers, self.launches, inputs, outputs))
+        plan.states = host_states(self.host, plan)
+        if SCALAR_RESULTS_ATTRIBUTE in self.host.attributes:
+            plan.scalar_outputs = list(ir.DenseI64ArrayAttr(
+                self.host.attributes[SCALAR_RESULTS_ATTRIBUTE]))
+        return plan
 
     @staticmethod
     def renumbered(plan: Plan) -> Plan:
@@ -118,7 +127,8 @@ class _PlanBuilder:
         for launch in plan.launches:
             launch.buffers = [new_id[b] for b in launch.buffers]
         return Plan(plan.target, kept, plan.launches, [new_id[b] for b in plan.inputs],
-                    [new_id[b] for b in plan.outputs], plan.metadata)
+                    [new_id[b] for b in plan.outputs], plan.metadata, plan.states,
+                    plan.scalar_outputs)
 
     def launch(self, call: ir.Operation) -> Launch:
         symbol = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
@@ -151,6 +161,38 @@ class _PlanBuilder:
             # An input (or a view of one) returned as is: the output keeps its own shape and
             # the host code copies the bytes (a view has the same bytes, row-major).
             self.buffers[target].copy_of = source
+
+
+def host_states(host: ir.Operation, plan: Plan) -> list[State]:
+    """The plan's states from the host's `fusion.state` (--fusion-globals-to-state)."""
+    if STATE_ATTRIBUTE not in host.attributes:
+        return []
+    states = []
+    for entry in ir.ArrayAttr(host.attributes[STATE_ATTRIBUTE]):
+        entry = ir.DictAttr(entry)
+        position = ir.IntegerAttr(entry["input"]).value
+        output = ir.IntegerAttr(entry["output"]).value
+        buffer = plan.buffers[plan.inputs[position]]
+        init = _initial_bytes(entry["init"], buffer)
+        states.append(State(ir.StringAttr(entry["name"]).value, position,
+                            None if output < 0 else output, init.hex()))
+    return states
+
+
+def _initial_bytes(attr: ir.Attribute, buffer: Buffer) -> bytes:
+    """The row-major bytes of a global's initial value, as the buffer's dtype lays them out."""
+    dtype = np.dtype("uint8" if buffer.dtype == "bool" else buffer.dtype)
+    if buffer.dtype == "bfloat16":
+        raise PassError("a bfloat16 model global is not supported yet")
+    dense = ir.DenseElementsAttr(attr)
+    count = int(np.prod(buffer.shape, dtype=np.int64))
+    if dense.is_splat:
+        value = dense.get_splat_value()
+        scalar = value.value if hasattr(value, "value") else float(value)
+        if buffer.dtype == "bool":
+            scalar = bool(scalar)
+        return np.full(count, scalar, dtype).tobytes()
+    return np.array(dense, dtype=dtype).reshape(-1).tobytes()
 
 
 def extract_plan(module: ir.Operation) -> Plan:

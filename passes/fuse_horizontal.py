@@ -112,8 +112,11 @@ def _merge(members: list[ir.Operation], device: cost_model.Device) -> ir.Operati
 def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: cost_model.Device,
                     window: int, max_ops: int) -> list[list[int]]:
     """Buckets of group indices to merge: launch-bound, independent, within the window."""
+    # A serial loop nest (fusion.serial, a lowered tm_tensor op) runs on one thread: merged
+    # with a tiled part, every tile would run it again.
     small = [_group_floor_s(g, device) < device.launch_s and
-             ir.StringAttr(g.attributes["kind"]).value != "horizontal" for g in groups]
+             ir.StringAttr(g.attributes["kind"]).value != "horizontal" and
+             "fusion.serial" not in g.attributes for g in groups]
     sizes = [_op_count(g) for g in groups]
     taken: set[int] = set()
     buckets: list[list[int]] = []

@@ -53,7 +53,10 @@ class MaterializeOutputsPass(Pass):
                 attr = producer.attributes["value"]
                 with ir.InsertionPoint(terminator), terminator.location:
                     empty = tensor.EmptyOp(list(value.type.shape), value.type.element_type)
-                    if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+                    if 0 in value.type.shape:
+                        # No element to write: no kernel (one could not take the buffer).
+                        written = empty.result
+                    elif isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
                         # zeros/ones/full: a fill reads nothing (and, unlike a 0-d copy, does
                         # not trip linalg-fuse-elementwise-ops in MLIR 22).
                         scalar = arith.ConstantOp(value.type.element_type,

@@ -9,7 +9,11 @@ Runs, in order:
    reductions (`vertical`), a reduction with its init (`single`);
 2. `--fusion-form-singletons` for what no group took, so that every compute op is in
    exactly one group (one group = one kernel);
-3. `--fusion-horizontal`: independent kernels too small to pay for their own launch share
+3. `--fusion-input`: independent kernels that read one large input share one kernel that
+   reads it once (kind `input`); after singletons, so that every kernel is a candidate, and
+   before horizontal fusion, which would otherwise take launch-bound readers of a shared
+   input without asking whether their iteration spaces agree;
+4. `--fusion-horizontal`: independent kernels too small to pay for their own launch share
    one (kind `horizontal`).
 
 Every group records the cost model's numbers and the refused fusions with their reasons;
@@ -28,7 +32,8 @@ After (one kernel, tiled along rows only):
       fusion.yield %11 : tensor<64x128xf32>
     }
 
-Options: device (nvidia-h200 | cpu), max-ops (group size cap), horizontal (step 3 on/off).
+Options: device (nvidia-h200 | cpu), max-ops (group size cap), input (step 3 on/off),
+horizontal (step 4 on/off).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import mlir.ir as ir
 from fusec.passes import cost_model
 from fusec.passes.form_singletons import FormSingletonsPass, function_bodies
 from fusec.passes.fuse_horizontal import FuseHorizontalPass
+from fusec.passes.fuse_input import FuseInputPass
 from fusec.passes.fuse_reduction import FuseReductionPass
 from fusec.passes.producer_fusion import Policy, fuse_block
 from fusec.passes.registry import Pass, register
@@ -53,6 +59,7 @@ class PlanFusionPass(Pass):
     ARGUMENT = "fusion-plan"
     device: str = "nvidia-h200"
     max_ops: int = 128
+    input: bool = True
     horizontal: bool = True
 
     def run(self, module: ir.Operation) -> None:
@@ -62,5 +69,7 @@ class PlanFusionPass(Pass):
         for block in function_bodies(module):
             fuse_block(block, policy)
         FormSingletonsPass().run(module)
+        if self.input:
+            FuseInputPass(device=self.device, max_ops=self.max_ops).run(module)
         if self.horizontal:
             FuseHorizontalPass(device=self.device, max_ops=self.max_ops).run(module)

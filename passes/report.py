@@ -2,7 +2,10 @@
 
 Per kernel (one `fusion.group`): its kind, its ops, its predicted HBM bytes (inputs and
 tensor constants read once, results written once), flops, arithmetic intensity and roofline
-floor time on a device; then every refused fusion with its reason, from the `fusion.refused`
+floor time on a device; with the `tiled` stage's IR, per kernel its tile sizes, grid (tiles
+per tiled dim), block (threads per tile), on-chip and shared bytes, estimated registers per
+thread, occupancy, placements, capacity verdict, and why the capacity check re-tiled or split
+it; then every refused fusion with its reason, from the `fusion.refused`
 attributes that the fusion passes leave on groups (and on ops that absorbed nothing). Nothing
 comes from a side table: a plan saved as MLIR and reloaded gives the same report.
 """
@@ -54,6 +57,10 @@ class TilingReport:
     register_values: int | None  # values placed in registers
     placements: dict[str, int] = field(default_factory=dict)  # level -> values placed there
     capacity: str | None = None
+    grid_shape: list[int] = field(default_factory=list)  # tiles per tiled dim (the forall's)
+    kind: str = ""
+    retiled: str | None = None  # why the capacity check re-tiled it (fewer rows per tile)
+    split: str | None = None  # why it is one part of a group the capacity check split
 
 
 @dataclass
@@ -63,6 +70,9 @@ class FusionReport:
     device: str
     kernels: list[KernelReport]
     refused: list[str]
+    # The tiled stage's kernels, in order: the same as `kernels` unless the capacity check
+    # split a group (then each part is a kernel of its own).
+    tiled_kernels: list[TilingReport] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -75,13 +85,22 @@ class FusionReport:
         for k in self.kernels:
             lines.append(f"{k.index:>3} {k.kind:<10} {k.hbm_bytes:>12} {k.flops:>12} "
                          f"{k.arithmetic_intensity:>7.2f} {k.floor_us:>9.3f}  {', '.join(k.ops)}")
-        tiled = [k for k in self.kernels if k.tiling is not None]
+        tiled = self.tiled_kernels
         if tiled:
             lines.append(f"tiling (tiled stage): {len(tiled)} kernel"
-                         f"{'' if len(tiled) == 1 else 's'}")
-            lines.append(f"{'#':>3} {'tile sizes':<16} {'grid':>6} {'thr':>4} {'on-chip B':>10} "
-                         f"{'shared B':>9} {'regs':>5} {'occ':>5}  placement (values)  capacity")
-            lines.extend(_tiling_line(k.index, k.tiling) for k in tiled)
+                         f"{'' if len(tiled) == 1 else 's'}"
+                         + ("" if len(tiled) == len(self.kernels) else
+                            f" (the capacity check split {len(self.kernels)} into "
+                            f"{len(tiled)})"))
+            lines.append(f"{'#':>3} {'tile sizes':<16} {'grid':>12} {'block':>5} "
+                         f"{'on-chip B':>10} {'shared B':>9} {'regs':>5} {'occ':>5}  "
+                         f"placement (values)  capacity")
+            lines.extend(_tiling_line(i, t) for i, t in enumerate(tiled))
+            for i, t in enumerate(tiled):
+                if t.retiled:
+                    lines.append(f"  kernel {i} re-tiled: {t.retiled}")
+                if t.split:
+                    lines.append(f"  kernel {i} split: {t.split}")
         lines.append(f"refused fusions: {len(self.refused)}")
         lines.extend(f"  {r}" for r in self.refused)
         return "\n".join(lines)
@@ -94,13 +113,31 @@ def _dash(value: object, fmt: str = "") -> str:
 def _tiling_line(index: int, t: TilingReport) -> str:
     sizes = "[" + ",".join(str(x) for x in t.tile_sizes) + "]" if t.tile_sizes else "untiled"
     places = " ".join(f"{level}={n}" for level, n in sorted(t.placements.items())) or "-"
-    return (f"{index:>3} {sizes:<16} {t.grid:>6} {_dash(t.threads):>4} "
+    grid = "x".join(str(n) for n in t.grid_shape) if len(t.grid_shape) > 1 else str(t.grid)
+    return (f"{index:>3} {sizes:<16} {grid:>12} {_dash(t.threads):>5} "
             f"{_dash(t.on_chip_bytes):>10} {_dash(t.shared_bytes):>9} {_dash(t.registers):>5} "
             f"{_dash(t.occupancy, '.2f'):>5}  {places:<18}  {t.capacity or '-'}")
 
 
 def _int_attr(attrs, name: str) -> int | None:
     return ir.IntegerAttr(attrs[name]).value if name in attrs else None
+
+
+def _str_attr(attrs, name: str) -> str | None:
+    return ir.StringAttr(attrs[name]).value if name in attrs else None
+
+
+def _grid_shape(group: ir.Operation) -> list[int]:
+    """Tiles per tiled dim: the trip counts of the group's tile loop (empty when untiled)."""
+    from fusec.passes.cpu_tile_loops import forall_bounds
+
+    for op in group.regions[0].blocks[0].operations:
+        if op.operation.name == "scf.forall":
+            bounds = forall_bounds(op.operation)
+            if bounds is None:
+                return []
+            return [-(-(u - lo) // st) for lo, u, st in zip(*bounds)]
+    return []
 
 
 def tiling_report(group: ir.Operation) -> TilingReport:
@@ -119,6 +156,8 @@ def tiling_report(group: ir.Operation) -> TilingReport:
     occupancy = ir.FloatAttr(attrs["fusion.occupancy"]).value \
         if "fusion.occupancy" in attrs else None
     return TilingReport(
+        grid_shape=_grid_shape(group), kind=ir.StringAttr(attrs["kind"]).value,
+        retiled=_str_attr(attrs, "fusion.retiled"), split=_str_attr(attrs, "fusion.split"),
         tile_sizes=sizes, grid=_int_attr(attrs, "fusion.grid") or 1,
         threads=_int_attr(attrs, "fusion.threads"), registers=_int_attr(attrs, "fusion.registers"),
         occupancy=occupancy, on_chip_bytes=summary.get("on_chip"),
@@ -177,13 +216,16 @@ def fusion_report(module: ir.Operation, device: str = "nvidia-h200",
     dev = cost_model.device_named(device)
     groups = groups_in(module)
     kernels = [kernel_report(g, i, dev) for i, g in enumerate(groups)]
+    tiling: list[TilingReport] = []
     if tiled is not None:
-        tiled_groups = groups_in(tiled)
-        # The tiled stage keeps the groups and their order; if not, no kernel is matched.
-        if len(tiled_groups) == len(groups):
-            for kernel, group in zip(kernels, tiled_groups):
-                kernel.tiling = tiling_report(group)
-    return FusionReport(device=dev.name, kernels=kernels, refused=refusals_in(module))
+        tiling = [tiling_report(g) for g in groups_in(tiled)]
+        # The tiled stage keeps the groups and their order unless the capacity check split
+        # one; then the parts are listed on their own (`tiled_kernels`) and none is matched.
+        if len(tiling) == len(groups):
+            for kernel, t in zip(kernels, tiling):
+                kernel.tiling = t
+    return FusionReport(device=dev.name, kernels=kernels, refused=refusals_in(module),
+                        tiled_kernels=tiling)
 
 
 def _operation(module: ir.Module | ir.Operation) -> ir.Operation:

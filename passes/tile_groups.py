@@ -12,7 +12,15 @@ function) and are recorded on the group as `fusion.tile_sizes`; the number of ti
 
 Options: `threads` (0: this machine's cores), `tiles-per-thread` (load balance),
 `min-tile-kb` (the least work, in KB of the root's iteration space, worth a tile),
-`max-tile-kb` (the most output per tile: about a core's L2).
+`max-tile-kb` (the most output per tile: about a core's L2), `device` (cpu: the sizes
+above; a GPU description such as nvidia-h200: one block's tile from
+`cost_model.gpu_tile_sizes`), `fit` (tile each group and check its capacity at once,
+`capacity.tile_to_fit`: a tile over the device's limits is re-tiled with fewer rows, or the
+group split, the reason recorded on the group).
+
+A group may carry `fusion.max_tile_rows = N` (set by the capacity fit, or by hand): its
+tiles then hold at most N rows (the product of the split dims' tile sizes), the inner split
+dims shrunk first.
 
 Before:
     %0 = fusion.group single (%arg1 = %a : tensor<64x128xf32>) -> tensor<64x128xf32> {
@@ -36,6 +44,8 @@ import os
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from fusec.passes import cost_model
+from fusec.passes.fusion_analysis import CONTRACTION, describe
 from fusec.passes.grouping import defining_op, is_compute
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, PassError, register
@@ -44,6 +54,7 @@ from mlir.dialects import linalg, tensor
 from mlir.dialects.transform import interpreter
 
 TILE_TAG = "fusion.tile_op"
+MAX_TILE_ROWS_ATTR = "fusion.max_tile_rows"
 # Ops that the transform dialect can tile and fuse (they implement TilingInterface).
 TILEABLE_TENSOR_OPS = frozenset({"tensor.pad"})
 RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
@@ -87,6 +98,19 @@ def cpu_tile_sizes(ranges: list[int], iterators: list[str], elem_bytes: int,
             break
         sizes[d] = 1
         remaining = math.ceil(remaining / extent)
+    return sizes
+
+
+def limit_tile_rows(sizes: list[int], limit: int) -> list[int]:
+    """`sizes` shrunk so that a tile has at most `limit` rows (the product of the split
+    dims' sizes), the innermost split dims first; a size never drops below 1."""
+    sizes = list(sizes)
+    for d in reversed(range(len(sizes))):
+        rows = math.prod(x for x in sizes if x)
+        if rows <= limit:
+            break
+        if sizes[d] > 1:
+            sizes[d] = max(1, limit // (rows // sizes[d]))
     return sizes
 
 
@@ -203,11 +227,11 @@ def own_root_inits(root: ir.Operation, group: ir.Operation) -> None:
         root.operands[n_inputs + i] = fresh
 
 
-def _transform_script(root_tag: int, producer_tags: list[int], sizes: list[int]) -> str:
-    """The transform-dialect script: tile the root, then fuse producers, consumers first."""
-    fuse = "".join(
+def _fuse_producers(forall: str, producer_tags: list[int]) -> str:
+    """Script lines fusing the tagged producers into the tile loop `forall`, in order."""
+    return "".join(
         f"""
-    transform.sequence %forall : !transform.any_op failures(suppress) {{
+    transform.sequence {forall} : !transform.any_op failures(suppress) {{
     ^bb0(%f: !transform.any_op):
       %p = transform.structured.match attributes{{{TILE_TAG} = {tag} : i64}} in %arg0
         : (!transform.any_op) -> !transform.any_op
@@ -216,6 +240,34 @@ def _transform_script(root_tag: int, producer_tags: list[int], sizes: list[int])
     }}"""
         for tag in producer_tags
     )
+
+
+def _sibling_lines(siblings: list[tuple[int, list[int], list[int]]]) -> str:
+    """Script lines tiling each sibling root (tag, producer tags, sizes) like the root and
+    fusing its tile loop into the root's (`loop.fuse_sibling`): one loop, one pass over the
+    tiles, the shared input read once per tile."""
+    lines = ""
+    current = "%forall"
+    for n, (tag, producers, sizes) in enumerate(siblings):
+        lines += f"""
+    %sib{n} = transform.structured.match attributes{{{TILE_TAG} = {tag} : i64}} in %arg0
+      : (!transform.any_op) -> !transform.any_op
+    %stiled{n}, %sforall{n} = transform.structured.tile_using_forall %sib{n}
+      tile_sizes [{", ".join(str(s) for s in sizes)}]
+      : (!transform.any_op) -> (!transform.any_op, !transform.any_op)"""
+        lines += _fuse_producers(f"%sforall{n}", producers)
+        lines += f"""
+    %joined{n} = transform.loop.fuse_sibling %sforall{n} into {current}
+      : (!transform.any_op, !transform.any_op) -> !transform.any_op"""
+        current = f"%joined{n}"
+    return lines
+
+
+def _transform_script(root_tag: int, producer_tags: list[int], sizes: list[int],
+                      siblings: list[tuple[int, list[int], list[int]]] | None = None) -> str:
+    """The transform-dialect script: tile the root, then fuse producers, consumers first;
+    then tile and join the sibling roots (an `input` group's other kernels), if any."""
+    fuse = _fuse_producers("%forall", producer_tags) + _sibling_lines(siblings or [])
     return f"""
 module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%arg0: !transform.any_op {{transform.readonly}}) {{
@@ -236,8 +288,41 @@ def _element_bytes(op: ir.Operation) -> int:
     return max(1, width // 8)
 
 
+def _kernel_kind(group: ir.Operation) -> str:
+    """contraction (the group holds one: its tiles are the contraction's), row (some op of
+    the group reduces) or elementwise."""
+    ops = [op.operation for op in group.regions[0].blocks[0].operations if _is_tileable(op)]
+    if any(describe(op, i).category == CONTRACTION for i, op in enumerate(ops)):
+        return "contraction"
+    for op in ops:
+        if "iterator_types" in op.attributes and any(
+                "reduction" in str(a) for a in op.attributes["iterator_types"]):
+            return "row"
+    return "elementwise"
+
+
+def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
+                   iterators: list[str], threads: int, tiles_per_thread: int,
+                   min_tile_bytes: int, max_tile_bytes: int,
+                   device: cost_model.Device | None) -> list[int]:
+    """The root's tile sizes on `device` (None: the CPU policy), capped by the group's
+    `fusion.max_tile_rows`."""
+    dims = tileable_dims(group)
+    if device is not None and device.threads_per_block > 1:
+        allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
+        sizes = cost_model.gpu_tile_sizes(ranges, iterators, _element_bytes(root), allowed,
+                                          _kernel_kind(group), device)
+    else:
+        sizes = cpu_tile_sizes(ranges, iterators, _element_bytes(root), dims, threads,
+                               tiles_per_thread, min_tile_bytes, max_tile_bytes)
+    if MAX_TILE_ROWS_ATTR in group.attributes:
+        sizes = limit_tile_rows(sizes, ir.IntegerAttr(group.attributes[MAX_TILE_ROWS_ATTR]).value)
+    return sizes
+
+
 def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
-               min_tile_bytes: int, max_tile_bytes: int = 256 * 1024) -> None:
+               min_tile_bytes: int, max_tile_bytes: int = 256 * 1024,
+               device: cost_model.Device | None = None) -> None:
     """Tile `group`'s root and fuse its producers; record sizes and grid on the group."""
     i64 = ir.IntegerType.get_signless(64)
     group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, 1)
@@ -254,16 +339,23 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
         return
     ranges, iterators = space
     own_root_inits(root, group)
-    sizes = cpu_tile_sizes(ranges, iterators, _element_bytes(root), tileable_dims(group),
-                           threads, tiles_per_thread, min_tile_bytes, max_tile_bytes)
+    sizes = tile_sizes_for(group, root, ranges, iterators, threads, tiles_per_thread,
+                           min_tile_bytes, max_tile_bytes, device)
     if not any(sizes):
         return
     body = group.regions[0].blocks[0]
+    others = sibling_roots(group, root, ranges, sizes)
     tileable = [op.operation for op in body.operations if _is_tileable(op.operation)]
-    root_index = next(i for i, op in enumerate(tileable) if op == root)
     for i, op in enumerate(tileable):
         op.attributes[TILE_TAG] = ir.IntegerAttr.get(i64, i)
-    script = _transform_script(root_index, list(reversed(range(root_index))), sizes)
+
+    def tag_and_producers(target: ir.Operation) -> tuple[int, list[int]]:
+        index = next(i for i, op in enumerate(tileable) if op == target)
+        return index, [i for i in reversed(range(index)) if not _feeds_pad(tileable[i])]
+
+    root_index, producers = tag_and_producers(root)
+    siblings = [(*tag_and_producers(op), sizes) for op in others]
+    script = _transform_script(root_index, producers, sizes, siblings)
     transform_module = ir.Module.parse(script)
     entry = next(iter(transform_module.body.operations))
     try:
@@ -274,6 +366,41 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     fold_reshaped_empties(group)
     group.attributes["fusion.tile_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
     group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, tile_count(ranges, sizes))
+
+
+def sibling_roots(group: ir.Operation, root: ir.Operation, ranges: list[int],
+                  sizes: list[int]) -> list[ir.Operation]:
+    """For an `input` group (independent kernels sharing one read), its other yielded roots,
+    if they all take the root's tiles (same loop ranges, every tiled loop parallel in them
+    too); their inits made their own, like the root's. The root's tile loop then runs all."""
+    if ir.StringAttr(group.attributes["kind"]).value != "input":
+        return []
+    terminator = list(group.regions[0].blocks[0].operations)[-1]
+    found: list[ir.Operation] = []
+    for value in terminator.operands:
+        op = defining_op(value)
+        if op is None or op == root or not _is_tileable(op) or any(op == f for f in found):
+            continue
+        space = _iteration_space(op)
+        if space is None or space[0] != ranges or any(
+                size and kind != "parallel" for size, kind in zip(sizes, space[1])):
+            return []  # tiles that do not line up: the siblings stay whole, beside the loop
+        found.append(op)
+    for op in found:
+        own_root_inits(op, group)
+    return found
+
+
+def _feeds_pad(op: ir.Operation) -> bool:
+    """Whether a result of `op` is the source of a tensor.pad.
+
+    Such a producer stays outside the tile loop (computed whole, before it): a fused pad
+    reads its source slice inside an `scf.if` (the guard for an all-padding tile), and
+    fusing the source's producer through that nested use trips an MLIR assertion (`eraseOp`
+    of an op that still has uses) that aborts the process.
+    """
+    return any(use.owner.name == "tensor.pad" and use.operand_number == 0
+               for result in op.results for use in result.uses)
 
 
 GENERALIZE_SCRIPT = """
@@ -380,9 +507,22 @@ class TileGroupsPass(Pass):
     tiles_per_thread: int = 4
     min_tile_kb: int = 16
     max_tile_kb: int = 256
+    device: str = "cpu"
+    fit: bool = False
 
     def run(self, module: ir.Operation) -> None:
         threads = self.threads or os.cpu_count() or 1
-        for group in groups_in(module):
+        device = cost_model.device_named(self.device)
+
+        def tile(group: ir.Operation) -> None:
             tile_group(group, threads, self.tiles_per_thread, self.min_tile_kb * 1024,
-                       self.max_tile_kb * 1024)
+                       self.max_tile_kb * 1024, device)
+
+        for group in groups_in(module):
+            if self.fit:
+                # Imported here: capacity builds on placement, which runs after tiling.
+                from fusec.passes.capacity import tile_to_fit
+
+                tile_to_fit(group, device, tile)
+            else:
+                tile(group)

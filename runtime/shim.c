@@ -18,7 +18,12 @@
  *         {"format": "fusec-artifact", "abi_version": 1, "fusec_version": "0.1.0",
  *          "target": "cpu" | "cuda",
  *          "inputs":  [{"name": str, "shape": [int, ...], "dtype": str}, ...],
- *          "outputs": [{"name": str, "shape": [int, ...], "dtype": str}, ...],
+ *          "outputs": [{"name": str, "shape": [int, ...], "dtype": str,
+ *                       "scalar": true (optional: a 0-d output the model returns as a
+ *                                       number)}, ...],
+ *          "states":  [{"name": str, "shape": [int, ...], "dtype": str}, ...],
+ *                      -- model globals (an RNG seed) the artifact keeps between runs, in
+ *                         its own storage, from their initial value; no caller sees them
  *          "kernels": [{"symbol": str, "kind": str, "ops": [str], "grid": int, "info": {...}}, ...],
  *          "temp_bytes": int,       -- bytes of temporaries the artifact allocates itself
  *          "plan": {...}}           -- the full fusec.compiler.plan.Plan as JSON

@@ -14,6 +14,10 @@
  *       legacy default stream). Asynchronous: returns once every launch is queued.
  *   int fusec_run(void **inputs, void **outputs);
  *       fusec_run_stream on the default stream, then waits for it.
+ *   int fusec_run_graph(void **inputs, void **outputs, void *stream);
+ *       the same launches through a CUDA graph, captured once and replayed while the pointers
+ *       are the same (fusec_graph_captures_count() says how many captures were made).
+ * Gemm launches call cuBLASLt (opened at run time, see fusec_load_cublaslt).
  *   const char *fusec_last_error(void);   thread-local; "" after a success
  *   int fusec_num_threads(void);          1 (the host thread only queues launches)
  * Return codes: 0 ok, 1 invalid arguments, 2 driver or resource failure.
@@ -42,12 +46,13 @@
 /* ------------------------------------------------------------ the tables' types */
 
 typedef struct {
-  int kernel;          /* index into symbols, or -1: copy buffers[0] -> buffers[1] */
+  int kernel;          /* index into symbols; -1: copy buffers[0] -> buffers[1]; -2: gemm */
   unsigned grid;       /* blocks */
   unsigned block;      /* threads per block */
   unsigned shared;     /* dynamic shared memory bytes */
   int num_buffers;
-  const int *buffers;  /* plan buffer ids, in kernel argument order */
+  const int *buffers;  /* plan buffer ids, in kernel argument order (gemm: A, B, D[, bias]) */
+  const long long *gemm; /* kernel -2: FUSEC_GEMM_FIELDS numbers (codegen_cuda.gemm_table) */
 } fusec_cuda_launch;
 
 typedef struct {
@@ -70,6 +75,7 @@ typedef struct {
   int num_inputs;
   int num_outputs;
   const char *metadata;
+  unsigned long long gemm_workspace; /* bytes of cuBLASLt workspace (0: no gemm launches) */
 } fusec_cuda_program;
 
 static const fusec_cuda_program *fusec_program(void);
@@ -83,6 +89,10 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+#define CU_STREAM_NON_BLOCKING 1
+#define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 
 static struct {
@@ -102,6 +112,13 @@ static struct {
   CUresult (*StreamSynchronize)(CUstream);
   CUresult (*GetErrorName)(CUresult, const char **);
   CUresult (*GetErrorString)(CUresult, const char **);
+  CUresult (*StreamCreate)(CUstream *, unsigned);
+  CUresult (*StreamBeginCapture)(CUstream, int);
+  CUresult (*StreamEndCapture)(CUstream, CUgraph *);
+  CUresult (*GraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+  CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*GraphExecDestroy)(CUgraphExec);
+  CUresult (*GraphDestroy)(CUgraph);
 } cu;
 
 /* ------------------------------------------------------------ state and errors */
@@ -158,6 +175,13 @@ static int fusec_load_driver(void) {
   FUSEC_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   FUSEC_SYM(MemcpyHtoD, "cuMemcpyHtoD_v2");
   FUSEC_SYM(StreamSynchronize, "cuStreamSynchronize");
+  FUSEC_SYM(StreamCreate, "cuStreamCreate");
+  FUSEC_SYM(StreamBeginCapture, "cuStreamBeginCapture_v2");
+  FUSEC_SYM(StreamEndCapture, "cuStreamEndCapture");
+  FUSEC_SYM(GraphInstantiate, "cuGraphInstantiateWithFlags");
+  FUSEC_SYM(GraphLaunch, "cuGraphLaunch");
+  FUSEC_SYM(GraphExecDestroy, "cuGraphExecDestroy");
+  FUSEC_SYM(GraphDestroy, "cuGraphDestroy");
   return 0;
 }
 
@@ -169,6 +193,235 @@ static int fusec_load_driver(void) {
       return 2;                          \
     }                                    \
   } while (0)
+
+/* ------------------------------------------------------------ cuBLASLt, by hand (gemm launches)
+ *
+ * Opened at run time like the driver: $FUSEC_CUBLASLT (a path) if set, else a libcublasLt
+ * already loaded in the process (PyTorch's), else the loader's search path. The enum values
+ * below are cuBLASLt's (cublasLt.h, stable across CUDA 12 and 13).
+ */
+
+#define FUSEC_GEMM_FIELDS 16
+#define LT_DESC_TRANSA 3
+#define LT_DESC_TRANSB 4
+#define LT_DESC_EPILOGUE 7
+#define LT_DESC_BIAS_POINTER 8
+#define LT_DESC_BIAS_DATA_TYPE 26
+#define LT_LAYOUT_BATCH_COUNT 5
+#define LT_LAYOUT_STRIDED_BATCH_OFFSET 6
+#define LT_PREF_MAX_WORKSPACE_BYTES 1
+#define LT_PREF_MIN_ALIGNMENT_A 5 /* ..._B 6, _C 7, _D 8 */
+#define CUDA_R_32F 0
+
+typedef int cublasStatus_t;
+typedef struct { uint64_t data[8]; } lt_algo;
+typedef struct {
+  lt_algo algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+} lt_heuristic;
+
+static struct {
+  cublasStatus_t (*Create)(void **);
+  cublasStatus_t (*DescCreate)(void **, int, int);
+  cublasStatus_t (*DescSetAttribute)(void *, int, const void *, size_t);
+  cublasStatus_t (*LayoutCreate)(void **, int, uint64_t, uint64_t, int64_t);
+  cublasStatus_t (*LayoutSetAttribute)(void *, int, const void *, size_t);
+  cublasStatus_t (*PrefCreate)(void **);
+  cublasStatus_t (*PrefSetAttribute)(void *, int, const void *, size_t);
+  cublasStatus_t (*Heuristic)(void *, void *, void *, void *, void *, void *, void *, int,
+                              lt_heuristic *, int *);
+  cublasStatus_t (*Matmul)(void *, void *, const void *, const void *, void *, const void *,
+                           void *, const void *, const void *, void *, void *, void *,
+                           const lt_algo *, void *, size_t, CUstream);
+  const char *(*StatusName)(cublasStatus_t);
+} lt;
+
+typedef struct {
+  void *desc, *layout_a, *layout_b, *layout_d;
+  lt_algo algo;         /* for 256-byte aligned pointers (cuBLASLt's default assumption) */
+  lt_algo algo_16;      /* for pointers aligned to 16 bytes only */
+  int have_algo_16;
+} fusec_gemm_state;
+
+static void *fusec_lt_handle;
+static fusec_gemm_state *fusec_gemms;
+static CUdeviceptr fusec_workspace;
+
+static void fusec_lt_error(cublasStatus_t st, const char *what) {
+  const char *name = lt.StatusName ? lt.StatusName(st) : NULL;
+  fusec_set_error("%s: %s (%d)", what, name ? name : "CUBLAS_STATUS_?", st);
+}
+
+#define FUSEC_LT(call, what)             \
+  do {                                   \
+    cublasStatus_t s_ = (call);          \
+    if (s_ != 0) {                       \
+      fusec_lt_error(s_, what);          \
+      return 2;                          \
+    }                                    \
+  } while (0)
+
+static int fusec_load_cublaslt(void) {
+  static const char *names[] = {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"};
+  void *lib = NULL;
+  const char *env = getenv("FUSEC_CUBLASLT");
+  if (env && env[0]) {
+    lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      fusec_set_error("cannot open cuBLASLt at FUSEC_CUBLASLT=%s: %s", env, dlerror());
+      return 2;
+    }
+  }
+  for (int i = 0; !lib && i < 3; ++i) lib = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD);
+  for (int i = 0; !lib && i < 3; ++i) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fusec_set_error("this model calls cuBLASLt for its matmuls, and no libcublasLt.so.13/.12 "
+                    "was found: set FUSEC_CUBLASLT to its path (pip package nvidia-cublas: "
+                    "site-packages/nvidia/cu13/lib or nvidia/cublas/lib)");
+    return 2;
+  }
+#define FUSEC_LT_SYM(field, name)                                      \
+  do {                                                                 \
+    *(void **)&lt.field = dlsym(lib, name);                            \
+    if (!lt.field) {                                                   \
+      fusec_set_error("cuBLASLt has no symbol %s", name);              \
+      return 2;                                                        \
+    }                                                                  \
+  } while (0)
+  FUSEC_LT_SYM(StatusName, "cublasLtGetStatusName");
+  FUSEC_LT_SYM(Create, "cublasLtCreate");
+  FUSEC_LT_SYM(DescCreate, "cublasLtMatmulDescCreate");
+  FUSEC_LT_SYM(DescSetAttribute, "cublasLtMatmulDescSetAttribute");
+  FUSEC_LT_SYM(LayoutCreate, "cublasLtMatrixLayoutCreate");
+  FUSEC_LT_SYM(LayoutSetAttribute, "cublasLtMatrixLayoutSetAttribute");
+  FUSEC_LT_SYM(PrefCreate, "cublasLtMatmulPreferenceCreate");
+  FUSEC_LT_SYM(PrefSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
+  FUSEC_LT_SYM(Heuristic, "cublasLtMatmulAlgoGetHeuristic");
+  FUSEC_LT_SYM(Matmul, "cublasLtMatmul");
+#undef FUSEC_LT_SYM
+  return 0;
+}
+
+static int fusec_layout(void **layout, int type, long long rows, long long cols, long long batch) {
+  FUSEC_LT(lt.LayoutCreate(layout, type, (uint64_t)rows, (uint64_t)cols, rows),
+           "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    int32_t count = (int32_t)batch;
+    int64_t stride = rows * cols;
+    FUSEC_LT(lt.LayoutSetAttribute(*layout, LT_LAYOUT_BATCH_COUNT, &count, sizeof count),
+             "cublasLtMatrixLayoutSetAttribute(batch count)");
+    FUSEC_LT(lt.LayoutSetAttribute(*layout, LT_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                   sizeof stride),
+             "cublasLtMatrixLayoutSetAttribute(batch stride)");
+  }
+  return 0;
+}
+
+/* One algorithm for gemm launch k, for pointers aligned to `alignment` bytes (0: default). */
+static int fusec_gemm_algo(const fusec_cuda_program *p, int k, fusec_gemm_state *g,
+                           uint32_t alignment, lt_algo *algo, int *found) {
+  void *pref;
+  uint64_t ws = p->gemm_workspace;
+  FUSEC_LT(lt.PrefCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  FUSEC_LT(lt.PrefSetAttribute(pref, LT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+           "cublasLtMatmulPreferenceSetAttribute(workspace)");
+  for (int i = 0; alignment && i < 4; ++i)
+    FUSEC_LT(lt.PrefSetAttribute(pref, LT_PREF_MIN_ALIGNMENT_A + i, &alignment, sizeof alignment),
+             "cublasLtMatmulPreferenceSetAttribute(alignment)");
+  lt_heuristic result;
+  int count = 0;
+  cublasStatus_t st = lt.Heuristic(fusec_lt_handle, g->desc, g->layout_a, g->layout_b,
+                                   g->layout_d, g->layout_d, pref, 1, &result, &count);
+  *found = st == 0 && count > 0;
+  if (*found) *algo = result.algo;
+  else if (!alignment) {
+    const long long *t = p->launches[k].gemm;
+    fusec_set_error("cuBLASLt has no algorithm for gemm launch %d (m=%lld n=%lld k=%lld "
+                    "batch=%lld, epilogue %lld): %s", k, t[11], t[10], t[5 - (int)t[2]], t[12],
+                    t[13], lt.StatusName ? lt.StatusName(st) : "");
+    return 2;
+  }
+  return 0;
+}
+
+static int fusec_setup_gemms(const fusec_cuda_program *p) {
+  int rc = fusec_load_cublaslt();
+  if (rc) return rc;
+  FUSEC_LT(lt.Create(&fusec_lt_handle), "cublasLtCreate");
+  FUSEC_CHECK(cu.MemAlloc(&fusec_workspace, p->gemm_workspace), "cuMemAlloc(cuBLASLt workspace)");
+  fusec_gemms = calloc((size_t)p->num_launches, sizeof *fusec_gemms);
+  if (!fusec_gemms) {
+    fusec_set_error("out of host memory");
+    return 2;
+  }
+  for (int k = 0; k < p->num_launches; ++k) {
+    const long long *t = p->launches[k].gemm;
+    if (p->launches[k].kernel != -2) continue;
+    fusec_gemm_state *g = &fusec_gemms[k];
+    /* t: in type, out type, opA, opB, rowsA, colsA, ldA, rowsB, colsB, ldB, rowsD, colsD,
+     * batch, epilogue, has bias, compute type (codegen_cuda.gemm_table). */
+    FUSEC_LT(lt.DescCreate(&g->desc, (int)t[15], CUDA_R_32F), "cublasLtMatmulDescCreate");
+    int32_t op_a = (int32_t)t[2], op_b = (int32_t)t[3], epilogue = (int32_t)t[13];
+    int32_t bias_type = (int32_t)t[1];
+    FUSEC_LT(lt.DescSetAttribute(g->desc, LT_DESC_TRANSA, &op_a, sizeof op_a), "transa");
+    FUSEC_LT(lt.DescSetAttribute(g->desc, LT_DESC_TRANSB, &op_b, sizeof op_b), "transb");
+    FUSEC_LT(lt.DescSetAttribute(g->desc, LT_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+             "cublasLtMatmulDescSetAttribute(epilogue)");
+    if (t[14])
+      FUSEC_LT(lt.DescSetAttribute(g->desc, LT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
+               "cublasLtMatmulDescSetAttribute(bias type)");
+    rc = fusec_layout(&g->layout_a, (int)t[0], t[4], t[5], t[12]);
+    if (!rc) rc = fusec_layout(&g->layout_b, (int)t[0], t[7], t[8], t[12]);
+    if (!rc) rc = fusec_layout(&g->layout_d, (int)t[1], t[10], t[11], t[12]);
+    if (rc) return rc;
+    int found;
+    rc = fusec_gemm_algo(p, k, g, 0, &g->algo, &found);
+    if (!rc) rc = fusec_gemm_algo(p, k, g, 16, &g->algo_16, &g->have_algo_16);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int fusec_launch_gemm(const fusec_cuda_program *p, int k, const CUdeviceptr *ptrs,
+                             CUstream stream) {
+  const fusec_cuda_launch *l = &p->launches[k];
+  fusec_gemm_state *g = &fusec_gemms[k];
+  char what[160];
+  int aligned = 1;
+  for (int i = 0; i < l->num_buffers; ++i) aligned &= (ptrs[i] % 256) == 0;
+  const lt_algo *algo = &g->algo;
+  if (!aligned) {
+    for (int i = 0; i < l->num_buffers; ++i)
+      if (ptrs[i] % 16) {
+        fusec_set_error("gemm launch %d: buffer %d (plan buffer %d) is not 16-byte aligned", k,
+                        i, l->buffers[i]);
+        return 1;
+      }
+    if (!g->have_algo_16) {
+      fusec_set_error("gemm launch %d: cuBLASLt has no algorithm for pointers aligned to "
+                      "less than 256 bytes", k);
+      return 2;
+    }
+    algo = &g->algo_16;
+  }
+  if (l->gemm[14]) {
+    void *bias = (void *)(uintptr_t)ptrs[3];
+    FUSEC_LT(lt.DescSetAttribute(g->desc, LT_DESC_BIAS_POINTER, &bias, sizeof bias),
+             "cublasLtMatmulDescSetAttribute(bias pointer)");
+  }
+  const float one = 1.0f, zero = 0.0f;
+  snprintf(what, sizeof what, "cublasLtMatmul (launch %d: gemm)", k);
+  /* cuBLASLt's A is our B (ptrs[1]), its B our A (ptrs[0]): see codegen_cuda.gemm_table. */
+  FUSEC_LT(lt.Matmul(fusec_lt_handle, g->desc, &one, (void *)(uintptr_t)ptrs[1], g->layout_a,
+                     (void *)(uintptr_t)ptrs[0], g->layout_b, &zero, (void *)(uintptr_t)ptrs[2],
+                     g->layout_d, (void *)(uintptr_t)ptrs[2], g->layout_d, algo,
+                     (void *)(uintptr_t)fusec_workspace, p->gemm_workspace, stream),
+           what);
+  return 0;
+}
 
 /* Load the driver, pick the context, load the module, allocate temporaries. Under the lock. */
 static int fusec_setup(const fusec_cuda_program *p) {
@@ -224,14 +477,18 @@ static int fusec_setup(const fusec_cuda_program *p) {
     if (buf->role == 3)
       FUSEC_CHECK(cu.MemcpyHtoD(fusec_temps[b], buf->data, buf->bytes), "cuMemcpyHtoD(constant)");
   }
+  if (p->gemm_workspace) {
+    rc = fusec_setup_gemms(p);
+    if (rc) return rc;
+  }
   fusec_ready = 1;
   return 0;
 }
 
 static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **outputs,
-                            CUstream stream) {
+                            CUstream stream, int capturing) {
   const char *env = getenv("FUSEC_CUDA_SYNC");
-  int sync_each = env && env[0] && env[0] != '0';
+  int sync_each = !capturing && env && env[0] && env[0] != '0';
   CUdeviceptr ptrs[FUSEC_MAX_ARGS];
   void *params[FUSEC_MAX_ARGS];
   for (int k = 0; k < p->num_launches; ++k) {
@@ -248,6 +505,15 @@ static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **o
       params[i] = &ptrs[i];
     }
     char what[320];
+    if (l->kernel == -2) {
+      int rc = fusec_launch_gemm(p, k, ptrs, stream);
+      if (rc) return rc;
+      if (sync_each) {
+        snprintf(what, sizeof what, "gemm (launch %d, cublasLtMatmul) failed", k);
+        FUSEC_CHECK(cu.StreamSynchronize(stream), what);
+      }
+      continue;
+    }
     if (l->kernel < 0) {
       snprintf(what, sizeof what, "cuMemcpyDtoDAsync (launch %d: output copy)", k);
       FUSEC_CHECK(cu.MemcpyDtoDAsync(ptrs[1], ptrs[0], p->buffers[l->buffers[0]].bytes, stream),
@@ -290,7 +556,7 @@ static int fusec_run_impl(void **inputs, void **outputs, void *stream, int wait)
   if (rc) return rc;
   pthread_mutex_lock(&fusec_lock);
   rc = fusec_setup(p);
-  if (!rc) rc = fusec_launch_all(p, inputs, outputs, (CUstream)stream);
+  if (!rc) rc = fusec_launch_all(p, inputs, outputs, (CUstream)stream, 0);
   pthread_mutex_unlock(&fusec_lock);
   if (!rc && wait) {
     CUresult r = cu.StreamSynchronize((CUstream)stream);
@@ -299,6 +565,89 @@ static int fusec_run_impl(void **inputs, void **outputs, void *stream, int wait)
       rc = 2;
     }
   }
+  return rc;
+}
+
+/* ------------------------------------------------------------ CUDA graphs
+ *
+ * fusec_run_graph captures the whole launch sequence (kernels, cuBLASLt calls, output copies)
+ * into a CUDA graph on a private stream, once, and replays it with one cuGraphLaunch on the
+ * caller's stream while the pointers stay the same; new pointers mean a new capture.
+ */
+
+static CUstream fusec_capture_stream;
+static CUgraphExec fusec_graph_exec;
+static void **fusec_graph_pointers;
+static int fusec_graph_count;
+static int fusec_graph_captures;
+
+static int fusec_capture(const fusec_cuda_program *p, void **inputs, void **outputs) {
+  if (!fusec_capture_stream)
+    FUSEC_CHECK(cu.StreamCreate(&fusec_capture_stream, CU_STREAM_NON_BLOCKING),
+                "cuStreamCreate(capture stream)");
+  if (fusec_graph_exec) {
+    cu.GraphExecDestroy(fusec_graph_exec);
+    fusec_graph_exec = NULL;
+  }
+  FUSEC_CHECK(cu.StreamBeginCapture(fusec_capture_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+              "cuStreamBeginCapture");
+  int rc = fusec_launch_all(p, inputs, outputs, fusec_capture_stream, 1);
+  CUgraph graph = NULL;
+  CUresult r = cu.StreamEndCapture(fusec_capture_stream, &graph);
+  if (rc) {
+    if (graph) cu.GraphDestroy(graph);
+    return rc;
+  }
+  if (r != 0) {
+    fusec_cuda_error(r, "cuStreamEndCapture");
+    return 2;
+  }
+  r = cu.GraphInstantiate(&fusec_graph_exec, graph, 0);
+  cu.GraphDestroy(graph);
+  if (r != 0) {
+    fusec_cuda_error(r, "cuGraphInstantiateWithFlags");
+    fusec_graph_exec = NULL;
+    return 2;
+  }
+  int n = p->num_inputs + p->num_outputs;
+  if (!fusec_graph_pointers) fusec_graph_pointers = calloc((size_t)n + 1, sizeof(void *));
+  if (!fusec_graph_pointers) {
+    fusec_set_error("out of host memory");
+    return 2;
+  }
+  for (int i = 0; i < p->num_inputs; ++i) fusec_graph_pointers[i] = inputs[i];
+  for (int i = 0; i < p->num_outputs; ++i) fusec_graph_pointers[p->num_inputs + i] = outputs[i];
+  fusec_graph_count = n;
+  fusec_graph_captures += 1;
+  return 0;
+}
+
+static int fusec_same_pointers(const fusec_cuda_program *p, void **inputs, void **outputs) {
+  if (!fusec_graph_exec || fusec_graph_count != p->num_inputs + p->num_outputs) return 0;
+  for (int i = 0; i < p->num_inputs; ++i)
+    if (fusec_graph_pointers[i] != inputs[i]) return 0;
+  for (int i = 0; i < p->num_outputs; ++i)
+    if (fusec_graph_pointers[p->num_inputs + i] != outputs[i]) return 0;
+  return 1;
+}
+
+static int fusec_run_graph_impl(void **inputs, void **outputs, void *stream) {
+  const fusec_cuda_program *p = fusec_program();
+  fusec_error[0] = 0;
+  int rc = fusec_check_pointers("inputs", inputs, p->num_inputs);
+  if (!rc) rc = fusec_check_pointers("outputs", outputs, p->num_outputs);
+  if (rc) return rc;
+  pthread_mutex_lock(&fusec_lock);
+  rc = fusec_setup(p);
+  if (!rc && !fusec_same_pointers(p, inputs, outputs)) rc = fusec_capture(p, inputs, outputs);
+  if (!rc) {
+    CUresult r = cu.GraphLaunch(fusec_graph_exec, (CUstream)stream);
+    if (r != 0) {
+      fusec_cuda_error(r, "cuGraphLaunch");
+      rc = 2;
+    }
+  }
+  pthread_mutex_unlock(&fusec_lock);
   return rc;
 }
 
@@ -315,6 +664,15 @@ FUSEC_API int fusec_num_threads(void) { return 1; }
 FUSEC_API int fusec_run_stream(void **inputs, void **outputs, void *stream) {
   return fusec_run_impl(inputs, outputs, stream, 0);
 }
+
+/* Like fusec_run_stream, through a CUDA graph captured on the first call and replayed while
+ * the pointers are the same (asynchronous on `stream`). */
+FUSEC_API int fusec_run_graph(void **inputs, void **outputs, void *stream) {
+  return fusec_run_graph_impl(inputs, outputs, stream);
+}
+
+/* How many times fusec_run_graph captured a graph (1 + pointer changes). */
+FUSEC_API int fusec_graph_captures_count(void) { return fusec_graph_captures; }
 
 FUSEC_API int fusec_run(void **inputs, void **outputs) {
   return fusec_run_impl(inputs, outputs, NULL, 1);

@@ -49,6 +49,8 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--mlir-print-ir-after-all", action="store_true")
     parser.add_argument("--mlir-print-debuginfo", action="store_true")
     parser.add_argument("--mlir-print-op-generic", action="store_true")
+    parser.add_argument("--allow-unregistered-dialect", action="store_true",
+                        help="parse ops of unknown dialects (torch-mlir's tm_tensor ops)")
     parser.add_argument("--list-passes", action="store_true", help="list fusec's passes")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     args, rest = parser.parse_known_args(argv)
@@ -80,6 +82,7 @@ def _process(text: str, filename: str, elements: list[str], args: argparse.Names
     from fusec.passes import PassError, run_pipeline
 
     context = make_context()
+    context.allow_unregistered_dialects = args.allow_unregistered_dialect
     try:
         module = ir.Module.parse(text, context)
     except ir.MLIRError as exc:

@@ -47,6 +47,8 @@ from dataclasses import asdict, dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
+import numpy as np
+
 SUITE_SUBDIR = os.path.join("projects", "pt1", "python")
 E2E_SUBDIR = os.path.join("projects", "pt1")
 OUTCOMES = ("pass", "fail", "import_error", "compile_error", "runtime_error", "crash", "timeout")
@@ -172,9 +174,26 @@ class FusecInvoker:
         module = self._module
 
         def invoke(*arrays: Any) -> Any:
-            return module(*arrays)
+            return module(*signless_inputs(arrays, module.signature.inputs))
 
         return invoke
+
+
+def signless_inputs(arrays: tuple, specs: tuple) -> list:
+    """The suite's arrays, with each uint8 array for a signless `i8` input seen as int8.
+
+    torch-mlir's linalg-on-tensors has signless integers: a torch.uint8 argument is an `i8`
+    tensor, which the artifact lists as int8, and the model's ops read its bits unsigned
+    (`arith.extui`, `arith.uitofp`). The suite's arrays come from torch tensors, so a uint8
+    array here means exactly a torch.uint8 argument: the bytes are passed unchanged. Any
+    other mismatch is left for the runtime to refuse.
+    """
+    out = []
+    for a, spec in zip(arrays, specs):
+        if spec.dtype == "int8" and getattr(a, "dtype", None) == np.uint8:
+            a = a.view(np.int8)
+        out.append(a)
+    return out + list(arrays[len(out):])
 
 
 def _configs_package_without_init() -> None:

@@ -37,10 +37,28 @@ func.func @complex_arg(%a: tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>> {
 
 // -----
 
-// The model's results (and arguments) are tensors: a scalar result would have no buffer in
-// the artifact, so it is refused rather than dropped.
-// CHECK: fusion-check-supported.mlir:[[@LINE+1]]:1: error: result 0 of @scalar_result is a scalar i64; fusec models take and return tensors only
-func.func @scalar_result(%a: tensor<4xf32>) -> i64 {
-  %c = arith.constant 1 : i64
-  return %c : i64
+// The model's arguments are tensors: a scalar argument has no buffer in the artifact.
+// CHECK: fusion-check-supported.mlir:[[@LINE+1]]:1: error: argument 0 of @scalar_argument is a scalar i64; fusec models take tensors only
+func.func @scalar_argument(%a: i64) -> tensor<4xf32> {
+  %e = tensor.empty() : tensor<4xf32>
+  return %e : tensor<4xf32>
+}
+
+// -----
+
+// A result is a tensor or a number (--fusion-scalars-to-tensors makes a number a 0-d
+// output); an index result would be dropped, so it is refused.
+// CHECK: fusion-check-supported.mlir:[[@LINE+1]]:1: error: result 0 of @index_result is index; fusec models return tensors and numbers only
+func.func @index_result(%a: tensor<4xf32>) -> index {
+  %c = arith.constant 1 : index
+  return %c : index
+}
+
+// -----
+
+// A number result passes the check.
+// OK-LABEL: func.func @number_result
+func.func @number_result(%a: tensor<4xf32>) -> f64 {
+  %c = arith.constant 1.5 : f64
+  return %c : f64
 }

@@ -31,3 +31,16 @@ func.func @zeros_and_sum(%a: tensor<2xf32>) -> (tensor<3x4xf32>, tensor<2xf32>, 
 func.func @identity(%a: tensor<2xf32>) -> tensor<2xf32> {
   return %a : tensor<2xf32>
 }
+
+// -----
+
+// A constant output with no element (`torch.triu_indices(0, 0)`) needs no writer: an empty
+// tensor, and no kernel that would take a zero-size buffer.
+// CHECK-LABEL: func.func @no_elements
+// CHECK: %[[E:.+]] = tensor.empty() : tensor<2x0xi64>
+// CHECK-NOT: linalg.
+// CHECK: return %[[E]]
+func.func @no_elements() -> tensor<2x0xi64> {
+  %cst = arith.constant dense<> : tensor<2x0xi64>
+  return %cst : tensor<2x0xi64>
+}

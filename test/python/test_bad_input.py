@@ -134,6 +134,13 @@ CLI_CASES = [
                                              "    return torch.nn.ReLU()\n"
                                              "def example_inputs():\n    return (3,)\n"},
      ["m.py", "-o", "{out}"], "m.py", r"`example_inputs\(\)` item 0 is a int, not a tensor"),
+    ("cuda-model-with-rng-state", {"m.py": "import torch\nclass M(torch.nn.Module):\n"
+                                           "    def forward(self, x):\n"
+                                           "        return x + torch.rand(4)\n"
+                                           "def model():\n    return M()\n"
+                                           "def example_inputs():\n    return (torch.randn(4),)\n"},
+     ["m.py", "--target", "cuda", "-o", "{out}"], "m.py:4:0",
+     r"the model keeps state between calls \(an RNG seed.*compile it with --target cpu"),
 ]
 
 
@@ -316,10 +323,12 @@ int fusec_num_threads(void) {{ return 1; }}
 
 
 def _fake_artifact(path: Path, abi: int = rt.ABI_VERSION, target: str = "cpu",
-                   meta_abi: int = rt.ABI_VERSION, symbols: bool = True) -> Path:
+                   meta_abi: int = rt.ABI_VERSION, symbols: bool = True,
+                   cpu: str = "generic") -> Path:
     """A shared library with the artifact's entry points and crafted metadata."""
     meta = (f'{{\\"format\\": \\"fusec-artifact\\", \\"abi_version\\": {meta_abi}, '
             f'\\"target\\": \\"{target}\\", \\"fusec_version\\": \\"0.0.0\\", '
+            f'\\"cpu\\": \\"{cpu}\\", '
             '\\"inputs\\": [], \\"outputs\\": [], \\"kernels\\": []}')
     source = path.with_suffix(".c")
     source.write_text(FAKE_ARTIFACT_C.format(abi=abi, meta=meta) if symbols
@@ -360,6 +369,16 @@ ARTIFACT_CASES = [
 ]
 
 
+def test_runtime_refuses_an_artifact_for_a_newer_cpu(tmp_path, monkeypatch):
+    """Kernels built for AVX-512 would die of SIGILL on a CPU without it: refused at load."""
+    path = _fake_artifact(tmp_path / "v4.so", cpu="x86-64-v4")
+    monkeypatch.setattr(rt, "_host_cpu_flags", lambda: {"sse2", "avx2", "fma"})
+    with pytest.raises(rt.ArtifactError, match=r"built for CPU x86-64-v4, which needs avx512f"):
+        rt.load(path)
+    monkeypatch.setattr(rt, "_host_cpu_flags", lambda: set(rt._CPU_LEVEL_FLAGS["x86-64-v4"]))
+    assert rt.load(path).target == "cpu"
+
+
 def test_runtime_other_fusec_version_same_abi_loads(tmp_path):
     """By design the ABI version, not the fusec version, decides: an artifact from another
     fusec release with the same ABI loads (its version is in the metadata)."""
@@ -375,11 +394,14 @@ def test_runtime_bad_artifacts(case, tmp_path, add_model):
         rt.load(path)
 
 
-def test_runtime_cuda_artifact_refuses_numpy(tmp_path):
-    """An artifact for the GPU loads here (metadata only) but cannot run on numpy arrays."""
+def test_runtime_cuda_artifact_checks_arguments_before_the_driver(tmp_path):
+    """An artifact for the GPU loads here (metadata only); a wrong call is refused by the
+    argument checks, before any CUDA driver call (there is no driver here). Calling a real
+    CUDA artifact without a driver: test_runtime.py."""
     module = rt.load(_fake_artifact(tmp_path / "gpu.so", target="cuda"))
-    with pytest.raises(RuntimeError, match="runs on device pointers"):
-        module()
+    assert module.target == "cuda"
+    with pytest.raises(ValueError, match=r"takes 0 inputs \(\), got 1"):
+        module(np.ones(3, np.float32))
 
 
 def test_runtime_imports_no_mlir_when_rejecting(tmp_path):

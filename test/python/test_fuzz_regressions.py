@@ -81,11 +81,40 @@ func.func @main(%arg0: tensor<4x4xf32>) -> (i64, i64) {
 """
 
 
-def test_scalar_results_are_refused_not_dropped():
-    """Scalar results used to vanish (an artifact with no outputs); they are refused now."""
+def test_scalar_results_are_returned_not_dropped():
+    """Scalar results used to vanish (an artifact with no outputs); they are Python numbers
+    now (--fusion-scalars-to-tensors), as the torch model returns them."""
     import fusec
-    from fusec.compiler.diagnostics import FusecError
+    import numpy as np
 
-    with pytest.raises(FusecError, match="result 0 of @main is a scalar i64; fusec models "
-                                         "take and return tensors only"):
-        fusec.compile(SCALAR_RESULTS)
+    result = fusec.compile(SCALAR_RESULTS)(np.ones((4, 4), np.float32))
+    assert result == (1, 2) and all(type(x) is int for x in result)
+
+
+# Found by torch-mlir's e2e suite (NativeBatchNorm{1,2,3}DModule_basic, 2026-11-29): eval-mode
+# native_batch_norm returns two zero-size tensors that share one tensor.empty, and MLIR 22's
+# buffer-results-to-out-params crashed (SIGSEGV) on a value returned twice. Fixed by
+# --fusion-distinct-outputs (one buffer per output, the repeat is a copy).
+RETURNED_TWICE = """
+func.func @main(%a: tensor<64xf32>) -> (tensor<64xf32>, tensor<64xf32>, tensor<0xf32>, tensor<0xf32>) {
+  %i = tensor.empty() : tensor<64xf32>
+  %0 = linalg.add ins(%a, %a : tensor<64xf32>, tensor<64xf32>) outs(%i : tensor<64xf32>) -> tensor<64xf32>
+  %e = tensor.empty() : tensor<0xf32>
+  return %0, %0, %e, %e : tensor<64xf32>, tensor<64xf32>, tensor<0xf32>, tensor<0xf32>
+}
+"""
+
+
+def test_value_returned_twice_gets_two_buffers():
+    import fusec
+    import numpy as np
+
+    module = fusec.compile(RETURNED_TWICE)
+    a = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    first, second, empty1, empty2 = module(a)
+    reference = 2 * a.astype(np.float64)
+    for out in (first, second):
+        assert np.linalg.norm(out - reference) / np.linalg.norm(reference) < 1e-6
+    assert first.ctypes.data != second.ctypes.data
+    assert empty1.shape == empty2.shape == (0,)
+    assert len(module.kernels) == 1

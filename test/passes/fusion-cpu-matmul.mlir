@@ -1,0 +1,101 @@
+// RUN: fusec-opt %s '--fusion-cpu-matmul{mr=6,nr=16}' --split-input-file | filecheck %s
+
+// A matmul tile as --fusion-cpu-loop-order leaves it (i, k, j), 14x32 @ 32x32: column
+// blocks of 16 (no remainder), row blocks of 6 (two full, one remainder of 2, static and so
+// vectorized too), and for each a k loop carrying the 6x16 accumulator in registers:
+// read before the loop, broadcast-FMAs inside, written after it. B (stride 32 floats) is
+// packed into a contiguous 32x16 stack buffer, allocated once at the function's entry.
+// CHECK-LABEL: func.func @matmul
+// CHECK: %[[PACK:.+]] = memref.alloca() : memref<2048xi8>
+// CHECK: scf.for %[[N:.+]] = %{{.+}} to %{{.+}} step %c16
+// CHECK:   memref.view %[[PACK]]
+// CHECK:   linalg.copy
+// CHECK:   scf.for %[[M:.+]] = %{{.+}} to %{{.+}} step %c6
+// CHECK:     %[[ACC0:.+]] = vector.transfer_read {{.+}} vector<6x16xf32>
+// CHECK:     %[[ACC:.+]] = scf.for %{{.+}} iter_args(%[[X:.+]] = %[[ACC0]]) -> (vector<6x16xf32>)
+// CHECK-NOT:   vector.transfer_write
+// CHECK:       vector.broadcast {{.+}} : f32 to vector<16xf32>
+// CHECK:       vector.fma
+// CHECK:       scf.yield
+// CHECK:     vector.transfer_write %[[ACC]], {{.+}} vector<6x16xf32>
+// CHECK:   vector.transfer_read {{.+}} vector<2x16xf32>
+// CHECK:   vector.transfer_write {{.+}} vector<2x16xf32>
+// CHECK-NOT: linalg.generic
+func.func @matmul(%a: memref<14x32xf32>, %b: memref<32x32xf32>, %c: memref<14x32xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(i, k, j) -> (i, k)>, affine_map<(i, k, j) -> (k, j)>, affine_map<(i, k, j) -> (i, j)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%a, %b : memref<14x32xf32>, memref<32x32xf32>) outs(%c : memref<14x32xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m fastmath<reassoc> : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// A dynamic row count (a kernel's last, partial tile): the row loop is peeled, the full
+// 6-row blocks are vectorized and the remainder rows stay a linalg.generic (scalar loops
+// later). 19 columns: one 16-column block, then a 3-column remainder, too narrow for a
+// vector, also left a linalg.generic.
+// CHECK-LABEL: func.func @dynamic_rows
+// CHECK: scf.for {{.+}} step %c6
+// CHECK: vector.fma
+// CHECK: scf.for {{.+}} step %c6
+// CHECK: linalg.generic
+// CHECK: linalg.generic
+func.func @dynamic_rows(%a: memref<?x8xf32>, %b: memref<8x19xf32>, %c: memref<?x19xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(i, k, j) -> (i, k)>, affine_map<(i, k, j) -> (k, j)>, affine_map<(i, k, j) -> (i, j)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%a, %b : memref<?x8xf32>, memref<8x19xf32>) outs(%c : memref<?x19xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// A batch matmul (b, i, k, j): the batch dim becomes a loop of single matmuls.
+// CHECK-LABEL: func.func @bmm
+// CHECK: scf.for {{.+}} step %c1
+// CHECK: vector.fma
+func.func @bmm(%a: memref<2x12x8xf32>, %b: memref<2x8x16xf32>, %c: memref<2x12x16xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(b, i, k, j) -> (b, i, k)>, affine_map<(b, i, k, j) -> (b, k, j)>, affine_map<(b, i, k, j) -> (b, i, j)>], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%a, %b : memref<2x12x8xf32>, memref<2x8x16xf32>) outs(%c : memref<2x12x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// Negative: elementwise generics, a row sum, and a matmul reading B down a column (B
+// transposed, (j, k)) are not this pass's contractions: left untouched.
+// CHECK-LABEL: func.func @not_contractions
+// CHECK-NOT: vector.
+// CHECK-NOT: scf.for
+// CHECK: linalg.generic
+// CHECK: linalg.generic
+// CHECK: linalg.generic
+func.func @not_contractions(%a: memref<16x16xf32>, %b: memref<16x16xf32>, %c: memref<16x16xf32>, %r: memref<16xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>], iterator_types = ["parallel", "parallel"]} ins(%a, %b : memref<16x16xf32>, memref<16x16xf32>) outs(%c : memref<16x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %o, %m : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i)>], iterator_types = ["parallel", "reduction"]} ins(%a : memref<16x16xf32>) outs(%r : memref<16xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %acc, %x : f32
+    linalg.yield %s : f32
+  }
+  linalg.generic {indexing_maps = [affine_map<(i, j, k) -> (i, k)>, affine_map<(i, j, k) -> (j, k)>, affine_map<(i, j, k) -> (i, j)>], iterator_types = ["parallel", "parallel", "reduction"]} ins(%a, %b : memref<16x16xf32>, memref<16x16xf32>) outs(%c : memref<16x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}

@@ -1,0 +1,193 @@
+"""`fusec --emit tiled --target cuda`: the H200's tiling of every example, and the report.
+
+For target cuda the `tiled` stage is a view (the CUDA code generator reads the fusion stage):
+each group's root tiled for one block of the H200, the group's producers fused into the
+tile loop, every value placed (`#fusion.mem<...>`), and each tile checked against the H200's
+limits, re-tiled or split when over. These tests run the command line on the examples (no
+GPU needed) and check what it prints; the pure policy functions are checked on their own.
+"""
+
+import json
+import os
+import re
+
+import pytest
+
+from fusec.passes import cost_model
+from fusec.passes.tile_groups import limit_tile_rows
+from fusec.tools import fusec as fusec_cli
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+NAMES = sorted(n for n in os.listdir(EXAMPLES)
+               if os.path.exists(os.path.join(EXAMPLES, n, "model.mlir")))
+
+
+def _run(capsys, *argv: str) -> str:
+    assert fusec_cli.main(list(argv)) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+def _groups(text: str) -> list[str]:
+    """The text of each fusion.group's attribute dictionary line."""
+    return [line for line in text.splitlines() if "= fusion.group " in line]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_emit_tiled_cuda_shows_tiles_producers_and_placements(capsys, name):
+    out = _run(capsys, os.path.join(EXAMPLES, name, "model.mlir"), "--emit", "tiled",
+               "--target", "cuda")
+    groups = _groups(out)
+    assert groups
+    for line in groups:
+        # Placed and checked for the H200: a thread count per block, registers, a verdict.
+        assert "fusion.threads = " in line and "fusion.registers = " in line, line
+        assert 'fusion.capacity = "fits' in line or "over: occupancy" in line, line
+        # Never a kernel over a hard limit: over shared memory or registers is re-tiled/split.
+        assert "over: shared memory" not in line and "over: registers" not in line, line
+        threads = int(re.search(r"fusion.threads = (\d+)", line).group(1))
+        assert 1 <= threads <= 1024
+    # Tiles: a tile loop whose body computes the fused producers and writes one slice
+    # (a group of one tile, such as the MLP's 8-row batch, needs no loop).
+    tiled = [line for line in groups if "fusion.tile_sizes" in line]
+    assert tiled, "no group was tiled"
+    if any("fusion.grid = 1 :" not in line for line in groups):
+        assert "scf.forall" in out and "tensor.parallel_insert_slice" in out
+    # Placements: the kernel's outputs go to global memory; intermediates stay on chip.
+    assert "#fusion.mem<global>" in out
+    levels = set(re.findall(r"#fusion.mem<(\w+)>", out))
+    assert levels <= {"global", "shared", "register"}
+
+
+def test_softmax_is_one_block_per_row_with_the_row_on_chip(capsys):
+    out = _run(capsys, os.path.join(EXAMPLES, "softmax", "model.mlir"), "--emit", "tiled",
+               "--target", "cuda")
+    (line,) = _groups(out)
+    assert "fusion.tile_sizes = array<i64: 1, 0>" in line  # one row per block
+    assert "fusion.grid = 64 : i64" in line
+    body = out[out.index("scf.forall"):]
+    # The exp of the row is read by the sum and the division: kept in shared memory; the
+    # reductions run inside the tile loop (fused producers), not before it.
+    assert "math.exp" in body and "arith.maximumf" in body and "arith.addf" in body
+    assert "#fusion.mem<shared>" in body
+
+
+def test_report_gives_tiling_per_kernel_on_both_targets(capsys):
+    path = os.path.join(EXAMPLES, "gpt2_block", "model.mlir")
+    for target, device in (("cuda", "nvidia-h200"), ("cpu", "cpu")):
+        data = json.loads(_run(capsys, path, "--report=json", "--target", target))
+        assert data["device"] == device
+        assert len(data["tiled_kernels"]) >= len(data["kernels"]) == 7
+        for t in data["tiled_kernels"]:
+            assert t["grid"] >= 1 and t["threads"] >= 1 and t["occupancy"] is not None
+            assert t["capacity"] is not None
+            if target == "cuda":
+                assert 24 <= t["registers"] <= 255
+                assert t["shared_bytes"] <= 227 * 1024
+        text = _run(capsys, path, "--report", "--target", target)
+        assert "tile sizes" in text and "block" in text and "regs" in text and "occ" in text
+
+
+def test_gpu_tile_policy_per_kernel_kind():
+    h200 = cost_model.H200
+    # a row kernel: one row per block, the reduced dim whole
+    assert cost_model.gpu_tile_sizes([64, 512], ["parallel", "reduction"], 4, {0}, "row",
+                                     h200) == [1, 0]
+    # elementwise: 256 threads x 16 bytes = 1024 fp32 values, innermost dims first
+    assert cost_model.gpu_tile_sizes([64, 4096], ["parallel", "parallel"], 4, {0, 1},
+                                     "elementwise", h200) == [1, 1024]
+    assert cost_model.gpu_tile_sizes([64, 128], ["parallel", "parallel"], 4, {0, 1},
+                                     "elementwise", h200) == [8, 128]
+    # an inner dim that may not be split counts towards the tile
+    assert cost_model.gpu_tile_sizes([64, 512], ["parallel", "parallel"], 4, {0},
+                                     "elementwise", h200) == [2, 0]
+    # a batched contraction: 128 x 128 output tiles, the batch loop one at a time, K inside
+    assert cost_model.gpu_tile_sizes([8, 512, 512, 64], ["parallel"] * 3 + ["reduction"], 2,
+                                     {0, 1, 2}, "contraction", h200) == [1, 128, 128, 0]
+
+
+def test_tile_rows_limit_shrinks_inner_split_dims_first():
+    assert limit_tile_rows([4, 0], 3) == [3, 0]
+    assert limit_tile_rows([2, 8, 0], 4) == [2, 2, 0]
+    assert limit_tile_rows([1, 1, 0], 1) == [1, 1, 0]
+    assert limit_tile_rows([16, 4], 2) == [2, 1]
+
+
+def test_input_fusion_pays_only_for_large_inputs():
+    # a second read of 64 MB on the H200 costs 16 us, four launches: worth sharing
+    assert cost_model.input_reread_pays(64 << 20, cost_model.H200)
+    # 64 KB: 0.015 us, far below one launch
+    assert not cost_model.input_reread_pays(64 << 10, cost_model.H200)
+    estimate = cost_model.input_fusion_estimate(
+        [(64 << 20, 1 << 24, False), ((64 << 20) + (16 << 10), 1 << 24, False)],
+        (64 << 20) + (16 << 10), cost_model.H200)
+    assert estimate.pays and estimate.bytes_unfused - estimate.bytes_fused == 64 << 20
+
+
+def _input_fusion_case(index: int) -> str:
+    path = os.path.join(os.path.dirname(__file__), "..", "passes", "fusion-input.mlir")
+    with open(path) as f:
+        return f.read().split("// -----")[index]
+
+
+def test_input_groups_compile_on_both_backends(tmp_path):
+    """The `input` kernel (a row sum and a max of exp over one 64 MB input) is, from the
+    H200's plan, one fast-path CUDA kernel (PTX) and, from the CPU's plan, one correct CPU
+    kernel whose tile loop runs both reductions."""
+    import numpy as np
+    from mlir import ir
+
+    import fusec.runtime as runtime
+    from fusec.compiler import codegen_cuda
+    from fusec.compiler.pipeline import CompileOptions, build_so, run_stage
+    from fusec.dialects import make_context
+    from fusec.passes import run_pipeline
+
+    fusion = ["fusion-materialize-outputs", "fusion-plan{device=nvidia-h200}",
+              "fusion-form-singletons", "canonicalize", "cse"]
+    with make_context():
+        module = ir.Module.parse(_input_fusion_case(1))
+        run_pipeline(module, fusion)
+        assert str(module).count("fusion.group input") == 1
+        assert str(module).count("fusion.group ") == 1
+        program = codegen_cuda.generate(module, codegen_cuda.CudaOptions(cubin=False))
+        (launch,) = program.plan.launches
+        assert launch.info["path"] == "fast" and launch.grid == 4096
+        assert ".entry" in program.ptx
+        # The CPU description plans the same kernel; its tiles run both roots, one loop.
+        module = ir.Module.parse(_input_fusion_case(1))
+        run_pipeline(module, [p.replace("nvidia-h200", "cpu") for p in fusion])
+        assert str(module).count("fusion.group input") == 1
+        options = CompileOptions(target="cpu", model_name="input")
+        run_stage(module, "tiled", options)
+        text = str(module)
+        assert text.count("scf.forall (") == 1 and "fusion.grid = 1 :" not in text
+        for stage in ("bufferized", "cpu"):
+            run_stage(module, stage, options)
+        build_so(module, options, str(tmp_path / "input.so"))
+    compiled = runtime.load(str(tmp_path / "input.so"))
+    assert len(compiled.kernels) == 1
+    x = np.random.default_rng().standard_normal((4096, 4096)).astype(np.float32)
+    total, peak = compiled(x)
+    x64 = x.astype(np.float64)
+    for out, ref in ((total, x64.sum(1)), (peak, np.exp(x64).max(1))):
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
+
+
+def test_report_shows_a_capacity_split(capsys, tmp_path):
+    """A softmax tail over rows of 65536 fp32 (256 KB kept per row, over the H200's 227 KB):
+    the tiled stage splits the group and the report says so, per kernel, with the reason."""
+    path = os.path.join(os.path.dirname(__file__), "..", "passes", "fusion-capacity-fit.mlir")
+    with open(path) as f:
+        text = f.read().split("// -----")[0]
+    model = tmp_path / "row.mlir"
+    model.write_text(text)
+    out = _run(capsys, str(model), "--report", "--target", "cuda")
+    assert "fusion plan for nvidia-h200: 1 kernel" in out
+    assert "tiling (tiled stage): 3 kernels (the capacity check split 1 into 3)" in out
+    assert out.count("split: shared memory per block: 262148 B > 232448 B") == 3
+    data = json.loads(_run(capsys, str(model), "--report=json", "--target", "cuda"))
+    assert [t["split"] is not None for t in data["tiled_kernels"]] == [True] * 3
+    assert all(t["shared_bytes"] < 48 * 1024 for t in data["tiled_kernels"])
+    # On the CPU the same row fits a core's L2: one kernel, nothing split.
+    data = json.loads(_run(capsys, str(model), "--report=json", "--target", "cpu"))
+    assert len(data["tiled_kernels"]) == 1 and data["tiled_kernels"][0]["split"] is None
