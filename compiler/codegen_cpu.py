@@ -312,19 +312,11 @@ def host_triple() -> str:
     raise RuntimeError("llc --version names no default target")
 
 
-# x86-64-v4 is AVX-512 with these extensions (LLVM's definition of the level).
-_V4_FLAGS = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
-
-
 def _host_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    """This machine's CPU flags (the runtime's reading of /proc/cpuinfo; empty if unknown)."""
+    from fusec.runtime import host_cpu_flags
+
+    return host_cpu_flags() or set()
 
 
 def target_cpu(options: Any = None) -> str:
@@ -342,11 +334,13 @@ def default_cpu() -> str:
     """
     if os.environ.get("FUSEC_CPU"):
         return os.environ["FUSEC_CPU"]
+    from fusec.runtime import CPU_LEVEL_FLAGS
+
+    # The levels the runtime checks at load time, highest first: what is built here runs here.
     flags = _host_flags()
-    if all(f in flags for f in _V4_FLAGS):
-        return "x86-64-v4"
-    if "avx2" in flags and "fma" in flags:
-        return "x86-64-v3"
+    for level, needed in CPU_LEVEL_FLAGS.items():
+        if all(f in flags for f in needed):
+            return level
     return "generic"
 
 

@@ -47,7 +47,13 @@ Matmul-rooted groups (linalg.matmul / batch_matmul) are not kernels of ours: bef
 epilogue (see the section comment). Other rewrites before emission, each for the GPU's sake:
 transposes that only move size-1 dims become reshapes, static slices become gathers, groups the
 emitter refuses are cut at reshapes of computed values, and multi-output groups it refuses are
-split one per output (`CudaOptions(gemm=False)` turns the gemm split off).
+split one per output, groups that read nothing are computed here (`fold_constant_groups`).
+Layout ops (transposes, reshapes, slices, broadcasts) around a cuBLASLt call become its
+strided operand / result layouts (batch stride, leading dimension, transpose flag, offset:
+attention's head split and merge cost no kernel), and a layout group whose result is a dense
+view of its input becomes a plan-level view (`Buffer.view_of`): see the "layout views"
+section (`gpu_rewrites` lists every rewrite in order; `CudaOptions(gemm=False)` turns them
+off).
 
 Kernel arguments use the bare-pointer convention: one `void*` (device pointer) per memref,
 group inputs first, then the group's weights, then group outputs, all flat `memref<NxT>`
@@ -74,7 +80,7 @@ from typing import Any, Iterable
 import mlir.ir as ir
 from mlir.passmanager import PassManager
 
-from fusec.compiler.plan import Buffer, Launch, Plan
+from fusec.compiler.plan import DTYPE_SIZES, Buffer, Launch, Plan
 
 GROUP_OP = "fusion.group"
 DEFAULT_ARCH = "sm_90"
@@ -281,6 +287,7 @@ class GroupGeometry:
     cols: int
     element: str  # element type of the widest full tensor (for vector width)
     shape: Any  # ElementwiseShape | RowShape
+    full_shape: tuple = ()  # the group's iteration domain (row groups)
 
 
 def _generics(group: ir.Operation) -> list[ir.Operation]:
@@ -345,7 +352,8 @@ def analyse_group(group: ir.Operation, device: CudaDevice = H200,
     cols = full_shape[-1]
     rows = numel // cols
     return GroupGeometry("row", rows, cols, element,
-                         row_launch_shape(rows, cols, ebytes, device, row_elements_per_thread))
+                         row_launch_shape(rows, cols, ebytes, device, row_elements_per_thread),
+                         tuple(full_shape))
 
 
 # ---------------------------------------------------------------- kernel emission
@@ -429,6 +437,8 @@ class KernelEmitter:
         self.pending: list[PendingReduction] = []
         self.workgroup: list[tuple[str, str]] = []  # shared-memory buffers (name, type)
         self.cache: dict[str, str] = {}
+        # Results of suffix-domain generics (`_suffix_op`): value key -> trailing dims.
+        self.suffix_values: dict[int, int] = {}
         body = group.regions[0].blocks[0]
         self.arg_types: list[tuple[int, str]] = []  # (numel, element type) per kernel argument
         for i, arg in enumerate(body.arguments):
@@ -540,6 +550,17 @@ class KernelEmitter:
         elif access == "row":
             result = Row(self.uniform_name(self.load_vector(inp.index, self.row_index, 1)[0]),
                          inp.type)
+        elif access.startswith("suffix:"):  # rows (bid mod m) of an [m, cols] tensor
+            base = self.arith("muli", self.arith("remui", self.row_index,
+                                                 self.index(int(access[7:]))),
+                              self.index(self.geo.cols))
+            names = []
+            for off in self.col_offsets:
+                names += self.load_vector(inp.index, self.arith("addi", base, off), self.vec)
+            result = Full(names, inp.type)
+        elif access.startswith("rowmod:"):  # one value per row: element (bid mod m)
+            where = self.arith("remui", self.row_index, self.index(int(access[7:])))
+            result = Row(self.uniform_name(self.load_vector(inp.index, where, 1)[0]), inp.type)
         else:  # scalar
             result = Scalar(self.uniform_name(self.load_vector(inp.index, self.index(0), 1)[0]),
                             inp.type)
@@ -714,6 +735,47 @@ class KernelEmitter:
             raise CudaCodegenError(f"a full tensor is read as a {kind}")
         return kind, value
 
+    def _suffix_op(self, op: ir.Operation, out_shape: list[int]) -> bool:
+        """A parallel generic over the group domain's trailing dims (a causal mask [T, T] in
+        a [B, H, T, T] softmax), every read a row/column/suffix of its own domain: computed
+        for every element of the group's domain (`suffix_access`), its result read back
+        through the trailing-dims map as a full value (`seen_through`)."""
+        full = list(self.geo.full_shape)
+        k = len(out_shape)
+        if self.geo.kind != "row" or not 2 <= k < len(full) or full[-k:] != out_shape or \
+                len(op.results) != 1 or "reduction" in _iterators(op) or \
+                any(_value_key(v) == _value_key(op.results[0]) for v in self.outputs):
+            return False  # (a group output must be stored in its own shape)
+        self.suffix_values[_value_key(op.results[0])] = k
+        return True
+
+    def suffix_access(self, value: ir.Value, m: MapInfo, out_shape: list[int]) -> Any:
+        """An input of a suffix-domain generic (`_suffix_op`) for the group's domain."""
+        rep = self.lookup(value)
+        k = len(out_shape)
+        dims = [r for r in m.results if r is not None]
+        if not dims:
+            return self.access(rep, m, "full")[1]
+        if not isinstance(rep, Input):
+            raise CudaCodegenError("a suffix-domain generic reads a computed tensor")
+        if dims == list(range(k)):
+            return self.load_input(rep, f"suffix:{_numel(out_shape[:-1])}")
+        if dims == [k - 1]:
+            return self.load_input(rep, "col")
+        if dims == list(range(dims[0], k - 1)):
+            return self.load_input(rep, f"rowmod:{_numel(out_shape[dims[0]:k - 1])}")
+        raise CudaCodegenError(f"access pattern {m} of a suffix-domain generic")
+
+    def seen_through(self, value: ir.Value, m: MapInfo) -> MapInfo:
+        """`m`, or the identity when it reads a suffix-domain result through its trailing
+        dims (the value is already per element of the group's domain)."""
+        k = self.suffix_values.get(_value_key(value))
+        if k is not None and m.results == tuple(range(m.num_dims - k, m.num_dims)):
+            return MapInfo(m.num_dims, tuple(range(m.num_dims)))
+        if k is not None:
+            raise CudaCodegenError(f"a suffix-domain result read through {m}")
+        return m
+
     def eval_generic(self, op: ir.Operation) -> None:
         iters = _iterators(op)
         maps = [_parse_map(a) for a in op.attributes["indexing_maps"]]
@@ -739,10 +801,17 @@ class KernelEmitter:
                 domain = "row"
             elif numel == 1:
                 domain = "row"
+            elif self._suffix_op(op, out_shape):
+                domain = "suffix"
             else:
                 raise CudaCodegenError(f"linalg.generic of shape {out_shape} does not fit "
                                        f"the group's {self.geo.rows}x{self.geo.cols} rows")
-        operands_in = [self.access(self.lookup(v), m, domain)[1] for v, m in zip(ins, maps)]
+        if domain == "suffix":
+            operands_in = [self.suffix_access(v, m, out_shape) for v, m in zip(ins, maps)]
+            domain = "full"  # computed for every element of the group's domain
+        else:
+            operands_in = [self.access(self.lookup(v), self.seen_through(v, m), domain)[1]
+                           for v, m in zip(ins, maps)]
         out_vals = [self.lookup(v) for v in outs]
         positions = len(self.full_offsets) * self.vec if domain == "full" else 1
         terminator = block.operations[len(block.operations) - 1]
@@ -1233,6 +1302,25 @@ def _refuse_host_features(func: ir.Operation) -> None:
                             "compile it with --target cpu", func.location)
 
 
+def gpu_rewrites(func: ir.Operation, options: CudaOptions) -> list[str]:
+    """The rewrites of the fusion stage's groups for the GPU, in order (each one's docstring
+    says why); returns the gemm notes of `split_matmul_groups`."""
+    unit_transposes_to_reshapes(func)
+    extract_slices_to_generics(func)
+    merge_epilogue_consumers(func)
+    notes = split_matmul_groups(func)
+    split_at_reshapes(func, options)
+    split_multi_output_groups(func, options)
+    fold_constant_groups(func)  # after the splits: they can leave a group that reads nothing
+    # Layout groups around cuBLASLt calls become strided operand / result layouts, and what
+    # is left of them that is a dense view of its input becomes a plan-level view.
+    absorb_operand_layouts(func)
+    erase_dead_groups(func)
+    absorb_result_layouts(func)
+    mark_view_groups(func)
+    return notes
+
+
 def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgram:
     """Compile every `fusion.group` of the entry function to a kernel or a cuBLASLt call;
     build the plan. The module is rewritten in place first (matmul splits and the other
@@ -1259,11 +1347,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
     if options.gemm:
         # The caller's context need not be the default one (the fusec driver's is not).
         with module.context, func.location:
-            unit_transposes_to_reshapes(func)
-            extract_slices_to_generics(func)
-            gemm_notes = split_matmul_groups(func)
-            split_at_reshapes(func, options)
-            split_multi_output_groups(func, options)
+            gemm_notes = gpu_rewrites(func, options)
     launches: list[Launch] = []
     kernels: list[str] = []
     outputs: list[int] = []
@@ -1311,7 +1395,17 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             return [add_buffer(r, "output" if _value_key(r) in returned else "temp",
                                f"{symbol}_out{j}") for j, r in enumerate(op.results)]
 
-        if "fusion.path" in op.attributes:
+        path = str(ir.StringAttr(op.attributes["fusion.path"]).value) \
+            if "fusion.path" in op.attributes else ""
+        if path == "view":
+            base = buffers[operands[0]]
+            offset = ir.IntegerAttr(op.attributes[VIEW_OFFSET]).value * \
+                DTYPE_SIZES[base.dtype]
+            view = buffers[add_buffer(op.results[0], "temp", f"view{len(buffers)}")]
+            view.view_of = base.id if base.view_of is None else base.view_of
+            view.view_offset = offset + (base.view_offset if base.view_of is not None else 0)
+            continue
+        if path == "gemm":
             launches.append(gemm_launch(op, operands, weight_buffer, result_buffers, asm))
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             continue
@@ -1756,7 +1850,9 @@ def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
     lines.append("static const fusec_cuda_buffer fusec_buffers[] = {")
     for b in plan.buffers:
         data = f"fusec_constant{b.id}" if b.id in program.constants else "0"
-        lines.append(f"  {{{roles[b.role]}, {slot.get(b.id, -1)}, {b.nbytes}ULL, {data}}},")
+        view = -1 if b.view_of is None else b.view_of
+        lines.append(f"  {{{roles[b.role]}, {slot.get(b.id, -1)}, {b.nbytes}ULL, {data}, "
+                     f"{view}, {b.view_offset}ULL}},")
     lines.append("};")
     metadata = _metadata(plan)
     lines.append(f"static const char fusec_metadata_json[] = {_c_string(json.dumps(metadata))};")
@@ -1876,6 +1972,215 @@ CUBLASLT_EPILOGUES = {"default": 1, "relu": 2, "bias": 4, "relu_bias": 6, "gelu"
                       "gelu_bias": 36}
 # Bytes of cuBLASLt workspace the shim allocates once (NVIDIA recommends 32 MiB on Hopper).
 GEMM_WORKSPACE_BYTES = 32 << 20
+
+
+# ---------------------------------------------------------------- layout views
+#
+# Transposes, reshapes, static slices (the gathers of `extract_slices_to_generics`, marked
+# `fusion.slice_offsets`) and broadcasts do no arithmetic: each output element is one input
+# element at an affine position. A chain of them from a buffer is a *strided view* of it:
+# element idx lives at offset + sum(idx[d] * strides[d]) elements. cuBLASLt reads its operands
+# and writes its result through such a view when it is one batch stride, one leading
+# dimension and a unit stride (`matrix_layout`): the head split / merge of attention then costs
+# no kernel (`absorb_operand_layouts`, `absorb_result_layouts`). A layout group whose view is
+# dense (a reshape, a slice of whole rows) is a plan-level view of its input buffer
+# (`mark_view_groups`: `Buffer.view_of`), no kernel either.
+
+SLICE_OFFSETS = "fusion.slice_offsets"
+VIEW_OFFSET = "fusion.view_offset"
+
+
+@dataclass(frozen=True)
+class StridedView:
+    """Where each element of a tensor lives in a buffer (in elements)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @staticmethod
+    def dense(shape: Iterable[int]) -> "StridedView":
+        shape = tuple(shape)
+        strides, s = [], 1
+        for d in reversed(shape):
+            strides.append(s)
+            s *= d
+        return StridedView(shape, tuple(reversed(strides)), 0)
+
+    def is_dense(self) -> bool:
+        """Row-major contiguous from `offset`: the bytes of a buffer of this shape."""
+        expected = StridedView.dense(self.shape).strides
+        return all(n == 1 or s == e for n, s, e in zip(self.shape, self.strides, expected))
+
+
+def _reassociation(op: ir.Operation) -> list[list[int]]:
+    return [[ir.IntegerAttr(x).value for x in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def _merged_stride(sizes: list[int], strides: list[int]) -> int | None:
+    """The stride of `sizes` merged into one row-major dim, or None if they are not contiguous."""
+    live = [(n, s) for n, s in zip(sizes, strides) if n != 1]
+    if not live:
+        return 1
+    for (_, s0), (n1, s1) in zip(live, live[1:]):
+        if s0 != s1 * n1:
+            return None
+    return live[-1][1]
+
+
+def _layout_generic(op: ir.Operation) -> str | None:
+    """'slice' (a marked gather), 'broadcast' (a pure copy with a projected input map) or
+    'cast' (extf/truncf to f32) for a linalg.generic that moves no arithmetic; else None."""
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return None
+    if SLICE_OFFSETS in op.attributes:
+        return "slice"
+    if len(op.operands) != 2:
+        return None
+    if _unary_kind(op) == "cast":
+        return "cast" if _cast_types(op)[1] == "f32" else None
+    block = op.regions[0].blocks[0]
+    ops = [o.operation for o in block.operations]
+    if len(ops) != 1 or _value_key(ops[0].operands[0]) != _value_key(block.arguments[0]):
+        return None
+    try:
+        maps = [_parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    except CudaCodegenError:
+        return None
+    dims = maps[0].results
+    if maps[1].results != tuple(range(maps[1].num_dims)) or None in dims or \
+            len(set(dims)) != len(dims) or list(dims) != sorted(dims):
+        return None
+    return "broadcast"
+
+
+def layout_source(op: ir.Operation) -> tuple[ir.Value, ir.Operation, int] | None:
+    """For a layout op (no arithmetic): (the value it reads, the op that reads it, which
+    operand); None for any other op. A gather reads its source through a tensor.extract."""
+    name = op.name
+    if name in RESHAPE_OPS or name == "linalg.transpose":
+        return op.operands[0], op, 0
+    kind = _layout_generic(op)
+    if kind in ("cast", "broadcast"):
+        return op.operands[0], op, 0
+    if kind == "slice":
+        from fusec.passes.grouping import walk_ops
+
+        extracts = walk_ops(op, lambda o: o.name == "tensor.extract")
+        if len(extracts) == 1:
+            return extracts[0].operands[0], extracts[0], 0
+    return None
+
+
+def view_forward(view: StridedView, op: ir.Operation) -> StridedView | None:
+    """The view of `op`'s result given the view of what it reads (`layout_source`); None when
+    the result is not a strided view of the same buffer (a collapse of non-contiguous dims)."""
+    name = op.name
+    out_shape = tuple(ir.RankedTensorType(op.results[0].type).shape)
+    if name == "linalg.transpose":
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        return StridedView(out_shape, tuple(view.strides[p] for p in perm), view.offset)
+    if name == "tensor.collapse_shape":
+        strides = []
+        for group in _reassociation(op):
+            s = _merged_stride([view.shape[d] for d in group], [view.strides[d] for d in group])
+            if s is None:
+                return None
+            strides.append(s)
+        return StridedView(out_shape, tuple(strides), view.offset)
+    if name == "tensor.expand_shape":
+        out = [0] * len(out_shape)
+        for d, group in enumerate(_reassociation(op)):
+            s = view.strides[d]
+            for o in reversed(group):
+                out[o] = s
+                s *= out_shape[o]
+        return StridedView(out_shape, tuple(out), view.offset)
+    kind = _layout_generic(op)
+    if kind == "cast":
+        return StridedView(out_shape, view.strides, view.offset)
+    if kind == "slice":
+        offsets = list(ir.DenseI64ArrayAttr(op.attributes[SLICE_OFFSETS]))
+        return StridedView(out_shape, view.strides,
+                           view.offset + sum(o * s for o, s in zip(offsets, view.strides)))
+    if kind == "broadcast":
+        dims = _parse_map(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).results
+        out = [0] * len(out_shape)
+        for j, d in enumerate(dims):
+            out[d] = view.strides[j]
+        return StridedView(out_shape, tuple(out), view.offset)
+    return None
+
+
+def view_backward(view: StridedView, op: ir.Operation) -> StridedView | None:
+    """The view of what a *bijective* layout op (transpose, reshape) reads, given the view of
+    its result: where a gemm must write so that the op's result needs no kernel."""
+    src = tuple(ir.RankedTensorType(op.operands[0].type).shape)
+    name = op.name
+    if name == "linalg.transpose":
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        strides = [0] * len(perm)
+        for d, p in enumerate(perm):
+            strides[p] = view.strides[d]
+        return StridedView(src, tuple(strides), view.offset)
+    if name in RESHAPE_OPS:
+        groups = _reassociation(op)
+        if name == "tensor.expand_shape":  # the source is the result collapsed
+            strides = []
+            for group in groups:
+                s = _merged_stride([view.shape[d] for d in group],
+                                   [view.strides[d] for d in group])
+                if s is None:
+                    return None
+                strides.append(s)
+            return StridedView(src, tuple(strides), view.offset)
+        out = [0] * len(src)  # collapse: the source is the result expanded
+        for d, group in enumerate(groups):
+            s = view.strides[d]
+            for o in reversed(group):
+                out[o] = s
+                s *= src[o]
+        return StridedView(src, tuple(out), view.offset)
+    return None
+
+
+@dataclass(frozen=True)
+class MatrixLayout:
+    """One cuBLASLt operand in row-major terms: [batch,] rows x cols, stored transposed or not,
+    leading dimension `ld`, `batch_stride` and `offset` in elements."""
+
+    transposed: bool
+    ld: int
+    batch_stride: int
+    offset: int
+
+
+def matrix_layout(view: StridedView, element_bytes: int, output: bool = False
+                  ) -> MatrixLayout | None:
+    """The cuBLASLt layout of a [batch,] rows x cols view, or None if it has none: one unit
+    stride among the last two dims, a leading dimension that covers the other, one batch
+    stride (0: broadcast, operands only). A view that is not dense must keep 16-byte aligned
+    strides and offset (what cuBLASLt's fast kernels assume)."""
+    if len(view.shape) not in (2, 3) or any(s < 0 for s in view.strides):
+        return None
+    r, c = view.shape[-2:]
+    sr, sc = view.strides[-2:]
+    batch = view.shape[0] if len(view.shape) == 3 else 1
+    batch_stride = view.strides[0] if batch > 1 else 0
+    if (sc == 1 or c == 1) and (r == 1 or sr >= c):
+        layout = MatrixLayout(False, sr if r > 1 else c, batch_stride, view.offset)
+    elif not output and (sr == 1 or r == 1) and (c == 1 or sc >= r):
+        layout = MatrixLayout(True, sc if c > 1 else r, batch_stride, view.offset)
+    else:
+        return None
+    if output and batch > 1 and batch_stride == 0:
+        return None
+    if not (view.is_dense() and view.offset == 0):
+        if any((x * element_bytes) % 16 for x in (layout.ld, layout.batch_stride,
+                                                   layout.offset)):
+            return None
+    return layout
 
 
 def _defining(value: ir.Value) -> ir.Operation | None:
@@ -2045,40 +2350,62 @@ def _swaps_last_two(op: ir.Operation) -> bool:
 
 @dataclass
 class GemmOperand:
-    """What cuBLASLt reads for one matmul operand: `source` (a group input or a weight),
-    transposed or not, the ops between absorbed."""
+    """What cuBLASLt reads for one matmul operand: `source` (a group input or a weight) through
+    `view` (where each operand element lives in the source's buffer), the layout ops between
+    (`ops`: transposes, reshapes, slices, broadcasts, casts to f32) absorbed."""
 
     source: ir.Value
-    transposed: bool
+    view: StridedView
     element: str  # element type of `source` (cuBLASLt's input type)
     ops: list[ir.Operation]
 
+    @property
+    def transposed(self) -> bool:
+        layout = matrix_layout(self.view, ELEMENT_BYTES.get(self.element, 4))
+        return bool(layout and layout.transposed)
 
-def gemm_operand(value: ir.Value) -> GemmOperand:
-    """Walk back from a matmul operand over what cuBLASLt absorbs: casts to f32 (anywhere), one
-    transpose of the last two dims, and contiguous reshapes *before* the transpose (a reshape
-    of a transposed tensor would move its bytes). Each absorbed op must have no other use."""
-    ops: list[ir.Operation] = []
-    transposed = False
-    reshaped = False
+
+def _layout_walk(value: ir.Value) -> list[ir.Operation]:
+    """The layout ops (`layout_source`) from `value` back, each result used once."""
+    chain: list[ir.Operation] = []
     while True:
         op = _defining(value)
         if op is None or not _single_use(value):
-            break
-        if op.name == "linalg.generic" and _unary_kind(op) == "cast" \
-                and _cast_types(op)[1] == "f32":
-            pass
-        elif op.name == "linalg.transpose" and not transposed and not reshaped \
-                and _swaps_last_two(op):
-            transposed = True
-        elif op.name in RESHAPE_OPS:
-            reshaped = True
-        else:
-            break
-        ops.append(op)
-        value = op.operands[0]
-    element = str(ir.RankedTensorType(value.type).element_type)
-    return GemmOperand(value, transposed, element, ops)
+            return chain
+        src = layout_source(op)
+        if src is None:
+            return chain
+        chain.append(op)
+        value = src[0]
+
+
+def _view_through(source: ir.Value, ops_outward: list[ir.Operation]) -> StridedView | None:
+    """The view of the last op's result in `source`'s dense buffer (ops from source outward)."""
+    view: StridedView | None = StridedView.dense(ir.RankedTensorType(source.type).shape)
+    for op in ops_outward:
+        view = view_forward(view, op)
+        if view is None:
+            return None
+    return view
+
+
+def gemm_operand(value: ir.Value, matrix: bool = True) -> GemmOperand:
+    """Walk back from a matmul operand over the layout ops cuBLASLt absorbs (each result used
+    once) and stop at the farthest value through which the operand is still one cuBLASLt
+    matrix layout (`matrix_layout`; `matrix=False`: a dense vector, for the bias)."""
+    chain = _layout_walk(value)
+    for n in range(len(chain), -1, -1):
+        source = value if n == 0 else layout_source(chain[n - 1])[0]
+        element = str(ir.RankedTensorType(source.type).element_type)
+        view = _view_through(source, list(reversed(chain[:n])))
+        if view is None:
+            continue
+        if matrix and matrix_layout(view, ELEMENT_BYTES.get(element, 4)) is None:
+            continue
+        if not matrix and not (view.is_dense() and view.offset == 0):
+            continue
+        return GemmOperand(source, view, element, chain[:n])
+    raise CudaCodegenError("unreachable: the operand itself is a dense view")
 
 
 def _operand_ok(operand: GemmOperand) -> bool:
@@ -2157,6 +2484,19 @@ def plan_gemm_split(group: ir.Operation) -> GemmSplit | str:
     return GemmSplit(prologue, gemm, epilogue, fused, why)
 
 
+def _is_zero_splat(value: ir.Value) -> bool:
+    op = _defining(value)
+    if op is None or op.name != "arith.constant":
+        return False
+    attr = op.attributes["value"]
+    if not (isinstance(attr, ir.DenseElementsAttr) and attr.is_splat):
+        return False
+    try:
+        return float(ir.FloatAttr(attr.get_splat_value()).value) == 0.0
+    except Exception:  # noqa: BLE001 - not a float splat
+        return False
+
+
 def _absorb_epilogue(mm: ir.Operation, in_type: str, allow_bias: bool
                      ) -> tuple[list[ir.Operation] | None, list[str], str]:
     """The elementwise ops after `mm` that cuBLASLt's epilogue runs, in order:
@@ -2169,17 +2509,31 @@ def _absorb_epilogue(mm: ir.Operation, in_type: str, allow_bias: bool
     ops: list[ir.Operation] = []
     fused: list[str] = []
     bias_type = None
+    reshaped = False
     while _single_use(value):
         user = next(iter(value.uses)).owner
         user = user.operation if hasattr(user, "operation") else user
+        if user.name in RESHAPE_OPS:
+            # A reshape of the result is where cuBLASLt writes (the D view), not an op:
+            # `[16, 2048] + bias -> [1, 16, 2048] -> ReLU` stays one cuBLASLt call.
+            ops.append(user)
+            value = user.results[0]
+            reshaped = True
+            continue
         if user.name != "linalg.generic":
             break
         kind = _unary_kind(user)
         cast = _cast_types(user) if kind == "cast" else None
-        bias = _bias_add(user, value) if allow_bias and not fused and rank == 2 else None
+        bias = _bias_add(user, value) if allow_bias and not fused and not reshaped \
+            and rank == 2 else None
+        if bias is not None and _is_zero_splat(bias):
+            # + zeros (torch's default in-projection bias): the identity, no epilogue step.
+            ops.append(user)
+            value = user.results[0]
+            continue
         if bias is not None:
-            bias_op = gemm_operand(bias)
-            if bias_op.transposed or not _operand_ok(bias_op):
+            bias_op = gemm_operand(bias, matrix=False)
+            if not _operand_ok(bias_op):
                 break
             ops += bias_op.ops
             bias_type = bias_op.element
@@ -2447,6 +2801,8 @@ def extract_slices_to_generics(func: ir.Operation) -> int:
                                  if o else i.result)
                 value = tensor.ExtractOp(op.operands[0], where)
                 linalg.YieldOp([value.result])
+        # The offsets, for the layout-view analysis (a gather is a strided view).
+        gather.operation.attributes[SLICE_OFFSETS] = ir.DenseI64ArrayAttr.get(offsets)
         op.results[0].replace_all_uses_with(gather.results[0])
         op.erase()
         count += 1
@@ -2491,11 +2847,29 @@ def _merge_operand_producers(group: ir.Operation) -> ir.Operation:
         if producer is not None and producer.name == GROUP_OP and _single_use(outer) \
                 and _absorbable_group(producer):
             producers.append(producer)
-    if not producers:
+    # The zero fill the matmul accumulates into, when the planner left it a group of its own
+    # (shared by several matmuls, even): a copy of it joins this group.
+    init = mm.operands[2]
+    extra: list[ir.Operation] = []
+    if isinstance(init.owner, ir.Block) and _single_use(init):
+        argno = ir.BlockArgument(init).arg_number
+        producer = _defining(group.operands[argno])
+        if producer is not None and producer.name == GROUP_OP and \
+                len(producer.results) == 1 and \
+                [o.name for o in _body_ops(producer)] == ["linalg.fill"]:
+            from fusec.passes.inline_groups import inline_group
+
+            with ir.InsertionPoint(group):
+                clone = producer.clone()
+            fill = list(clone.regions[0].blocks[0].operations)[-1].operands[0]
+            extra = [o.operation for o in list(clone.regions[0].blocks[0].operations)[:-1]]
+            inline_group(clone)
+            group.operands[argno] = fill
+    if not producers and not extra:
         return group
     attributes = {name: group.attributes[name] for name in group.attributes}
     kind = str(group.attributes["kind"]).strip('"')
-    ops = []
+    ops = list(extra)
     for g in producers + [group]:
         ops += [o.operation for o in g.regions[0].blocks[0].operations][:-1]
         inline_group(g)
@@ -2541,6 +2915,486 @@ def split_matmul_groups(func: ir.Operation) -> list[str]:
                        {"fusion.split": s("epilogue")})
         notes.append(split.why)
     return notes
+
+
+def _groups(func: ir.Operation) -> list[ir.Operation]:
+    return [op.operation for op in func.regions[0].blocks[0].operations
+            if op.operation.name == GROUP_OP]
+
+
+def _body_ops(group: ir.Operation) -> list[ir.Operation]:
+    """A group's ops without the terminator and the constants/empties cloned into groups."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS
+
+    return [o.operation for o in list(group.regions[0].blocks[0].operations)[:-1]
+            if o.operation.name not in CLONED_INTO_GROUPS]
+
+
+def _kind(group: ir.Operation) -> str:
+    return str(group.attributes["kind"]).strip('"') if "kind" in group.attributes else "single"
+
+
+def _owner(use: Any) -> ir.Operation:
+    return use.owner.operation if hasattr(use.owner, "operation") else use.owner
+
+
+def _only_user(value: ir.Value) -> ir.Operation | None:
+    if not _single_use(value):
+        return None
+    owner = next(iter(value.uses)).owner
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _regroup(groups: list[ir.Operation], extra: list[ir.Operation], like: ir.Operation
+             ) -> ir.Operation:
+    """Inline `groups` and form one group of their ops and `extra` (ops already in the
+    function body), with `like`'s kind and attributes (`like` is one of `groups`)."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
+    from fusec.passes.inline_groups import inline_group
+
+    attributes = {name: like.attributes[name] for name in like.attributes if name != "kind"}
+    kind = _kind(like)
+    ops = list(extra)
+    for g in groups:
+        ops += [o.operation for o in list(g.regions[0].blocks[0].operations)[:-1]]
+        inline_group(g)
+    return form_group([o for o in ops if o.name not in CLONED_INTO_GROUPS], kind, attributes)
+
+
+def _matmuls(group: ir.Operation) -> list[ir.Operation]:
+    return [o for o in _body_ops(group) if o.name in GEMM_OPS]
+
+
+def merge_epilogue_consumers(func: ir.Operation) -> int:
+    """Merge into each one-matmul group the group that consumes its only result when that
+    consumer starts with what cuBLASLt's epilogue runs (a bias add, ReLU, a cast, GELU, or a
+    reshape on the way): the planner may leave a bias add in a group of its own, which then
+    costs a kernel. The
+    split that follows keeps the rest of the consumer as the epilogue kernel. Returns how
+    many."""
+    from fusec.passes.grouping import op_key
+
+    count = 0
+    gone: set[int] = set()
+    for key, group in [(op_key(g), g) for g in _groups(func)]:
+        if key in gone:
+            continue
+        # Again after each merge: bias, then ReLU, may each have been left a group.
+        while _ends_in_epilogue(group):
+            consumer = _only_user(group.results[0])
+            if consumer is None or consumer.name != GROUP_OP or \
+                    "fusion.path" in consumer.attributes or _matmuls(consumer):
+                break
+            arg = next(a for a, v in zip(consumer.regions[0].blocks[0].arguments,
+                                         consumer.operands)
+                       if _value_key(v) == _value_key(group.results[0]))
+            user = _only_user(arg)
+            if user is None or (user.name not in RESHAPE_OPS and (
+                    user.name != "linalg.generic" or (
+                        _bias_add(user, arg) is None and
+                        _unary_kind(user) not in ("relu", "cast", "gelu")))):
+                break
+            gone.add(op_key(consumer))
+            group = _regroup([group, consumer], [], group)
+            count += 1
+    return count
+
+
+def _ends_in_epilogue(group: ir.Operation) -> bool:
+    """A one-matmul, one-result group (not yet split) whose result is the matmul's or the
+    last of what cuBLASLt's epilogue would absorb after it."""
+    if len(_matmuls(group)) != 1 or len(group.results) != 1 or "fusion.path" in group.attributes:
+        return False
+    mm = _matmuls(group)[0]
+    yielded = list(group.regions[0].blocks[0].operations)[-1].operands[0]
+    if _value_key(yielded) == _value_key(mm.results[0]):
+        return True
+    in_type = gemm_operand(mm.operands[0]).element
+    absorbed, _, _ = _absorb_epilogue(mm, in_type, allow_bias=True)
+    return bool(absorbed) and _value_key(absorbed[-1].results[0]) == _value_key(yielded)
+
+
+def _is_layout_group(group: ir.Operation) -> bool:
+    """A group of one result whose ops all move data without arithmetic (no casts)."""
+    if group.name != GROUP_OP or "fusion.path" in group.attributes or len(group.results) != 1:
+        return False
+    ops = _body_ops(group)
+    return bool(ops) and all(layout_source(o) is not None and _layout_generic(o) != "cast"
+                             for o in ops)
+
+
+def _chain_in(group: ir.Operation) -> tuple[list[ir.Operation], ir.Value] | None:
+    """A layout group's ops from its result back to what it reads (a block argument or a
+    weight), every op on that one chain; None otherwise."""
+    body = group.regions[0].blocks[0]
+    value = list(body.operations)[-1].operands[0]
+    chain: list[ir.Operation] = []
+    while not isinstance(value.owner, ir.Block):
+        op = _defining(value)
+        src = layout_source(op)
+        if src is None:
+            if is_weight(op):
+                break
+            return None
+        chain.append(op)
+        value = src[0]
+    if len(chain) != len(_body_ops(group)) or not chain:
+        return None
+    return chain, value
+
+
+def absorb_operand_layouts(func: ir.Operation) -> int:
+    """Read each matmul operand through the layout groups before it (head split: slice,
+    reshape, transpose; a broadcast weight), when the whole chain is one cuBLASLt layout
+    from an earlier buffer: the chain's groups are cloned into the matmul group (their
+    originals go when nothing else reads them, `erase_dead_groups`). Returns how many
+    operands now read further back."""
+    count = 0
+    for group in _groups(func):
+        if len(_matmuls(group)) != 1 or "fusion.path" not in group.attributes:
+            continue  # only cuBLASLt calls read operands through a layout
+        for index in (0, 1):
+            mm = _matmuls(group)[0]
+            chain = _layout_walk(mm.operands[index])
+            start = layout_source(chain[-1])[0] if chain else mm.operands[index]
+            if not isinstance(start.owner, ir.Block) or not _single_use(start):
+                continue
+            argno = ir.BlockArgument(start).arg_number
+            outer = group.operands[argno]
+            element = ELEMENT_BYTES.get(str(ir.RankedTensorType(start.type).element_type), 4)
+            ops = list(chain)  # mm operand outward-in
+            crossed: list[ir.Operation] = []
+            best = 0
+            while True:
+                producer = _defining(outer)
+                if producer is None or not _is_layout_group(producer):
+                    break
+                found = _chain_in(producer)
+                if found is None:
+                    break
+                ops += found[0]
+                base = found[1]
+                crossed.append((producer, ir.BlockArgument(base).arg_number
+                                if isinstance(base.owner, ir.Block) else 0))
+                view = _view_through(base, list(reversed(ops)))
+                if view is not None and matrix_layout(view, element) is not None:
+                    best = len(crossed)
+                if isinstance(base.owner, ir.Block):
+                    outer = producer.operands[ir.BlockArgument(base).arg_number]
+                else:
+                    break  # a weight
+            if not best:
+                continue
+            previous = None
+            extra: list[ir.Operation] = []
+            for layout, data in reversed(crossed[:best]):
+                with ir.InsertionPoint(group):
+                    clone = layout.clone()
+                if previous is not None:
+                    clone.operands[data] = previous
+                previous = list(clone.regions[0].blocks[0].operations)[-1].operands[0]
+                extra += [o.operation for o in list(clone.regions[0].blocks[0].operations)[:-1]]
+                from fusec.passes.inline_groups import inline_group
+
+                inline_group(clone)
+            group.operands[argno] = previous
+            group = _regroup([group], extra, group)
+            count += 1
+    return count
+
+
+def erase_dead_groups(func: ir.Operation) -> int:
+    """Erase groups none of whose results is used (groups compute tensors, nothing else)."""
+    count = 0
+    changed = True
+    while changed:
+        changed = False
+        for group in reversed(_groups(func)):
+            if all(not list(r.uses) for r in group.results):
+                group.erase()
+                count += 1
+                changed = True
+    return count
+
+
+def _result_chain(group: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]] | None:
+    """A gemm group's matmul and the ops from its yielded value back to the matmul's result
+    (epilogue generics and layout ops), each op's matmul-side operand followed."""
+    body = group.regions[0].blocks[0]
+    mm = next((o for o in _body_ops(group) if o.name in GEMM_OPS), None)
+    if mm is None:
+        return None
+    value = list(body.operations)[-1].operands[0]
+    chain: list[ir.Operation] = []
+    while _value_key(value) != _value_key(mm.results[0]):
+        op = _defining(value)
+        if op is None:
+            return None
+        if op.name in RESHAPE_OPS or op.name == "linalg.transpose":
+            value = op.operands[0]
+        elif op.name == "linalg.generic":
+            shape = list(ir.RankedTensorType(op.results[0].type).shape)
+            inits = len(op.results)
+            candidates = [v for v in list(op.operands)[:len(op.operands) - inits]
+                          if list(ir.RankedTensorType(v.type).shape) == shape
+                          and _defining(v) is not None and _defining(v).name != "arith.constant"]
+            if len(candidates) != 1:
+                return None
+            value = candidates[0]
+        else:
+            return None
+        chain.append(op)
+    return mm, chain
+
+
+def result_view(group: ir.Operation, extra: list[ir.Operation] = ()) -> StridedView | None:
+    """Where a gemm group's matmul result lives in the buffer of the group's result (after
+    `extra`, bijective layout ops that would follow, result side first)."""
+    found = _result_chain(group)
+    if found is None:
+        return None
+    mm, chain = found
+    last = extra[0].results[0] if extra else group.results[0]
+    view: StridedView | None = StridedView.dense(ir.RankedTensorType(last.type).shape)
+    for op in list(extra) + chain:
+        if op.name == "linalg.generic":
+            continue  # elementwise: the same positions
+        view = view_backward(view, op)
+        if view is None:
+            return None
+    return view
+
+
+def absorb_result_layouts(func: ir.Operation) -> int:
+    """Let each cuBLASLt call write its result where the layout group after it (head merge:
+    reshape + transpose) puts it, when that is one cuBLASLt layout: the layout group merges
+    into the gemm group and costs no kernel. Returns how many."""
+    from fusec.passes.grouping import op_key
+
+    count = 0
+    gone: set[int] = set()
+    for key, group in [(op_key(g), g) for g in _groups(func)]:
+        if key in gone:
+            continue
+        while "fusion.path" in group.attributes and len(group.results) == 1:
+            consumer = _only_user(group.results[0])
+            if consumer is None or not _is_layout_group(consumer):
+                break
+            found = _chain_in(consumer)
+            if found is None or not isinstance(found[1].owner, ir.Block) or any(
+                    o.name not in RESHAPE_OPS and o.name != "linalg.transpose"
+                    for o in found[0]):
+                break
+            view = result_view(group, found[0])
+            out = str(ir.RankedTensorType(group.results[0].type).element_type)
+            if view is None or matrix_layout(view, ELEMENT_BYTES.get(out, 4), output=True) \
+                    is None:
+                break
+            gone.add(op_key(consumer))
+            group = _regroup([group, consumer], [], group)
+            count += 1
+    return count
+
+
+def mark_view_groups(func: ir.Operation) -> int:
+    """Mark each layout group whose result is its input's bytes from an offset (a reshape, a
+    slice of whole rows) `fusion.path = "view"` with `fusion.view_offset` (elements): the
+    plan makes its result a view of the input buffer (`Buffer.view_of`), no kernel. A
+    model result keeps its kernel (the caller owns that buffer). Returns how many."""
+    ret = list(func.regions[0].blocks[0].operations)[-1]
+    returned = {_value_key(v) for v in ret.operands}
+    count = 0
+    for group in _groups(func):
+        if not _is_layout_group(group) or len(group.operands) != 1 or \
+                _value_key(group.results[0]) in returned:
+            continue
+        found = _chain_in(group)
+        if found is None or not isinstance(found[1].owner, ir.Block):
+            continue
+        view = _view_through(found[1], list(reversed(found[0])))
+        if view is None or not view.is_dense():
+            continue
+        group.attributes["fusion.path"] = ir.StringAttr.get("view")
+        group.attributes[VIEW_OFFSET] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                           view.offset)
+        count += 1
+    return count
+
+
+# Element types a folded constant may have (numpy dtype names).
+_FOLD_DTYPES = {"f32": "float32", "f64": "float64", "i64": "int64", "i32": "int32"}
+_FOLD_INT = {"arith.addi": "add", "arith.subi": "subtract", "arith.muli": "multiply",
+             "arith.maxsi": "maximum", "arith.minsi": "minimum"}
+_FOLD_FLOAT = {"arith.addf": "add", "arith.subf": "subtract", "arith.mulf": "multiply",
+               "arith.divf": "divide", "arith.maximumf": "maximum", "arith.minimumf": "minimum"}
+_FOLD_CASTS = ("arith.index_cast", "arith.extsi", "arith.trunci", "arith.sitofp", "arith.extf",
+               "arith.truncf")
+FOLD_MAX_ELEMENTS = 1 << 16
+
+
+_CMPI = {0: "equal", 1: "not_equal", 2: "less", 3: "less_equal", 4: "greater",
+         5: "greater_equal", 6: "less", 7: "less_equal", 8: "greater", 9: "greater_equal"}
+
+
+def evaluate_generic(op: ir.Operation, inputs: list[Any]) -> Any:
+    """A linalg.generic's value (parallel loops, one result) on numpy `inputs`, computed here;
+    None when its body has an op not listed here (index arithmetic, casts, compares, select,
+    float arithmetic: what masks and aranges are made of)."""
+    import numpy as np
+
+    shape, elt = _tensor_info(op.results[0].type)
+    maps = [_parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if elt not in _FOLD_DTYPES or _numel(shape) > FOLD_MAX_ELEMENTS or len(op.results) != 1 \
+            or maps[-1].results != tuple(range(len(shape))) or \
+            any("parallel" not in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return None
+    grid = np.indices(shape, dtype=np.int64)
+    block = op.regions[0].blocks[0]
+    env: dict[int, Any] = {}
+    for arg, x, m in zip(block.arguments, inputs, maps):
+        env[_value_key(arg)] = np.asarray(x)[tuple(grid[d] if d is not None else 0
+                                                     for d in m.results)]
+    body = [o.operation for o in block.operations]
+    for inner in body[:-1]:
+        name = inner.name
+        args = [env.get(_value_key(v)) for v in inner.operands]
+        if any(a is None for a in args):
+            return None
+        if name == "linalg.index":
+            value = grid[ir.IntegerAttr(inner.attributes["dim"]).value]
+        elif name == "arith.constant":
+            attr = inner.attributes["value"]
+            if isinstance(attr, ir.FloatAttr):
+                value = np.float64(attr.value)
+            elif isinstance(attr, ir.IntegerAttr):
+                value = np.int64(attr.value)
+            else:
+                return None
+        elif name in _FOLD_CASTS:
+            to = str(inner.results[0].type)
+            value = np.asarray(args[0]).astype(np.float64 if to.startswith("f") else np.int64)
+        elif name in _FOLD_INT:
+            value = getattr(np, _FOLD_INT[name])(args[0], args[1])
+        elif name in _FOLD_FLOAT:
+            value = getattr(np, _FOLD_FLOAT[name])(args[0], args[1])
+        elif name == "arith.cmpi":
+            pred = ir.IntegerAttr(inner.attributes["predicate"]).value
+            if pred not in _CMPI:
+                return None
+            value = getattr(np, _CMPI[pred])(args[0], args[1])
+        elif name == "arith.select":
+            value = np.where(args[0], args[1], args[2])
+        else:
+            return None
+        env[_value_key(inner.results[0])] = value
+    result = env.get(_value_key(body[-1].operands[0]))
+    if result is None:
+        return None
+    return np.broadcast_to(np.asarray(result), shape).astype(_FOLD_DTYPES[elt])
+
+
+def _constant_array(value: ir.Value) -> Any:
+    """The numpy value of a dense (non-resource) tensor constant, or None."""
+    import numpy as np
+
+    op = _defining(value)
+    if op is None or op.name != "arith.constant" or \
+            not isinstance(op.results[0].type, ir.RankedTensorType):
+        return None
+    shape, elt = _tensor_info(op.results[0].type)
+    attr = op.attributes["value"]
+    if elt not in _FOLD_DTYPES or not isinstance(attr, ir.DenseElementsAttr) or \
+            _numel(shape) > FOLD_MAX_ELEMENTS:
+        return None
+    try:
+        if attr.is_splat:
+            splat = attr.get_splat_value()
+            scalar = ir.FloatAttr(splat).value if elt.startswith("f") else \
+                ir.IntegerAttr(splat).value
+            return np.full(shape, scalar, dtype=_FOLD_DTYPES[elt])
+        return np.array(attr).reshape(shape).astype(_FOLD_DTYPES[elt])
+    except Exception:  # noqa: BLE001 - an attribute numpy cannot read: not folded
+        return None
+
+
+def _fold_op(op: ir.Operation) -> Any:
+    """The value of a reshape or generic whose tensor inputs are all constants, or None."""
+    if op.name in RESHAPE_OPS:
+        x = _constant_array(op.operands[0])
+        return None if x is None else x.reshape(ir.RankedTensorType(op.results[0].type).shape)
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return None
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    inputs = [_constant_array(v) for v in list(op.operands)[:seg[0]]]
+    if any(x is None for x in inputs):
+        return None
+    return evaluate_generic(op, inputs)
+
+
+def _replace_by_constant(op: ir.Operation, value: Any) -> None:
+    import numpy as np
+
+    result_type = op.results[0].type
+    attr = ir.DenseElementsAttr.get(np.ascontiguousarray(value), type=result_type)
+    with ir.InsertionPoint(op), op.location:
+        constant = ir.Operation.create("arith.constant", results=[result_type],
+                                       attributes={"value": attr})
+    op.results[0].replace_all_uses_with(constant.results[0])
+    op.erase()
+
+
+def fold_constant_ops(group: ir.Operation) -> int:
+    """Inside `group`, compute here each op that reads only constants (a causal mask from an
+    arange): it becomes a constant (a weight of the artifact). Returns how many."""
+    count = 0
+    for op in _body_ops(group):
+        value = _fold_op(op)
+        if value is not None:
+            _replace_by_constant(op, value)
+            count += 1
+    return count
+
+
+def _fold_value(group: ir.Operation) -> Any:
+    """The value of a group that reads nothing (an arange), computed here; or None."""
+    ops = _body_ops(group)
+    if group.operands or len(group.results) != 1 or len(ops) != 1:
+        return None
+    return _fold_op(ops[0])
+
+
+def fold_constant_groups(func: ir.Operation) -> int:
+    """Compute here the groups that read nothing (gpt2's arange for its causal mask): a
+    kernel each, for a value known at compile time. The value becomes a constant cloned
+    into the groups that read it (a weight buffer of the artifact), where constant reshapes
+    of it fold too (`fold_constant_ops`). Returns how many."""
+    import numpy as np
+
+    from fusec.passes.grouping import op_key
+
+    count = 0
+    gone: set[int] = set()
+    for key, group in [(op_key(g), g) for g in _groups(func)]:
+        if key in gone:
+            continue
+        value = _fold_value(group)
+        if value is None or any(_owner(u).name != GROUP_OP for u in group.results[0].uses):
+            continue  # a model output keeps its kernel (the caller owns that buffer)
+        result_type = group.results[0].type
+        with ir.InsertionPoint(group):
+            constant = ir.Operation.create(
+                "arith.constant", results=[result_type], attributes={
+                    "value": ir.DenseElementsAttr.get(np.ascontiguousarray(value),
+                                                      type=result_type)})
+        users = [_owner(u) for u in list(group.results[0].uses)]
+        group.results[0].replace_all_uses_with(constant.results[0])
+        group.erase()
+        for user in users:
+            if user.name == GROUP_OP and op_key(user) not in gone:
+                gone.add(op_key(user))
+                fold_constant_ops(_regroup([user], [], user))
+        count += 1
+    return count
 
 
 def _gemm_epilogue_code(fused: list[str]) -> str:
@@ -2594,12 +3448,23 @@ def gemm_launch(group: ir.Operation, operands: list[int], weight_buffer: Any,
     if "bias" in fused:
         if bias is None:
             raise CudaCodegenError("the gemm group's bias add was not found")
-        buffers.append(buffer_of(gemm_operand(bias).source))
+        buffers.append(buffer_of(gemm_operand(bias, matrix=False).source))
     out_elt = str(ir.RankedTensorType(group.results[0].type).element_type)
+    la = matrix_layout(a.view, ELEMENT_BYTES[a.element])
+    lb = matrix_layout(b.view, ELEMENT_BYTES[b.element])
+    d_view = result_view(group)
+    ld = matrix_layout(d_view, ELEMENT_BYTES[out_elt], output=True) if d_view else None
+    if la is None or lb is None or ld is None:
+        raise CudaCodegenError(f"a gemm operand or result has no cuBLASLt layout: A {a.view}, "
+                               f"B {b.view}, D {d_view}")
     gemm = {"library": "cublasLt", "op": mm.name, "batch": batch, "m": m, "n": n, "k": k,
-            "trans_a": a.transposed, "trans_b": b.transposed, "in_dtype": DTYPES[a.element],
+            "trans_a": la.transposed, "trans_b": lb.transposed, "in_dtype": DTYPES[a.element],
             "out_dtype": DTYPES[out_elt], "epilogue": _gemm_epilogue_code(fused),
-            "fused": fused}
+            "fused": fused,
+            # Row-major strided layouts (elements): leading dims, batch strides, offsets.
+            "lda": la.ld, "ldb": lb.ld, "ldd": ld.ld, "stride_a": la.batch_stride,
+            "stride_b": lb.batch_stride, "stride_d": ld.batch_stride, "offset_a": la.offset,
+            "offset_b": lb.offset, "offset_d": ld.offset}
     info = {"path": "gemm", "why": str(ir.StringAttr(group.attributes["fusion.why"]).value),
             "flops": 2 * batch * m * n * k}
     ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
@@ -2609,10 +3474,13 @@ def gemm_launch(group: ir.Operation, operands: list[int], weight_buffer: Any,
 
 
 def gemm_table(launch: Launch, element_of: Any) -> list[int]:
-    """The shim's 16 numbers for one gemm launch (column-major cuBLASLt terms).
+    """The shim's GEMM_FIELDS numbers for one gemm launch (column-major cuBLASLt terms).
 
     cuBLASLt's A is our B, its B our A: D^T[N, M] = B^T[N, K] A^T[K, M], where a row-major
-    [r, c] buffer is a column-major [c, r] one with leading dimension c.
+    [r, c] matrix with leading dimension ld is a column-major [c, r] one with the same ld.
+    Fields: in/out type, op A, op B, rows/cols/ld of A, of B, rows/cols of D, batch,
+    epilogue, has bias, compute type, batch strides of cuBLASLt's A, B, D (elements), ld of
+    D, then byte offsets of *our* A, B, D into their buffers (strided views).
     """
     g = launch.gemm
     m, n, k = g["m"], g["n"], g["k"]
@@ -2620,8 +3488,19 @@ def gemm_table(launch: Launch, element_of: Any) -> list[int]:
     op_b = 1 if g["trans_a"] else 0   # cuBLASLt B = our A: stored [M, K] (N) or [K, M] (T)
     rows_a, cols_a = (k, n) if op_a else (n, k)
     rows_b, cols_b = (m, k) if op_b else (k, m)
-    in_type = CUDA_DATA_TYPES[{v: k_ for k_, v in DTYPES.items()}[g["in_dtype"]]]
-    out_type = CUDA_DATA_TYPES[{v: k_ for k_, v in DTYPES.items()}[g["out_dtype"]]]
-    return [in_type, out_type, op_a, op_b, rows_a, cols_a, rows_a, rows_b, cols_b, rows_b,
+    in_elt = {v: k_ for k_, v in DTYPES.items()}[g["in_dtype"]]
+    out_elt = {v: k_ for k_, v in DTYPES.items()}[g["out_dtype"]]
+    batched = g["batch"] > 1
+    return [CUDA_DATA_TYPES[in_elt], CUDA_DATA_TYPES[out_elt], op_a, op_b,
+            rows_a, cols_a, g.get("ldb", rows_a), rows_b, cols_b, g.get("lda", rows_b),
             n, m, g["batch"], CUBLASLT_EPILOGUES[g["epilogue"]],
-            int("bias" in g["fused"]), CUBLAS_COMPUTE_32F]
+            int("bias" in g["fused"]), CUBLAS_COMPUTE_32F,
+            g.get("stride_b", rows_a * cols_a if batched else 0),
+            g.get("stride_a", rows_b * cols_b if batched else 0),
+            g.get("stride_d", n * m if batched else 0), g.get("ldd", n),
+            g.get("offset_a", 0) * ELEMENT_BYTES[in_elt],
+            g.get("offset_b", 0) * ELEMENT_BYTES[in_elt],
+            g.get("offset_d", 0) * ELEMENT_BYTES[out_elt]]
+
+
+GEMM_FIELDS = 23

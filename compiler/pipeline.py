@@ -73,11 +73,11 @@ def fusion_passes(options: CompileOptions) -> list[str]:
     # The planner weighs fusion against the target's device (on-chip capacity, launch cost).
     device = "nvidia-h200" if options.resolved_target() == "cuda" else "cpu"
     plan = [f"fusion-plan{{device={device}}}"] if options.fusion and "fusion-plan" in REGISTRY else []
-    # torch-mlir's TMTensor ops (scatter, scan, sort, topk) become serial loop nests, each a
-    # kernel of its own from the start: the planner never fuses into them.
-    # Whatever the planner left (or everything, without fusion) becomes a kernel of its own;
-    # canonicalize then drops the constants that were cloned into groups.
-    # Loops torch-mlir left in the model function (multinomial) are serial kernels too.
+    # First, torch-mlir's TMTensor ops (scatter, scan, sort, topk) become serial loop nests,
+    # each a kernel of its own from the start (the planner never fuses into them); loops
+    # torch-mlir left in the model function (multinomial) too; constant outputs get a writer.
+    # Last, whatever the planner left (or everything, without fusion) becomes a kernel of its
+    # own; canonicalize then drops the constants that were cloned into groups.
     return (["fusion-lower-tm-tensor", "fusion-form-loop-kernels", "fusion-materialize-outputs"]
             + plan
             + ["fusion-form-singletons", "canonicalize", "cse"])

@@ -41,6 +41,10 @@ class Buffer:
     # An output whose bytes are those of another buffer (an input, or a reshape of one):
     # the host code copies them at the end of the run instead of a kernel writing them.
     copy_of: int | None = None
+    # cuda only: a buffer that is bytes of another (a reshape, a slice of whole rows): it
+    # starts `view_offset` bytes into buffer `view_of` and has no storage of its own.
+    view_of: int | None = None
+    view_offset: int = 0
 
     @property
     def nbytes(self) -> int:

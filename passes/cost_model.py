@@ -40,6 +40,15 @@ class Device:
     max_threads_per_unit: int = 0
     threads_per_block: int = 1
     min_occupancy: float = 0.0
+    # Matmuls run in a vendor GEMM library (cuBLASLt on the GPU): it reads its operands from
+    # memory, looking through casts to f32, a transpose of the last two dims and reshapes,
+    # and fuses a bias add / ReLU / GELU into its epilogue; any other prologue op is a kernel
+    # of its own before it.
+    gemm_library: bool = False
+    # Multi-output kernels are only emitted whole by the GPU's fast emitter; one it refuses
+    # (a transpose, a slice, a pad, ...) goes to a path with one tile loop per kernel, so code
+    # generation splits it into one kernel per output.
+    multi_output_needs_fast_emitter: bool = False
 
 
 H200 = Device(
@@ -59,6 +68,8 @@ H200 = Device(
     max_threads_per_unit=2048,
     threads_per_block=256,
     min_occupancy=0.25,
+    gemm_library=True,
+    multi_output_needs_fast_emitter=True,
 )
 
 CPU_HOST = Device(
@@ -170,6 +181,30 @@ def recompute_cost_s(flops: int, bytes_written: int, broadcast: int,
     extra = max(0, repeats - 1) * flops / device.flops_per_s
     saved = device.launch_s + 2 * bytes_written / device.hbm_bytes_per_s
     return extra, saved
+
+
+def gemm_prologue_is_kernel(absorbed_by_library: bool, device: Device) -> bool:
+    """Whether an op before a matmul, in the matmul's group, would run as a kernel of its own
+    anyway: on a device whose matmuls are library calls (`gemm_library`) every prologue op
+    the library cannot read through (`absorbed_by_library` False) is split off by code
+    generation, so fusing it there saves nothing and may take it from a better group (the
+    bias add of the matmul before, which the library fuses as that matmul's epilogue)."""
+    return device.gemm_library and not absorbed_by_library
+
+
+def gemm_operand_view_is_free(absorbed_by_library: bool, device: Device) -> bool:
+    """Whether a cast / last-two-dims transpose / reshape of a matmul operand costs nothing
+    however many tiles use it: the GEMM library reads its operand through it (no
+    recomputation, no extra pass over memory), so the planner must not weigh it as a
+    recomputed producer."""
+    return device.gemm_library and absorbed_by_library
+
+
+def multi_output_kernel_ok(fast_emitter_takes_it: bool, device: Device) -> bool:
+    """Whether a kernel with several outputs stays one kernel on `device`: on the GPU only
+    when the fast emitter takes all its ops (otherwise code generation splits it per output,
+    and the launch the planner counted as saved is not)."""
+    return fast_emitter_takes_it or not device.multi_output_needs_fast_emitter
 
 
 def occupancy(parallel_tiles: int, device: Device) -> float:

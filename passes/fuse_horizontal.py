@@ -28,7 +28,8 @@ import mlir.ir as ir
 
 from fusec.passes import cost_model
 from fusec.passes.form_singletons import function_bodies
-from fusec.passes.fusion_analysis import CONTRACTION, describe
+from fusec.passes.fusion_analysis import (
+    CONTRACTION, describe, fast_emitter_refusal, short_location)
 from fusec.passes.grouping import CLONED_INTO_GROUPS, defining_op, form_group, op_key
 from fusec.passes.inline_groups import inline_group
 from fusec.passes.producer_fusion import group_attributes, group_bytes
@@ -109,6 +110,35 @@ def _merge(members: list[ir.Operation], device: cost_model.Device) -> ir.Operati
     return group
 
 
+def fast_emitter_refusal_in(group: ir.Operation) -> str | None:
+    """The first op of `group` the GPU fast emitter would refuse, with why (None: none)."""
+    for op in group.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "fusion.yield":
+            continue
+        why = fast_emitter_refusal(op)
+        if why is not None:
+            return f"{op.name}@{short_location(op)}: {why}"
+    return None
+
+
+def _record_refusal(group: ir.Operation, text: str) -> None:
+    old = [ir.StringAttr(a).value for a in group.attributes["fusion.refused"]] \
+        if "fusion.refused" in group.attributes else []
+    group.attributes["fusion.refused"] = ir.ArrayAttr.get(
+        [ir.StringAttr.get(r) for r in old + [text]])
+
+
+def _has_partner(i: int, candidates: list[bool], ancestors: list[int], window: int) -> bool:
+    """Whether another launch-bound group within `window` of group `i` is independent of it
+    (so that a refusal to merge them is worth recording)."""
+    for j in range(max(0, i - window), min(len(candidates), i + window + 1)):
+        if j != i and candidates[j] and not (ancestors[j] >> i) & 1 \
+                and not (ancestors[i] >> j) & 1:
+            return True
+    return False
+
+
 def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: cost_model.Device,
                     window: int, max_ops: int) -> list[list[int]]:
     """Buckets of group indices to merge: launch-bound, independent, within the window."""
@@ -117,6 +147,18 @@ def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: co
     small = [_group_floor_s(g, device) < device.launch_s and
              ir.StringAttr(g.attributes["kind"]).value != "horizontal" and
              "fusion.serial" not in g.attributes for g in groups]
+    candidates = list(small)
+    for i, g in enumerate(groups):
+        # A horizontal group has one output per part: on the GPU, one the fast emitter
+        # refuses is split per output again by code generation (no launch saved).
+        why = fast_emitter_refusal_in(g) if small[i] else None
+        if why is None or cost_model.multi_output_kernel_ok(False, device):
+            continue
+        small[i] = False
+        if _has_partner(i, candidates, ancestors, window):
+            _record_refusal(g, f"group@{short_location(g)}: horizontal: fast-emitter: {why}; "
+                            f"a multi-output kernel of it would be split per output on "
+                            f"{device.name}")
     sizes = [_op_count(g) for g in groups]
     taken: set[int] = set()
     buckets: list[list[int]] = []

@@ -49,9 +49,9 @@ import mlir.ir as ir
 from fusec.passes import cost_model
 from fusec.passes.form_singletons import function_bodies
 from fusec.passes.fuse_horizontal import _ancestors
-from fusec.passes.fusion_analysis import (CONTRACTION, FILL, RESHAPE, OpFacts, describe,
-                                          element_bytes, short_location, tensor_bytes,
-                                          tensor_shape)
+from fusec.passes.fusion_analysis import (CONTRACTION, FAST_EMITTER_OPS, FILL, RESHAPE,
+                                          OpFacts, describe, element_bytes, short_location,
+                                          tensor_bytes, tensor_shape)
 from fusec.passes.grouping import CLONED_INTO_GROUPS, _value_key, form_group, op_key
 from fusec.passes.inline_groups import inline_group
 from fusec.passes.producer_fusion import group_attributes, group_bytes
@@ -60,9 +60,7 @@ from fusec.passes.registry import Pass, register
 KIND = "input"
 # What one row or elementwise kernel is made of, on both targets (the CUDA code generator's
 # fast path; the CPU path tiles such groups row by row).
-ONE_KERNEL_OPS = frozenset({"linalg.generic", "linalg.fill", "tensor.expand_shape",
-                            "tensor.collapse_shape", "tensor.empty", "arith.constant",
-                            "fusion.yield"})
+ONE_KERNEL_OPS = FAST_EMITTER_OPS | {"fusion.yield"}
 
 
 @dataclass

@@ -53,6 +53,9 @@ from fusec.passes.fusion_analysis import (
 from fusec.passes.grouping import defining_op, form_group, op_key, walk_ops
 from fusec.passes.registry import PassError
 
+# Contractions that code generation sends to a GEMM library on devices that have one.
+GEMM_OPS = frozenset({"linalg.matmul", "linalg.batch_matmul"})
+
 # Categories a group may absorb at all (window ops and unknown ops stay kernels of their own).
 ABSORBABLE = frozenset({"elementwise", "transpose", "fill", "reshape", "slice", "pad", REDUCTION,
                         CONTRACTION, WINDOW})
@@ -257,7 +260,8 @@ class Planner:
         if refusal is None:
             mapping, lost, partial = _map_producer(cand, self.graph, p, uses)
             step = Absorption(p, uses, mapping, lost, partial, in_prologue, root_position)
-            for check in (self._check_outside_users, self._check_tiles,
+            for check in (self._check_gemm_prologue, self._check_outside_users,
+                          self._check_tiles,
                           self._check_contractions, self._check_huge_axis,
                           self._check_capacity, self._check_recompute):
                 refusal = check(cand, step)
@@ -288,6 +292,33 @@ class Planner:
                     "as its prologue here: the row reduction this op depends on cannot come "
                     "along (`recompute`), and fusing the rest would split the row computation")
         return None
+
+    def _gemm_in(self, cand: Candidate) -> OpFacts | None:
+        """The group's matmul if code generation sends it to the device's GEMM library."""
+        if not self.device.gemm_library:
+            return None
+        for k in cand.members:
+            f = self.graph.facts[k]
+            if f.category == CONTRACTION and f.name in GEMM_OPS:
+                return f
+        return None
+
+    def _check_gemm_prologue(self, cand: Candidate, step: Absorption) -> Refusal:
+        """Where matmuls are library calls, a prologue op the library cannot read through is
+        a kernel of its own anyway: leave it to a group that gains from it (a bias add goes
+        to the epilogue of the matmul that produces it, which the library fuses)."""
+        p = step.p
+        gemm = self._gemm_in(cand) if step.in_prologue and p.category != CONTRACTION else None
+        if gemm is None:
+            return None
+        if not cost_model.gemm_prologue_is_kernel(gemm_absorbs(p), self.device):
+            return None
+        source = _contraction_source(p, self.graph)
+        after = (f"; it is the epilogue of {source.name}@{source.location}, whose GEMM call "
+                 "fuses it" if source is not None else "")
+        return ("gemm-prologue", f"{gemm.name}@{gemm.location} runs in the GEMM library of "
+                f"{self.device.name}, which reads its operands from memory: this {p.category} "
+                f"before it would be a kernel of its own{after}")
 
     def _check_outside_users(self, cand: Candidate, step: Absorption) -> Refusal:
         """Users outside the group: write the value out, recompute it, or refuse."""
@@ -398,6 +429,9 @@ class Planner:
         p = step.p
         if not (p.is_cheap and p.flops):
             return None
+        if step.in_prologue and self._gemm_in(cand) is not None and \
+                cost_model.gemm_operand_view_is_free(gemm_absorbs(p), self.device):
+            return None  # the GEMM library reads the operand through it: nothing recomputed
         broadcast = 1
         for r in step.tiles:
             if r not in step.mapping:
@@ -492,6 +526,48 @@ class Planner:
                     self.assigned.add(k)
             groups.append(cand)
         return groups
+
+
+def gemm_absorbs(p: OpFacts) -> bool:
+    """Whether a GEMM library reads a matmul operand through `p` (what code generation's
+    `gemm_operand` walks back over): a fill (the init), a reshape, a transpose of the last
+    two dims, or a cast to f32; each with its result used once."""
+    results = list(p.op.results)
+    if len(results) != 1 or len(list(results[0].uses)) != 1:
+        return p.category == FILL
+    if p.category in (FILL, RESHAPE):
+        return True
+    if p.name == "linalg.transpose":
+        perm = list(ir.DenseI64ArrayAttr(p.op.attributes["permutation"]))
+        n = len(perm)
+        return n >= 2 and perm == list(range(n - 2)) + [n - 1, n - 2]
+    return p.category == "elementwise" and _is_cast_to_f32(p)
+
+
+def _is_cast_to_f32(p: OpFacts) -> bool:
+    """A linalg.generic of one tensor input whose payload only extends a float to f32."""
+    if p.name != "linalg.generic" or _n_tensor_inputs(p) != 1:
+        return False
+    body = [op.operation for op in p.op.regions[0].blocks[0].operations]
+    return (len(body) == 2 and body[0].name == "arith.extf"
+            and str(body[0].results[0].type) == "f32")
+
+
+def _contraction_source(p: OpFacts, graph: BlockGraph) -> OpFacts | None:
+    """The contraction whose result `p` reads, directly or through reshapes, if any."""
+    stack = list(p.producers)
+    seen: set[int] = set()
+    while stack:
+        k = stack.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        f = graph.facts[k]
+        if f.category == CONTRACTION:
+            return f
+        if f.category == RESHAPE:
+            stack.extend(f.producers)
+    return None
 
 
 def _cheap_prologue(p: OpFacts) -> bool:

@@ -271,15 +271,17 @@ def _parse_metadata(path: Path, raw: bytes | None) -> dict[str, Any]:
     return meta
 
 
-# What an x86-64 level's kernels execute: an artifact built for a level this CPU lacks would
-# die of SIGILL in the first kernel, so it is refused at load time instead.
-_CPU_LEVEL_FLAGS = {
+# What an x86-64 level's kernels execute (LLVM's definitions, highest level first): an artifact
+# built for a level this CPU lacks would die of SIGILL in its first kernel, so it is refused at
+# load time instead. The CPU code generator picks the highest level of the build machine.
+CPU_LEVEL_FLAGS = {
     "x86-64-v4": ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
     "x86-64-v3": ("avx2", "fma", "bmi2", "movbe"),
 }
 
 
-def _host_cpu_flags() -> set[str] | None:
+def host_cpu_flags() -> set[str] | None:
+    """The CPU flags of this machine from /proc/cpuinfo, or None where unknown."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -291,8 +293,8 @@ def _host_cpu_flags() -> set[str] | None:
 
 
 def _check_cpu_level(path: Path, meta: dict[str, Any]) -> None:
-    needed = _CPU_LEVEL_FLAGS.get(meta.get("cpu") or "", ())
-    flags = _host_cpu_flags() if needed and meta.get("target") == "cpu" else None
+    needed = CPU_LEVEL_FLAGS.get(meta.get("cpu") or "", ())
+    flags = host_cpu_flags() if needed and meta.get("target") == "cpu" else None
     missing = [f for f in needed if flags is not None and f not in flags]
     if missing:
         raise ArtifactError(

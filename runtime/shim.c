@@ -26,6 +26,8 @@
  *                         its own storage, from their initial value; no caller sees them
  *          "kernels": [{"symbol": str, "kind": str, "ops": [str], "grid": int, "info": {...}}, ...],
  *          "temp_bytes": int,       -- bytes of temporaries the artifact allocates itself
+ *          "cpu": str,              -- target "cpu": the LLVM CPU of the kernels ("x86-64-v4"
+ *                                      needs AVX-512); fusec.runtime refuses a CPU without it
  *          "plan": {...}}           -- the full fusec.compiler.plan.Plan as JSON
  *       dtypes are numpy names ("float32", "bfloat16", "int64", ...); shapes are static, row-major.
  *
@@ -49,6 +51,11 @@
  *   int fusec_num_threads(void);
  *       CPU: the number of threads that run tiles (the caller included), or -1 (with
  *       fusec_last_error set) when FUSEC_NUM_THREADS is invalid.
+ *
+ *   int fusec_run_graph(void **inputs, void **outputs, void *stream);
+ *       CUDA only (runtime/shim_cuda.c): fusec_run_stream through a CUDA graph of the whole
+ *       launch sequence, captured on the first call and replayed while the pointers are the
+ *       same (re-captured when they change).
  *
  * CPU execution: the kernel ABI is `void kernel(void **buffers, int64_t tile_begin,
  * int64_t tile_end)` (see fusec/compiler/plan.py). A launch of `grid` independent tiles is split

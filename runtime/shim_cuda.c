@@ -60,6 +60,8 @@ typedef struct {
   int slot;            /* position in inputs[] / outputs[] (-1 otherwise) */
   unsigned long long bytes;
   const unsigned char *data; /* role 3: the constant's bytes */
+  int view_of;         /* >= 0: no storage; the bytes of buffer view_of from `offset` */
+  unsigned long long offset;
 } fusec_cuda_buffer;
 
 typedef struct {
@@ -201,7 +203,7 @@ static int fusec_load_driver(void) {
  * below are cuBLASLt's (cublasLt.h, stable across CUDA 12 and 13).
  */
 
-#define FUSEC_GEMM_FIELDS 16
+#define FUSEC_GEMM_FIELDS 23
 #define LT_DESC_TRANSA 3
 #define LT_DESC_TRANSB 4
 #define LT_DESC_EPILOGUE 7
@@ -305,12 +307,15 @@ static int fusec_load_cublaslt(void) {
   return 0;
 }
 
-static int fusec_layout(void **layout, int type, long long rows, long long cols, long long batch) {
-  FUSEC_LT(lt.LayoutCreate(layout, type, (uint64_t)rows, (uint64_t)cols, rows),
+/* A column-major rows x cols matrix with leading dimension ld; `batch` of them, `stride`
+ * elements apart (0: the same matrix for every batch, operands only). */
+static int fusec_layout(void **layout, int type, long long rows, long long cols, long long ld,
+                        long long batch, long long batch_stride) {
+  FUSEC_LT(lt.LayoutCreate(layout, type, (uint64_t)rows, (uint64_t)cols, ld),
            "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     int32_t count = (int32_t)batch;
-    int64_t stride = rows * cols;
+    int64_t stride = batch_stride;
     FUSEC_LT(lt.LayoutSetAttribute(*layout, LT_LAYOUT_BATCH_COUNT, &count, sizeof count),
              "cublasLtMatrixLayoutSetAttribute(batch count)");
     FUSEC_LT(lt.LayoutSetAttribute(*layout, LT_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
@@ -362,7 +367,8 @@ static int fusec_setup_gemms(const fusec_cuda_program *p) {
     if (p->launches[k].kernel != -2) continue;
     fusec_gemm_state *g = &fusec_gemms[k];
     /* t: in type, out type, opA, opB, rowsA, colsA, ldA, rowsB, colsB, ldB, rowsD, colsD,
-     * batch, epilogue, has bias, compute type (codegen_cuda.gemm_table). */
+     * batch, epilogue, has bias, compute type, batch strides of A, B, D, ldD, byte offsets
+     * of our A, B, D (codegen_cuda.gemm_table). */
     FUSEC_LT(lt.DescCreate(&g->desc, (int)t[15], CUDA_R_32F), "cublasLtMatmulDescCreate");
     int32_t op_a = (int32_t)t[2], op_b = (int32_t)t[3], epilogue = (int32_t)t[13];
     int32_t bias_type = (int32_t)t[1];
@@ -373,9 +379,9 @@ static int fusec_setup_gemms(const fusec_cuda_program *p) {
     if (t[14])
       FUSEC_LT(lt.DescSetAttribute(g->desc, LT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
                "cublasLtMatmulDescSetAttribute(bias type)");
-    rc = fusec_layout(&g->layout_a, (int)t[0], t[4], t[5], t[12]);
-    if (!rc) rc = fusec_layout(&g->layout_b, (int)t[0], t[7], t[8], t[12]);
-    if (!rc) rc = fusec_layout(&g->layout_d, (int)t[1], t[10], t[11], t[12]);
+    rc = fusec_layout(&g->layout_a, (int)t[0], t[4], t[5], t[6], t[12], t[16]);
+    if (!rc) rc = fusec_layout(&g->layout_b, (int)t[0], t[7], t[8], t[9], t[12], t[17]);
+    if (!rc) rc = fusec_layout(&g->layout_d, (int)t[1], t[10], t[11], t[19], t[12], t[18]);
     if (rc) return rc;
     int found;
     rc = fusec_gemm_algo(p, k, g, 0, &g->algo, &found);
@@ -385,11 +391,15 @@ static int fusec_setup_gemms(const fusec_cuda_program *p) {
   return 0;
 }
 
-static int fusec_launch_gemm(const fusec_cuda_program *p, int k, const CUdeviceptr *ptrs,
+static int fusec_launch_gemm(const fusec_cuda_program *p, int k, const CUdeviceptr *buffers,
                              CUstream stream) {
   const fusec_cuda_launch *l = &p->launches[k];
   fusec_gemm_state *g = &fusec_gemms[k];
   char what[160];
+  /* Our A, B, D through their strided views: the byte offsets of gemm_table's last fields. */
+  CUdeviceptr ptrs[4];
+  for (int i = 0; i < l->num_buffers && i < 4; ++i)
+    ptrs[i] = buffers[i] + (i < 3 ? (CUdeviceptr)l->gemm[20 + i] : 0);
   int aligned = 1;
   for (int i = 0; i < l->num_buffers; ++i) aligned &= (ptrs[i] % 256) == 0;
   const lt_algo *algo = &g->algo;
@@ -471,7 +481,7 @@ static int fusec_setup(const fusec_cuda_program *p) {
   }
   for (int b = 0; b < p->num_buffers; ++b) {
     const fusec_cuda_buffer *buf = &p->buffers[b];
-    if (buf->role < 2 || buf->bytes == 0) continue;
+    if (buf->role < 2 || buf->bytes == 0 || buf->view_of >= 0) continue;
     FUSEC_CHECK(cu.MemAlloc(&fusec_temps[b], buf->bytes),
                 buf->role == 2 ? "cuMemAlloc(temporary)" : "cuMemAlloc(constant)");
     if (buf->role == 3)
@@ -483,6 +493,16 @@ static int fusec_setup(const fusec_cuda_program *p) {
   }
   fusec_ready = 1;
   return 0;
+}
+
+/* The device pointer of plan buffer `id` for this run (a view: its base's plus the offset). */
+static CUdeviceptr fusec_buffer_pointer(const fusec_cuda_program *p, int id, void **inputs,
+                                        void **outputs) {
+  const fusec_cuda_buffer *b = &p->buffers[id];
+  if (b->view_of >= 0) return fusec_buffer_pointer(p, b->view_of, inputs, outputs) + b->offset;
+  return b->role == 0   ? (CUdeviceptr)(uintptr_t)inputs[b->slot]
+         : b->role == 1 ? (CUdeviceptr)(uintptr_t)outputs[b->slot]
+                        : fusec_temps[id];
 }
 
 static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **outputs,
@@ -498,10 +518,7 @@ static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **o
       return 1;
     }
     for (int i = 0; i < l->num_buffers; ++i) {
-      const fusec_cuda_buffer *b = &p->buffers[l->buffers[i]];
-      ptrs[i] = b->role == 0   ? (CUdeviceptr)(uintptr_t)inputs[b->slot]
-                : b->role == 1 ? (CUdeviceptr)(uintptr_t)outputs[b->slot]
-                               : fusec_temps[l->buffers[i]];
+      ptrs[i] = fusec_buffer_pointer(p, l->buffers[i], inputs, outputs);
       params[i] = &ptrs[i];
     }
     char what[320];

@@ -73,21 +73,22 @@ func.func @softmax_rows(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
 
 // -----
 
-// Matmul with a fused ReLU producer and a bias epilogue, 4 rows of M per tile. The ReLU'd
+// Matmul with a fused ReLU producer and a bias epilogue, 32 rows of M per tile (the CPU
+// row tile of a matmul-rooted kernel: at least 24 rows, dividing M). The ReLU'd
 // A tile is read by every column of the matmul (reuse: the tile of a matmul operand is
 // shared); the accumulator and the matmul result are read once (register); the bias slice
 // is streamed (global); the epilogue's result is the output (global).
 // GPU-LABEL: func.func @relu_matmul_bias
-// GPU: fusion.placement = {global = 16384 : i64, on_chip = 512 : i64, register = 2 : i64, shared = 512 : i64}
-// GPU: %[[RELU:.+]] = linalg.generic {{.*}}outs(%{{.+}} : tensor<4x32xf32>) attrs =  {fusion.mem = #fusion.mem<shared>}
+// GPU: fusion.placement = {global = 16384 : i64, on_chip = 4096 : i64, register = 2 : i64, shared = 4096 : i64}
+// GPU: %[[RELU:.+]] = linalg.generic {{.*}}outs(%{{.+}} : tensor<32x32xf32>) attrs =  {fusion.mem = #fusion.mem<shared>}
 // GPU-NEXT: ^bb0
 // GPU-NEXT: arith.maximumf
-// GPU: %[[ACC:.+]] = linalg.generic {{.*}}outs(%{{.+}} : tensor<4x64xf32>) attrs =  {fusion.mem = #fusion.mem<register>}
-// GPU: %[[MM:.+]] = linalg.generic {{.*}}ins(%[[RELU]], %{{.+}} : tensor<4x32xf32>, tensor<32x64xf32>) outs(%[[ACC]] : tensor<4x64xf32>) attrs =  {fusion.mem = #fusion.mem<register>}
+// GPU: %[[ACC:.+]] = linalg.generic {{.*}}outs(%{{.+}} : tensor<32x64xf32>) attrs =  {fusion.mem = #fusion.mem<register>}
+// GPU: %[[MM:.+]] = linalg.generic {{.*}}ins(%[[RELU]], %{{.+}} : tensor<32x32xf32>, tensor<32x64xf32>) outs(%[[ACC]] : tensor<32x64xf32>) attrs =  {fusion.mem = #fusion.mem<register>}
 // GPU: %[[BIAS:.+]] = tensor.extract_slice {{.*}}{fusion.mem = #fusion.mem<global>}
 // GPU: linalg.generic {{.*}}ins(%[[MM]], %[[BIAS]] : {{.*}}) attrs =  {fusion.mem = #fusion.mem<global>}
 // CPU-LABEL: func.func @relu_matmul_bias
-// CPU: fusion.placement = {global = 16384 : i64, on_chip = 512 : i64, register = 3 : i64, shared = 0 : i64}
+// CPU: fusion.placement = {global = 16384 : i64, on_chip = 4096 : i64, register = 3 : i64, shared = 0 : i64}
 func.func @relu_matmul_bias(%a: tensor<64x32xf32>, %b: tensor<32x64xf32>, %bias: tensor<64x64xf32>) -> tensor<64x64xf32> {
   %r = fusion.group epilogue (%x = %a : tensor<64x32xf32>, %y = %b : tensor<32x64xf32>, %z = %bias : tensor<64x64xf32>) -> tensor<64x64xf32> {
     %zero = arith.constant 0.0 : f32

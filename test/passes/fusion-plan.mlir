@@ -2,18 +2,18 @@
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map2 = affine_map<(d0, d1) -> (d0, 0)>
-// A row normalisation feeding a 512-wide matmul: fusing the row sum before the matmul would
-// leave the matmul's 512 columns untiled (each tile needs whole rows), so the sum is refused
-// (`recompute`); the division that reads it is refused as a prologue too, so that the
-// normalisation stays whole in its own kernel. Every compute op ends in a group.
+// A row normalisation feeding a 512-wide matmul, on the H200: the matmul is a cuBLASLt call,
+// which reads its operands from memory, so the division before it is refused as its prologue
+// (`gemm-prologue`: it would be a kernel of its own anyway) and the normalisation stays whole
+// in its own kernel. (On the CPU the refusal is `recompute`: fusion-plan-gemm.mlir.) Every
+// compute op ends in a group.
 // CHECK-LABEL: func.func @norm_then_wide_matmul
 // CHECK: %[[N:[0-9]+]] = fusion.group vertical
 // CHECK: arith.addf
 // CHECK: arith.divf
 // CHECK: fusion.yield
 // CHECK: fusion.group single ({{.*}}%[[N]] : tensor<64x128xf32>,
-// CHECK-SAME: fusion.refused = ["linalg.generic@{{[0-9:]+}}: recompute: fusing it leaves loop 1 (512 wide) of linalg.matmul
-// CHECK-SAME: "linalg.generic@{{[0-9:]+}}: prologue:
+// CHECK-SAME: fusion.refused = ["linalg.generic@{{[0-9:]+}}: gemm-prologue: linalg.matmul@{{[0-9:]+}} runs in the GEMM library of nvidia-h200
 // CHECK: linalg.fill
 // CHECK: linalg.matmul
 // CHECK: fusion.yield

@@ -66,10 +66,10 @@ func.func @too_small(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
 // CHECK-SAME: %{{.+}}: tensor<64x32xf32>, %{{.+}}: tensor<32x64xf32>, %[[C:.+]]: tensor<64x64xf32>
 // CHECK: fusion.group single (%{{.+}} = %{{.+}}, %{{.+}} = %{{.+}}, %[[Z:.+]] = %[[C]] : tensor<64x64xf32>)
 // CHECK: %[[E:.+]] = tensor.empty() : tensor<64x64xf32>
-// CHECK: scf.forall (%{{.+}}) in (16) shared_outs(%{{.+}} = %[[E]])
+// CHECK: scf.forall (%{{.+}}) in (2) shared_outs(%{{.+}} = %[[E]])
 // CHECK: %[[INIT:.+]] = tensor.extract_slice %[[Z]]
-// CHECK: %[[COPY:.+]] = linalg.copy {{.*}}ins(%[[INIT]] : tensor<4x64xf32>)
-// CHECK: linalg.generic {{.*}} outs(%[[COPY]] : tensor<4x64xf32>)
+// CHECK: %[[COPY:.+]] = linalg.copy {{.*}}ins(%[[INIT]] : tensor<32x64xf32>)
+// CHECK: linalg.generic {{.*}} outs(%[[COPY]] : tensor<32x64xf32>)
 func.func @matmul_init_from_input(%a: tensor<64x32xf32>, %b: tensor<32x64xf32>, %c: tensor<64x64xf32>) -> tensor<64x64xf32> {
   %r = fusion.group single (%x = %a : tensor<64x32xf32>, %y = %b : tensor<32x64xf32>, %z = %c : tensor<64x64xf32>) -> tensor<64x64xf32> {
     %m = linalg.matmul ins(%x, %y : tensor<64x32xf32>, tensor<32x64xf32>) outs(%z : tensor<64x64xf32>) -> tensor<64x64xf32>
@@ -92,4 +92,60 @@ func.func @planner_tile_dims(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
     fusion.yield %y : tensor<64x256xf32>
   }
   return %r : tensor<64x256xf32>
+}
+
+// -----
+
+// A matmul-rooted kernel on the CPU: its row tile is made of whole 6-row microkernel blocks
+// (`--fusion-cpu-matmul`, mr = 6), at least 24 rows, and divides M so that every tile's row
+// count is static (a dynamic remainder would run as scalar loops): 96 rows in 4 tiles of 24
+// where the policy alone gives 16 tiles of 6.
+// CHECK-LABEL: func.func @matmul_row_tile
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.grid = 4 : i64
+// CHECK-SAME: fusion.tile_sizes = array<i64: 24, 0, 0>
+// CHECK: scf.forall (%{{.+}}) in (4)
+func.func @matmul_row_tile(%a: tensor<96x32xf32>, %b: tensor<32x64xf32>) -> tensor<96x64xf32> {
+  %r = fusion.group single (%x = %a : tensor<96x32xf32>, %y = %b : tensor<32x64xf32>) -> tensor<96x64xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<96x64xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<96x64xf32>) -> tensor<96x64xf32>
+    %m = linalg.matmul ins(%x, %y : tensor<96x32xf32>, tensor<32x64xf32>) outs(%f : tensor<96x64xf32>) -> tensor<96x64xf32>
+    fusion.yield %m : tensor<96x64xf32>
+  }
+  return %r : tensor<96x64xf32>
+}
+
+// -----
+
+// Not a matmul: the same iteration space keeps the policy's 6-row tiles.
+// CHECK-LABEL: func.func @elementwise_row_tile
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.tile_sizes = array<i64: 6, 0>
+func.func @elementwise_row_tile(%a: tensor<96x64xf32>) -> tensor<96x64xf32> {
+  %r = fusion.group single (%x = %a : tensor<96x64xf32>) -> tensor<96x64xf32> {
+    %e = tensor.empty() : tensor<96x64xf32>
+    %y = linalg.exp ins(%x : tensor<96x64xf32>) outs(%e : tensor<96x64xf32>) -> tensor<96x64xf32>
+    fusion.yield %y : tensor<96x64xf32>
+  }
+  return %r : tensor<96x64xf32>
+}
+
+// -----
+
+// A matmul with fewer than 24 rows: whole, one tile.
+// CHECK-LABEL: func.func @short_matmul
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.grid = 1 : i64
+// CHECK-NOT: scf.forall
+// CHECK: return
+func.func @short_matmul(%a: tensor<20x256xf32>, %b: tensor<256x256xf32>) -> tensor<20x256xf32> {
+  %r = fusion.group single (%x = %a : tensor<20x256xf32>, %y = %b : tensor<256x256xf32>) -> tensor<20x256xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<20x256xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<20x256xf32>) -> tensor<20x256xf32>
+    %m = linalg.matmul ins(%x, %y : tensor<20x256xf32>, tensor<256x256xf32>) outs(%f : tensor<20x256xf32>) -> tensor<20x256xf32>
+    fusion.yield %m : tensor<20x256xf32>
+  }
+  return %r : tensor<20x256xf32>
 }

@@ -73,10 +73,12 @@ def test_softmax_is_one_block_per_row_with_the_row_on_chip(capsys):
 
 def test_report_gives_tiling_per_kernel_on_both_targets(capsys):
     path = os.path.join(EXAMPLES, "gpt2_block", "model.mlir")
-    for target, device in (("cuda", "nvidia-h200"), ("cpu", "cpu")):
+    # On the H200 the GEMMs keep their bias adds (cuBLASLt epilogues) and the transposes the
+    # fast emitter refuses are not merged horizontally: 9 planned kernels, 7 on the CPU.
+    for target, device, kernels in (("cuda", "nvidia-h200", 9), ("cpu", "cpu", 7)):
         data = json.loads(_run(capsys, path, "--report=json", "--target", target))
         assert data["device"] == device
-        assert len(data["tiled_kernels"]) >= len(data["kernels"]) == 7
+        assert len(data["tiled_kernels"]) >= len(data["kernels"]) == kernels
         for t in data["tiled_kernels"]:
             assert t["grid"] >= 1 and t["threads"] >= 1 and t["occupancy"] is not None
             assert t["capacity"] is not None
