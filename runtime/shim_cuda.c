@@ -213,6 +213,7 @@ static int fusec_load_driver(void) {
 #define LT_LAYOUT_STRIDED_BATCH_OFFSET 6
 #define LT_PREF_MAX_WORKSPACE_BYTES 1
 #define LT_PREF_MIN_ALIGNMENT_A 5 /* ..._B 6, _C 7, _D 8 */
+#define LT_PREF_REDUCTION_SCHEME_MASK 3 /* 0 = CUBLASLT_REDUCTION_SCHEME_NONE: no split-K */
 #define CUDA_R_32F 0
 
 typedef int cublasStatus_t;
@@ -325,9 +326,11 @@ static int fusec_layout(void **layout, int type, long long rows, long long cols,
   return 0;
 }
 
-/* One algorithm for gemm launch k, for pointers aligned to `alignment` bytes (0: default). */
-static int fusec_gemm_algo(const fusec_cuda_program *p, int k, fusec_gemm_state *g,
-                           uint32_t alignment, lt_algo *algo, int *found) {
+/* The heuristic's best algorithm for gemm launch k (`*count` 0 if none), for pointers aligned
+ * to `alignment` bytes (0: default), with or without split-K reductions. */
+static int fusec_gemm_heuristic(const fusec_cuda_program *p, fusec_gemm_state *g,
+                                uint32_t alignment, int allow_split, lt_heuristic *result,
+                                int *count, cublasStatus_t *status) {
   void *pref;
   uint64_t ws = p->gemm_workspace;
   FUSEC_LT(lt.PrefCreate(&pref), "cublasLtMatmulPreferenceCreate");
@@ -336,17 +339,42 @@ static int fusec_gemm_algo(const fusec_cuda_program *p, int k, fusec_gemm_state 
   for (int i = 0; alignment && i < 4; ++i)
     FUSEC_LT(lt.PrefSetAttribute(pref, LT_PREF_MIN_ALIGNMENT_A + i, &alignment, sizeof alignment),
              "cublasLtMatmulPreferenceSetAttribute(alignment)");
+  if (!allow_split) {
+    uint32_t none = 0;
+    FUSEC_LT(lt.PrefSetAttribute(pref, LT_PREF_REDUCTION_SCHEME_MASK, &none, sizeof none),
+             "cublasLtMatmulPreferenceSetAttribute(reduction scheme)");
+  }
+  *count = 0;
+  *status = lt.Heuristic(fusec_lt_handle, g->desc, g->layout_a, g->layout_b, g->layout_d,
+                         g->layout_d, pref, 1, result, count);
+  return 0;
+}
+
+/* One algorithm for gemm launch k, for pointers aligned to `alignment` bytes (0: default).
+ * No split-K reduction unless K dwarfs M and N (or FUSEC_GEMM_SPLIT_K=1), or no algorithm is
+ * found without one: one kernel per gemm and one summation order. Measured on the H200
+ * (bench/RESULTS.md run 11): the batch-1 TransformerEncoderLayer's gemms (M=16) ran a second,
+ * reduction kernel for 4 of 6 gemms when split-K was allowed (13 GPU kernels, graph replay
+ * 0.055-0.056 ms; without: 9 kernels, 0.053 ms). */
+static int fusec_gemm_algo(const fusec_cuda_program *p, int k, fusec_gemm_state *g,
+                           uint32_t alignment, lt_algo *algo, int *found) {
+  const long long *t = p->launches[k].gemm;
+  long long m = t[11], n = t[10], depth = t[5 - (int)t[2]];
+  const char *split = getenv("FUSEC_GEMM_SPLIT_K");
+  int allow_split = (split && split[0] == '1') || depth >= 8 * (m > n ? m : n);
   lt_heuristic result;
   int count = 0;
-  cublasStatus_t st = lt.Heuristic(fusec_lt_handle, g->desc, g->layout_a, g->layout_b,
-                                   g->layout_d, g->layout_d, pref, 1, &result, &count);
+  cublasStatus_t st;
+  int rc = fusec_gemm_heuristic(p, g, alignment, allow_split, &result, &count, &st);
+  if (!rc && (st != 0 || count == 0) && !allow_split)
+    rc = fusec_gemm_heuristic(p, g, alignment, 1, &result, &count, &st);
+  if (rc) return rc;
   *found = st == 0 && count > 0;
   if (*found) *algo = result.algo;
   else if (!alignment) {
-    const long long *t = p->launches[k].gemm;
     fusec_set_error("cuBLASLt has no algorithm for gemm launch %d (m=%lld n=%lld k=%lld "
-                    "batch=%lld, epilogue %lld): %s", k, t[11], t[10], t[5 - (int)t[2]], t[12],
-                    t[13], lt.StatusName ? lt.StatusName(st) : "");
+                    "batch=%lld, epilogue %lld): %s", k, m, n, depth, t[12], t[13],
+                    lt.StatusName ? lt.StatusName(st) : "");
     return 2;
   }
   return 0;
