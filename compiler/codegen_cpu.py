@@ -312,11 +312,11 @@ def host_triple() -> str:
     raise RuntimeError("llc --version names no default target")
 
 
-def _host_flags() -> set[str]:
+def _host_flags() -> frozenset[str]:
     """This machine's CPU flags (the runtime's reading of /proc/cpuinfo; empty if unknown)."""
     from fusec.runtime import host_cpu_flags
 
-    return host_cpu_flags() or set()
+    return host_cpu_flags() or frozenset()
 
 
 def target_cpu(options: Any = None) -> str:

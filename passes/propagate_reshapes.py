@@ -92,6 +92,17 @@ def _retype(op: ir.Operation, new_operands: list[ir.Value], result_type: ir.Type
     op.attributes["iterator_types"] = ir.ArrayAttr.get([parallel] * rank)
 
 
+def _collapsed(value: ir.Value, shape: list[int], reassociation: ir.Attribute) -> ir.Value:
+    """`value` collapsed to `shape` (at the insertion point): an empty init becomes a smaller
+    empty, anything else a tensor.collapse_shape."""
+    element = ir.RankedTensorType(value.type).element_type
+    source = defining_op(value)
+    if source is not None and source.name == "tensor.empty":
+        return tensor.EmptyOp(shape, element).result
+    return tensor.CollapseShapeOp(ir.RankedTensorType.get(shape, element), value,
+                                  reassociation).result
+
+
 def collapse_up(collapse: ir.Operation) -> bool:
     """collapse(elementwise(...)) -> elementwise(collapse(...)); True if rewritten."""
     producer = defining_op(collapse.operands[0])
@@ -106,13 +117,7 @@ def collapse_up(collapse: ir.Operation) -> bool:
     with ir.InsertionPoint(producer), collapse.location:
         for value in producer.operands:
             if isinstance(value.type, ir.RankedTensorType):
-                element = ir.RankedTensorType(value.type).element_type
-                source = defining_op(value)
-                if source is not None and source.name == "tensor.empty":
-                    value = tensor.EmptyOp(shape, element).result
-                else:
-                    value = tensor.CollapseShapeOp(ir.RankedTensorType.get(shape, element),
-                                                   value, reassociation).result
+                value = _collapsed(value, shape, reassociation)
             new_operands.append(value)
     _retype(producer, new_operands, result_type)
     collapse.results[0].replace_all_uses_with(producer.results[0])
@@ -149,14 +154,10 @@ def expand_down(op: ir.Operation) -> bool:
                 new_operands.append(value)
                 continue
             producer = defining_op(value)
-            element = ir.RankedTensorType(value.type).element_type
             if producer is not None and any(producer == e for e in matching):
                 value = producer.operands[0]
-            elif producer is not None and producer.name == "tensor.empty":
-                value = tensor.EmptyOp(source_shape, element).result
             else:
-                value = tensor.CollapseShapeOp(ir.RankedTensorType.get(source_shape, element),
-                                               value, reassociation).result
+                value = _collapsed(value, source_shape, reassociation)
             new_operands.append(value)
     old_uses = [(u.owner, u.operand_number) for u in op.results[0].uses]
     _retype(op, new_operands, narrow)

@@ -47,6 +47,7 @@ new file is loaded from a private copy, since the dynamic loader would hand back
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import platform
@@ -280,13 +281,14 @@ CPU_LEVEL_FLAGS = {
 }
 
 
-def host_cpu_flags() -> set[str] | None:
-    """The CPU flags of this machine from /proc/cpuinfo, or None where unknown."""
+@functools.lru_cache(maxsize=1)
+def host_cpu_flags() -> frozenset[str] | None:
+    """The CPU flags of this machine from /proc/cpuinfo (read once), or None where unknown."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
     return None  # unknown (not Linux): trust the artifact

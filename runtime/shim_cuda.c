@@ -147,14 +147,17 @@ static void fusec_cuda_error(CUresult r, const char *what) {
   fusec_set_error("%s: %s (%d): %s", what, name ? name : "?", r, text ? text : "");
 }
 
-#define FUSEC_SYM(field, name)                                       \
+/* table.field = the symbol `name` of the dlopen'ed `lib` (named `library` in the error). */
+#define FUSEC_DLSYM(table, library, field, name)                     \
   do {                                                               \
-    *(void **)&cu.field = dlsym(lib, name);                          \
-    if (!cu.field) {                                                 \
-      fusec_set_error("libcuda.so.1 has no symbol %s", name);        \
+    *(void **)&table.field = dlsym(lib, name);                       \
+    if (!table.field) {                                              \
+      fusec_set_error("%s has no symbol %s", library, name);         \
       return 2;                                                      \
     }                                                                \
   } while (0)
+#define FUSEC_SYM(field, name) FUSEC_DLSYM(cu, "libcuda.so.1", field, name)
+#define FUSEC_LT_SYM(field, name) FUSEC_DLSYM(lt, "cuBLASLt", field, name)
 
 static int fusec_load_driver(void) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -286,14 +289,6 @@ static int fusec_load_cublaslt(void) {
                     "site-packages/nvidia/cu13/lib or nvidia/cublas/lib)");
     return 2;
   }
-#define FUSEC_LT_SYM(field, name)                                      \
-  do {                                                                 \
-    *(void **)&lt.field = dlsym(lib, name);                            \
-    if (!lt.field) {                                                   \
-      fusec_set_error("cuBLASLt has no symbol %s", name);              \
-      return 2;                                                        \
-    }                                                                  \
-  } while (0)
   FUSEC_LT_SYM(StatusName, "cublasLtGetStatusName");
   FUSEC_LT_SYM(Create, "cublasLtCreate");
   FUSEC_LT_SYM(DescCreate, "cublasLtMatmulDescCreate");
