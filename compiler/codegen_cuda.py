@@ -1,15 +1,27 @@
 """CUDA code generation: every `fusion.group` becomes one `gpu.func` kernel, lowered to PTX.
 
 Input: a module whose entry function holds `fusion.group` ops over linalg-on-tensors (static
-shapes), as the fusion stage leaves it. Output: a `CudaProgram` = the launch `Plan`
+shapes), as target cuda's `tiled` stage leaves it (`tiled_passes`; given the fusion stage's
+IR, `generate` runs that stage first). Output: a `CudaProgram` = the launch `Plan`
 (compiler/plan.py; for cuda, `Launch.grid` = blocks, `Launch.block` = threads per block), the
 kernels as `gpu` dialect text, their PTX for `--arch` (default sm_90), where a CUDA toolkit
 (ptxas + fatbinary) is found a fatbin holding the sm_90 cubin *and* the PTX (forward
 compatibility), and the bytes of the weights. `write_cuda_artifact` embeds all of it with
 runtime/shim_cuda.c into `model.so`.
 
-How a group becomes a kernel. The group's linalg payloads are emitted per element inside a
-`gpu.func` (no upstream tiling): every linalg value of the group is, for one thread, either
+Which path builds each group (`Launch.info["path"]`, and the group's attributes):
+
+  * a tiled group (`fusion.tile_kind`; its tile loop, or the group as one tile): the tile
+    emitter (compiler/cuda_tiles.py, `TileEmitter`), from the tile loop itself: grid = the
+    tiles, block = `fusion.block` threads, the cost model's launch shape (`info["tiled"]`);
+  * `fusion.path = "gemm"`: one cuBLASLt call (see below); `"view"`: no kernel, a view of a
+    buffer;
+  * a group the `tiled` stage left untiled (`fusion.untiled` says why): the group-level
+    emitter below (`KernelEmitter`), whose launch shape is the same cost-model functions'
+    applied to the whole group; failing that, the fallback path.
+
+How the group-level emitter makes a kernel. The group's linalg payloads are emitted per
+element inside a `gpu.func`: every linalg value of the group is, for one thread, either
 
   * `Full`:   the thread's elements of a [rows, cols] tensor, kept in registers (SSA values),
   * `Row`:    one scalar per row (a reduction's result, a [rows, 1] tensor), uniform in the block,
@@ -18,7 +30,9 @@ How a group becomes a kernel. The group's linalg payloads are emitted per elemen
 and group inputs (and weights: tensor constants become buffers of the artifact) are loaded
 lazily from global memory, in 16-byte vectors, at the place the indexing map asks for (the
 element, the row, or the column: LayerNorm's weight). Two kernel shapes exist, chosen by the
-pure functions `elementwise_launch_shape` / `row_launch_shape` (the cost model will own them):
+cost model's pure functions `elementwise_launch_shape` / `row_launch_shape`
+(passes/cost_model.py, re-exported here); the tile emitter subclasses this one and runs a
+tile's ops the same way:
 
   * elementwise (no reduction, identity maps): one tile per block; each thread loads `unroll`
     16-byte chunks (all loads first, then the arithmetic, then the stores).
@@ -40,8 +54,8 @@ per GPU thread), still one kernel per group; `Launch.info["path"]` says which pa
 kernel ("fast" | "fallback") and, for the fallback, `info["why"]` the emitter's refusal.
 `CudaOptions(fallback=False)` turns the fallback off (the refusal is raised).
 
-Matmul-rooted groups (linalg.matmul / batch_matmul) are not kernels of ours: before emission,
-`split_matmul_groups` splits each into [prologue] + one cuBLASLt call (`Launch.launch_kind =
+Matmul-rooted groups (linalg.matmul / batch_matmul) are not kernels of ours: in the `tiled`
+stage (`--fusion-gpu-kernels`, running `gpu_rewrites`), `split_matmul_groups` splits each into [prologue] + one cuBLASLt call (`Launch.launch_kind =
 "gemm"`, parameters in `Launch.gemm`, the reason in `info["why"]` and the gemm group's
 `fusion.why`) + [epilogue], fusing bias / ReLU / bf16 rounding / (16-bit) GELU into cuBLASLt's
 epilogue (see the section comment). Other rewrites before emission, each for the GPU's sake:
@@ -81,6 +95,7 @@ import mlir.ir as ir
 from mlir.passmanager import PassManager
 
 from fusec.compiler.plan import DTYPE_SIZES, Buffer, Launch, Plan
+from fusec.passes import cost_model
 
 GROUP_OP = "fusion.group"
 DEFAULT_ARCH = "sm_90"
@@ -118,105 +133,37 @@ class CudaDevice:
     max_threads_per_block: int = 1024
     max_threads_per_sm: int = 2048
     vector_bytes: int = 16  # widest global load/store per thread (ld.global.v4.b32)
+    threads_per_block: int = 256  # an elementwise tile's block (the cost model's)
 
 
 H200 = CudaDevice()
 
 
-@dataclass(frozen=True)
-class ElementwiseShape:
-    """Grid-stride elementwise kernel: `grid` blocks of `block` threads walk `tiles` tiles.
-
-    A tile is `block * unroll` chunks of `vec` elements; chunk c of a tile starts at
-    `tile * block * unroll * vec + c * block * vec + thread * vec` (coalesced 16-byte accesses).
-    """
-
-    block: int
-    grid: int
-    vec: int
-    unroll: int
-    tiles: int
-    guarded: bool  # the last tile is partial: every chunk is bounds-checked (unroll == 1)
-
-
-@dataclass(frozen=True)
-class RowShape:
-    """One block of `block` threads per row; each thread holds `chunks` chunks of `vec` columns.
-
-    Chunk c of thread t covers columns [(c * block + t) * vec, ... + vec).
-    """
-
-    block: int
-    grid: int
-    vec: int
-    chunks: int
-    guarded: bool = False  # the last chunk is partial: loads clamped, stores and folds masked
-
-
-def _vector_width(count: int, element_bytes: int, device: CudaDevice) -> int:
-    """The widest power-of-two vector (at most device.vector_bytes) that divides `count`."""
-    vec = max(1, device.vector_bytes // element_bytes)
-    while vec > 1 and count % vec:
-        vec //= 2
-    return vec
+# The launch shapes are the cost model's (one source of truth with the tiling of the `tiled`
+# stage): re-exported here under the names the emitter and its tests use.
+ElementwiseShape = cost_model.ElementwiseShape
+RowShape = cost_model.RowShape
+MAX_CHUNKS_PER_THREAD = cost_model.MAX_CHUNKS_PER_THREAD
+ROW_BYTES_PER_THREAD = cost_model.ROW_BYTES_PER_THREAD
 
 
 def elementwise_launch_shape(numel: int, element_bytes: int,
                              device: CudaDevice = H200, unroll: int = 0) -> ElementwiseShape:
-    """Launch shape of an elementwise group of `numel` elements (pure; the cost model's).
-
-    256 threads, `unroll` chunks of 16 bytes per thread per tile (0: one for 32-bit elements,
-    two for 16-bit ones) and one tile per block: the hardware scheduler then balances the
-    blocks. Measured at 64M elements (bench/RESULTS.md): fp32 one chunk 0.131 ms, two 0.134,
-    four 0.135; bf16 two chunks 0.078, one 0.087 (bf16 GELU is instruction-bound: more
-    independent work per thread helps); a grid of one "wave" walking tiles in a loop 0.159
-    (the wave assumed full occupancy, the registers allowed half: two uneven waves).
-    Grids above 2^20 blocks walk tiles in a grid-stride loop.
-    """
-    unroll = unroll or (2 if element_bytes < 4 else 1)
-    vec = _vector_width(numel, element_bytes, device)
-    block = 256
-    chunks = -(-numel // vec)
-    unroll = unroll if chunks % (block * unroll) == 0 else 1
-    tiles = -(-chunks // (block * unroll))
-    guarded = chunks % (block * unroll) != 0
-    grid = min(tiles, 1 << 20)
-    return ElementwiseShape(block, grid, vec, unroll, tiles, guarded)
-
-
-MAX_CHUNKS_PER_THREAD = 16  # 64 fp32 values of one row in registers per thread at most
-# Bytes of a row each thread aims to hold: 64 (4 chunks of 16 bytes: 16 fp32 or 32 bf16
-# values). Measured on the H200 (bench/RESULTS.md, run 4): LayerNorm fp32 with 32 bytes per
-# thread 0.211 ms against 0.188 with 64; bf16 LayerNorm / softmax with 32 bytes per thread
-# 0.129 / 0.077 ms against 0.111 / 0.069 with 64 (fewer rows in flight per SM).
-ROW_BYTES_PER_THREAD = 64
+    """`cost_model.elementwise_launch_shape` for `device`."""
+    return cost_model.elementwise_launch_shape(numel, element_bytes, device, unroll)
 
 
 def row_launch_shape(rows: int, cols: int, element_bytes: int,
                      device: CudaDevice = H200,
                      elements_per_thread: int = 0) -> RowShape:
-    """Launch shape of a row group (pure; the cost model's).
-
-    One block per row; aim at ROW_BYTES_PER_THREAD (64) bytes of the row per thread (16 fp32,
-    32 bf16 values) so the row sits in registers with room to spare: the smallest power-of-two
-    block of 32..1024 threads that covers the row in that many chunks. When the block does not
-    divide the row, the last chunk is partial (`guarded`). Rows longer than 1024 * 16 vectors
-    are refused.
-    """
-    vec = _vector_width(cols, element_bytes, device)
-    vecs = cols // vec
-    elements = elements_per_thread or max(1, ROW_BYTES_PER_THREAD // element_bytes)
-    per_thread = max(1, elements // vec)  # chunks aimed at
-    wanted = -(-vecs // per_thread)
-    block = 32
-    while block < wanted and block < device.max_threads_per_block:
-        block *= 2
-    chunks = -(-vecs // block)
-    if chunks > MAX_CHUNKS_PER_THREAD:
+    """`cost_model.row_launch_shape` for `device`; a row too long for registers is refused."""
+    shape = cost_model.row_launch_shape(rows, cols, element_bytes, device, elements_per_thread)
+    if shape is None:
+        vec = cost_model.vector_width(cols, element_bytes, device)
         raise CudaCodegenError(
-            f"row of {cols} elements is too long to keep in registers "
-            f"({chunks} chunks per thread > {MAX_CHUNKS_PER_THREAD}); needs a multi-pass kernel")
-    return RowShape(block, rows, vec, chunks, vecs % block != 0)
+            f"row of {cols} elements is too long to keep in registers (more than "
+            f"{MAX_CHUNKS_PER_THREAD} chunks of {vec} per thread); needs a multi-pass kernel")
+    return shape
 
 
 # ---------------------------------------------------------------- small IR helpers
@@ -388,6 +335,8 @@ class Input:
     type: str
     numel: int
     loads: dict = field(default_factory=dict)  # access kind -> Full | Row | Scalar
+    base: str = ""  # a slice of the argument (tile emitter): its offset, an index SSA name
+    contiguous: bool = True  # the slice is one contiguous run of the argument
 
 
 @dataclass
@@ -582,8 +531,7 @@ class KernelEmitter:
         when every remaining op waits, all pending reductions are combined in one round
         (LayerNorm's f32 mean and f64 mean share a round: 2 barriers instead of 6).
         """
-        body = self.group.regions[0].blocks[0]
-        todo = [op for op in body.operations if op.operation.name != "fusion.yield"]
+        todo = self.body_ops()
         reads = {id_of(op): _external_reads(op) for op in todo}
         while todo:
             pending = {r.key for r in self.pending}
@@ -598,6 +546,11 @@ class KernelEmitter:
                     raise CudaCodegenError("group ops read values defined nowhere")
                 self.flush_reductions()
         self.flush_reductions()
+
+    def body_ops(self) -> list[ir.Operation]:
+        """The ops the kernel evaluates: the group's (the tile emitter: its tile's)."""
+        body = self.group.regions[0].blocks[0]
+        return [op for op in body.operations if op.operation.name != "fusion.yield"]
 
     def eval_op(self, op: ir.Operation) -> None:
         name = op.operation.name
@@ -785,27 +738,10 @@ class KernelEmitter:
         block = op.regions[0].blocks[0]
         live = _live_results(op, self)
         reduction = "reduction" in iters
-        if reduction and (iters[-1] != "reduction" or iters.count("reduction") != 1):
-            raise CudaCodegenError("only reductions over the last dimension are supported")
-        if self.geo.kind == "elementwise":
-            domain = "full"
-        elif reduction:
-            domain = "full"
-        else:
-            out_shape, _ = _tensor_info(op.results[0].type)
-            numel = _numel(out_shape)
-            if numel == self.geo.rows * self.geo.cols and (not out_shape or
-                                                            out_shape[-1] == self.geo.cols):
-                domain = "full"
-            elif numel == self.geo.rows:
-                domain = "row"
-            elif numel == 1:
-                domain = "row"
-            elif self._suffix_op(op, out_shape):
-                domain = "suffix"
-            else:
-                raise CudaCodegenError(f"linalg.generic of shape {out_shape} does not fit "
-                                       f"the group's {self.geo.rows}x{self.geo.cols} rows")
+        if reduction:
+            self.check_reduction(iters)
+        domain = self.generic_domain(op, reduction)
+        out_shape = _tensor_info(op.results[0].type)[0]
         if domain == "suffix":
             operands_in = [self.suffix_access(v, m, out_shape) for v, m in zip(ins, maps)]
             domain = "full"  # computed for every element of the group's domain
@@ -888,6 +824,28 @@ class KernelEmitter:
                 _value_key(op.results[j]), accs[j], combiners[j], wide[j], type_,
                 _element(init, 0)))
 
+    def check_reduction(self, iters: list[str]) -> None:
+        """Refuse a reduction this emitter cannot combine (only over the last dim)."""
+        if iters[-1] != "reduction" or iters.count("reduction") != 1:
+            raise CudaCodegenError("only reductions over the last dimension are supported")
+
+    def generic_domain(self, op: ir.Operation, reduction: bool) -> str:
+        """How a generic's elements map onto this thread: "full" (the thread's elements of
+        the group's domain), "row" (one value per row) or "suffix" (`_suffix_op`)."""
+        if self.geo.kind == "elementwise" or reduction:
+            return "full"
+        out_shape, _ = _tensor_info(op.results[0].type)
+        numel = _numel(out_shape)
+        if numel == self.geo.rows * self.geo.cols and (not out_shape or
+                                                        out_shape[-1] == self.geo.cols):
+            return "full"
+        if numel == self.geo.rows or numel == 1:
+            return "row"
+        if self._suffix_op(op, out_shape):
+            return "suffix"
+        raise CudaCodegenError(f"linalg.generic of shape {out_shape} does not fit "
+                               f"the group's {self.geo.rows}x{self.geo.cols} rows")
+
     def emit_payload(self, block: ir.Block, env: dict[int, str],
                      wanted: list[ir.Value]) -> list[str]:
         """Emit the payload ops needed for `wanted` (dead ops skipped); return their names."""
@@ -957,29 +915,34 @@ class KernelEmitter:
                     rep = Full([rep.name] * (len(self.full_offsets) * self.vec), rep.type)
                 elif numel == self.geo.rows:
                     rep = Row(rep.name, rep.type)
-            if isinstance(rep, Full):
-                for c, off in enumerate(self.full_offsets):
-                    lanes = rep.names[c * self.vec:(c + 1) * self.vec]
-                    if c in self.masks:
-                        self.emit(f"scf.if {self.masks[c]} {{")
-                        self.indent += 1
-                        self.store_vector(arg, off, lanes)
-                        self.indent -= 1
-                        self.emit("}")
-                    else:
-                        self.store_vector(arg, off, lanes)
-            elif isinstance(rep, Row):
-                # One thread writes the row's value.
-                cond = self.fresh("i")
-                self.emit(f"{cond} = arith.cmpi eq, {self.tid}, {self.index(0)} : index")
-                self.emit(f"scf.if {cond} {{")
-                self.indent += 1
-                self.store_vector(arg, self.row_index, [rep.name])
-                self.indent -= 1
-                self.emit("}")
-            else:
-                raise CudaCodegenError(f"group output of kind {type(rep).__name__} "
-                                       "is not supported")
+            self.store_value(arg, rep, self.full_offsets, self.row_index)
+
+    def store_value(self, arg: int, rep: Any, offsets: list[str], row_offset: str) -> None:
+        """Store `rep` into kernel argument `arg`: a `Full` value's chunks at `offsets`
+        (masked where the chunk is partial), a `Row` value by thread 0 at `row_offset`."""
+        if isinstance(rep, Full):
+            for c, off in enumerate(offsets):
+                lanes = rep.names[c * self.vec:(c + 1) * self.vec]
+                if c in self.masks:
+                    self.emit(f"scf.if {self.masks[c]} {{")
+                    self.indent += 1
+                    self.store_vector(arg, off, lanes)
+                    self.indent -= 1
+                    self.emit("}")
+                else:
+                    self.store_vector(arg, off, lanes)
+        elif isinstance(rep, Row):
+            # One thread writes the row's value.
+            cond = self.fresh("i")
+            self.emit(f"{cond} = arith.cmpi eq, {self.tid}, {self.index(0)} : index")
+            self.emit(f"scf.if {cond} {{")
+            self.indent += 1
+            self.store_vector(arg, row_offset, [rep.name])
+            self.indent -= 1
+            self.emit("}")
+        else:
+            raise CudaCodegenError(f"group output of kind {type(rep).__name__} "
+                                   "is not supported")
 
     # -- whole kernel
 
@@ -1006,11 +969,11 @@ class KernelEmitter:
         head += ["      " + line for line in self.prologue]
         return "\n".join(head + self.lines + ["      gpu.return", "    }"])
 
-    def emit_row_kernel(self, shape: RowShape) -> None:
+    def row_columns(self, shape: RowShape) -> list[str]:
+        """The first column of each of this thread's chunks of a row of `self.geo.cols`; a
+        partial last chunk is clamped to a valid vector and its use masked (`self.masks`)."""
         cols = self.geo.cols
-        self.row_index = "%bid"
-        row_base = self.arith("muli", "%bid", self.index(cols))
-        self.col_offsets, self.full_offsets = [], []
+        columns = []
         for c in range(shape.chunks):
             col = self.arith("addi", "%tid", self.index(c * shape.block))
             col = self.arith("muli", col, self.index(shape.vec))
@@ -1020,8 +983,14 @@ class KernelEmitter:
                 self.emit(f"{inb} = arith.cmpi ult, {col}, {self.index(cols)} : index")
                 self.masks[c] = inb
                 col = self.arith("minui", col, self.index(cols - shape.vec))
-            self.col_offsets.append(col)
-            self.full_offsets.append(self.arith("addi", row_base, col))
+            columns.append(col)
+        return columns
+
+    def emit_row_kernel(self, shape: RowShape) -> None:
+        self.row_index = "%bid"
+        row_base = self.arith("muli", "%bid", self.index(self.geo.cols))
+        self.col_offsets = self.row_columns(shape)
+        self.full_offsets = [self.arith("addi", row_base, col) for col in self.col_offsets]
         self.run_body()
         self.store_outputs()
 
@@ -1037,8 +1006,14 @@ class KernelEmitter:
                              for c in range(shape.unroll)]
         self.col_offsets = []
         self.row_index = self.index(0)
+        self.run_chunks(shape, self.geo.cols)
+        self.indent -= 1
+        self.emit("}")
+
+    def run_chunks(self, shape: ElementwiseShape, numel: int) -> None:
+        """Evaluate and store this thread's chunks at `self.full_offsets`; with a partial
+        last tile (`shape.guarded`), only where the first chunk starts below `numel`."""
         if shape.guarded:
-            numel = self.geo.cols
             cond = self.fresh("i")
             self.emit(f"{cond} = arith.cmpi ult, {self.full_offsets[0]}, "
                       f"{self.index(numel)} : index")
@@ -1049,8 +1024,6 @@ class KernelEmitter:
         if shape.guarded:
             self.indent -= 1
             self.emit("}")
-        self.indent -= 1
-        self.emit("}")
 
 
 def id_of(op: ir.Operation) -> int:
@@ -1343,11 +1316,24 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
         return b.id
 
     inputs = [add_buffer(a, "input", f"input{i}") for i, a in enumerate(body.arguments)]
-    gemm_notes = []
-    if options.gemm:
-        # The caller's context need not be the default one (the fusec driver's is not).
+    from fusec.compiler.cuda_tiles import TileEmitter, built_from_tile
+    from fusec.passes.gpu_kernels import DONE_ATTR, NOTES_ATTR
+
+    if DONE_ATTR not in func.attributes:
+        # The fusion stage's IR: run target cuda's `tiled` stage first (kernel formation,
+        # tiling, placement), as the pipeline does. The caller's context need not be the
+        # default one (the fusec driver's is not).
+        from fusec.compiler.cuda_tiles import tile_loop
+        from fusec.passes import run_pipeline
+
+        if any(tile_loop(g) is not None for g in _groups(func)):
+            raise CudaCodegenError("the input was tiled for another target (its groups hold "
+                                   "tile loops): give target cuda the fusion stage's IR")
+
         with module.context, func.location:
-            gemm_notes = gpu_rewrites(func, options)
+            run_pipeline(module, tiled_passes(options.gemm))
+    gemm_notes = [ir.StringAttr(a).value for a in func.attributes[NOTES_ATTR]] \
+        if NOTES_ATTR in func.attributes else []
     launches: list[Launch] = []
     kernels: list[str] = []
     outputs: list[int] = []
@@ -1409,11 +1395,20 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             launches.append(gemm_launch(op, operands, weight_buffer, result_buffers, asm))
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             continue
+        weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
+        from_tile = built_from_tile(op)
+        if from_tile:
+            # Tiled by the `tiled` stage, which asked the tile emitter first: built as tiled.
+            emitter: KernelEmitter = TileEmitter(op, symbol, options.device,
+                                                 options.elementwise_unroll,
+                                                 options.row_elements_per_thread)
+            kernels.append(emitter.build())
+            geometry = emitter.geo
         try:
-            geometry = analyse_group(op, options.device, options.row_elements_per_thread,
-                                     options.elementwise_unroll)
-            weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
-            kernels.append(KernelEmitter(op, symbol, geometry, weights).build())
+            if not from_tile:
+                geometry = analyse_group(op, options.device, options.row_elements_per_thread,
+                                         options.elementwise_unroll)
+                kernels.append(KernelEmitter(op, symbol, geometry, weights).build())
         except CudaCodegenError as refusal:
             if not options.fallback:
                 raise
@@ -1430,7 +1425,15 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
         shape = geometry.shape
         info = {"path": "fast", "shape": geometry.kind, "launch": dataclasses.asdict(shape),
                 "rows": geometry.rows, "cols": geometry.cols,
-                "bytes": sum(buffers[b].nbytes for b in args)}
+                "bytes": sum(buffers[b].nbytes for b in args),
+                # Built from the tile loop of the `tiled` stage, or from the whole group
+                # (the reason the tiling was undone in `untiled`).
+                "tiled": from_tile}
+        if "fusion.untiled" in op.attributes:
+            info["untiled"] = ir.StringAttr(op.attributes["fusion.untiled"]).value
+        if info["tiled"]:  # no sizes: the group is one tile
+            info["tile_sizes"] = list(ir.DenseI64ArrayAttr(op.attributes["fusion.tile_sizes"])) \
+                if "fusion.tile_sizes" in op.attributes else []
         launches.append(Launch(symbol=symbol, buffers=args, grid=shape.grid, kind=kind,
                                ops=ops_in, info=info, block=shape.block, shared_bytes=0))
     for v in ret.operands:
@@ -1526,20 +1529,9 @@ def fallback_lowering_passes(serial: bool) -> list[str]:
 
 def _group_module(group: ir.Operation) -> ir.Module:
     """A module whose `main` is `group` alone (a copy), its operands the function's arguments."""
-    from mlir.dialects import func
+    from fusec.passes.grouping import group_alone
 
-    with group.location:
-        mini = ir.Module.create()
-        with ir.InsertionPoint(mini.body):
-            fn = func.FuncOp("main", ([v.type for v in group.operands],
-                                      [r.type for r in group.results]))
-            entry = fn.add_entry_block()
-        with ir.InsertionPoint(entry):
-            copy = group.clone()
-            for i, arg in enumerate(entry.arguments):
-                copy.operands[i] = arg
-            func.ReturnOp(list(copy.results))
-    return mini
+    return group_alone(group)
 
 
 def _find_func(module: ir.Module, pred) -> list[ir.Operation]:
@@ -1916,11 +1908,25 @@ def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:
 # ---------------------------------------------------------------- pipeline entry points
 
 
+def tiled_passes(gemm: bool = True) -> list[str]:
+    """Target cuda's `tiled` stage: the GPU's kernels and library calls formed from the
+    fusion stage's groups (`--fusion-gpu-kernels`), then each kernel's block tile from the
+    cost model (`--fusion-tile` for the H200, acting on capacity: re-tiled or split, the
+    reason recorded; a tile the tile emitter refuses is undone, the reason in
+    `fusion.untiled`), where each value lives (`--fusion-place`) and whether a tile fits
+    (`--fusion-capacity`)."""
+    return [f"fusion-gpu-kernels{{gemm={'true' if gemm else 'false'}}}",
+            "fusion-normalise-kernels",
+            "fusion-tile{device=nvidia-h200,fit=true}",
+            "fusion-place{device=nvidia-h200}",
+            "fusion-capacity{device=nvidia-h200}"]
+
+
 def cuda_passes(options: Any) -> list[str]:
-    """IR passes of the `cuda` stage: none. The CUDA code generator reads the fusion stage's
-    tensor IR (groups of linalg ops) directly and emits gpu dialect kernels itself, so for
-    target cuda the stages are linalg -> fusion -> cuda (tiled/bufferized are the CPU's; the
-    fallback path runs them on one group at a time, inside `generate`)."""
+    """IR passes of the `cuda` stage: none. The CUDA code generator reads the `tiled`
+    stage's IR (groups with their tile loops, and the untiled and library groups) and emits
+    gpu dialect kernels itself (`generate`); the fallback path runs the CPU path's stages on
+    one group at a time."""
     return []
 
 

@@ -92,20 +92,12 @@ def tiled_passes(options: CompileOptions) -> list[str]:
 
 
 def gpu_tiled_passes(options: CompileOptions) -> list[str]:
-    """`tiled` for the H200's description (a view stage of target cuda, see VIEW_STAGES): the
-    CPU path's normalisation, then one block's tile per group, placement and capacity."""
-    from fusec.compiler import codegen_cpu
+    """`tiled` for target cuda: the GPU's kernels formed, each kernel's block tile, placement
+    and capacity for the H200 (`codegen_cuda.tiled_passes`); the CUDA code generator builds
+    the kernels from these tile loops."""
+    from fusec.compiler import codegen_cuda
 
-    cpu = codegen_cpu.tiled_passes(options)
-    normalise = cpu[:next(i for i, p in enumerate(cpu) if p.startswith("fusion-tile"))]
-    return normalise + [
-        # A tile over the H200's limits is re-tiled or its group split (reason recorded).
-        "fusion-tile{device=nvidia-h200,fit=true}",
-        "canonicalize",
-        "cse",
-        "fusion-place{device=nvidia-h200}",
-        "fusion-capacity{device=nvidia-h200}",
-    ]
+    return codegen_cuda.tiled_passes(gemm=bool(options.extra.get("gemm", True)))
 
 
 def bufferized_passes(options: CompileOptions) -> list[str]:
@@ -136,28 +128,19 @@ STAGE_PASSES: dict[str, Callable[[CompileOptions], list[str]]] = {
 }
 
 
-# Stages a target prints (`--emit`, `--report`) without lowering through them: the CUDA code
-# generator reads the fusion stage's groups and picks launch shapes itself, so for cuda
-# `tiled` shows the H200's tiles, fused producers, placements and capacity beside the lowering.
-VIEW_STAGES: dict[str, tuple[str, ...]] = {"cuda": ("tiled",)}
-
-
 def emit_stages(target: str) -> list[str]:
-    """The stages `--emit` accepts for `target`: its IR stages and view stages, in order."""
-    stages = ir_stages(target)
-    for view in VIEW_STAGES.get(target, ()):
-        stages.insert(stages.index("fusion") + 1, view)
-    return stages
+    """The stages `--emit` accepts for `target`: its IR stages, in order."""
+    return ir_stages(target)
 
 
 def ir_stages(target: str) -> list[str]:
     """The IR-to-IR stages for `target`, in order.
 
-    The CUDA code generator reads the fusion stage's groups directly and chooses each
-    kernel's launch shape itself, so `tiled`/`bufferized` are the CPU path's stages.
+    The CUDA code generator reads the `tiled` stage's groups (tile loops on tensors) and
+    emits gpu dialect kernels itself, so `bufferized` is the CPU path's stage only.
     """
     if target == "cuda":
-        return ["linalg", "fusion", "cuda"]
+        return ["linalg", "fusion", "tiled", "cuda"]
     return ["linalg", "fusion", "tiled", "bufferized", "cpu"]
 
 
@@ -176,6 +159,8 @@ def detect_stage(module: ir.Module) -> str:
         return "cpu"
     if any(name.startswith("memref.") for name in text_ops):
         return "bufferized"
+    if any("fusion.gpu_kernels" in op.attributes for op in module.body.operations):
+        return "tiled"  # target cuda's: possibly no tile loop at all (library calls only)
     if "fusion.group" in text_ops and "scf.forall" in text_ops:
         return "tiled"
     if "fusion.group" in text_ops:
@@ -236,14 +221,6 @@ def lower(module: ir.Module, options: CompileOptions, stop_after: str | None = N
     target = options.resolved_target()
     stages = ir_stages(target)
     current = detect_stage(module)
-    if current in VIEW_STAGES.get(target, ()):
-        raise FusecError(f"the input is at stage '{current}', which target '{target}' only "
-                         f"prints: give it the fusion stage's IR", filename)
-    if stop_after in VIEW_STAGES.get(target, ()):
-        if current != "fusion":
-            lower(module, options, "fusion", filename)
-        run_stage(module, stop_after, options, filename)
-        return stop_after
     start = stages.index(current) + 1 if current in stages else 0
     if stop_after is not None and stop_after not in stages:
         raise FusecError(f"stage '{stop_after}' is not an IR stage for target '{target}' "

@@ -41,5 +41,7 @@ from fusec.passes import fuse_reduction  # noqa: F401,E402
 from fusec.passes import place_intermediates  # noqa: F401,E402
 from fusec.passes import capacity  # noqa: F401,E402
 from fusec.passes import lower_tm_tensor  # noqa: F401,E402
+from fusec.passes import gpu_kernels  # noqa: F401,E402
+from fusec.passes import normalise_kernels  # noqa: F401,E402
 
 __all__ = ["REGISTRY", "Pass", "PassError", "register", "run_pipeline"]

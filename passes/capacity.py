@@ -49,6 +49,8 @@ CAPACITY_ATTR = "fusion.capacity"
 RETILED_ATTR = "fusion.retiled"
 SPLIT_ATTR = "fusion.split"
 MAX_TILE_ROWS_ATTR = "fusion.max_tile_rows"  # read by --fusion-tile
+UNTILED_ATTR = "fusion.untiled"  # why a tiling was undone (code generation refused it)
+BLOCK_ATTR = "fusion.block"  # threads per block of a GPU tile (set by --fusion-tile)
 
 
 def tile_block(group: ir.Operation) -> tuple[ir.Block, bool]:
@@ -172,7 +174,8 @@ def check_group(group: ir.Operation, device: cost_model.Device) -> cost_model.Ca
     """Check one placed group and record the verdict on it."""
     summary = group.attributes[PLACEMENT_ATTR]
     on_chip = ir.IntegerAttr(ir.DictAttr(summary)["on_chip"]).value
-    threads = cost_model.tile_threads(tile_points(group), device)
+    threads = ir.IntegerAttr(group.attributes[BLOCK_ATTR]).value \
+        if BLOCK_ATTR in group.attributes else cost_model.tile_threads(tile_points(group), device)
     block, _ = tile_block(group)
     gpu = device.max_registers_per_thread > 0
     registers = live_value_registers(block, threads) if gpu else 0
@@ -303,12 +306,45 @@ def split_group(group: ir.Operation, reason: str) -> list[ir.Operation]:
     return parts
 
 
+Acceptance = Callable[[ir.Operation], "str | None"]
+
+
+def _undo(group: ir.Operation, backup: ir.Operation, reason: str) -> ir.Operation:
+    group = _restore(group, backup)
+    group.attributes[UNTILED_ATTR] = ir.StringAttr.get(reason)
+    return group
+
+
+def tile_accepted(group: ir.Operation, tile: Callable[[ir.Operation], None],
+                  accept: Acceptance | None = None) -> ir.Operation:
+    """Tile `group`; when `accept` (code generation, asked whether it builds the tile) gives
+    a reason not to, put the untiled group back with the reason in `fusion.untiled`."""
+    if accept is None:
+        tile(group)
+        return group
+    backup = group.clone(ip=ir.InsertionPoint(group))
+    try:
+        tile(group)
+    except Exception:
+        backup.erase()
+        raise
+    # What the stage runs after tiling: the producers fused into the tile leave dead copies.
+    PassManager.parse("fusion.group(canonicalize,cse)").run(group)
+    reason = accept(group)
+    if reason is None:
+        backup.erase()
+        return group
+    return _undo(group, backup, reason)
+
+
 def tile_to_fit(group: ir.Operation, device: cost_model.Device,
-                tile: Callable[[ir.Operation], None], attempts: int = 3) -> list[ir.Operation]:
+                tile: Callable[[ir.Operation], None], attempts: int = 3,
+                accept: Acceptance | None = None) -> list[ir.Operation]:
     """Tile `group` with `tile` so that every tile fits `device`: over a hard limit, tile it
     again with the most rows that fit (`fusion.max_tile_rows`, reason in `fusion.retiled`),
     or split it into one kernel per op (reason in `fusion.split`) when not even one row
-    fits. Returns the tiled groups (the group, or its parts)."""
+    fits. A tiling that `accept` refuses is undone (`tile_accepted`). Returns the groups
+    (the group, or its parts)."""
     for _ in range(attempts):
         backup = group.clone(ip=ir.InsertionPoint(group))
         try:
@@ -323,6 +359,9 @@ def tile_to_fit(group: ir.Operation, device: cost_model.Device,
             return [group]
         hard = _hard_limits(result.verdict)
         if not hard:
+            reason = accept(group) if accept is not None else None
+            if reason is not None:
+                return [_undo(group, backup, reason)]
             backup.erase()
             return [group]
         group = _restore(group, backup)
@@ -346,11 +385,8 @@ def tile_to_fit(group: ir.Operation, device: cost_model.Device,
                             f"{'s' if result.rows != 1 else ''} per tile on {device.name}, "
                             f"and no fewer rows fit: split into one kernel per op, "
                             f"intermediates through global memory")
-        for part in parts:
-            tile(part)
-        return parts
-    tile(group)
-    return [group]
+        return [tile_accepted(part, tile, accept) for part in parts]
+    return [tile_accepted(group, tile, accept)]
 
 
 @register
@@ -364,6 +400,8 @@ class CheckCapacityPass(Pass):
     def run(self, module: ir.Operation) -> None:
         device = cost_model.device_named(self.device)
         for group in groups_in(module):
+            if "fusion.path" in group.attributes or "fusion.untiled" in group.attributes:
+                continue  # a library call, a view, or built untiled (target cuda): no tile
             if PLACEMENT_ATTR in group.attributes:
                 check_group(group, device)
 

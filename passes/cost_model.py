@@ -40,6 +40,9 @@ class Device:
     max_threads_per_unit: int = 0
     threads_per_block: int = 1
     min_occupancy: float = 0.0
+    # The most threads one block may have, and the widest global access per thread (GPU).
+    max_threads_per_block: int = 1
+    vector_bytes: int = 0
     # Matmuls run in a vendor GEMM library (cuBLASLt on the GPU): it reads its operands from
     # memory, looking through casts to f32, a transpose of the last two dims and reshapes,
     # and fuses a bias add / ReLU / GELU into its epilogue; any other prologue op is a kernel
@@ -68,6 +71,8 @@ H200 = Device(
     max_threads_per_unit=2048,
     threads_per_block=256,
     min_occupancy=0.25,
+    max_threads_per_block=1024,
+    vector_bytes=16,  # ld.global.v4.b32
     gemm_library=True,
     multi_output_needs_fast_emitter=True,
 )
@@ -299,6 +304,11 @@ def check_tile(on_chip_bytes: int, live_value_registers: int, threads: int,
         over.append(f"registers per thread: about {registers} > {device.max_registers_per_thread}")
     occupancy = sm_occupancy(threads, min(registers, device.max_registers_per_thread),
                              min(on_chip_bytes, device.on_chip_bytes), device)
+    if gpu and not over and occupancy == 0:
+        # Not one block fits an SM: the launch itself would fail.
+        allocated = math.ceil(registers / 8) * 8
+        over.append(f"registers per block: about {allocated * threads} > "
+                    f"{device.registers_per_unit} per SM ({threads} threads)")
     if gpu and not over and occupancy < device.min_occupancy:
         over.append(f"occupancy {occupancy:.2f} < {device.min_occupancy:.2f} wanted")
     return CapacityVerdict(on_chip_bytes, registers, occupancy, tuple(over), tuple(notes))
@@ -357,11 +367,14 @@ def gpu_tile_sizes(ranges: list[int], iterators: list[str], element_bytes: int,
     `kind` is the kernel's: "contraction" (its root is one), "row" (it reduces), or
     "elementwise".
     - a row kernel: one row per block, the row kept on chip between its passes and reduced
-      across the block's threads: size 1 on every tileable parallel dim;
+      across the block's threads: size 1 on every tileable parallel dim but the last (the
+      row: reduced, or the dim a broadcast operand runs along);
     - a contraction: CONTRACTION_BLOCK_TILE square block tiles of its last two parallel
       dims, 1 on leading (batch) dims, the reduction (K) loop inside the tile;
-    - elementwise: a flat tile of 16 bytes per thread over the block's threads, taken from
-      the innermost tileable dims outwards (coalesced accesses).
+    - elementwise: a contiguous tile of about `elementwise_tile_points` (one pass of the
+      block's threads, 16 bytes each, `elementwise_launch_shape`), taken from the innermost
+      dims outwards (coalesced accesses): whole trailing dims, then a divisor of the next
+      dim (so that every tile is the same: no partial tile), then 1 on the dims before it.
     Only dims in `allowed` are split (the planner's `fusion.tile_dims`: dims along which
     nothing would be recomputed); reduction dims never are.
     """
@@ -377,14 +390,154 @@ def gpu_tile_sizes(ranges: list[int], iterators: list[str], element_bytes: int,
             sizes[d] = min(ranges[d], CONTRACTION_BLOCK_TILE) if d in outer else 1
         return sizes
     if kind == "row" or "reduction" in iterators:
+        # The root's last loop is the row (reduced, or the dim its broadcasts run along).
         for d in parallel:
-            sizes[d] = 1
+            sizes[d] = 1 if d != len(ranges) - 1 else 0
         return sizes
-    points = max(1, device.threads_per_block * (16 // max(1, element_bytes)))
+    return _flat_tile(ranges, parallel, elementwise_tile_points(element_bytes, device))
+
+
+def _flat_tile(ranges: list[int], parallel: list[int], points: int) -> list[int]:
+    """A contiguous tile of about `points` points (see `gpu_tile_sizes`)."""
+    sizes = [0] * len(ranges)
+    inner = 1
     for d in reversed(range(len(ranges))):
         if d not in parallel:
-            points = max(1, points // max(1, ranges[d]))  # kept whole: part of every tile
+            inner *= ranges[d]  # kept whole: part of every tile
             continue
-        sizes[d] = max(1, min(ranges[d], points))
-        points = max(1, points // sizes[d])
-    return sizes
+        if inner * ranges[d] <= points:
+            inner *= ranges[d]  # whole
+            continue
+        want = max(1, points // inner)
+        # The largest divisor of the dim within [want / 2, want]: tiles all alike. None (a
+        # prime extent): the whole dim when that is at most four block passes, else `want`
+        # with a partial last tile (which the tile emitter refuses: built untiled).
+        size = next((s for s in range(want, max(1, want // 2) - 1, -1) if ranges[d] % s == 0),
+                    None)
+        if size is None:
+            size = ranges[d] if ranges[d] * inner <= 4 * points else want
+        sizes[d] = size if size < ranges[d] else 0
+        for outer in parallel:
+            if outer < d:
+                sizes[outer] = 1
+        return sizes
+    return sizes  # the whole iteration space is one tile
+
+
+# --- GPU launch shapes: how one block's threads run a tile ----------------------------------
+
+
+@dataclass(frozen=True)
+class ElementwiseShape:
+    """Elementwise kernel: `grid` blocks of `block` threads walk `tiles` tiles.
+
+    A tile is `block * unroll` chunks of `vec` elements; chunk c of a tile starts at
+    `tile * block * unroll * vec + c * block * vec + thread * vec` (coalesced 16-byte accesses).
+    """
+
+    block: int
+    grid: int
+    vec: int
+    unroll: int
+    tiles: int
+    guarded: bool  # the last tile is partial: every chunk is bounds-checked (unroll == 1)
+
+
+@dataclass(frozen=True)
+class RowShape:
+    """One block of `block` threads per row; each thread holds `chunks` chunks of `vec` columns.
+
+    Chunk c of thread t covers columns [(c * block + t) * vec, ... + vec).
+    """
+
+    block: int
+    grid: int
+    vec: int
+    chunks: int
+    guarded: bool = False  # the last chunk is partial: loads clamped, stores and folds masked
+
+
+def vector_width(count: int, element_bytes: int, device: Device) -> int:
+    """The widest power-of-two vector (at most device.vector_bytes) that divides `count`."""
+    vec = max(1, device.vector_bytes // element_bytes)
+    while vec > 1 and count % vec:
+        vec //= 2
+    return vec
+
+
+def elementwise_unroll(element_bytes: int) -> int:
+    """16-byte chunks per thread per pass: two for 16-bit elements, else one. Measured at 64M
+    elements (bench/RESULTS.md): fp32 one chunk 0.131 ms, two 0.134, four 0.135; bf16 two
+    chunks 0.078, one 0.087 (bf16 GELU is instruction-bound: more independent work helps)."""
+    return 2 if element_bytes < 4 else 1
+
+
+def elementwise_tile_points(element_bytes: int, device: Device) -> int:
+    """Points of one elementwise tile: one pass of a block's threads, `elementwise_unroll`
+    chunks of 16 bytes each."""
+    vec = max(1, device.vector_bytes // max(1, element_bytes))
+    return device.threads_per_block * elementwise_unroll(element_bytes) * vec
+
+
+def elementwise_launch_shape(numel: int, element_bytes: int, device: Device = H200,
+                             unroll: int = 0) -> ElementwiseShape:
+    """How a block runs an elementwise tile of `numel` points (or, `grid` > 1, the blocks a
+    whole tensor): 256 threads (fewer, whole warps, for a small tile), `unroll` chunks of 16
+    bytes per thread per pass (0: `elementwise_unroll`). A grid of one "wave" walking tiles
+    in a loop measured 0.159 ms against 0.131 for a block per tile (two uneven waves); grids
+    above 2^20 blocks walk tiles in a grid-stride loop.
+    """
+    unroll = unroll or elementwise_unroll(element_bytes)
+    vec = vector_width(numel, element_bytes, device)
+    chunks = -(-numel // vec)
+    block = min(device.threads_per_block, WARP * -(-chunks // WARP))
+    unroll = unroll if chunks % (block * unroll) == 0 else 1
+    tiles = -(-chunks // (block * unroll))
+    guarded = chunks % (block * unroll) != 0
+    grid = min(tiles, 1 << 20)
+    return ElementwiseShape(block, grid, vec, unroll, tiles, guarded)
+
+
+MAX_CHUNKS_PER_THREAD = 16  # 64 fp32 values of one row in registers per thread at most
+# Bytes of a row each thread aims to hold: 64 (4 chunks of 16 bytes: 16 fp32 or 32 bf16
+# values). Measured on the H200 (bench/RESULTS.md, run 4): LayerNorm fp32 with 32 bytes per
+# thread 0.211 ms against 0.188 with 64; bf16 LayerNorm / softmax with 32 bytes per thread
+# 0.129 / 0.077 ms against 0.111 / 0.069 with 64 (fewer rows in flight per SM).
+ROW_BYTES_PER_THREAD = 64
+
+
+def row_launch_shape(rows: int, cols: int, element_bytes: int, device: Device = H200,
+                     elements_per_thread: int = 0) -> RowShape | None:
+    """How blocks run row tiles: one block per row, aiming at ROW_BYTES_PER_THREAD (64)
+    bytes of the row per thread (16 fp32, 32 bf16 values) so the row sits in registers with
+    room to spare: the smallest power-of-two block of 32..1024 threads that covers the row in
+    that many chunks. When the block does not divide the row, the last chunk is partial
+    (`guarded`). None: the row is too long to keep in registers (more than
+    MAX_CHUNKS_PER_THREAD chunks per thread).
+    """
+    vec = vector_width(cols, element_bytes, device)
+    vecs = cols // vec
+    elements = elements_per_thread or max(1, ROW_BYTES_PER_THREAD // element_bytes)
+    per_thread = max(1, elements // vec)  # chunks aimed at
+    wanted = -(-vecs // per_thread)
+    block = WARP
+    while block < wanted and block < device.max_threads_per_block:
+        block *= 2
+    chunks = -(-vecs // block)
+    if chunks > MAX_CHUNKS_PER_THREAD:
+        return None
+    return RowShape(block, rows, vec, chunks, vecs % block != 0)
+
+
+def gpu_block_threads(kind: str, tile_points: int, row_length: int, element_bytes: int,
+                      device: Device) -> int:
+    """Threads of the block that runs one tile: the launch shape's (`row_launch_shape` for a
+    row tile, `elementwise_launch_shape` otherwise); `tile_threads` where no shape fits."""
+    if kind == "row":
+        shape = row_launch_shape(1, row_length, element_bytes, device)
+        if shape is not None:
+            return shape.block
+        return tile_threads(tile_points, device)
+    if kind == "elementwise":
+        return elementwise_launch_shape(tile_points, element_bytes, device).block
+    return tile_threads(tile_points, device)

@@ -238,3 +238,22 @@ def _move_in_order(movers: list[ir.Operation], anchor: ir.Operation) -> None:
     for mover in movers:
         mover.move_after(previous)
         previous = mover
+
+
+def group_alone(group: ir.Operation) -> ir.Module:
+    """A module whose `main` runs a copy of `group` on its arguments (to run passes on one
+    group in isolation)."""
+    from mlir.dialects import func
+
+    with group.location:
+        mini = ir.Module.create()
+        with ir.InsertionPoint(mini.body):
+            fn = func.FuncOp("main", ([v.type for v in group.operands],
+                                      [r.type for r in group.results]))
+            entry = fn.add_entry_block()
+        with ir.InsertionPoint(entry):
+            copy = group.clone()
+            for i, arg in enumerate(entry.arguments):
+                copy.operands[i] = arg
+            func.ReturnOp(list(copy.results))
+    return mini

@@ -13,9 +13,12 @@ defining op:
   accumulator init), so it never needs to be stored;
 - kept on chip: a tile-sized value that several ops read, or one op reads repeatedly
   (broadcast: a row kept between a reduction and its consumers, a reduction's result
-  broadcast over the row, the tile of a matmul operand). Its threads share it: `shared` on
-  a GPU description; on the CPU a tile is one core's task and the value stays in its
-  registers and L1, written `register`.
+  broadcast over the row, the tile of a matmul operand). On a GPU description: `register`
+  when every reader takes each element once at the point that produced it (the row kept
+  between softmax's passes: each thread keeps and reads back its own elements, as the
+  tile emitter builds it), else `shared` (its threads exchange it: a reduction's result
+  combined across the block and read by all, a matmul operand tile); on the CPU a tile is
+  one core's task and the value stays in its registers and L1, written `register`.
 
 The group gets a summary, `fusion.placement = {global = B, on_chip = B, register = N,
 shared = B}`: bytes written to global memory by the whole kernel, bytes one tile keeps on
@@ -143,6 +146,13 @@ def role_of(value: ir.Value, in_tile: bool) -> str:
     return KEPT
 
 
+def read_in_place(value: ir.Value) -> bool:
+    """Whether every op that reads `value` reads each of its elements once, at the point of
+    the tile that produced it (several readers, no broadcast): on a GPU the thread that
+    computed an element is then the only one that reads it."""
+    return all(read_once(_op(u), n) for u, n in _users(value))
+
+
 def feeds_tile_loop(value: ir.Value) -> bool:
     """Whether `value` (or a view of it) is read inside a tile loop."""
     for user, _ in _users(value):
@@ -219,6 +229,10 @@ def place_group(group: ir.Operation, device: cost_model.Device) -> dict[str, int
                 role = role_of(op.results[0], in_tile)
                 if tiled and not in_tile and role == KEPT:
                     role = OUTPUT  # a whole tensor outside the tile loop: not one tile's
+                if role == KEPT and gpu and in_tile and read_in_place(op.results[0]):
+                    # Each GPU thread computes, keeps and reads back its own elements of it
+                    # (a row between a reduction and its consumers): its registers.
+                    role = PER_ELEMENT
                 placed.append((op, role))
             elif op.name == "tensor.extract_slice" and in_tile:
                 role = input_slice_role(op)
@@ -227,6 +241,7 @@ def place_group(group: ir.Operation, device: cost_model.Device) -> dict[str, int
 
     body = group.regions[0].blocks[0]
     tiled = any(_is_tile_loop(op.operation) for op in body.operations)
+    gpu = device.max_registers_per_thread > 0
     visit_block(body, False)
     for op, role in placed:
         level = level_of(role, device)
@@ -267,4 +282,6 @@ class PlaceIntermediatesPass(Pass):
     def run(self, module: ir.Operation) -> None:
         device = cost_model.device_named(self.device)
         for group in groups_in(module):
+            if "fusion.path" in group.attributes or "fusion.untiled" in group.attributes:
+                continue  # a library call, a view, or built untiled (target cuda): no tile
             place_group(group, device)

@@ -61,6 +61,10 @@ class TilingReport:
     kind: str = ""
     retiled: str | None = None  # why the capacity check re-tiled it (fewer rows per tile)
     split: str | None = None  # why it is one part of a group the capacity check split
+    # What builds it (target cuda): "tile" (the tile emitter, from this tile loop, or the
+    # group as one tile), "untiled" (the reason in `untiled`), "cuBLASLt", "view"; "" on the CPU.
+    built: str = ""
+    untiled: str | None = None
 
 
 @dataclass
@@ -90,8 +94,8 @@ class FusionReport:
             lines.append(f"tiling (tiled stage): {len(tiled)} kernel"
                          f"{'' if len(tiled) == 1 else 's'}"
                          + ("" if len(tiled) == len(self.kernels) else
-                            f" (the capacity check split {len(self.kernels)} into "
-                            f"{len(tiled)})"))
+                            f" (the fusion stage's {len(self.kernels)} split for the "
+                            f"device: kernel formation, capacity)"))
             lines.append(f"{'#':>3} {'tile sizes':<16} {'grid':>12} {'block':>5} "
                          f"{'on-chip B':>10} {'shared B':>9} {'regs':>5} {'occ':>5}  "
                          f"placement (values)  capacity")
@@ -101,6 +105,8 @@ class FusionReport:
                     lines.append(f"  kernel {i} re-tiled: {t.retiled}")
                 if t.split:
                     lines.append(f"  kernel {i} split: {t.split}")
+                if t.untiled:
+                    lines.append(f"  kernel {i} untiled: {t.untiled}")
         lines.append(f"refused fusions: {len(self.refused)}")
         lines.extend(f"  {r}" for r in self.refused)
         return "\n".join(lines)
@@ -111,7 +117,8 @@ def _dash(value: object, fmt: str = "") -> str:
 
 
 def _tiling_line(index: int, t: TilingReport) -> str:
-    sizes = "[" + ",".join(str(x) for x in t.tile_sizes) + "]" if t.tile_sizes else "untiled"
+    sizes = "[" + ",".join(str(x) for x in t.tile_sizes) + "]" if t.tile_sizes else \
+        {"tile": "one tile", "cuBLASLt": "cuBLASLt", "view": "view"}.get(t.built, "untiled")
     places = " ".join(f"{level}={n}" for level, n in sorted(t.placements.items())) or "-"
     grid = "x".join(str(n) for n in t.grid_shape) if len(t.grid_shape) > 1 else str(t.grid)
     return (f"{index:>3} {sizes:<16} {grid:>12} {_dash(t.threads):>5} "
@@ -155,7 +162,16 @@ def tiling_report(group: ir.Operation) -> TilingReport:
         counts[level] = counts.get(level, 0) + 1
     occupancy = ir.FloatAttr(attrs["fusion.occupancy"]).value \
         if "fusion.occupancy" in attrs else None
+    path = _str_attr(attrs, "fusion.path")
+    untiled = _str_attr(attrs, "fusion.untiled")
+    if path is not None:
+        built = {"gemm": "cuBLASLt"}.get(path, path)
+    elif untiled is not None:
+        built = "untiled"
+    else:
+        built = "tile" if "fusion.tile_kind" in attrs else ""
     return TilingReport(
+        built=built, untiled=untiled,
         grid_shape=_grid_shape(group), kind=ir.StringAttr(attrs["kind"]).value,
         retiled=_str_attr(attrs, "fusion.retiled"), split=_str_attr(attrs, "fusion.split"),
         tile_sizes=sizes, grid=_int_attr(attrs, "fusion.grid") or 1,

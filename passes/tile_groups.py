@@ -60,6 +60,10 @@ from mlir.dialects.transform import interpreter
 
 TILE_TAG = "fusion.tile_op"
 MAX_TILE_ROWS_ATTR = "fusion.max_tile_rows"
+# Set by CUDA code generation's kernel formation (`--fusion-gpu-kernels`) on groups that are a
+# library call (cuBLASLt) or a view of a buffer, not a kernel of ours.
+LIBRARY_PATH_ATTR = "fusion.path"
+UNTILED_ATTR = "fusion.untiled"  # why a group on a GPU is built untiled
 # Ops that the transform dialect can tile and fuse (they implement TilingInterface).
 TILEABLE_TENSOR_OPS = frozenset({"tensor.pad"})
 RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
@@ -321,7 +325,7 @@ def _element_bytes(op: ir.Operation) -> int:
 
 def _kernel_kind(group: ir.Operation) -> str:
     """contraction (the group holds one: its tiles are the contraction's), row (some op of
-    the group reduces) or elementwise."""
+    the group reduces, or reads a broadcast: a tile is whole rows) or elementwise."""
     ops = [op.operation for op in group.regions[0].blocks[0].operations if _is_tileable(op)]
     if any(describe(op, i).category == CONTRACTION for i, op in enumerate(ops)):
         return "contraction"
@@ -329,7 +333,23 @@ def _kernel_kind(group: ir.Operation) -> str:
         if "iterator_types" in op.attributes and any(
                 "reduction" in str(a) for a in op.attributes["iterator_types"]):
             return "row"
+    for op in ops:
+        if "indexing_maps" not in op.attributes:
+            continue
+        for amap in (ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]):
+            if amap.results and not amap.is_permutation:
+                return "row"  # a broadcast operand: rows of the tile share its values
     return "elementwise"
+
+
+def _memory_element_bytes(group: ir.Operation) -> int:
+    """Bytes of the narrowest element type the kernel reads or writes (its accesses are 16
+    bytes of it)."""
+    types = [a.type for a in group.regions[0].blocks[0].arguments] + \
+        [r.type for r in group.results]
+    widths = [getattr(ir.ShapedType(t).element_type, "width", 32) for t in types
+              if isinstance(t, ir.ShapedType) or ir.ShapedType.isinstance(t)]
+    return max(1, min(widths or [32]) // 8)
 
 
 def _row_dim(root: ir.Operation) -> int | None:
@@ -354,8 +374,8 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
     dims = tileable_dims(group)
     if device is not None and device.threads_per_block > 1:
         allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
-        sizes = cost_model.gpu_tile_sizes(ranges, iterators, _element_bytes(root), allowed,
-                                          _kernel_kind(group), device)
+        sizes = cost_model.gpu_tile_sizes(ranges, iterators, _memory_element_bytes(group),
+                                          allowed, _kernel_kind(group), device)
     else:
         sizes = cpu_tile_sizes(ranges, iterators, _element_bytes(root), dims, threads,
                                tiles_per_thread, min_tile_bytes, max_tile_bytes)
@@ -389,8 +409,11 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
         return
     ranges, iterators = space
     own_root_inits(root, group)
+    kind = _kernel_kind(group)
     sizes = tile_sizes_for(group, root, ranges, iterators, threads, tiles_per_thread,
                            min_tile_bytes, max_tile_bytes, device)
+    if device is not None and device.threads_per_block > 1:
+        _record_block(group, kind, sizes, ranges, device)
     if not any(sizes):
         return
     body = group.regions[0].blocks[0]
@@ -416,6 +439,18 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     fold_reshaped_empties(group)
     group.attributes["fusion.tile_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
     group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, tile_count(ranges, sizes))
+
+
+def _record_block(group: ir.Operation, kind: str, sizes: list[int], ranges: list[int],
+                  device: cost_model.Device) -> None:
+    """How one GPU block runs a tile (`fusion.tile_kind`, `fusion.block` threads): the cost
+    model's launch shape, which code generation builds (compiler/cuda_tiles.py)."""
+    points = math.prod(size or extent for size, extent in zip(sizes, ranges))
+    threads = cost_model.gpu_block_threads(kind, points, points, _memory_element_bytes(group),
+                                           device)
+    i64 = ir.IntegerType.get_signless(64)
+    group.attributes["fusion.tile_kind"] = ir.StringAttr.get(kind)
+    group.attributes["fusion.block"] = ir.IntegerAttr.get(i64, threads)
 
 
 def sibling_roots(group: ir.Operation, root: ir.Operation, ranges: list[int],
@@ -563,16 +598,32 @@ class TileGroupsPass(Pass):
     def run(self, module: ir.Operation) -> None:
         threads = self.threads or os.cpu_count() or 1
         device = cost_model.device_named(self.device)
+        gpu = device.threads_per_block > 1
+        # On a GPU, a tile is only worth its loop if code generation builds it: the tile
+        # emitter is asked (compiler/cuda_tiles.py); a tile it refuses is undone, the reason
+        # recorded. Imported here: the code generator builds on the passes, not before them.
+        accept = None
+        if gpu:
+            from fusec.compiler.cuda_tiles import tile_refusal
+
+            accept = tile_refusal
 
         def tile(group: ir.Operation) -> None:
             tile_group(group, threads, self.tiles_per_thread, self.min_tile_kb * 1024,
                        self.max_tile_kb * 1024, device)
 
-        for group in groups_in(module):
-            if self.fit:
-                # Imported here: capacity builds on placement, which runs after tiling.
-                from fusec.passes.capacity import tile_to_fit
+        # Imported here: capacity builds on placement, which runs after tiling.
+        from fusec.passes.capacity import tile_accepted, tile_to_fit
 
-                tile_to_fit(group, device, tile)
+        for group in groups_in(module):
+            if gpu and LIBRARY_PATH_ATTR in group.attributes:
+                continue  # a cuBLASLt call or a view of a buffer: no kernel of ours to tile
+            if self.fit:
+                parts = tile_to_fit(group, device, tile, accept=accept)
             else:
-                tile(group)
+                parts = [tile_accepted(group, tile, accept)]
+            for part in parts if gpu else []:
+                if "fusion.tile_kind" not in part.attributes and \
+                        UNTILED_ATTR not in part.attributes:
+                    part.attributes[UNTILED_ATTR] = ir.StringAttr.get(
+                        "nothing to tile: no linalg op (a copy or a reshape of its input)")

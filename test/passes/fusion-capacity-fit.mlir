@@ -6,21 +6,23 @@
 
 // softmax's tail over rows of 65536 fp32: exp's row (256 KB) must stay on chip between the
 // sum and the division.
-// On the H200 one row per block is already the least, and 256 KB > 227 KB of shared memory:
-// the group is split, one kernel per op (the fill with its sum), the row through global
-// memory; every part fits.
+// On the H200 the row stays in its block's registers (each thread keeps and reads back its
+// own elements): 65536 fp32 over the 1024 threads of the row's block are 64 registers per
+// value, about 96 per thread, 98304 per block > 64K per SM: the block could not launch. One
+// row per block is already the least: the group is split, one kernel per op (the fill with
+// its sum), the row through global memory; every part fits.
 // GPU-LABEL: func.func @row_too_long
 // GPU: fusion.group single
 // GPU-SAME: fusion.capacity = "fits"
-// GPU-SAME: fusion.split = "shared memory per block: 262148 B > 232448 B with 1 row per tile on nvidia-h200, and no fewer rows fit: split into one kernel per op
+// GPU-SAME: fusion.split = "registers per block: about 98304 > 65536 per SM (1024 threads) with 1 row per tile on nvidia-h200, and no fewer rows fit: split into one kernel per op
 // GPU: math.exp
 // GPU: fusion.group single
 // GPU-SAME: fusion.capacity = "fits"
-// GPU-SAME: fusion.split = "shared memory per block
+// GPU-SAME: fusion.split = "registers per block
 // GPU: arith.addf
 // GPU: fusion.group single
 // GPU-SAME: fusion.capacity = "fits"
-// GPU-SAME: fusion.split = "shared memory per block
+// GPU-SAME: fusion.split = "registers per block
 // GPU: arith.divf
 // GPU-NOT: fusion.group
 // GPU: return
@@ -78,7 +80,7 @@ func.func @row_too_long(%x: tensor<4x65536xf32>) -> tensor<4x65536xf32> {
 // CPU-NOT: fusion.group
 // CPU: return
 // GPU-LABEL: func.func @rows_over_l2
-// GPU-COUNT-3: fusion.split = "shared memory per block: 262148 B > 232448 B with 1 row per tile
+// GPU-COUNT-3: fusion.split = "registers per block: about 98304 > 65536 per SM (1024 threads) with 1 row per tile
 // GPU: return
 #id3 = affine_map<(d0, d1) -> (d0, d1)>
 #row3 = affine_map<(d0, d1) -> (d0)>

@@ -4,18 +4,20 @@
 // Softmax over rows, tiled 4 rows per tile. The input row slice is read once per element by
 // each reader (streamed from global); the max is broadcast back over its row (kept: shared on
 // the GPU); x - max feeds only exp, once per element (register); exp is read by the sum and the
-// division (the row kept between a reduction and its consumer: shared); the sum is broadcast
-// (shared); the division is the output (global); the fills are accumulators (register).
+// division, each element once at the point that made it (the row kept between a reduction
+// and its consumer): on the GPU each thread keeps its own elements, so registers, not shared
+// memory; the sum is broadcast (shared); the division is the output (global); the fills are
+// accumulators (register).
 // On the CPU every kept value stays in the core's registers/L1: `register`, counted in on_chip.
 // GPU-LABEL: func.func @softmax_rows
 // GPU: fusion.group reduction
-// GPU-SAME: fusion.placement = {global = 65536 : i64, on_chip = 4128 : i64, register = 3 : i64, shared = 4128 : i64}
+// GPU-SAME: fusion.placement = {global = 65536 : i64, on_chip = 32 : i64, register = 4 : i64, shared = 32 : i64}
 // GPU: scf.forall
 // GPU: tensor.extract_slice %{{.+}} [4, 256] {{.*}}{fusion.mem = #fusion.mem<global>}
 // GPU: %[[FM:.+]] = linalg.generic {{.*}}outs(%{{.+}} : tensor<4xf32>) attrs =  {fusion.mem = #fusion.mem<register>}
 // GPU: %[[MAX:.+]] = linalg.generic {{.*}}["parallel", "reduction"]{{.*}}outs(%[[FM]] : tensor<4xf32>) attrs =  {fusion.mem = #fusion.mem<shared>}
 // GPU: %[[SUB:.+]] = linalg.generic {{.*}}ins(%{{.+}}, %[[MAX]] : {{.*}}) attrs =  {fusion.mem = #fusion.mem<register>}
-// GPU: %[[EXP:.+]] = linalg.generic {{.*}}ins(%[[SUB]] : {{.*}}) attrs =  {fusion.mem = #fusion.mem<shared>}
+// GPU: %[[EXP:.+]] = linalg.generic {{.*}}ins(%[[SUB]] : {{.*}}) attrs =  {fusion.mem = #fusion.mem<register>}
 // GPU: %[[SUM:.+]] = linalg.generic {{.*}}ins(%[[EXP]] : {{.*}}) attrs =  {fusion.mem = #fusion.mem<shared>}
 // GPU: %[[DIV:.+]] = linalg.generic {{.*}}ins(%[[EXP]], %[[SUM]] : {{.*}}) attrs =  {fusion.mem = #fusion.mem<global>}
 // GPU: tensor.parallel_insert_slice %[[DIV]]

@@ -5,9 +5,11 @@
 // Elementwise: a flat tile of 256 threads x 16 bytes (1024 fp32), innermost dim first.
 // CHECK-LABEL: func.func @elementwise
 // CHECK: fusion.group single
+// CHECK-SAME: fusion.block = 256
 // CHECK-SAME: fusion.capacity = "fits"
 // CHECK-SAME: fusion.grid = 256
 // CHECK-SAME: fusion.threads = 256
+// CHECK-SAME: fusion.tile_kind = "elementwise"
 // CHECK-SAME: fusion.tile_sizes = array<i64: 1, 1024>
 // CHECK: scf.forall (%{{.+}}, %{{.+}}) in (64, 4)
 // CHECK: linalg.generic {{.*}} ins(%{{.+}} : tensor<1x1024xf32>) {{.*}} {fusion.mem = #fusion.mem<global>}
@@ -30,15 +32,19 @@ func.func @elementwise(%x: tensor<64x4096xf32>) -> tensor<64x4096xf32> {
 
 // -----
 
-// A row kernel (exp, row sum, divide): one row per block, the reduced dim whole; exp's row
-// is read twice (by the sum and the division): kept in shared memory.
+// A row kernel (exp, row sum, divide): one row per block, the reduced dim whole, 64 threads
+// (16 fp32 of the row each: `cost_model.row_launch_shape`); exp's row is read twice (by the
+// sum and the division), each element where it was made: kept in the threads' registers; the
+// sum, combined across the block and read by every thread: shared.
 // CHECK-LABEL: func.func @row
 // CHECK: fusion.group vertical
+// CHECK-SAME: fusion.block = 64
 // CHECK-SAME: fusion.capacity = "fits"
 // CHECK-SAME: fusion.grid = 64
+// CHECK-SAME: fusion.tile_kind = "row"
 // CHECK-SAME: fusion.tile_sizes = array<i64: 1, 0>
 // CHECK: scf.forall (%{{.+}}) in (64)
-// CHECK: %[[EXP:[0-9]+]] = linalg.generic {{.*}} outs(%{{.+}} : tensor<1x1024xf32>) {{.*}} {fusion.mem = #fusion.mem<shared>}
+// CHECK: %[[EXP:[0-9]+]] = linalg.generic {{.*}} outs(%{{.+}} : tensor<1x1024xf32>) {{.*}} {fusion.mem = #fusion.mem<register>}
 // CHECK-NEXT: ^bb0
 // CHECK-NEXT: math.exp
 // CHECK: %[[SUM:[0-9]+]] = linalg.generic {{.*}} ins(%[[EXP]] : tensor<1x1024xf32>) {{.*}} {fusion.mem = #fusion.mem<shared>}
@@ -78,18 +84,18 @@ func.func @row(%x: tensor<64x1024xf32>) -> tensor<64x1024xf32> {
 
 // -----
 
-// A matmul with its bias epilogue: 128 x 128 output tiles per block, the K loop inside the
-// tile; the operand tiles are reused across the tile: staged in shared memory.
+// A matmul with its bias epilogue that is not a library call (no `fusion.path`): the cost
+// model's block tile would be 128 x 128 with the K loop inside, but the CUDA code generator
+// builds no contraction tile of its own (matmuls are cuBLASLt calls, or the fallback path):
+// the tiling is undone and the reason recorded. Never a tile loop that code generation
+// does not build.
 // CHECK-LABEL: func.func @matmul_bias
 // CHECK: fusion.group epilogue
-// CHECK-SAME: fusion.grid = 4
-// CHECK-SAME: fusion.tile_sizes = array<i64: 128, 128>
-// CHECK: scf.forall (%{{.+}}, %{{.+}}) in (2, 2)
-// CHECK: tensor.extract_slice {{.*}} {fusion.mem = #fusion.mem<shared>} : tensor<256x64xf32> to tensor<128x64xf32>
-// CHECK: tensor.extract_slice {{.*}} {fusion.mem = #fusion.mem<shared>} : tensor<64x256xf32> to tensor<64x128xf32>
-// CHECK: linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]
-// CHECK: linalg.generic {{.*}} outs(%{{.+}} : tensor<128x128xf32>) {{.*}} {fusion.mem = #fusion.mem<global>}
-// CHECK: arith.addf
+// CHECK-NOT: fusion.tile_sizes
+// CHECK-SAME: fusion.untiled = "a contraction tile is not a block of the fast emitter"
+// CHECK-NOT: scf.forall
+// CHECK: linalg.matmul
+// CHECK: return
 #id3 = affine_map<(d0, d1) -> (d0, d1)>
 #col3 = affine_map<(d0, d1) -> (d1)>
 func.func @matmul_bias(%x: tensor<256x64xf32>, %w: tensor<64x256xf32>, %b: tensor<256xf32>) -> tensor<256x256xf32> {
@@ -107,4 +113,129 @@ func.func @matmul_bias(%x: tensor<256x64xf32>, %w: tensor<64x256xf32>, %b: tenso
     fusion.yield %y : tensor<256x256xf32>
   }
   return %r : tensor<256x256xf32>
+}
+
+// -----
+
+// A cuBLASLt call (`fusion.path = "gemm"`, set by --fusion-gpu-kernels): not tiled, placed
+// or checked: no kernel of ours.
+// CHECK-LABEL: func.func @library_call
+// CHECK: fusion.group epilogue
+// CHECK-NOT: fusion.tile_sizes
+// CHECK-NOT: fusion.placement
+// CHECK-NOT: fusion.mem
+// CHECK: return
+func.func @library_call(%x: tensor<256x64xf32>, %w: tensor<64x256xf32>) -> tensor<256x256xf32> {
+  %r = fusion.group epilogue (%a = %x : tensor<256x64xf32>, %b = %w : tensor<64x256xf32>) -> tensor<256x256xf32> attributes {fusion.path = "gemm"} {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<256x256xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<256x256xf32>) -> tensor<256x256xf32>
+    %m = linalg.matmul ins(%a, %b : tensor<256x64xf32>, tensor<64x256xf32>) outs(%f : tensor<256x256xf32>) -> tensor<256x256xf32>
+    fusion.yield %m : tensor<256x256xf32>
+  }
+  return %r : tensor<256x256xf32>
+}
+
+// -----
+
+// A bias broadcast along the rows: a row tile (the last dim whole), the bias read by every
+// row: its slice is the whole bias, read at the thread's columns.
+// CHECK-LABEL: func.func @broadcast_rows
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.block = 64
+// CHECK-SAME: fusion.grid = 64
+// CHECK-SAME: fusion.tile_kind = "row"
+// CHECK-SAME: fusion.tile_sizes = array<i64: 1, 0>
+// CHECK: scf.forall (%{{.+}}) in (64)
+// CHECK: linalg.generic {{.*}} ins(%{{.+}}, %{{.+}} : tensor<1x1000xf32>, tensor<1000xf32>)
+#bid = affine_map<(d0, d1) -> (d0, d1)>
+#bcol = affine_map<(d0, d1) -> (d1)>
+func.func @broadcast_rows(%x: tensor<64x1000xf32>, %b: tensor<1000xf32>) -> tensor<64x1000xf32> {
+  %r = fusion.group single (%a = %x : tensor<64x1000xf32>, %c = %b : tensor<1000xf32>) -> tensor<64x1000xf32> {
+    %e = tensor.empty() : tensor<64x1000xf32>
+    %y = linalg.generic {indexing_maps = [#bid, #bcol, #bid], iterator_types = ["parallel", "parallel"]}
+        ins(%a, %c : tensor<64x1000xf32>, tensor<1000xf32>) outs(%e : tensor<64x1000xf32>) {
+    ^bb0(%in: f32, %bias: f32, %out: f32):
+      %t = arith.addf %in, %bias : f32
+      linalg.yield %t : f32
+    } -> tensor<64x1000xf32>
+    fusion.yield %y : tensor<64x1000xf32>
+  }
+  return %r : tensor<64x1000xf32>
+}
+
+// -----
+
+// A transpose: tiles exist, but no block of the tile emitter reads a transposed tile (its
+// threads read and write the same positions): undone, the reason recorded; the group is built
+// untiled (the fallback path).
+// CHECK-LABEL: func.func @transpose
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.untiled = "access pattern
+// CHECK-NOT: scf.forall
+// CHECK: return
+#tin = affine_map<(d0, d1) -> (d1, d0)>
+#tout = affine_map<(d0, d1) -> (d0, d1)>
+func.func @transpose(%x: tensor<512x256xf32>) -> tensor<256x512xf32> {
+  %r = fusion.group single (%a = %x : tensor<512x256xf32>) -> tensor<256x512xf32> {
+    %e = tensor.empty() : tensor<256x512xf32>
+    %y = linalg.generic {indexing_maps = [#tin, #tout], iterator_types = ["parallel", "parallel"]}
+        ins(%a : tensor<512x256xf32>) outs(%e : tensor<256x512xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      linalg.yield %in : f32
+    } -> tensor<256x512xf32>
+    fusion.yield %y : tensor<256x512xf32>
+  }
+  return %r : tensor<256x512xf32>
+}
+
+// -----
+
+// A prime extent (1000003): no tile size divides it, tiles of 1024 leave a partial last tile,
+// which the tile emitter does not build: undone, the reason recorded (built untiled by the
+// group-level emitter, its grid-stride loop guarding the end).
+// CHECK-LABEL: func.func @prime
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.untiled = "a slice of dynamic size in a tile (a partial tile)"
+// CHECK-NOT: scf.forall
+// CHECK: return
+#pid = affine_map<(d0) -> (d0)>
+func.func @prime(%x: tensor<1000003xf32>) -> tensor<1000003xf32> {
+  %r = fusion.group single (%a = %x : tensor<1000003xf32>) -> tensor<1000003xf32> {
+    %e = tensor.empty() : tensor<1000003xf32>
+    %y = linalg.generic {indexing_maps = [#pid, #pid], iterator_types = ["parallel"]}
+        ins(%a : tensor<1000003xf32>) outs(%e : tensor<1000003xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %t = math.exp %in : f32
+      linalg.yield %t : f32
+    } -> tensor<1000003xf32>
+    fusion.yield %y : tensor<1000003xf32>
+  }
+  return %r : tensor<1000003xf32>
+}
+
+// -----
+
+// A small group (37 values): one tile, no tile loop, one block of 64 threads.
+// CHECK-LABEL: func.func @one_tile
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.block = 64
+// CHECK-SAME: fusion.grid = 1
+// CHECK-SAME: fusion.tile_kind = "elementwise"
+// CHECK-NOT: fusion.untiled
+// CHECK-NOT: scf.forall
+// CHECK: return
+#oid = affine_map<(d0, d1) -> (d0, d1)>
+func.func @one_tile(%x: tensor<37x1xf32>) -> tensor<37x1xf32> {
+  %r = fusion.group single (%a = %x : tensor<37x1xf32>) -> tensor<37x1xf32> {
+    %e = tensor.empty() : tensor<37x1xf32>
+    %y = linalg.generic {indexing_maps = [#oid, #oid], iterator_types = ["parallel", "parallel"]}
+        ins(%a : tensor<37x1xf32>) outs(%e : tensor<37x1xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %t = math.exp %in : f32
+      linalg.yield %t : f32
+    } -> tensor<37x1xf32>
+    fusion.yield %y : tensor<37x1xf32>
+  }
+  return %r : tensor<37x1xf32>
 }

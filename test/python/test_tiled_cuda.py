@@ -1,10 +1,12 @@
 """`fusec --emit tiled --target cuda`: the H200's tiling of every example, and the report.
 
-For target cuda the `tiled` stage is a view (the CUDA code generator reads the fusion stage):
-each group's root tiled for one block of the H200, the group's producers fused into the
-tile loop, every value placed (`#fusion.mem<...>`), and each tile checked against the H200's
-limits, re-tiled or split when over. These tests run the command line on the examples (no
-GPU needed) and check what it prints; the pure policy functions are checked on their own.
+For target cuda the `tiled` stage is what the CUDA code generator lowers: kernels formed for
+the GPU (cuBLASLt calls and views apart), each kernel group's root tiled for one block of the
+H200, the group's producers fused into the tile loop, every value placed
+(`#fusion.mem<...>`), each tile checked against the H200's limits (re-tiled or split when
+over), and a tiling the tile emitter would not build undone with its reason. These tests run
+the command line and the code generator on the examples (no GPU needed) and check that every
+kernel is built from its tile: grid = tiles, block = the tile's threads.
 """
 
 import json
@@ -38,24 +40,85 @@ def test_emit_tiled_cuda_shows_tiles_producers_and_placements(capsys, name):
                "--target", "cuda")
     groups = _groups(out)
     assert groups
+    kernels = [line for line in groups if "fusion.path" not in line]
+    assert kernels or name == "mlp"  # the MLP is two cuBLASLt calls
     for line in groups:
-        # Placed and checked for the H200: a thread count per block, registers, a verdict.
+        if "fusion.path" in line:  # a cuBLASLt call or a view: not tiled, placed or checked
+            assert "fusion.tile_sizes" not in line and "fusion.threads" not in line, line
+            continue
+        if "fusion.untiled" in line:  # the fallback's (a conv): the reason is recorded
+            assert re.search(r'fusion.untiled = "[^"]+"', line), line
+            continue
+        # Placed and checked for the H200: threads per block, registers, a verdict.
         assert "fusion.threads = " in line and "fusion.registers = " in line, line
         assert 'fusion.capacity = "fits' in line or "over: occupancy" in line, line
         # Never a kernel over a hard limit: over shared memory or registers is re-tiled/split.
         assert "over: shared memory" not in line and "over: registers" not in line, line
         threads = int(re.search(r"fusion.threads = (\d+)", line).group(1))
-        assert 1 <= threads <= 1024
-    # Tiles: a tile loop whose body computes the fused producers and writes one slice
-    # (a group of one tile, such as the MLP's 8-row batch, needs no loop).
-    tiled = [line for line in groups if "fusion.tile_sizes" in line]
-    assert tiled, "no group was tiled"
-    if any("fusion.grid = 1 :" not in line for line in groups):
+        assert threads == int(re.search(r"fusion.block = (\d+)", line).group(1))
+        assert 32 <= threads <= 1024 and threads % 32 == 0
+    # Tiles: a tile loop whose body computes the fused producers and writes one slice.
+    if any("fusion.tile_sizes" in line for line in kernels):
         assert "scf.forall" in out and "tensor.parallel_insert_slice" in out
-    # Placements: the kernel's outputs go to global memory; intermediates stay on chip.
-    assert "#fusion.mem<global>" in out
+        assert "#fusion.mem<global>" in out
     levels = set(re.findall(r"#fusion.mem<(\w+)>", out))
     assert levels <= {"global", "shared", "register"}
+
+
+def _kernel_groups(module) -> list:
+    from fusec.passes.inline_groups import groups_in
+
+    return [g for g in groups_in(module.operation)
+            if not ("fusion.path" in g.attributes and
+                    str(g.attributes["fusion.path"]) == '"view"')]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("fusion", [True, False])
+def test_cuda_kernels_are_built_from_their_tiles(name, fusion):
+    """The CUDA code generator lowers the `tiled` stage: each group the stage tiled (or left
+    as one tile) is one kernel whose grid is its tile count, whose block is the tile's
+    threads, and whose tile sizes are the stage's. A group left untiled says why."""
+    from mlir import ir
+
+    from fusec.compiler import codegen_cuda
+    from fusec.compiler.pipeline import CompileOptions, lower
+    from fusec.dialects import make_context
+
+    with make_context(), ir.Location.unknown():
+        with open(os.path.join(EXAMPLES, name, "model.mlir")) as f:
+            module = ir.Module.parse(f.read())
+        assert lower(module, CompileOptions(target="cuda", fusion=fusion), "tiled") == "tiled"
+        expected = []
+        for g in _kernel_groups(module):
+            attrs = g.attributes
+            if "fusion.path" in attrs:
+                expected.append(("gemm", None))
+            elif "fusion.untiled" in attrs:
+                assert ir.StringAttr(attrs["fusion.untiled"]).value
+                expected.append(("untiled", None))
+            else:
+                sizes = list(ir.DenseI64ArrayAttr(attrs["fusion.tile_sizes"])) \
+                    if "fusion.tile_sizes" in attrs else []
+                expected.append(("tile", (ir.IntegerAttr(attrs["fusion.grid"]).value,
+                                          ir.IntegerAttr(attrs["fusion.block"]).value, sizes)))
+        plan = codegen_cuda.generate(module, codegen_cuda.CudaOptions(cubin=False)).plan
+    launches = [k for k in plan.launches if k.symbol != "__copy__"]
+    assert len(launches) == len(expected)
+    tiled = 0
+    for launch, (built, shape) in zip(launches, expected):
+        if built == "gemm":
+            assert launch.launch_kind == "gemm"
+        elif built == "untiled":
+            assert not launch.info.get("tiled")
+        else:
+            tiled += 1
+            assert launch.info["path"] == "fast" and launch.info["tiled"]
+            assert (launch.grid, launch.block, launch.info["tile_sizes"]) == shape
+    assert tiled >= 1 or name == "mlp"
+    if fusion:  # every fused example's kernel of ours is built from its tile
+        assert tiled == sum(1 for built, _ in expected if built != "gemm") - \
+            sum(1 for k in launches if k.info.get("path") == "fallback")
 
 
 def test_softmax_is_one_block_per_row_with_the_row_on_chip(capsys):
@@ -63,12 +126,13 @@ def test_softmax_is_one_block_per_row_with_the_row_on_chip(capsys):
                "--target", "cuda")
     (line,) = _groups(out)
     assert "fusion.tile_sizes = array<i64: 1, 0>" in line  # one row per block
-    assert "fusion.grid = 64 : i64" in line
+    assert "fusion.grid = 64 : i64" in line and 'fusion.tile_kind = "row"' in line
     body = out[out.index("scf.forall"):]
-    # The exp of the row is read by the sum and the division: kept in shared memory; the
-    # reductions run inside the tile loop (fused producers), not before it.
+    # The reductions run inside the tile loop (fused producers), not before it; the row stays
+    # in the threads' registers between the passes, the row statistics go through shared
+    # memory (combined across the block, read by every thread).
     assert "math.exp" in body and "arith.maximumf" in body and "arith.addf" in body
-    assert "#fusion.mem<shared>" in body
+    assert "#fusion.mem<register>" in body and "#fusion.mem<shared>" in body
 
 
 def test_report_gives_tiling_per_kernel_on_both_targets(capsys):
@@ -80,6 +144,10 @@ def test_report_gives_tiling_per_kernel_on_both_targets(capsys):
         assert data["device"] == device
         assert len(data["tiled_kernels"]) >= len(data["kernels"]) == kernels
         for t in data["tiled_kernels"]:
+            if t["built"] == "cuBLASLt":
+                assert t["threads"] is None and t["capacity"] is None
+                continue
+            assert t["built"] == ("tile" if target == "cuda" else "")
             assert t["grid"] >= 1 and t["threads"] >= 1 and t["occupancy"] is not None
             assert t["capacity"] is not None
             if target == "cuda":
@@ -87,6 +155,7 @@ def test_report_gives_tiling_per_kernel_on_both_targets(capsys):
                 assert t["shared_bytes"] <= 227 * 1024
         text = _run(capsys, path, "--report", "--target", target)
         assert "tile sizes" in text and "block" in text and "regs" in text and "occ" in text
+        assert ("cuBLASLt" in text) == (target == "cuda")
 
 
 def test_gpu_tile_policy_per_kernel_kind():
@@ -98,7 +167,18 @@ def test_gpu_tile_policy_per_kernel_kind():
     assert cost_model.gpu_tile_sizes([64, 4096], ["parallel", "parallel"], 4, {0, 1},
                                      "elementwise", h200) == [1, 1024]
     assert cost_model.gpu_tile_sizes([64, 128], ["parallel", "parallel"], 4, {0, 1},
-                                     "elementwise", h200) == [8, 128]
+                                     "elementwise", h200) == [8, 0]
+    # bf16: two 16-byte chunks per thread, 4096 values; a dim no divisor of which lies in
+    # [512, 1024] points: whole rows when small, else a partial tile (built untiled)
+    assert cost_model.gpu_tile_sizes([64, 8192], ["parallel", "parallel"], 2, {0, 1},
+                                     "elementwise", h200) == [1, 4096]
+    assert cost_model.gpu_tile_sizes([4, 1031], ["parallel", "parallel"], 4, {0, 1},
+                                     "elementwise", h200) == [1, 0]
+    assert cost_model.gpu_tile_sizes([1, 1000003], ["parallel", "parallel"], 4, {0, 1},
+                                     "elementwise", h200) == [1, 1024]
+    # a broadcast (row) kernel keeps its last dim whole
+    assert cost_model.gpu_tile_sizes([64, 1000], ["parallel", "parallel"], 4, {0, 1},
+                                     "row", h200) == [1, 0]
     # an inner dim that may not be split counts towards the tile
     assert cost_model.gpu_tile_sizes([64, 512], ["parallel", "parallel"], 4, {0},
                                      "elementwise", h200) == [2, 0]
@@ -176,8 +256,9 @@ def test_input_groups_compile_on_both_backends(tmp_path):
 
 
 def test_report_shows_a_capacity_split(capsys, tmp_path):
-    """A softmax tail over rows of 65536 fp32 (256 KB kept per row, over the H200's 227 KB):
-    the tiled stage splits the group and the report says so, per kernel, with the reason."""
+    """A softmax tail over rows of 65536 fp32 (a row's 64 values per thread over 1024 threads:
+    about 96 registers per thread, more than an SM holds for one block): the tiled stage
+    splits the group and the report says so, per kernel, with the reason."""
     path = os.path.join(os.path.dirname(__file__), "..", "passes", "fusion-capacity-fit.mlir")
     with open(path) as f:
         text = f.read().split("// -----")[0]
@@ -185,8 +266,8 @@ def test_report_shows_a_capacity_split(capsys, tmp_path):
     model.write_text(text)
     out = _run(capsys, str(model), "--report", "--target", "cuda")
     assert "fusion plan for nvidia-h200: 1 kernel" in out
-    assert "tiling (tiled stage): 3 kernels (the capacity check split 1 into 3)" in out
-    assert out.count("split: shared memory per block: 262148 B > 232448 B") == 3
+    assert "tiling (tiled stage): 3 kernels (the fusion stage's 1 split for the device" in out
+    assert out.count("split: registers per block: about 98304 > 65536 per SM") == 3
     data = json.loads(_run(capsys, str(model), "--report=json", "--target", "cuda"))
     assert [t["split"] is not None for t in data["tiled_kernels"]] == [True] * 3
     assert all(t["shared_bytes"] < 48 * 1024 for t in data["tiled_kernels"])
