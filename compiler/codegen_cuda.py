@@ -1316,7 +1316,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
         return b.id
 
     inputs = [add_buffer(a, "input", f"input{i}") for i, a in enumerate(body.arguments)]
-    from fusec.compiler.cuda_tiles import TileEmitter, built_from_tile
+    from fusec.compiler.cuda_tiles import TileEmitter, built_from_tile, thread_tiled
     from fusec.passes.gpu_kernels import DONE_ATTR, NOTES_ATTR
 
     if DONE_ATTR not in func.attributes:
@@ -1397,6 +1397,16 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             continue
         weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
         from_tile = built_from_tile(op)
+        if thread_tiled(op):
+            # Neither emitter's: the fallback path, from the stage's thread tiles.
+            why = ir.StringAttr(op.attributes["fusion.fallback"]).value
+            if not options.fallback:
+                raise CudaCodegenError(why)
+            launches.append(_fallback_launch(op, symbol, why, operands, weight_buffer,
+                                             result_buffers, kernels, kind, ops_in))
+            launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
+            launches[-1].info["tiled"] = True
+            continue
         if from_tile:
             # Tiled by the `tiled` stage, which asked the tile emitter first: built as tiled.
             emitter: KernelEmitter = TileEmitter(op, symbol, options.device,
@@ -1692,9 +1702,12 @@ def fallback_kernel(group: ir.Operation, symbol: str,
     from fusec.passes.cpu_tile_loops import tile_loop
     from fusec.compiler import codegen_cpu
 
+    from fusec.compiler.cuda_tiles import thread_tiled
+
     mini = _group_module(group)
-    run_pipeline(mini, codegen_cpu.tiled_passes(fallback_tiling_options())
-                 + codegen_cpu.bufferized_passes())
+    # Tiled by the `tiled` stage already (`cuda_tiles.tile_for_fallback`), or tiled here.
+    tiling = [] if thread_tiled(group) else codegen_cpu.tiled_passes(fallback_tiling_options())
+    run_pipeline(mini, tiling + codegen_cpu.bufferized_passes())
     kernels = _find_func(mini, lambda f: "fusion.kind" in f.attributes)
     if len(kernels) != 1:
         raise CudaCodegenError(f"fallback: the group became {len(kernels)} kernels, not one")
@@ -2612,16 +2625,21 @@ def _cone(value: ir.Value, members: dict[int, ir.Operation]) -> set[int]:
     return seen
 
 
-def _emittable(group: ir.Operation, options: CudaOptions) -> bool:
-    """Whether the fast emitter takes `group` as it is."""
+def group_refusal(group: ir.Operation, options: CudaOptions) -> str | None:
+    """Why the group-level emitter does not take `group` as it is (None: it does)."""
     try:
         geometry = analyse_group(group, options.device, options.row_elements_per_thread,
                                  options.elementwise_unroll)
         weights = [w for w in group.regions[0].blocks[0].operations if is_weight(w)]
         KernelEmitter(group, "fusec_probe", geometry, weights).build()
-    except CudaCodegenError:
-        return False
-    return True
+    except CudaCodegenError as refusal:
+        return str(refusal)
+    return None
+
+
+def _emittable(group: ir.Operation, options: CudaOptions) -> bool:
+    """Whether the fast emitter takes `group` as it is."""
+    return group_refusal(group, options) is None
 
 
 def _pieces_at_reshapes(ops: list[ir.Operation]) -> list[list[ir.Operation]]:

@@ -48,9 +48,16 @@ INDEX_OPS = ("affine.apply", "arith.constant", "tensor.extract_slice", "tensor.e
 
 def built_from_tile(group: ir.Operation) -> bool:
     """Whether the `tiled` stage left `group` as a tile for the tile emitter (tiled, or one
-    tile, and accepted), rather than untiled (`fusion.untiled`) or a library call."""
+    tile, and accepted), rather than untiled (`fusion.untiled`), a library call, or the
+    fallback path's thread tiles."""
     return TILE_KIND_ATTR in group.attributes and "fusion.untiled" not in group.attributes \
-        and "fusion.path" not in group.attributes
+        and "fusion.path" not in group.attributes and not thread_tiled(group)
+
+
+def thread_tiled(group: ir.Operation) -> bool:
+    """Whether the `tiled` stage tiled `group` for the fallback path (a tile per thread)."""
+    return TILE_KIND_ATTR in group.attributes and \
+        str(ir.StringAttr(group.attributes[TILE_KIND_ATTR]).value) == THREAD_KIND
 
 
 def tile_loop(group: ir.Operation) -> ir.Operation | None:
@@ -444,3 +451,53 @@ def tile_refusal(group: ir.Operation, device: CudaDevice = H200) -> str | None:
     except CudaCodegenError as refusal:
         return str(refusal)
     return None
+
+
+THREAD_KIND = "thread"  # `fusion.tile_kind` of a fallback kernel's tiles: one per GPU thread
+FALLBACK_ATTR = "fusion.fallback"  # why a group is the fallback path's (the emitters' refusal)
+
+
+def tile_for_fallback(group: ir.Operation) -> ir.Operation:
+    """A group the `tiled` stage left untiled that the group-level emitter does not build
+    either goes to the fallback path (upstream MLIR, one GPU thread per tile): tile it here as
+    the fallback does (`fallback_tiling_options`: the CPU path's tiled stage, finest tiles),
+    so that the stage shows the tiles the kernel runs, `fusion.tile_kind = "thread"`. When
+    that tiling does not leave one group (reshapes hoisted out of it), the group stays
+    untiled and the fallback tiles it when it builds it (said in `fusion.untiled`). Returns
+    the group now in its place."""
+    from fusec.compiler import codegen_cpu
+    from fusec.compiler.codegen_cuda import (FALLBACK_BLOCK, CudaOptions, fallback_tiling_options,
+                                             group_refusal)
+    from fusec.passes import run_pipeline
+    from fusec.passes.grouping import group_alone, splice_alone
+
+    refusal = group_refusal(group, CudaOptions())
+    if refusal is None:
+        return group  # the group-level emitter builds it
+    untiled = str(ir.StringAttr(group.attributes["fusion.untiled"]).value) \
+        if "fusion.untiled" in group.attributes else ""
+    reason = f"{refusal} (tile emitter: {untiled})" if untiled else refusal
+    mini = group_alone(group)
+    run_pipeline(mini, codegen_cpu.tiled_passes(fallback_tiling_options()))
+    tiled = splice_alone(group, mini)
+    if tiled is None:
+        group.attributes["fusion.untiled"] = ir.StringAttr.get(
+            f"{untiled}; the fallback path tiles it when it builds it (its tiling moves "
+            f"reshapes out of the group)")
+        return group
+    for name in ("fusion.untiled", "fusion.placement", "fusion.capacity", "fusion.threads",
+                 "fusion.occupancy", "fusion.registers"):
+        if name in tiled.attributes:
+            del tiled.attributes[name]
+    tiled.attributes[FALLBACK_ATTR] = ir.StringAttr.get(reason)
+    tiled.attributes[TILE_KIND_ATTR] = ir.StringAttr.get(THREAD_KIND)
+    tiled.attributes[BLOCK_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                      FALLBACK_BLOCK)
+
+    def drop_mem(op: ir.Operation) -> ir.WalkResult:
+        if "fusion.mem" in op.attributes:  # the CPU's placement, not a GPU thread's
+            del op.attributes["fusion.mem"]
+        return ir.WalkResult.ADVANCE
+
+    tiled.walk(drop_mem)
+    return tiled

@@ -400,8 +400,9 @@ class CheckCapacityPass(Pass):
     def run(self, module: ir.Operation) -> None:
         device = cost_model.device_named(self.device)
         for group in groups_in(module):
-            if "fusion.path" in group.attributes or "fusion.untiled" in group.attributes:
-                continue  # a library call, a view, or built untiled (target cuda): no tile
+            if "fusion.path" in group.attributes or "fusion.untiled" in group.attributes \
+                    or "fusion.fallback" in group.attributes:
+                continue  # a library call, a view, untiled, or thread tiles (target cuda)
             if PLACEMENT_ATTR in group.attributes:
                 check_group(group, device)
 

@@ -257,3 +257,22 @@ def group_alone(group: ir.Operation) -> ir.Module:
                 copy.operands[i] = arg
             func.ReturnOp(list(copy.results))
     return mini
+
+
+def splice_alone(group: ir.Operation, mini: ir.Module) -> ir.Operation | None:
+    """Put the group that `mini` (made by `group_alone`, then transformed) holds in the place
+    of `group`; returns it, or None (nothing changed) when `mini`'s function is no longer
+    exactly one group whose results it returns."""
+    main = next(iter(mini.body.operations))
+    ops = [op.operation for op in main.regions[0].blocks[0].operations]
+    if len(ops) != 2 or ops[0].name != "fusion.group" or \
+            list(ops[1].operands) != list(ops[0].results):
+        return None
+    new = ops[0]
+    new.move_before(group)
+    for i, operand in enumerate(group.operands):
+        new.operands[i] = operand
+    for old, result in zip(group.results, new.results):
+        old.replace_all_uses_with(result)
+    group.erase()
+    return new

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusec.passes.grouping import group_alone
+from fusec.passes.grouping import group_alone, splice_alone
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, register, run_pipeline
 from mlir import ir
@@ -101,20 +101,8 @@ def normalise_group(group: ir.Operation) -> ir.Operation:
     for op in main.regions[0].blocks[0].operations:
         if op.operation.name == "fusion.group":
             fold_unit_expansions(op.operation)
-    main = next(iter(mini.body.operations))
-    ops = [op.operation for op in main.regions[0].blocks[0].operations]
-    ret = ops[-1]
-    if len(ops) != 2 or ops[0].name != "fusion.group" or \
-            [r for r in ret.operands] != list(ops[0].results):
-        return group  # not one group any more: keep the original
-    new = ops[0]
-    new.move_before(group)
-    for i, operand in enumerate(group.operands):
-        new.operands[i] = operand
-    for old, result in zip(group.results, new.results):
-        old.replace_all_uses_with(result)
-    group.erase()
-    return new
+    # Not one group any more: keep the original.
+    return splice_alone(group, mini) or group
 
 
 @register

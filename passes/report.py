@@ -62,9 +62,12 @@ class TilingReport:
     retiled: str | None = None  # why the capacity check re-tiled it (fewer rows per tile)
     split: str | None = None  # why it is one part of a group the capacity check split
     # What builds it (target cuda): "tile" (the tile emitter, from this tile loop, or the
-    # group as one tile), "untiled" (the reason in `untiled`), "cuBLASLt", "view"; "" on the CPU.
+    # group as one tile), "fallback" (upstream MLIR, from this tile loop, a tile per thread;
+    # why in `fallback`), "untiled" (the reason in `untiled`), "cuBLASLt", "view"; "" on the
+    # CPU.
     built: str = ""
     untiled: str | None = None
+    fallback: str | None = None
 
 
 @dataclass
@@ -107,6 +110,8 @@ class FusionReport:
                     lines.append(f"  kernel {i} split: {t.split}")
                 if t.untiled:
                     lines.append(f"  kernel {i} untiled: {t.untiled}")
+                if t.fallback:
+                    lines.append(f"  kernel {i} fallback path (a tile per thread): {t.fallback}")
         lines.append(f"refused fusions: {len(self.refused)}")
         lines.extend(f"  {r}" for r in self.refused)
         return "\n".join(lines)
@@ -166,16 +171,20 @@ def tiling_report(group: ir.Operation) -> TilingReport:
     untiled = _str_attr(attrs, "fusion.untiled")
     if path is not None:
         built = {"gemm": "cuBLASLt"}.get(path, path)
+    elif "fusion.fallback" in attrs:
+        built = "fallback"  # one tile per GPU thread
+        untiled = None
     elif untiled is not None:
         built = "untiled"
     else:
         built = "tile" if "fusion.tile_kind" in attrs else ""
     return TilingReport(
-        built=built, untiled=untiled,
+        built=built, untiled=untiled, fallback=_str_attr(attrs, "fusion.fallback"),
         grid_shape=_grid_shape(group), kind=ir.StringAttr(attrs["kind"]).value,
         retiled=_str_attr(attrs, "fusion.retiled"), split=_str_attr(attrs, "fusion.split"),
         tile_sizes=sizes, grid=_int_attr(attrs, "fusion.grid") or 1,
-        threads=_int_attr(attrs, "fusion.threads"), registers=_int_attr(attrs, "fusion.registers"),
+        threads=_int_attr(attrs, "fusion.threads") or _int_attr(attrs, "fusion.block"),
+        registers=_int_attr(attrs, "fusion.registers"),
         occupancy=occupancy, on_chip_bytes=summary.get("on_chip"),
         shared_bytes=summary.get("shared"), global_bytes=summary.get("global"),
         register_values=summary.get("register"), placements=counts,

@@ -604,7 +604,7 @@ class TileGroupsPass(Pass):
         # recorded. Imported here: the code generator builds on the passes, not before them.
         accept = None
         if gpu:
-            from fusec.compiler.cuda_tiles import tile_refusal
+            from fusec.compiler.cuda_tiles import tile_for_fallback, tile_refusal
 
             accept = tile_refusal
 
@@ -627,3 +627,6 @@ class TileGroupsPass(Pass):
                         UNTILED_ATTR not in part.attributes:
                     part.attributes[UNTILED_ATTR] = ir.StringAttr.get(
                         "nothing to tile: no linalg op (a copy or a reshape of its input)")
+                if UNTILED_ATTR in part.attributes:
+                    # Neither emitter's: the fallback path's tiles (one per thread).
+                    tile_for_fallback(part)

@@ -87,14 +87,19 @@ func.func @row(%x: tensor<64x1024xf32>) -> tensor<64x1024xf32> {
 // A matmul with its bias epilogue that is not a library call (no `fusion.path`): the cost
 // model's block tile would be 128 x 128 with the K loop inside, but the CUDA code generator
 // builds no contraction tile of its own (matmuls are cuBLASLt calls, or the fallback path):
-// the tiling is undone and the reason recorded. Never a tile loop that code generation
-// does not build.
+// that tiling is undone, and the group is tiled as the fallback path runs it, one tile (here
+// one output element) per GPU thread, 128 threads per block, both refusals recorded. Never a
+// tile that code generation does not build.
 // CHECK-LABEL: func.func @matmul_bias
 // CHECK: fusion.group epilogue
-// CHECK-NOT: fusion.tile_sizes
-// CHECK-SAME: fusion.untiled = "a contraction tile is not a block of the fast emitter"
-// CHECK-NOT: scf.forall
-// CHECK: linalg.matmul
+// CHECK-SAME: fusion.block = 128
+// CHECK-SAME: fusion.fallback = "'linalg.matmul' is not supported by the CUDA code generator yet (tile emitter: a contraction tile is not a block of the fast emitter)"
+// CHECK-SAME: fusion.grid = 65536
+// CHECK-SAME: fusion.tile_kind = "thread"
+// CHECK-SAME: fusion.tile_sizes = array<i64: 1, 1>
+// CHECK-NOT: fusion.placement
+// CHECK: scf.forall (%{{.+}}, %{{.+}}) in (256, 256)
+// CHECK: linalg.generic {{.*}}["parallel", "parallel", "reduction"]{{.*}} outs(%{{.+}} : tensor<1x1xf32>)
 // CHECK: return
 #id3 = affine_map<(d0, d1) -> (d0, d1)>
 #col3 = affine_map<(d0, d1) -> (d1)>
@@ -166,13 +171,14 @@ func.func @broadcast_rows(%x: tensor<64x1000xf32>, %b: tensor<1000xf32>) -> tens
 
 // -----
 
-// A transpose: tiles exist, but no block of the tile emitter reads a transposed tile (its
-// threads read and write the same positions): undone, the reason recorded; the group is built
-// untiled (the fallback path).
+// A transpose: no block of the tile emitter reads a transposed tile (its threads read and
+// write the same positions), nor does the group-level emitter: the fallback path's tiles, one
+// per thread, both refusals recorded.
 // CHECK-LABEL: func.func @transpose
 // CHECK: fusion.group single
-// CHECK-SAME: fusion.untiled = "access pattern
-// CHECK-NOT: scf.forall
+// CHECK-SAME: fusion.fallback = "{{.*}}(tile emitter: access pattern
+// CHECK-SAME: fusion.tile_kind = "thread"
+// CHECK: scf.forall
 // CHECK: return
 #tin = affine_map<(d0, d1) -> (d1, d0)>
 #tout = affine_map<(d0, d1) -> (d0, d1)>
