@@ -832,7 +832,22 @@ class KernelEmitter:
     def generic_domain(self, op: ir.Operation, reduction: bool) -> str:
         """How a generic's elements map onto this thread: "full" (the thread's elements of
         the group's domain), "row" (one value per row) or "suffix" (`_suffix_op`)."""
-        if self.geo.kind == "elementwise" or reduction:
+        if reduction:
+            # Each block folds its own row: the reduced loop must be the row (cols) and the
+            # others the rows. A reduction over values of several rows (a degenerate [1, 3]
+            # sum in a [3, 1] group, found by test/gpu/fuzz_cuda.py) is refused.
+            from fusec.passes.place_intermediates import loop_ranges
+
+            ranges = loop_ranges(op) or []
+            iters = _iterators(op)
+            reduced = math.prod(e for e, k in zip(ranges, iters) if k == "reduction")
+            kept = math.prod(e for e, k in zip(ranges, iters) if k != "reduction")
+            if self.geo.kind == "row" and (reduced != self.geo.cols or kept != self.geo.rows):
+                raise CudaCodegenError(f"a reduction of {reduced} values per row over "
+                                       f"{kept} rows does not fit the group's "
+                                       f"{self.geo.rows}x{self.geo.cols} rows")
+            return "full"
+        if self.geo.kind == "elementwise":
             return "full"
         out_shape, _ = _tensor_info(op.results[0].type)
         numel = _numel(out_shape)
@@ -1450,15 +1465,20 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
         if _value_key(v) not in ids:
             raise CudaCodegenError("a returned value is not an input or a group result")
         outputs.append(ids[_value_key(v)])
-    # A returned input needs an output buffer of its own (the host copies it).
+    # A returned input, and a value returned a second time, needs an output buffer of its
+    # own, copied on the device after the kernels: the caller binds one buffer per output (a
+    # buffer returned twice would be bound twice, the first binding lost: found by
+    # test/gpu/fuzz_cuda.py, `return v, v`). A group result also used by later groups keeps
+    # its one buffer.
+    bound: set[int] = set()
     for k, bid in enumerate(outputs):
-        if buffers[bid].role == "input":
+        if buffers[bid].role == "input" or bid in bound:
             b = buffers[bid]
             copy = Buffer(len(buffers), "output", f"output{k}", list(b.shape), b.dtype)
             buffers.append(copy)
             outputs[k] = copy.id
             launches.append(Launch(symbol="__copy__", buffers=[bid, copy.id], grid=0))
-    # A group result returned twice, or returned and used, keeps one buffer; fine.
+        bound.add(bid)
     plan = Plan(target="cuda", buffers=buffers, launches=launches, inputs=inputs,
                 outputs=outputs, metadata={"arch": options.arch})
     if gemm_notes:

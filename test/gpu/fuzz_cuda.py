@@ -12,7 +12,8 @@ torch on the CPU are saved beside each artifact, with the tolerance (`fuzz.TOLER
 times torch's own float32 error when that is larger). A program fusec refuses to compile for
 cuda is recorded (with the first line of its error) and not run.
 
-`run` loads every artifact with `fusec.runtime.load`, runs it on the saved inputs, and compares
+`run` loads every artifact with `fusec.runtime.load`, runs it on the saved inputs (as torch
+CUDA tensors), and compares
 each output with its reference by relative norm error. It prints one line per failure and a
 summary; the exit code is 1 if any program failed.
 """
@@ -104,6 +105,8 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
 
 
 def run(out_dir: Path) -> int:
+    import torch  # the CUDA context, and the inputs as CUDA tensors (the runtime's main use)
+
     import fusec.runtime as runtime
 
     index = json.loads((out_dir / "index.json").read_text())
@@ -127,8 +130,10 @@ def run(out_dir: Path) -> int:
             kernels["tiled"] += built["tiled"]
             try:
                 model = runtime.load(str(out_dir / f"{entry['name']}_{label}.so"))
-                outs = model(*inputs)
+                outs = model(*[torch.from_numpy(x).cuda() for x in inputs])
                 outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+                torch.cuda.synchronize()
+                outs = [o.cpu().numpy() if isinstance(o, torch.Tensor) else o for o in outs]
                 errors = [relative_error(np.asarray(o), r) for o, r in zip(outs, refs)]
                 bad = len(outs) != len(refs) or any(
                     np.asarray(o).shape != r.shape for o, r in zip(outs, refs)) or \

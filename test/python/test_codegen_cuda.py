@@ -701,3 +701,71 @@ def test_cublaslt_calls_do_not_depend_on_the_grouping(ctx) -> None:
     paths = [k.info.get("path") for k in plan.launches]
     assert paths.count("gemm") == 6, plan.metadata.get("gemm")
     assert all(k.info.get("shape") != "serial" for k in plan.launches)
+
+
+# --- finds of test/gpu/fuzz_cuda.py (differential fuzzing on the H200), kept as regressions ---
+
+RETURNED_TWICE = """
+#map = affine_map<(d0, d1) -> (d0, d1)>
+func.func @main(%x: tensor<257x68xf32>) -> (tensor<257x68xf32>, tensor<257x68xf32>) {
+  %e = tensor.empty() : tensor<257x68xf32>
+  %a = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<257x68xf32>) outs(%e : tensor<257x68xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %r = math.absf %i : f32
+    linalg.yield %r : f32
+  } -> tensor<257x68xf32>
+  return %a, %a : tensor<257x68xf32>, tensor<257x68xf32>
+}
+"""
+
+
+def test_a_value_returned_twice_gets_two_output_buffers(ctx) -> None:
+    """`return v, v`: the caller binds one buffer per output; with one buffer for both, the
+    first binding was lost and the first output never written (errors 1.0 on the H200)."""
+    plan = _generate(RETURNED_TWICE).plan
+    first, second = plan.outputs
+    assert first != second
+    assert plan.buffers[second].role == "output"
+    (copy,) = [k for k in plan.launches if k.symbol == "__copy__"]
+    assert copy.buffers == [first, second]
+    assert plan.launches[-1] is copy  # after the kernel that writes the value
+
+
+DEGENERATE_ROWS = """
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#red3 = affine_map<(d0, d1, d2) -> (d0, d1)>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#red2 = affine_map<(d0, d1) -> (d0)>
+func.func @main(%x: tensor<1x3x1xf32>) -> tensor<1xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e3 = tensor.empty() : tensor<1x3xf32>
+  %e1 = tensor.empty() : tensor<1xf32>
+  %f3 = linalg.fill ins(%ninf : f32) outs(%e3 : tensor<1x3xf32>) -> tensor<1x3xf32>
+  %m = linalg.generic {indexing_maps = [#id3, #red3], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x : tensor<1x3x1xf32>) outs(%f3 : tensor<1x3xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %r = arith.maximumf %i, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<1x3xf32>
+  %f1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<1xf32>) -> tensor<1xf32>
+  %s = linalg.generic {indexing_maps = [#id2, #red2], iterator_types = ["parallel", "reduction"]}
+      ins(%m : tensor<1x3xf32>) outs(%f1 : tensor<1xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %r = arith.addf %i, %o : f32
+    linalg.yield %r : f32
+  } -> tensor<1xf32>
+  return %s : tensor<1xf32>
+}
+"""
+
+
+def test_a_sum_across_the_rows_of_a_row_kernel_is_refused(ctx) -> None:
+    """In a group whose widest tensor is [1, 3, 1] (3 rows of 1), a sum over a [1, 3] tensor
+    adds values of three rows: one block per row cannot (wrong by 0.6 on the H200). The
+    group-level emitter refuses it; the fallback path builds it."""
+    with pytest.raises(cg.CudaCodegenError, match="does not fit the group's 3x1 rows"):
+        cg.generate(_grouped(DEGENERATE_ROWS), cg.CudaOptions(cubin=False, fallback=False))
+    (launch,) = _generate(DEGENERATE_ROWS).plan.launches
+    assert launch.info["path"] == "fallback"
