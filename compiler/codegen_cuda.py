@@ -55,10 +55,11 @@ kernel ("fast" | "fallback") and, for the fallback, `info["why"]` the emitter's 
 `CudaOptions(fallback=False)` turns the fallback off (the refusal is raised).
 
 Matmul-rooted groups (linalg.matmul / batch_matmul) are not kernels of ours: in the `tiled`
-stage (`--fusion-gpu-kernels`, running `gpu_rewrites`), `split_matmul_groups` splits each into [prologue] + one cuBLASLt call (`Launch.launch_kind =
-"gemm"`, parameters in `Launch.gemm`, the reason in `info["why"]` and the gemm group's
-`fusion.why`) + [epilogue], fusing bias / ReLU / bf16 rounding / (16-bit) GELU into cuBLASLt's
-epilogue (see the section comment). Other rewrites before emission, each for the GPU's sake:
+stage (`--fusion-gpu-kernels`, running `gpu_rewrites`), `split_matmul_groups` splits each
+into [prologue] + one cuBLASLt call (`Launch.launch_kind = "gemm"`, parameters in
+`Launch.gemm`, the reason in `info["why"]` and the gemm group's `fusion.why`) + [epilogue],
+fusing bias / ReLU / bf16 rounding / (16-bit) GELU into cuBLASLt's epilogue (see the section
+comment). Other rewrites before emission, each for the GPU's sake:
 transposes that only move size-1 dims become reshapes, static slices become gathers, groups the
 emitter refuses are cut at reshapes of computed values, and multi-output groups it refuses are
 split one per output, groups that read nothing are computed here (`fold_constant_groups`).

@@ -35,7 +35,7 @@ import mlir.ir as ir
 
 from fusec.compiler.codegen_cuda import (ELEMENT_BYTES, H200, CudaCodegenError, CudaDevice,
                                          Empty, Full, GroupGeometry, Input, KernelEmitter,
-                                         MapInfo, Row, Scalar, _element, _tensor_info,
+                                         MapInfo, Row, Scalar, _tensor_info,
                                          _value_key, is_weight)
 from fusec.passes import cost_model
 from fusec.passes.place_intermediates import loop_ranges
@@ -80,10 +80,11 @@ class TileEmitter(KernelEmitter):
 
     Takes: one static `scf.forall` (the tile loop) whose body is slices of the group's inputs
     (and weights), tile-sized linalg.generic ops (elementwise, broadcasts, reductions over the
-    last dim), reshapes, index arithmetic (`affine.apply`) and `parallel_insert_slice`s of its
-    results; outside the loop only constants, empty tensors and reshapes of inputs (views). A tile is either flat (a
-    contiguous run of the tensor: `fusion.tile_kind = elementwise`) or one row (the last dim
-    whole, every other dim 1: `row`).
+    row), reshapes, index arithmetic (`affine.apply`) and `parallel_insert_slice`s of its
+    results; outside the loop only constants, empty tensors and reshapes of inputs (views).
+    Or a group with no tile loop: one tile, one block. A tile is either flat (a contiguous run
+    of the tensor: `fusion.tile_kind = elementwise`) or one row (one dim longer than 1:
+    `row`).
     """
 
     def __init__(self, group: ir.Operation, symbol: str, device: CudaDevice = H200,

@@ -1,6 +1,7 @@
 """The ordered stages of fusec, in one place.
 
-    torch -> linalg -> fusion -> tiled -> bufferized -> cpu | cuda -> so
+    torch -> linalg -> fusion -> tiled -> bufferized -> cpu -> so      (target cpu)
+    torch -> linalg -> fusion -> tiled -> cuda -> so                   (target cuda)
 
 Each IR stage is a flat list of passes (`STAGE_PASSES[stage](options)`), run by
 `fusec.passes.run_pipeline`, so that a failing stage can be reproduced with one `fusec-opt`

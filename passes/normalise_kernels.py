@@ -4,8 +4,8 @@ Tile-and-fuse stops at a reshape between two ops of a group (softmax's row max, 
 `tensor<64xf32>` and expanded to `tensor<64x1xf32>` for its consumer) and at chains of
 elementwise ops it would fuse one by one. The CPU path normalises its groups for that with
 module-wide passes; on the GPU path the same module also holds groups that are not kernels of
-ours (`fusion.path`: a cuBLASLt call whose operand layouts are read from its body, a view of
-a buffer), whose bodies must stay as `--fusion-gpu-kernels` left them. So each kernel group is
+ours (`fusion.path`: a cuBLASLt call whose operand layouts are read from its body, a view of a
+buffer), whose bodies must stay as `--fusion-gpu-kernels` left them. So each kernel group is
 normalised on its own: copied into a module of its own, run through
 
     fusion-propagate-reshapes, canonicalize, fusion-fence-broadcast-consumers,
@@ -13,9 +13,9 @@ normalised on its own: copied into a module of its own, run through
     fusion-unfence, canonicalize
 
 then expansions that only insert size-1 dims are read through by the generics that use them
-(`fold_unit_expansions`), and the group is put back in place of the original. Reshapes stay inside the group (a reshape of a kernel
-input is a view of its buffer; the tile emitter reads through it). A group the passes would
-turn into anything but one group is left as it was.
+(`fold_unit_expansions`), and the group is put back in place of the original. Reshapes stay
+inside the group (a reshape of a kernel input is a view of its buffer; the tile emitter reads
+through it). A group the passes would turn into anything but one group is left as it was.
 """
 
 from __future__ import annotations

@@ -27,6 +27,17 @@ A group may carry `fusion.max_tile_rows = N` (set by the capacity fit, or by han
 tiles then hold at most N rows (the product of the split dims' tile sizes), the inner split
 dims shrunk first.
 
+On a GPU description the tile is what one block runs, and what CUDA code generation builds:
+- the group's kind (`fusion.tile_kind`: elementwise, row, contraction; row also for a group
+  that reads a broadcast) and the block's threads (`fusion.block`, the cost model's launch
+  shape for that tile) are recorded, for a group of one tile too;
+- groups that are library calls or buffer views (`fusion.path`, set by
+  `--fusion-gpu-kernels`) are not tiled;
+- the CUDA tile emitter is asked whether it builds each tiled group
+  (`compiler/cuda_tiles.tile_refusal`); a tiling it refuses is undone, its reason in
+  `fusion.untiled`, and a group neither emitter builds is tiled as the fallback path runs it,
+  a tile per thread (`cuda_tiles.tile_for_fallback`, `fusion.tile_kind = "thread"`).
+
 Before:
     %0 = fusion.group single (%arg1 = %a : tensor<64x128xf32>) -> tensor<64x128xf32> {
       %1 = linalg.exp ins(%arg1 : ...) outs(%e : ...) -> tensor<64x128xf32>

@@ -743,7 +743,8 @@ func.func @main(%x: tensor<1x3x1xf32>) -> tensor<1xf32> {
   %e3 = tensor.empty() : tensor<1x3xf32>
   %e1 = tensor.empty() : tensor<1xf32>
   %f3 = linalg.fill ins(%ninf : f32) outs(%e3 : tensor<1x3xf32>) -> tensor<1x3xf32>
-  %m = linalg.generic {indexing_maps = [#id3, #red3], iterator_types = ["parallel", "parallel", "reduction"]}
+  %m = linalg.generic {indexing_maps = [#id3, #red3],
+                       iterator_types = ["parallel", "parallel", "reduction"]}
       ins(%x : tensor<1x3x1xf32>) outs(%f3 : tensor<1x3xf32>) {
   ^bb0(%i: f32, %o: f32):
     %r = arith.maximumf %i, %o : f32
