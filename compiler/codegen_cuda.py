@@ -11,14 +11,17 @@ runtime/shim_cuda.c into `model.so`.
 
 Which path builds each group (`Launch.info["path"]`, and the group's attributes):
 
-  * a tiled group (`fusion.tile_kind`; its tile loop, or the group as one tile): the tile
-    emitter (compiler/cuda_tiles.py, `TileEmitter`), from the tile loop itself: grid = the
-    tiles, block = `fusion.block` threads, the cost model's launch shape (`info["tiled"]`);
+  * a tiled group (`fusion.tile_kind` elementwise or row; its tile loop, or the group as one
+    tile): the tile emitter (compiler/cuda_tiles.py, `TileEmitter`), from the tile loop
+    itself: grid = the tiles, block = `fusion.block` threads, the cost model's launch shape
+    (`info["tiled"]`);
+  * `fusion.tile_kind = "thread"`: the fallback path (below), from the stage's tile loop, a
+    tile per GPU thread (`info["tiled"]`, the emitters' refusals in `info["why"]`);
   * `fusion.path = "gemm"`: one cuBLASLt call (see below); `"view"`: no kernel, a view of a
     buffer;
   * a group the `tiled` stage left untiled (`fusion.untiled` says why): the group-level
     emitter below (`KernelEmitter`), whose launch shape is the same cost-model functions'
-    applied to the whole group; failing that, the fallback path.
+    applied to the whole group; failing that, the fallback path, which tiles it itself.
 
 How the group-level emitter makes a kernel. The group's linalg payloads are emitted per
 element inside a `gpu.func`: every linalg value of the group is, for one thread, either
@@ -741,6 +744,8 @@ class KernelEmitter:
         reduction = "reduction" in iters
         if reduction:
             self.check_reduction(iters)
+        for m in maps[n_in:]:
+            self.check_output_map(m)
         domain = self.generic_domain(op, reduction)
         out_shape = _tensor_info(op.results[0].type)[0]
         if domain == "suffix":
@@ -824,6 +829,13 @@ class KernelEmitter:
             self.pending.append(PendingReduction(
                 _value_key(op.results[j]), accs[j], combiners[j], wide[j], type_,
                 _element(init, 0)))
+
+    def check_output_map(self, m: MapInfo) -> None:
+        """A result is stored at the thread's positions of the group's domain: its map must
+        keep the loops' order (no transpose on the way out)."""
+        dims = [r for r in m.results if r is not None]
+        if dims != sorted(dims):
+            raise CudaCodegenError(f"an output written through {m} (a transpose)")
 
     def check_reduction(self, iters: list[str]) -> None:
         """Refuse a reduction this emitter cannot combine (only over the last dim)."""
@@ -1412,6 +1424,8 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             continue
         weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
+        if "fusion.ops" in op.attributes:  # recorded by the tiling, before it nests them
+            ops_in = [ir.StringAttr(a).value for a in op.attributes["fusion.ops"]]
         from_tile = built_from_tile(op)
         if thread_tiled(op):
             # Neither emitter's: the fallback path, from the stage's thread tiles.
@@ -1425,10 +1439,19 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             continue
         if from_tile:
             # Tiled by the `tiled` stage, which asked the tile emitter first: built as tiled.
-            emitter: KernelEmitter = TileEmitter(op, symbol, options.device,
-                                                 options.elementwise_unroll,
-                                                 options.row_elements_per_thread)
-            kernels.append(emitter.build())
+            try:
+                emitter: KernelEmitter = TileEmitter(op, symbol, options.device,
+                                                     options.elementwise_unroll,
+                                                     options.row_elements_per_thread)
+                kernels.append(emitter.build())
+            except CudaCodegenError as refusal:
+                # The stage asked with the cost model's launch shapes; only an override of
+                # them (CudaOptions' experiment knobs) can make the emitter refuse here.
+                raise CudaCodegenError(
+                    f"the launch-shape options (elementwise_unroll="
+                    f"{options.elementwise_unroll}, row_elements_per_thread="
+                    f"{options.row_elements_per_thread}) do not fit the tile the `tiled` "
+                    f"stage chose: {refusal}") from refusal
             geometry = emitter.geo
         try:
             if not from_tile:

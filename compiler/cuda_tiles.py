@@ -17,13 +17,16 @@ are `b` delinearized, last dim fastest), the block's `fusion.block` threads shar
 the cost model's launch shape says (`cost_model.elementwise_launch_shape` for a flat tile,
 `row_launch_shape` for a row tile), every slice of a kernel input is read at its offset (the
 slice's offsets, as the tile body computes them, linearised) plus the thread's position in the
-tile, and every `parallel_insert_slice` is a store at its offset. Inside the tile, values live
-where `--fusion-place` put them: a thread's elements of a tile value in its registers, a
-reduction's partials combined through shared memory (`KernelEmitter.flush_reductions`).
+tile, and every `parallel_insert_slice` is a store at its offset. Inside the tile a thread
+keeps its own elements of every tile value in registers and a reduction's partials are
+combined through shared memory (`KernelEmitter.flush_reductions`): the fixed policy that
+`--fusion-place` describes for the H200 (`fusion.mem`), which the emitter does not read.
 
 A tile body this emitter cannot take (see `TileEmitter` for what it takes) is refused with a
-`CudaCodegenError`; the tiling pass asks first (`tile_refusal`) and leaves such a group untiled,
-the reason on the group (`fusion.untiled`), for the group-level emitter or the fallback path.
+`CudaCodegenError`; the tiling pass asks first (`tile_refusal`) and undoes such a tiling, the
+reason on the group (`fusion.untiled`). A group the group-level emitter takes as it is stays
+so; one neither emitter takes is tiled as the fallback path runs it, a tile per GPU thread
+(`tile_for_fallback`: `fusion.tile_kind = "thread"`, both refusals in `fusion.fallback`).
 """
 
 from __future__ import annotations
@@ -151,13 +154,14 @@ class TileEmitter(KernelEmitter):
         weights = [w for w in body.operations if is_weight(w)]
         super().__init__(group, symbol, geometry, weights)
         # Kernel outputs: the group's results, in order, each a result of the tile loop.
-        self.output_of_shared: dict[int, int] = {}
+        self.output_of_shared: dict[int, list[int]] = {}  # a result yielded twice: two
         if forall is not None:
             results = {_value_key(r): k for k, r in enumerate(forall.results)}
             for j, v in enumerate(self.outputs):
                 if _value_key(v) not in results:
                     raise CudaCodegenError("a group result is not a result of the tile loop")
-                self.output_of_shared[results[_value_key(v)]] = self.num_inputs + j
+                self.output_of_shared.setdefault(results[_value_key(v)], []).append(
+                    self.num_inputs + j)
         self.current_ranges: list[int] = []
 
     # -- the tile
@@ -320,10 +324,22 @@ class TileEmitter(KernelEmitter):
         return [extent or 1 for extent in loop_ranges(op) or []]
 
     def check_reduction(self, iters: list[str]) -> None:
-        """One reduction dim, the tile's row: every dim after it has extent 1 here."""
+        """One reduction dim, the tile's row: every dim after it has extent 1 here, and it
+        folds exactly the tile's row (the thread's positions are the row's), no shorter one."""
         dims = [d for d, kind in enumerate(iters) if kind == "reduction"]
         if len(dims) != 1 or any(e != 1 for e in self.current_ranges[dims[0] + 1:]):
             raise CudaCodegenError("only a reduction over the tile's row is supported")
+        if self.current_ranges[dims[0]] != self.tile_numel:
+            raise CudaCodegenError(f"a reduction of {self.current_ranges[dims[0]]} values in a "
+                                   f"tile whose row has {self.tile_numel}")
+
+    def check_output_map(self, m: MapInfo) -> None:
+        """A result is stored at the thread's positions: its map must keep the order of the
+        loop's dims longer than 1 (no transpose on the way out)."""
+        ranges = self.current_ranges or [1] * m.num_dims
+        long = [r for r in m.results if r is not None and ranges[r] > 1]
+        if long != sorted(long):
+            raise CudaCodegenError(f"an output written through {m} (a transpose) in a tile")
 
     def generic_domain(self, op: ir.Operation, reduction: bool) -> str:
         out_numel = math.prod(_tensor_info(op.results[0].type)[0])
@@ -395,16 +411,22 @@ class TileEmitter(KernelEmitter):
             if k is None or k not in self.output_of_shared:
                 raise CudaCodegenError("a tile insertion into something else than an output")
             parent = _tensor_info(op.operands[1].type)[0]
-            writes.append((op.operands[0], self.output_of_shared[k],
-                           self._offset(op, parent), _static(op, "static_sizes"), parent))
+            base = self._offset(op, parent)
+            for arg in self.output_of_shared[k]:
+                writes.append((op.operands[0], arg, base, _static(op, "static_sizes"), parent))
         return writes
 
     def _store(self, value: ir.Value, arg: int, base: str, sizes: list[int],
                parent: list[int]) -> None:
         rep = self.lookup(value)
         if isinstance(rep, Input):
+            if math.prod(sizes) > 1 and not rep.contiguous:
+                raise CudaCodegenError("a tile output copies a slice that is not contiguous")
             rep = self.load_input(rep, "full" if math.prod(sizes) > 1 else "row")
         if isinstance(rep, Scalar):
+            if math.prod(sizes) not in (1, self.tile_numel):
+                raise CudaCodegenError("a filled tile output that is neither the tile nor "
+                                       "one value")
             rep = Full([rep.name] * (len(self.full_offsets) * self.vec), rep.type) \
                 if math.prod(sizes) == self.tile_numel else Row(rep.name, rep.type)
         if isinstance(rep, Full) and (math.prod(sizes) != self.tile_numel or

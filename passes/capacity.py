@@ -355,6 +355,9 @@ def tile_to_fit(group: ir.Operation, device: cost_model.Device,
         try:
             result = check_tiled(group, device)
         except (PassError, ir.MLIRError):  # unplaceable: the stage's own passes say why
+            reason = accept(group) if accept is not None else None
+            if reason is not None:
+                return [_undo(group, backup, reason)]
             backup.erase()
             return [group]
         hard = _hard_limits(result.verdict)

@@ -245,3 +245,62 @@ func.func @one_tile(%x: tensor<37x1xf32>) -> tensor<37x1xf32> {
   }
   return %r : tensor<37x1xf32>
 }
+
+// -----
+
+// A reduction shorter than the tile's row (each row scaled by the sum of 12 other values):
+// the tile emitter folds a row at its threads' positions, so it must not take a 12-value
+// reduction in a 1000-value row tile: refused, neither emitter builds it, the fallback's
+// thread tiles. (Found by review: the tile emitter used to fold 1000 values.)
+// CHECK-LABEL: func.func @short_reduction
+// CHECK: fusion.group vertical
+// CHECK-SAME: fusion.fallback = "{{.*}}(tile emitter: a reduction of 12 values in a tile whose row has 1000)"
+// CHECK-SAME: fusion.tile_kind = "thread"
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#row2 = affine_map<(d0, d1) -> (d0)>
+func.func @short_reduction(%x: tensor<64x1000xf32>, %w: tensor<64x12xf32>) -> tensor<64x1000xf32> {
+  %r = fusion.group vertical (%a = %x : tensor<64x1000xf32>, %b = %w : tensor<64x12xf32>) -> tensor<64x1000xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e1 = tensor.empty() : tensor<64xf32>
+    %e2 = tensor.empty() : tensor<64x1000xf32>
+    %fs = linalg.fill ins(%zero : f32) outs(%e1 : tensor<64xf32>) -> tensor<64xf32>
+    %s = linalg.generic {indexing_maps = [#id2, #row2], iterator_types = ["parallel", "reduction"]}
+        ins(%b : tensor<64x12xf32>) outs(%fs : tensor<64xf32>) {
+    ^bb0(%in: f32, %acc: f32):
+      %t = arith.addf %in, %acc : f32
+      linalg.yield %t : f32
+    } -> tensor<64xf32>
+    %d = linalg.generic {indexing_maps = [#id2, #row2, #id2], iterator_types = ["parallel", "parallel"]}
+        ins(%a, %s : tensor<64x1000xf32>, tensor<64xf32>) outs(%e2 : tensor<64x1000xf32>) {
+    ^bb0(%in: f32, %sum: f32, %out: f32):
+      %q = arith.mulf %in, %sum : f32
+      linalg.yield %q : f32
+    } -> tensor<64x1000xf32>
+    fusion.yield %d : tensor<64x1000xf32>
+  }
+  return %r : tensor<64x1000xf32>
+}
+
+// -----
+
+// A result written through a transposing map: the threads store at their own positions, so a
+// transpose on the way out is refused (by both emitters), the fallback's thread tiles.
+// CHECK-LABEL: func.func @transposed_output
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.fallback = "{{.*}}(tile emitter: an output written through {{.*}} (a transpose) in a tile)"
+// CHECK-SAME: fusion.tile_kind = "thread"
+#id = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#tr = affine_map<(d0, d1, d2) -> (d0, d2, d1)>
+func.func @transposed_output(%x: tensor<64x32x32xf32>) -> tensor<64x32x32xf32> {
+  %r = fusion.group single (%a = %x : tensor<64x32x32xf32>) -> tensor<64x32x32xf32> {
+    %e = tensor.empty() : tensor<64x32x32xf32>
+    %y = linalg.generic {indexing_maps = [#id, #tr], iterator_types = ["parallel", "parallel", "parallel"]}
+        ins(%a : tensor<64x32x32xf32>) outs(%e : tensor<64x32x32xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %t = math.exp %in : f32
+      linalg.yield %t : f32
+    } -> tensor<64x32x32xf32>
+    fusion.yield %y : tensor<64x32x32xf32>
+  }
+  return %r : tensor<64x32x32xf32>
+}

@@ -770,3 +770,42 @@ def test_a_sum_across_the_rows_of_a_row_kernel_is_refused(ctx) -> None:
         cg.generate(_grouped(DEGENERATE_ROWS), cg.CudaOptions(cubin=False, fallback=False))
     (launch,) = _generate(DEGENERATE_ROWS).plan.launches
     assert launch.info["path"] == "fallback"
+
+
+# --- finds of a review of the tile emitter, kept as regressions ---
+
+YIELDED_TWICE = """#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @f(%x: tensor<64x4096xf32>) -> (tensor<64x4096xf32>, tensor<64x4096xf32>) {
+  %r:2 = fusion.group single (%a = %x : tensor<64x4096xf32>) -> (tensor<64x4096xf32>, tensor<64x4096xf32>) {
+    %e = tensor.empty() : tensor<64x4096xf32>
+    %y = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+        ins(%a : tensor<64x4096xf32>) outs(%e : tensor<64x4096xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %t = math.exp %in : f32
+      linalg.yield %t : f32
+    } -> tensor<64x4096xf32>
+    fusion.yield %y, %y : tensor<64x4096xf32>, tensor<64x4096xf32>
+  }
+  return %r#0, %r#1 : tensor<64x4096xf32>, tensor<64x4096xf32>
+}
+"""
+
+
+def test_a_tile_result_yielded_twice_is_stored_twice(ctx) -> None:
+    """A group yielding one tile-loop result twice has two kernel outputs: both written (the
+    second used to replace the first)."""
+    module = ir.Module.parse(YIELDED_TWICE)
+    program = cg.generate(module, cg.CudaOptions(cubin=False))
+    (launch,) = program.plan.launches
+    assert launch.info["tiled"]
+    stored = [part.split("[")[0].split(", ")[1]
+              for part in program.kernels_mlir.split("vector.store")[1:]]
+    assert sorted(stored) == ["%arg1", "%arg2"]  # input %arg0, one store per output
+
+
+def test_launch_shape_overrides_that_do_not_fit_the_tile_say_so(ctx) -> None:
+    """The tiled stage asks the tile emitter with the cost model's launch shapes; an
+    experiment's override that the tile cannot take is an error naming the options."""
+    text = SOFTMAX.replace("%R", "3").replace("1000", "4096")
+    with pytest.raises(cg.CudaCodegenError, match="row_elements_per_thread=256"):
+        cg.generate(_grouped(text), cg.CudaOptions(cubin=False, row_elements_per_thread=256))

@@ -47,7 +47,8 @@ def test_emit_tiled_cuda_shows_tiles_producers_and_placements(capsys, name):
             assert "fusion.tile_sizes" not in line and "fusion.threads" not in line, line
             continue
         if "fusion.untiled" in line or "fusion.fallback" in line:
-            # The fallback path's (a conv, a transpose): the reason is recorded.
+            # The fallback path's (CNN's pad/window group, a transpose): the reason is
+            # recorded.
             assert re.search(r'fusion.(untiled|fallback) = "[^"]+"', line), line
             continue
         # Placed and checked for the H200: threads per block, registers, a verdict.
