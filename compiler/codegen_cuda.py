@@ -297,6 +297,12 @@ def analyse_group(group: ir.Operation, device: CudaDevice = H200,
         for op in generics)
     numel = _numel(full_shape)
     ebytes = ELEMENT_BYTES.get(element, 4)
+    same_domain = all(_numel(_tensor_info(r.type)[0]) == numel for op in generics
+                      for r in op.results)
+    if not has_reduction and identity_only and not same_domain:
+        # Generics over domains of other sizes (a horizontal group's [1, 1, 1] part beside
+        # a [129, 129, 2] one, found by test/gpu/fuzz_cuda.py): not one elementwise space.
+        raise CudaCodegenError("elementwise generics over domains of different sizes")
     if not has_reduction and identity_only:
         return GroupGeometry("elementwise", 1, numel, element,
                              elementwise_launch_shape(numel, ebytes, device, unroll))
@@ -674,8 +680,8 @@ class KernelEmitter:
     def access(self, value: Any, m: MapInfo, domain: str) -> tuple[str, Any]:
         """What `value` read through map `m` is in a `domain` ("full"/"row") iteration."""
         dims = [r for r in m.results if r is not None]
-        if not dims:
-            kind = "scalar"
+        if not dims or (isinstance(value, Input) and value.numel == 1):
+            kind = "scalar"  # one element: index 0, whatever the map (a [1, 1, 1] input)
         elif domain == "row":
             kind = "row"
         elif dims == list(range(m.num_dims)):
@@ -943,6 +949,17 @@ class KernelEmitter:
                     rep = Full([rep.name] * (len(self.full_offsets) * self.vec), rep.type)
                 elif numel == self.geo.rows:
                     rep = Row(rep.name, rep.type)
+            if self.arg_types[arg][0] == 1 and self.geo.rows > 1 and isinstance(rep, Row):
+                # One value for the whole kernel (a horizontal group's scalar part): written
+                # once, by block 0, at index 0 (every block computes it).
+                first = self.fresh("i")
+                self.emit(f"{first} = arith.cmpi eq, %bid, {self.index(0)} : index")
+                self.emit(f"scf.if {first} {{")
+                self.indent += 1
+                self.store_value(arg, rep, [], self.index(0))
+                self.indent -= 1
+                self.emit("}")
+                continue
             self.store_value(arg, rep, self.full_offsets, self.row_index)
 
     def store_value(self, arg: int, rep: Any, offsets: list[str], row_offset: str) -> None:

@@ -348,8 +348,10 @@ def _kernel_kind(group: ir.Operation) -> str:
         if "indexing_maps" not in op.attributes:
             continue
         for amap in (ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]):
-            if amap.results and not amap.is_permutation:
+            dims = [e for e in amap.results if isinstance(e, ir.AffineDimExpr)]
+            if dims and not amap.is_permutation:
                 return "row"  # a broadcast operand: rows of the tile share its values
+            # (only constants: one value for every point, no row structure)
     return "elementwise"
 
 

@@ -809,3 +809,60 @@ def test_launch_shape_overrides_that_do_not_fit_the_tile_say_so(ctx) -> None:
     text = SOFTMAX.replace("%R", "3").replace("1000", "4096")
     with pytest.raises(cg.CudaCodegenError, match="row_elements_per_thread=256"):
         cg.generate(_grouped(text), cg.CudaOptions(cubin=False, row_elements_per_thread=256))
+
+
+HORIZONTAL_WITH_A_SCALAR = """#map = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#map1 = affine_map<(d0, d1, d2) -> (0, 0, 0)>
+module {
+  func.func @main(%arg0: tensor<129x129x2xf32>, %arg1: tensor<1x1x1xf32>) -> (tensor<1x1x1xf32>, tensor<129x129x2xf32>) {
+    %0:2 = fusion.group horizontal (%arg2 = %arg0 : tensor<129x129x2xf32>, %arg3 = %arg1 : tensor<1x1x1xf32>) -> (tensor<129x129x2xf32>, tensor<1x1x1xf32>) attributes {fusion.bytes_fused = 266264 : i64, fusion.bytes_unfused = 266284 : i64, fusion.device = "nvidia-h200", fusion.flops = 66568 : i64, fusion.launches_saved = 1 : i64, fusion.parts = ["single", "vertical"], fusion.reason = "2 independent launch-bound kernels in one launch", fusion.refused = ["group@4:0: input: small-input: a second read of 4 B costs 0.00 us, less than a launch (4.0 us) on nvidia-h200"], fusion.time_fused_ns = 4063 : i64, fusion.time_unfused_ns = 16063 : i64} {
+      %cst = arith.constant 0.000000e+00 : f32
+      %1 = tensor.empty() : tensor<129x129x2xf32>
+      %2 = tensor.empty() : tensor<1x1x1xf32>
+      %3 = linalg.generic {indexing_maps = [#map, #map1, #map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg2, %arg3 : tensor<129x129x2xf32>, tensor<1x1x1xf32>) outs(%1 : tensor<129x129x2xf32>) {
+      ^bb0(%in: f32, %in_0: f32, %out: f32):
+        %7 = arith.cmpf ogt, %in, %in_0 : f32
+        %8 = arith.select %7, %in, %in_0 : f32
+        linalg.yield %8 : f32
+      } -> tensor<129x129x2xf32>
+      %4 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg3 : tensor<1x1x1xf32>) outs(%2 : tensor<1x1x1xf32>) {
+      ^bb0(%in: f32, %out: f32):
+        %7 = arith.negf %in : f32
+        linalg.yield %7 : f32
+      } -> tensor<1x1x1xf32>
+      %5 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%4 : tensor<1x1x1xf32>) outs(%2 : tensor<1x1x1xf32>) {
+      ^bb0(%in: f32, %out: f32):
+        %7 = math.absf %in : f32
+        linalg.yield %7 : f32
+      } -> tensor<1x1x1xf32>
+      %6 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%5 : tensor<1x1x1xf32>) outs(%2 : tensor<1x1x1xf32>) {
+      ^bb0(%in: f32, %out: f32):
+        %7 = arith.cmpf ugt, %in, %cst : f32
+        %8 = arith.select %7, %in, %cst : f32
+        linalg.yield %8 : f32
+      } -> tensor<1x1x1xf32>
+      fusion.yield %3, %6 : tensor<129x129x2xf32>, tensor<1x1x1xf32>
+    }
+    return %0#1, %0#0 : tensor<1x1x1xf32>, tensor<129x129x2xf32>
+  }
+}
+"""
+
+
+def test_a_horizontal_group_with_a_one_element_part_is_split(ctx) -> None:
+    """One launch for a [129, 129, 2] max and a [1, 1, 1] abs chain (the planner's horizontal
+    fusion) was built as one elementwise space, the one-element output written with the
+    big one's vectors (out of bounds under memcheck, found by test/gpu/fuzz_cuda.py). The
+    group-level emitter refuses it; the GPU kernel formation splits it per output, and each
+    part is built from its own tile."""
+    module = ir.Module.parse(HORIZONTAL_WITH_A_SCALAR)
+    func = module.body.operations[0]
+    group = next(op for op in func.regions[0].blocks[0].operations
+                 if op.operation.name == "fusion.group")
+    with pytest.raises(cg.CudaCodegenError, match="domains of different sizes"):
+        cg.analyse_group(group.operation)
+    plan = cg.generate(module, cg.CudaOptions(cubin=False)).plan
+    assert [k.info["path"] for k in plan.launches] == ["fast", "fast"]
+    assert all(k.info["tiled"] for k in plan.launches)
+    sizes = sorted(plan.buffers[k.buffers[-1]].nbytes for k in plan.launches)
+    assert sizes == [4, 129 * 129 * 2 * 4]
