@@ -1,6 +1,7 @@
 """Differential fuzzing of the CUDA target: the fuzzer's random graphs, built here, run there.
 
-    python test/gpu/fuzz_cuda.py build DIR [--examples N] [--seed S]   here (no GPU needed)
+    python test/gpu/fuzz_cuda.py build DIR [--examples N] [--seed S] [--dtype bfloat16]
+                                                                        here (no GPU needed)
     python3 test/gpu/fuzz_cuda.py run DIR                               on the H200
 
 `build` draws N programs with `fusec.tools.fuzz.programs()` (elementwise with broadcasting,
@@ -10,7 +11,9 @@ real pipeline (its `tiled` stage, the tile emitter, cuBLASLt calls, the fallback
 random inputs (|x| in [0.5, 1], never zero) and the float64 reference outputs computed by
 torch on the CPU are saved beside each artifact, with the tolerance (`fuzz.TOLERANCE`, or ten
 times torch's own float32 error when that is larger). A program fusec refuses to compile for
-cuda is recorded (with the first line of its error) and not run.
+cuda is recorded (with the first line of its error) and not run. With `--dtype bfloat16` the
+graphs take bf16 inputs (the saved inputs are the bf16-rounded values, the reference float64
+from them, the tolerance 2e-2 or ten times torch's own bf16 error on the program).
 
 `run` loads every artifact with `fusec.runtime.load`, runs it on the saved inputs (as torch
 CUDA tensors), and compares
@@ -51,7 +54,27 @@ def draw_programs(examples: int, seed: int, max_ops: int) -> list:
     return drawn
 
 
-def build(out_dir: Path, examples: int, seed: int, max_ops: int) -> None:
+# bf16 programs: the inputs rounded to bf16, the reference in float64 from those values; the
+# tolerance is BF16_TOLERANCE or ten times torch's own bf16 error on the program (CPU).
+BF16_TOLERANCE = 2e-2
+
+
+def _bf16_references(program, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], float]:
+    """float64 outputs from the bf16-rounded `inputs`, and torch's own bf16 error."""
+    import torch
+
+    from fusec.tools import fuzz
+
+    model = fuzz.module(program)
+    with torch.no_grad():
+        ref64 = fuzz._as_tuple(model(*[torch.from_numpy(x).double() for x in inputs]))
+        ref16 = fuzz._as_tuple(model(*[torch.from_numpy(x).to(torch.bfloat16) for x in inputs]))
+    refs = [r.numpy() for r in ref64]
+    err = max((relative_error(a.float().numpy(), b) for a, b in zip(ref16, refs)), default=0.0)
+    return refs, err
+
+
+def build(out_dir: Path, examples: int, seed: int, max_ops: int, dtype: str = "float32") -> None:
     import torch
 
     from fusec.compiler import driver
@@ -63,8 +86,11 @@ def build(out_dir: Path, examples: int, seed: int, max_ops: int) -> None:
     index = []
     for k, program in enumerate(draw_programs(examples, seed, max_ops)):
         name = f"p{k:03d}"
+        bf16 = dtype == "bfloat16"
         example = [torch.from_numpy(x) for x in fuzz.random_inputs(program, k)]
-        entry = {"name": name, "program": fuzz.to_python(program), "built": {}}
+        if bf16:
+            example = [x.to(torch.bfloat16) for x in example]
+        entry = {"name": name, "program": fuzz.to_python(program), "built": {}, "dtype": dtype}
         try:
             with driver.quiet_torch_logs():
                 text = import_torch(fuzz.module(program), *example)
@@ -73,8 +99,13 @@ def build(out_dir: Path, examples: int, seed: int, max_ops: int) -> None:
             index.append(entry)
             continue
         inputs = fuzz.random_inputs(program, k + 1)
-        refs, err32 = fuzz.references(program, inputs)
-        entry["tolerance"] = max(fuzz.TOLERANCE, 10.0 * err32)
+        if bf16:  # the values the artifact will see: rounded to bf16 (stored as float32)
+            inputs = [torch.from_numpy(x).to(torch.bfloat16).float().numpy() for x in inputs]
+            refs, err = _bf16_references(program, inputs)
+            entry["tolerance"] = max(BF16_TOLERANCE, 10.0 * err)
+        else:
+            refs, err32 = fuzz.references(program, inputs)
+            entry["tolerance"] = max(fuzz.TOLERANCE, 10.0 * err32)
         np.savez(out_dir / f"{name}.npz", *inputs, *refs)
         entry["inputs"], entry["outputs"] = len(inputs), len(refs)
         for fusion in (True, False):
@@ -130,10 +161,12 @@ def run(out_dir: Path) -> int:
             kernels["tiled"] += built["tiled"]
             try:
                 model = runtime.load(str(out_dir / f"{entry['name']}_{label}.so"))
-                outs = model(*[torch.from_numpy(x).cuda() for x in inputs])
+                dtype = torch.bfloat16 if entry.get("dtype") == "bfloat16" else torch.float32
+                outs = model(*[torch.from_numpy(x).to(dtype).cuda() for x in inputs])
                 outs = outs if isinstance(outs, (tuple, list)) else (outs,)
                 torch.cuda.synchronize()
-                outs = [o.cpu().numpy() if isinstance(o, torch.Tensor) else o for o in outs]
+                outs = [o.float().cpu().numpy() if isinstance(o, torch.Tensor) else o
+                        for o in outs]
                 errors = [relative_error(np.asarray(o), r) for o, r in zip(outs, refs)]
                 bad = len(outs) != len(refs) or any(
                     np.asarray(o).shape != r.shape for o, r in zip(outs, refs)) or \
@@ -157,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-ops", type=int, default=8)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = parser.parse_args(argv)
     if args.mode == "build":
-        build(args.dir, args.examples, args.seed, args.max_ops)
+        build(args.dir, args.examples, args.seed, args.max_ops, args.dtype)
         return 0
     return run(args.dir)
 
