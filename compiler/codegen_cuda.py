@@ -758,6 +758,8 @@ class KernelEmitter:
             operands_in = [self.suffix_access(v, m, out_shape) for v, m in zip(ins, maps)]
             domain = "full"  # computed for every element of the group's domain
         else:
+            if domain == "row":
+                self.check_row_reads(op, ins, maps)
             operands_in = [self.access(self.lookup(v), self.seen_through(v, m), domain)[1]
                            for v, m in zip(ins, maps)]
         out_vals = [self.lookup(v) for v in outs]
@@ -835,6 +837,28 @@ class KernelEmitter:
             self.pending.append(PendingReduction(
                 _value_key(op.results[j]), accs[j], combiners[j], wide[j], type_,
                 _element(init, 0)))
+
+    def check_row_reads(self, op: ir.Operation, ins: list[ir.Value], maps: list[MapInfo]) -> None:
+        """A generic computing one value per row reads each tensor operand at the row's own
+        index (block b: element b): its map must be the identity on the loops longer than 1,
+        over an operand of as many elements. A bias read along one of several row dims
+        ((d0, d1) -> (d1) over [17, 17] rows) is not element b: refused (found by
+        test/gpu/fuzz_cuda.py)."""
+        from fusec.passes.place_intermediates import loop_ranges
+
+        ranges = loop_ranges(op) or []
+        long = [d for d, e in enumerate(ranges) if e > 1]
+        points = math.prod(e or 1 for e in ranges)
+        for v, m in zip(ins, maps):
+            if not isinstance(v.type, ir.RankedTensorType):
+                continue
+            numel = _numel(_tensor_info(v.type)[0])
+            if numel == 1 or not any(r is not None for r in m.results):
+                continue  # one value for every row
+            read = [r for r in m.results if r is not None and ranges[r] > 1]
+            if read != long or numel != points:
+                raise CudaCodegenError(f"a per-row value reads an operand through {m}, "
+                                       f"not at the row's own index")
 
     def check_output_map(self, m: MapInfo) -> None:
         """A result is stored at the thread's positions of the group's domain: its map must

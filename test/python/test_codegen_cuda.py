@@ -866,3 +866,62 @@ def test_a_horizontal_group_with_a_one_element_part_is_split(ctx) -> None:
     assert all(k.info["tiled"] for k in plan.launches)
     sizes = sorted(plan.buffers[k.buffers[-1]].nbytes for k in plan.launches)
     assert sizes == [4, 129 * 129 * 2 * 4]
+
+
+ROWS_READ_ALONG_ONE_DIM = """#map = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#map1 = affine_map<(d0, d1, d2) -> (d0, d1)>
+#map2 = affine_map<(d0, d1) -> (d0, d1)>
+#map3 = affine_map<(d0, d1) -> (d1)>
+module {
+  func.func @main(%arg0: tensor<17x17x1xf32>, %arg1: tensor<17xf32>) -> tensor<17x17xf32> {
+    %0 = fusion.group vertical (%arg2 = %arg0 : tensor<17x17x1xf32>, %arg3 = %arg1 : tensor<17xf32>) -> tensor<17x17xf32> attributes {fusion.bytes_fused = 2380 : i64, fusion.bytes_unfused = 16252 : i64, fusion.device = "nvidia-h200", fusion.flops = 2601 : i64, fusion.launches_saved = 4 : i64, fusion.parallel_tiles = 289 : i64, fusion.reason = "5 ops in one kernel: saves 4 launches and 13872 bytes of memory traffic", fusion.tile_dims = [0, 1], fusion.time_fused_ns = 4001 : i64, fusion.time_unfused_ns = 20004 : i64, fusion.working_set = 0 : i64} {
+      %cst = arith.constant 5.000000e-01 : f32
+      %cst_0 = arith.constant 1.000000e+00 : f32
+      %cst_1 = arith.constant 1.41421354 : f32
+      %cst_2 = arith.constant 0xFF800000 : f32
+      %c0_i64 = arith.constant 0 : i64
+      %1 = tensor.empty() : tensor<17x17xi64>
+      %2 = tensor.empty() : tensor<17x17xf32>
+      %3 = linalg.fill ins(%c0_i64 : i64) outs(%1 : tensor<17x17xi64>) -> tensor<17x17xi64>
+      %4 = linalg.fill ins(%cst_2 : f32) outs(%2 : tensor<17x17xf32>) -> tensor<17x17xf32>
+      %5:2 = linalg.generic {indexing_maps = [#map, #map1, #map1], iterator_types = ["parallel", "parallel", "reduction"]} ins(%arg2 : tensor<17x17x1xf32>) outs(%4, %3 : tensor<17x17xf32>, tensor<17x17xi64>) {
+      ^bb0(%in: f32, %out: f32, %out_3: i64):
+        %8 = arith.maximumf %in, %out : f32
+        %9 = arith.cmpf ogt, %in, %out : f32
+        %10 = arith.select %9, %c0_i64, %out_3 : i64
+        linalg.yield %8, %10 : f32, i64
+      } -> (tensor<17x17xf32>, tensor<17x17xi64>)
+      %6 = linalg.generic {indexing_maps = [#map2, #map2], iterator_types = ["parallel", "parallel"]} ins(%5#0 : tensor<17x17xf32>) outs(%2 : tensor<17x17xf32>) {
+      ^bb0(%in: f32, %out: f32):
+        %8 = arith.divf %in, %cst_1 : f32
+        %9 = math.erf %8 : f32
+        %10 = arith.addf %9, %cst_0 : f32
+        %11 = arith.mulf %10, %cst : f32
+        %12 = arith.mulf %in, %11 : f32
+        linalg.yield %12 : f32
+      } -> tensor<17x17xf32>
+      %7 = linalg.generic {indexing_maps = [#map3, #map2, #map2], iterator_types = ["parallel", "parallel"]} ins(%arg3, %6 : tensor<17xf32>, tensor<17x17xf32>) outs(%2 : tensor<17x17xf32>) {
+      ^bb0(%in: f32, %in_3: f32, %out: f32):
+        %8 = arith.addf %in, %in_3 : f32
+        linalg.yield %8 : f32
+      } -> tensor<17x17xf32>
+      fusion.yield %7 : tensor<17x17xf32>
+    }
+    return %0 : tensor<17x17xf32>
+  }
+}
+"""
+
+
+def test_a_per_row_value_reading_a_bias_along_one_row_dim_is_refused(ctx) -> None:
+    """x1[17] + gelu(amax(x0[17, 17, 1], -1)): the group-level emitter saw 289 rows of one
+    column and read x1 at the row index (element b of 17: wrong by 0.88 on the H200, found
+    by test/gpu/fuzz_cuda.py). It refuses; the fallback path builds the group."""
+    module = ir.Module.parse(ROWS_READ_ALONG_ONE_DIM)
+    func = module.body.operations[0]
+    group = next(op for op in func.regions[0].blocks[0].operations
+                 if op.operation.name == "fusion.group")
+    assert cg.group_refusal(group.operation, cg.CudaOptions()).startswith(
+        "a per-row value reads an operand through")
+    (launch,) = cg.generate(module, cg.CudaOptions(cubin=False)).plan.launches
+    assert launch.info["path"] == "fallback"
