@@ -241,6 +241,14 @@ class GroupGeometry:
     full_shape: tuple = ()  # the group's iteration domain (row groups)
 
 
+def memory_element(group: ir.Operation) -> str | None:
+    """The narrowest element type (MLIR spelling) the group reads or writes."""
+    from fusec.passes.grouping import memory_element_type
+
+    element = memory_element_type(group)
+    return None if element is None else str(element)
+
+
 def _generics(group: ir.Operation) -> list[ir.Operation]:
     body = group.regions[0].blocks[0]
     return [op for op in body.operations if op.operation.name == "linalg.generic"]
@@ -287,9 +295,7 @@ def analyse_group(group: ir.Operation, device: CudaDevice = H200,
             if _numel(shape) > _numel(full_shape or [0]):
                 full_shape, element = shape, elt
     # The narrowest element type in memory fixes the vector width (16 bytes of it per access).
-    memory = [_tensor_info(a.type)[1] for a in body.arguments]
-    memory += [_tensor_info(v.type)[1] for v in body.operations[len(body.operations) - 1].operands]
-    element = min(memory or [element], key=lambda e: ELEMENT_BYTES.get(e, 4))
+    element = memory_element(group) or element
     has_reduction = any("reduction" in _iterators(op) for op in generics)
     identity_only = all(
         all(m.results == tuple(range(m.num_dims)) or not any(r is not None for r in m.results)

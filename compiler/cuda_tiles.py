@@ -39,7 +39,7 @@ import mlir.ir as ir
 from fusec.compiler.codegen_cuda import (ELEMENT_BYTES, H200, CudaCodegenError, CudaDevice,
                                          Empty, Full, GroupGeometry, Input, KernelEmitter,
                                          MapInfo, Row, Scalar, _tensor_info,
-                                         _value_key, is_weight)
+                                         _value_key, is_weight, memory_element)
 from fusec.passes import cost_model
 from fusec.passes.place_intermediates import loop_ranges
 
@@ -124,10 +124,9 @@ class TileEmitter(KernelEmitter):
             if TILE_KIND_ATTR in group.attributes else "elementwise"
         if kind not in ("elementwise", "row"):
             raise CudaCodegenError(f"a {kind} tile is not a block of the fast emitter")
-        self.group_for_shape = group
-        self.tile_shape = self._tile_shape()
+        self.tile_shape = self._tile_shape(group)
         self.tile_numel = math.prod(self.tile_shape)
-        element = self._memory_element(group)
+        element = memory_element(group) or "f32"
         ebytes = ELEMENT_BYTES.get(element, 4)
         grid = math.prod(self.counts)
         if kind == "row":
@@ -166,25 +165,17 @@ class TileEmitter(KernelEmitter):
 
     # -- the tile
 
-    def _tile_shape(self) -> list[int]:
+    def _tile_shape(self, group: ir.Operation) -> list[int]:
         """The shape of one tile: the largest loop space of the tile's generics (a row
         reduction's is its row, wider than the one value per row it writes) or output."""
-        ops = self.tile_ops or list(self.group_for_shape.regions[0].blocks[0].operations)
+        ops = self.tile_ops or list(group.regions[0].blocks[0].operations)
         spaces = [self._ranges(op.operation) for op in ops
                   if op.operation.name == "linalg.generic"]
         if self.forall is not None:
             spaces += [_tensor_info(op.operands[0].type)[0] for op in self.inserts]
         else:
-            spaces += [_tensor_info(r.type)[0] for r in self.group_for_shape.results]
+            spaces += [_tensor_info(r.type)[0] for r in group.results]
         return max(spaces, key=math.prod)
-
-    @staticmethod
-    def _memory_element(group: ir.Operation) -> str:
-        """The narrowest element type the kernel reads or writes (16 bytes of it per access)."""
-        body = group.regions[0].blocks[0]
-        types = [_tensor_info(a.type)[1] for a in body.arguments]
-        types += [_tensor_info(r.type)[1] for r in group.results]
-        return min(types or ["f32"], key=lambda e: ELEMENT_BYTES.get(e, 4))
 
     def _delinearize(self) -> None:
         """The tile loop's induction variables from the block index (last dim fastest)."""
@@ -223,13 +214,8 @@ class TileEmitter(KernelEmitter):
             total = term if total is None else self.arith("addi", total, term)
         return total if total is not None else self.index(0)
 
-    @staticmethod
-    def _dynamic_sizes(op: ir.Operation) -> int:
-        return sum(1 for s in _static(op, "static_sizes") if s == DYNAMIC)
-
     def _dynamic_offsets(self, op: ir.Operation) -> list[str]:
-        if self._dynamic_sizes(op):
-            raise CudaCodegenError("a slice of dynamic size in a tile (a partial tile)")
+        """The SSA names of the slice's dynamic offsets (its sizes are static: `__init__`)."""
         count = sum(1 for o in _static(op, "static_offsets") if o == DYNAMIC)
         # Operands: source (and, for an insertion, destination), then the dynamic offsets.
         fixed = 1 if op.name == "tensor.extract_slice" else 2

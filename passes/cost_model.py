@@ -529,12 +529,12 @@ def row_launch_shape(rows: int, cols: int, element_bytes: int, device: Device = 
     return RowShape(block, rows, vec, chunks, vecs % block != 0)
 
 
-def gpu_block_threads(kind: str, tile_points: int, row_length: int, element_bytes: int,
-                      device: Device) -> int:
-    """Threads of the block that runs one tile: the launch shape's (`row_launch_shape` for a
-    row tile, `elementwise_launch_shape` otherwise); `tile_threads` where no shape fits."""
+def gpu_block_threads(kind: str, tile_points: int, element_bytes: int, device: Device) -> int:
+    """Threads of the block that runs one tile of `tile_points` points (for a row tile, its
+    row): the launch shape's (`row_launch_shape` for a row tile, `elementwise_launch_shape`
+    otherwise); `tile_threads` where no shape fits."""
     if kind == "row":
-        shape = row_launch_shape(1, row_length, element_bytes, device)
+        shape = row_launch_shape(1, tile_points, element_bytes, device)
         if shape is not None:
             return shape.block
         return tile_threads(tile_points, device)

@@ -276,3 +276,12 @@ def splice_alone(group: ir.Operation, mini: ir.Module) -> ir.Operation | None:
         old.replace_all_uses_with(result)
     group.erase()
     return new
+
+
+def memory_element_type(group: ir.Operation) -> ir.Type | None:
+    """The narrowest element type among the tensors `group` reads and writes (its global
+    accesses are 16 bytes of it); None when it has no shaped operand or result."""
+    values = list(group.regions[0].blocks[0].arguments) + list(group.results)
+    types = [ir.ShapedType(v.type).element_type for v in values
+             if isinstance(v.type, ir.ShapedType)]
+    return min(types, key=lambda t: getattr(t, "width", 32), default=None)

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 from fusec.passes import cost_model
 from fusec.passes.fusion_analysis import CONTRACTION, describe
-from fusec.passes.grouping import defining_op, is_compute
+from fusec.passes.grouping import defining_op, is_compute, memory_element_type
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, PassError, register
 from mlir import ir
@@ -356,13 +356,9 @@ def _kernel_kind(group: ir.Operation) -> str:
 
 
 def _memory_element_bytes(group: ir.Operation) -> int:
-    """Bytes of the narrowest element type the kernel reads or writes (its accesses are 16
-    bytes of it)."""
-    types = [a.type for a in group.regions[0].blocks[0].arguments] + \
-        [r.type for r in group.results]
-    widths = [getattr(ir.ShapedType(t).element_type, "width", 32) for t in types
-              if isinstance(t, ir.ShapedType) or ir.ShapedType.isinstance(t)]
-    return max(1, min(widths or [32]) // 8)
+    """Bytes of the narrowest element type the kernel reads or writes."""
+    element = memory_element_type(group)
+    return max(1, getattr(element, "width", 32) // 8)
 
 
 def _row_dim(root: ir.Operation) -> int | None:
@@ -381,20 +377,20 @@ def _row_dim(root: ir.Operation) -> int | None:
 def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
                    iterators: list[str], threads: int, tiles_per_thread: int,
                    min_tile_bytes: int, max_tile_bytes: int,
-                   device: cost_model.Device | None) -> list[int]:
-    """The root's tile sizes on `device` (None: the CPU policy), capped by the group's
-    `fusion.max_tile_rows`."""
+                   device: cost_model.Device | None, kind: str) -> list[int]:
+    """The root's tile sizes on `device` (None: the CPU policy) for a kernel of `kind`
+    (`_kernel_kind`), capped by the group's `fusion.max_tile_rows`."""
     dims = tileable_dims(group)
     if device is not None and device.threads_per_block > 1:
         allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
         sizes = cost_model.gpu_tile_sizes(ranges, iterators, _memory_element_bytes(group),
-                                          allowed, _kernel_kind(group), device)
+                                          allowed, kind, device)
     else:
         sizes = cpu_tile_sizes(ranges, iterators, _element_bytes(root), dims, threads,
                                tiles_per_thread, min_tile_bytes, max_tile_bytes)
         # Whole microkernel row blocks; not when the caller asked for the finest tiles
         # (min-tile-kb=0: the GPU fallback path, one thread per tile).
-        microkernel = min_tile_bytes > 0 and _kernel_kind(group) == "contraction"
+        microkernel = min_tile_bytes > 0 and kind == "contraction"
         m = _row_dim(root) if microkernel else None
         if m is not None:
             sizes[m] = matmul_row_tile(ranges[m], sizes[m])
@@ -424,7 +420,7 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     own_root_inits(root, group)
     kind = _kernel_kind(group)
     sizes = tile_sizes_for(group, root, ranges, iterators, threads, tiles_per_thread,
-                           min_tile_bytes, max_tile_bytes, device)
+                           min_tile_bytes, max_tile_bytes, device, kind)
     if device is not None and device.threads_per_block > 1:
         _record_block(group, kind, sizes, ranges, device)
     if not any(sizes):
@@ -459,8 +455,7 @@ def _record_block(group: ir.Operation, kind: str, sizes: list[int], ranges: list
     """How one GPU block runs a tile (`fusion.tile_kind`, `fusion.block` threads): the cost
     model's launch shape, which code generation builds (compiler/cuda_tiles.py)."""
     points = math.prod(size or extent for size, extent in zip(sizes, ranges))
-    threads = cost_model.gpu_block_threads(kind, points, points, _memory_element_bytes(group),
-                                           device)
+    threads = cost_model.gpu_block_threads(kind, points, _memory_element_bytes(group), device)
     i64 = ir.IntegerType.get_signless(64)
     group.attributes["fusion.tile_kind"] = ir.StringAttr.get(kind)
     group.attributes["fusion.block"] = ir.IntegerAttr.get(i64, threads)
