@@ -32,7 +32,7 @@ from fusec.passes.fusion_analysis import (
     CONTRACTION, describe, fast_emitter_refusal, short_location)
 from fusec.passes.grouping import CLONED_INTO_GROUPS, defining_op, form_group, op_key
 from fusec.passes.inline_groups import inline_group
-from fusec.passes.producer_fusion import group_attributes, group_bytes
+from fusec.passes.producer_fusion import group_attributes, group_bytes, record_group
 from fusec.passes.registry import Pass, PassError, register
 
 
@@ -99,14 +99,9 @@ def _merge(members: list[ir.Operation], device: cost_model.Device) -> ir.Operati
     attrs = group_attributes(group, device)
     i64 = ir.IntegerType.get_signless(64)
     attrs["fusion.launches_saved"] = ir.IntegerAttr.get(i64, len(members) - 1)
-    attrs["fusion.device"] = ir.StringAttr.get(device.name)
     attrs["fusion.parts"] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in kinds])
-    attrs["fusion.reason"] = ir.StringAttr.get(
-        f"{len(members)} independent launch-bound kernels in one launch")
-    if refused:
-        attrs["fusion.refused"] = ir.ArrayAttr.get([ir.StringAttr.get(r) for r in refused])
-    for name, attr in attrs.items():
-        group.attributes[name] = attr
+    record_group(group, attrs, device,
+                 f"{len(members)} independent launch-bound kernels in one launch", refused)
     return group
 
 

@@ -54,7 +54,7 @@ from fusec.passes.fusion_analysis import (CONTRACTION, FAST_EMITTER_OPS, FILL, R
                                           tensor_bytes, tensor_shape)
 from fusec.passes.grouping import CLONED_INTO_GROUPS, _value_key, form_group, op_key
 from fusec.passes.inline_groups import inline_group
-from fusec.passes.producer_fusion import group_attributes, group_bytes
+from fusec.passes.producer_fusion import group_attributes, group_bytes, record_group
 from fusec.passes.registry import Pass, register
 
 KIND = "input"
@@ -240,18 +240,14 @@ def _merge(members: list[Consumer], shared_bytes: int, device: cost_model.Device
     group = form_group(ops, KIND)
     attrs = group_attributes(group, device)
     i64 = ir.IntegerType.get_signless(64)
-    attrs["fusion.device"] = ir.StringAttr.get(device.name)
     attrs["fusion.parts"] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in kinds])
     attrs["fusion.shared_input_bytes"] = ir.IntegerAttr.get(i64, shared_bytes)
     saved = estimate.bytes_unfused - estimate.bytes_fused
-    attrs["fusion.reason"] = ir.StringAttr.get(
-        f"{len(members)} kernels read one input of {shared_bytes} B: read once, saves "
-        f"{saved} B and {len(members) - 1} launch{'es' if len(members) > 2 else ''} "
-        f"({estimate.time_unfused_s * 1e6:.1f} -> {estimate.time_fused_s * 1e6:.1f} us)")
-    if refused:
-        attrs["fusion.refused"] = ir.ArrayAttr.get([ir.StringAttr.get(r) for r in refused])
-    for name, attr in attrs.items():
-        group.attributes[name] = attr
+    record_group(group, attrs, device,
+                 f"{len(members)} kernels read one input of {shared_bytes} B: read once, saves "
+                 f"{saved} B and {len(members) - 1} launch{'es' if len(members) > 2 else ''} "
+                 f"({estimate.time_unfused_s * 1e6:.1f} -> {estimate.time_fused_s * 1e6:.1f} us)",
+                 refused)
     return group
 
 

@@ -684,6 +684,18 @@ def group_attributes(group: ir.Operation, device: cost_model.Device) -> dict[str
     }
 
 
+def record_group(group: ir.Operation, attrs: dict[str, ir.Attribute],
+                 device: cost_model.Device, reason: str, refused: list[str]) -> None:
+    """Set on a formed group its cost-model `attrs` (`group_attributes`, plus the caller's),
+    the device it was planned for, why it was formed, and the fusions refused around it."""
+    attrs["fusion.device"] = ir.StringAttr.get(device.name)
+    attrs["fusion.reason"] = ir.StringAttr.get(reason)
+    if refused:
+        attrs["fusion.refused"] = _strings(refused)
+    for name, attr in attrs.items():
+        group.attributes[name] = attr
+
+
 def group_bytes(group: ir.Operation) -> int:
     """HBM bytes of one fused kernel: its tensor inputs and the tensor constants it holds
     read once, its results written once."""
@@ -720,17 +732,13 @@ def apply_plan(cands: list[Candidate], graph: BlockGraph, device: cost_model.Dev
         attrs["fusion.tile_dims"] = ir.ArrayAttr.get([_i64(d) for d in tile_loops])
         attrs["fusion.parallel_tiles"] = _i64(tiles)
         attrs["fusion.working_set"] = _i64(working)
-        attrs["fusion.device"] = ir.StringAttr.get(device.name)
         saved = attrs["fusion.bytes_unfused"].value - attrs["fusion.bytes_fused"].value
-        attrs["fusion.reason"] = ir.StringAttr.get(
-            f"{len(members)} ops in one kernel: saves {attrs['fusion.launches_saved'].value} "
-            f"launches and {saved} bytes of memory traffic")
         if cand.duplicated:
             attrs["fusion.duplicated"] = _i64(len(cand.duplicated))
-        if cand.refusals:
-            attrs["fusion.refused"] = _strings(cand.refusals)
-        for name, attr in attrs.items():
-            group.attributes[name] = attr
+        record_group(group, attrs, device,
+                     f"{len(members)} ops in one kernel: saves "
+                     f"{attrs['fusion.launches_saved'].value} launches and {saved} bytes of "
+                     f"memory traffic", cand.refusals)
         groups.append(group)
     for key, refusals in planner.lone_refusals:
         graph.ops[key].attributes["fusion.refused"] = _strings(refusals)
