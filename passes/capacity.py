@@ -40,7 +40,8 @@ from fusec.passes import cost_model
 from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, is_compute
 from fusec.passes.inline_groups import groups_in, inline_group
 from fusec.passes.place_intermediates import (KEPT, MEM_ATTR, PLACEMENT_ATTR, REGISTER,
-                                              input_slice_role, place_group, value_bytes)
+                                              block_tiled, input_slice_role, place_group,
+                                              value_bytes)
 from fusec.passes.registry import Pass, PassError, register
 from mlir import ir
 from mlir.passmanager import PassManager
@@ -403,9 +404,6 @@ class CheckCapacityPass(Pass):
     def run(self, module: ir.Operation) -> None:
         device = cost_model.device_named(self.device)
         for group in groups_in(module):
-            if "fusion.path" in group.attributes or "fusion.untiled" in group.attributes \
-                    or "fusion.fallback" in group.attributes:
-                continue  # a library call, a view, untiled, or thread tiles (target cuda)
-            if PLACEMENT_ATTR in group.attributes:
+            if block_tiled(group) and PLACEMENT_ATTR in group.attributes:
                 check_group(group, device)
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from fusec.passes.grouping import group_alone, splice_alone
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, register, run_pipeline
+from fusec.passes.tile_groups import LIBRARY_PATH_ATTR
 from mlir import ir
 
-LIBRARY_PATH_ATTR = "fusion.path"
 NORMALISE = ["fusion-propagate-reshapes", "canonicalize", "fusion-fence-broadcast-consumers",
              "linalg-fuse-elementwise-ops", "fusion-unfence", "canonicalize"]
 

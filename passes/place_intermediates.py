@@ -257,6 +257,15 @@ def place_group(group: ir.Operation, device: cost_model.Device) -> dict[str, int
     return counts
 
 
+def block_tiled(group: ir.Operation) -> bool:
+    """Whether `group` is a kernel whose tile (or whole body) one block of threads runs, the
+    unit placement and capacity describe: not, on target cuda, a library call or a view
+    (`fusion.path`), a group code generation builds untiled (`fusion.untiled`), or the
+    fallback path's tiles, one per thread (`fusion.fallback`)."""
+    return not any(name in group.attributes
+                   for name in ("fusion.path", "fusion.untiled", "fusion.fallback"))
+
+
 def placements(group: ir.Operation) -> list[tuple[ir.Operation, str]]:
     """The (op, level) pairs `--fusion-place` left in `group`, in program order."""
     found: list[tuple[ir.Operation, str]] = []
@@ -282,7 +291,6 @@ class PlaceIntermediatesPass(Pass):
     def run(self, module: ir.Operation) -> None:
         device = cost_model.device_named(self.device)
         for group in groups_in(module):
-            if "fusion.path" in group.attributes or "fusion.untiled" in group.attributes \
-                    or "fusion.fallback" in group.attributes:
-                continue  # a library call, a view, untiled, or thread tiles (target cuda)
+            if not block_tiled(group):
+                continue
             place_group(group, device)
