@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 from fusec.passes import cost_model
 from fusec.passes.fusion_analysis import CONTRACTION, describe
-from fusec.passes.grouping import defining_op, is_compute, memory_element_type
+from fusec.passes.grouping import defining_op, is_compute, memory_element_type, op_key
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, PassError, register
 from mlir import ir
@@ -75,6 +75,9 @@ MAX_TILE_ROWS_ATTR = "fusion.max_tile_rows"
 # library call (cuBLASLt) or a view of a buffer, not a kernel of ours.
 LIBRARY_PATH_ATTR = "fusion.path"
 UNTILED_ATTR = "fusion.untiled"  # why a group on a GPU is built untiled
+# Producers the tile loop must not fuse (their result leaves the kernel and the tiles read
+# only part of it), each with the reason: computed whole before the loop.
+WHOLE_ATTR = "fusion.whole"
 # Ops that the transform dialect can tile and fuse (they implement TilingInterface).
 TILEABLE_TENSOR_OPS = frozenset({"tensor.pad"})
 RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
@@ -428,16 +431,20 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     body = group.regions[0].blocks[0]
     others = sibling_roots(group, root, ranges, sizes)
     tileable = [op.operation for op in body.operations if _is_tileable(op.operation)]
+    tileable_names = [op.name for op in tileable]
     for i, op in enumerate(tileable):
         op.attributes[TILE_TAG] = ir.IntegerAttr.get(i64, i)
 
-    def tag_and_producers(target: ir.Operation) -> tuple[int, list[int]]:
-        index = next(i for i, op in enumerate(tileable) if op == target)
-        return index, [i for i in reversed(range(index)) if not _feeds_pad(tileable[i])]
+    roots = [next(i for i, op in enumerate(tileable) if op == target)
+             for target in [root, *others]]
+    kept_whole = inexact_escaping_producers(tileable, roots)
 
-    root_index, producers = tag_and_producers(root)
-    siblings = [(*tag_and_producers(op), sizes) for op in others]
-    script = _transform_script(root_index, producers, sizes, siblings)
+    def producers_of(index: int) -> list[int]:
+        return [i for i in reversed(range(index))
+                if not _feeds_pad(tileable[i]) and i not in kept_whole]
+
+    siblings = [(index, producers_of(index), sizes) for index in roots[1:]]
+    script = _transform_script(roots[0], producers_of(roots[0]), sizes, siblings)
     transform_module = ir.Module.parse(script)
     entry = next(iter(transform_module.body.operations))
     try:
@@ -445,6 +452,13 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     except ir.MLIRError as exc:
         raise PassError(f"tiling the group failed: {exc}", group.location) from None
     _drop_tags(group)
+    order_parallel_inserts(group)
+    if kept_whole:
+        group.attributes[WHOLE_ATTR] = ir.ArrayAttr.get([
+            ir.StringAttr.get(f"{tileable_names[i]} (op {i}): its result leaves the kernel but "
+                              "the tiles read only part of it (a strided, windowed or "
+                              "shifted access); computed whole before the tile loop")
+            for i in sorted(kept_whole)])
     fold_reshaped_empties(group)
     group.attributes["fusion.tile_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
     group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, tile_count(ranges, sizes))
@@ -482,6 +496,109 @@ def sibling_roots(group: ir.Operation, root: ir.Operation, ranges: list[int],
     for op in found:
         own_root_inits(op, group)
     return found
+
+
+def _covering_read(consumer: ir.Operation, operand_number: int) -> bool:
+    """Whether `consumer`, run over its whole iteration space, reads every element of its
+    operand `operand_number`, each through a loop dim of the operand's full extent: a
+    projected permutation (identity, transpose, broadcast) and no stride, window or offset.
+    """
+    if "indexing_maps" not in consumer.attributes:
+        return False  # tensor.pad, a reshape: reads through offsets the maps do not show
+    maps = [ir.AffineMapAttr(m).value for m in consumer.attributes["indexing_maps"]]
+    if operand_number >= len(maps):
+        return False
+    amap = maps[operand_number]
+    if not amap.is_projected_permutation:
+        return False
+    ranges = _ranges_from_maps(consumer, maps)
+    shape = ir.RankedTensorType(consumer.operands[operand_number].type).shape
+    return all(ranges[ir.AffineDimExpr(e).position] == extent
+               for e, extent in zip(amap.results, shape))
+
+
+def inexact_escaping_producers(tileable: list[ir.Operation], roots: list[int]) -> set[int]:
+    """The producers (indices into `tileable`) that must stay outside the tile loop: those
+    whose result is also used outside it (yielded by the group, or read by an op the loop
+    does not hold) while the tiles compute only part of it.
+
+    Fusing a producer into the tile loop computes, per tile, the slice of it the tile reads;
+    a result that leaves the loop is then written only where some tile read it. That is the
+    whole tensor only if the loop's ops, over all tiles, read all of it: every consumer in
+    the loop reads it through a covering map (`_covering_read`) and is itself computed whole
+    (a root, a producer kept outside, or a producer read whole in turn). A stride-2
+    convolution reading a residual sum, a window of a pooling, a shifted slice do not: such
+    a producer is computed whole before the loop (same kernel, exact; not tiled).
+    """
+    in_loop = {i for i in range(max(roots) + 1) if i in roots or not _feeds_pad(tileable[i])}
+    whole: dict[int, bool] = {r: True for r in roots}
+    kept: set[int] = set()
+    keys = {op_key(op): i for i, op in enumerate(tileable)}
+    for i in reversed(range(max(roots) + 1)):
+        if i in whole or i not in in_loop:
+            continue
+        op = tileable[i]
+        escapes = False
+        exact = True
+        consumers = 0
+        for result in op.results:
+            for use in result.uses:
+                j = keys.get(op_key(use.owner))
+                if j is None or j not in in_loop or j <= i:
+                    escapes = True
+                    continue
+                consumers += 1
+                if not (whole.get(j, False) and _covering_read(tileable[j], use.operand_number)):
+                    exact = False
+        if not consumers:
+            in_loop.discard(i)  # nothing in the loop reads it: it stays outside, whole
+            whole[i] = True
+        elif escapes and not exact:
+            kept.add(i)
+            in_loop.discard(i)
+            whole[i] = True
+        else:
+            whole[i] = exact
+    return kept
+
+
+def order_parallel_inserts(group: ir.Operation) -> None:
+    """Put each `scf.forall`'s `parallel_insert_slice`s in the order of its shared outputs.
+
+    `fuse_into_containing_op` appends a new shared output for a fused producer whose result
+    is also used after the loop, but may place its insert before the others; the
+    canonicalizer's folding of a one-iteration loop pairs inserts with results by position,
+    so the loop's results would come out swapped (a verifier error, or wrong values where
+    the types agree).
+    """
+    loops: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "scf.forall":
+            loops.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    group.walk(visit)
+    for loop in loops:
+        body = loop.regions[0].blocks[0]
+        outs = list(body.arguments)[-len(loop.results):] if len(loop.results) else []
+        terminator = list(body.operations)[-1].operation
+        inserts = [op.operation for op in terminator.regions[0].blocks[0].operations]
+
+        def position(op: ir.Operation) -> int:
+            dest = op.operands[1]
+            return next((k for k, arg in enumerate(outs) if arg == dest), len(outs))
+
+        ordered = sorted(inserts, key=position)
+        if ordered == inserts:
+            continue
+        last = None
+        for op in ordered:
+            if last is None:
+                op.move_before(terminator.regions[0].blocks[0].operations[0])
+            else:
+                op.move_after(last)
+            last = op
 
 
 def _feeds_pad(op: ir.Operation) -> bool:

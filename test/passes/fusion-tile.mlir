@@ -149,3 +149,84 @@ func.func @short_matmul(%a: tensor<20x256xf32>, %b: tensor<256x256xf32>) -> tens
   }
   return %r : tensor<20x256xf32>
 }
+
+// -----
+
+// Negative: a producer whose result leaves the group (the residual sum, yielded) and is read
+// by the root only through a stride-2 window (a 1x1 downsample convolution) is not fused into
+// the tile loop: the tiles would compute only the sampled pixels (rows and columns 0..14 of
+// 16), and the group's result would be written only there. It is computed whole before the
+// loop, the reason recorded in `fusion.whole`, and the loop yields only the convolution.
+// CHECK-LABEL: func.func @strided_read_of_a_yielded_sum
+// CHECK: fusion.group vertical
+// CHECK-SAME: fusion.whole = ["linalg.generic (op 0): its result leaves the kernel but the tiles read only part of it
+// CHECK: %[[SUM:.+]] = linalg.generic {{.*}} ins(%{{.+}}, %{{.+}} : tensor<2x16x16x16xf32>, tensor<2x16x16x16xf32>)
+// CHECK: %[[LOOP:.+]] = scf.forall (%{{.+}}) in (2) shared_outs(%{{.+}} = %{{.+}}) -> (tensor<2x32x8x8xf32>)
+// CHECK: tensor.extract_slice %[[SUM]]
+// CHECK-NOT: tensor.parallel_insert_slice {{.*}} into {{.*}} tensor<2x16x16x16xf32>
+// CHECK: fusion.yield %[[SUM]], %[[LOOP]]
+#nchw = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @strided_read_of_a_yielded_sum(%a: tensor<2x16x16x16xf32>, %b: tensor<2x16x16x16xf32>,
+    %w: tensor<32x16x1x1xf32>) -> (tensor<2x16x16x16xf32>, tensor<2x32x8x8xf32>) {
+  %r:2 = fusion.group vertical (%x = %a : tensor<2x16x16x16xf32>, %y = %b : tensor<2x16x16x16xf32>,
+      %k = %w : tensor<32x16x1x1xf32>) -> (tensor<2x16x16x16xf32>, tensor<2x32x8x8xf32>)
+      attributes {fusion.tile_dims = [0]} {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<2x16x16x16xf32>
+    %sum = linalg.generic {indexing_maps = [#nchw, #nchw, #nchw],
+        iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+        ins(%x, %y : tensor<2x16x16x16xf32>, tensor<2x16x16x16xf32>) outs(%e : tensor<2x16x16x16xf32>) {
+    ^bb0(%p: f32, %q: f32, %o: f32):
+      %s = arith.addf %p, %q : f32
+      linalg.yield %s : f32
+    } -> tensor<2x16x16x16xf32>
+    %e2 = tensor.empty() : tensor<2x32x8x8xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e2 : tensor<2x32x8x8xf32>) -> tensor<2x32x8x8xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>}
+        ins(%sum, %k : tensor<2x16x16x16xf32>, tensor<32x16x1x1xf32>) outs(%f : tensor<2x32x8x8xf32>) -> tensor<2x32x8x8xf32>
+    fusion.yield %sum, %c : tensor<2x16x16x16xf32>, tensor<2x32x8x8xf32>
+  }
+  return %r#0, %r#1 : tensor<2x16x16x16xf32>, tensor<2x32x8x8xf32>
+}
+
+// -----
+
+// The same sum read by an elementwise root through the identity map is fused: the tiles
+// cover it exactly, so the loop computes it tile by tile and yields it as a second shared
+// output. The loop's inserts are in the order of its shared outputs (fuse_into_containing_op
+// puts the new one first; a one-tile loop folded by the canonicalizer pairs them by
+// position), so the group's results are not swapped.
+// CHECK-LABEL: func.func @identity_read_of_a_yielded_sum
+// CHECK: fusion.group vertical
+// CHECK-NOT: fusion.whole
+// CHECK: %[[LOOP:.+]]:2 = scf.forall (%{{.+}}) in (2) shared_outs(%[[O0:.+]] = %{{.+}}, %[[O1:.+]] = %{{.+}})
+// CHECK: scf.forall.in_parallel
+// CHECK-NEXT: tensor.parallel_insert_slice %{{.+}} into %[[O0]]
+// CHECK-NEXT: tensor.parallel_insert_slice %{{.+}} into %[[O1]]
+// CHECK: fusion.yield %[[LOOP]]#1, %[[LOOP]]#0
+#nchw = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @identity_read_of_a_yielded_sum(%a: tensor<2x16x16x16xf32>, %b: tensor<2x16x16x16xf32>)
+    -> (tensor<2x16x16x16xf32>, tensor<2x16x16x16xf32>) {
+  %r:2 = fusion.group vertical (%x = %a : tensor<2x16x16x16xf32>, %y = %b : tensor<2x16x16x16xf32>)
+      -> (tensor<2x16x16x16xf32>, tensor<2x16x16x16xf32>) attributes {fusion.tile_dims = [0]} {
+    %e = tensor.empty() : tensor<2x16x16x16xf32>
+    %sum = linalg.generic {indexing_maps = [#nchw, #nchw, #nchw],
+        iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+        ins(%x, %y : tensor<2x16x16x16xf32>, tensor<2x16x16x16xf32>) outs(%e : tensor<2x16x16x16xf32>) {
+    ^bb0(%p: f32, %q: f32, %o: f32):
+      %s = arith.addf %p, %q : f32
+      linalg.yield %s : f32
+    } -> tensor<2x16x16x16xf32>
+    %e2 = tensor.empty() : tensor<2x16x16x16xf32>
+    %relu = linalg.generic {indexing_maps = [#nchw, #nchw],
+        iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+        ins(%sum : tensor<2x16x16x16xf32>) outs(%e2 : tensor<2x16x16x16xf32>) {
+    ^bb0(%p: f32, %o: f32):
+      %z = arith.constant 0.0 : f32
+      %m = arith.maximumf %p, %z : f32
+      linalg.yield %m : f32
+    } -> tensor<2x16x16x16xf32>
+    fusion.yield %sum, %relu : tensor<2x16x16x16xf32>, tensor<2x16x16x16xf32>
+  }
+  return %r#0, %r#1 : tensor<2x16x16x16xf32>, tensor<2x16x16x16xf32>
+}
