@@ -250,6 +250,8 @@ def artifact_metadata(plan: Plan) -> dict:
             for k in plan.launches
         ],
         "temp_bytes": plan_temporaries(plan)[1],
+        # What each index check of the kernels reports (`{index}`: the bad index).
+        "index_checks": list(plan.metadata.get("index_checks", [])),
         # The LLVM CPU of the kernels (x86-64-v4 needs AVX-512): checked by the runtime.
         "cpu": plan.metadata.get("cpu"),
         "plan": plan.to_json_dict(),
@@ -261,6 +263,13 @@ def _c_bytes(data: bytes, per_line: int = 16) -> str:
     values = [f"0x{c:02x}" for c in data + b"\0"]
     lines = (", ".join(values[i : i + per_line]) for i in range(0, len(values), per_line))
     return "{\n  " + ",\n  ".join(lines) + "\n}"
+
+
+def _c_string(text: str) -> str:
+    """A C string literal for `text`: UTF-8 bytes, every one outside a plain set as an octal
+    escape (no quoting, backslash or trigraph pitfalls)."""
+    plain = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;_-()[]<>{}=+")
+    return '"' + "".join(chr(b) if b in plain else f"\\{b:03o}" for b in text.encode()) + '"'
 
 
 def _c_int64_array(values: Sequence[int]) -> str:
@@ -283,6 +292,8 @@ def generate_host_code(plan: Plan) -> str:
     except (TypeError, ValueError) as e:
         raise PlanError(f"the plan is not JSON-serialisable (launch info?): {e}") from None
     symbols = list(dict.fromkeys(k.symbol for k in plan.launches))
+    # The messages of the kernels' index checks (--fusion-guard-indices), by number.
+    checks = [str(c) for c in plan.metadata.get("index_checks", [])]
     in_bytes = [by_id[plan.inputs[i]].nbytes for i in plan.user_inputs()]
     out_bytes = [by_id[plan.outputs[i]].nbytes for i in plan.user_outputs()]
 
@@ -306,6 +317,9 @@ def generate_host_code(plan: Plan) -> str:
         f"const int fusec_plan_num_outputs = {len(out_bytes)};",
         f"const int64_t fusec_plan_output_bytes[] = {_c_int64_array(out_bytes)};",
         f"const int64_t fusec_plan_temp_bytes = {arena_bytes};",
+        f"const int fusec_plan_num_checks = {len(checks)};",
+        "const char *const fusec_plan_checks[] = {"
+        + ", ".join(_c_string(c) for c in (checks or [""])) + "};",
         "",
     ]
     out += _state_storage(plan, by_id)

@@ -185,7 +185,7 @@ def build(module: ir.Module, options: CompileOptions, output: str,
     from fusec.compiler.artifact import ArtifactBuildError
 
     try:
-        return build_so(module, options, output)
+        return build_so(module, options, output, filename)
     except PassError as exc:  # code generation refused the model (located)
         raise FusecError(exc.message, format_location(exc.location, filename)) from None
     except ArtifactBuildError as exc:

@@ -90,23 +90,116 @@ def _torch_mlir_generic_text(
         with warnings.catch_warnings():
             # torch.export's pytree code warns about its own deprecated API on every export.
             warnings.simplefilter("ignore", FutureWarning)
+            program = export_program(module, example_inputs)
+            # The decompositions ran in export_program: an empty table skips torch-mlir's.
             imported = fx.export_and_import(
-                module,
-                *example_inputs,
+                program,
                 output_type="linalg-on-tensors",
                 func_name=func_name,
-                decomposition_table=decomposition_table(),
+                decomposition_table={},
                 fx_importer=FxImporter(context=context),
             )
         return imported.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
     except TorchMlirCompilerError as error:
         raise FrontendError(_describe_torch_mlir_failure(errors, str(error))) from error
+    except FrontendError:
+        raise
     except Exception as error:  # torch.export raises many types (Unsupported, UserError, ...)
         raise FrontendError(
             f"torch.export or torch-mlir's importer failed: {type(error).__name__}: {error}"
         ) from error
     finally:
         handler.detach()
+
+
+def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> Any:
+    """`torch.export` the module, checked and normalised for torch-mlir, decomposed.
+
+    Before torch-mlir sees the graph: a shape that depends on the data (boolean-mask
+    indexing, `nonzero`, `masked_select`) is refused, located at the user's line (torch-mlir
+    would grow without bound trying); buffers registered with `persistent=False` (RoPE's
+    tables, BERT's `position_ids`), which torch.export keeps among its constants, are handed
+    to torch-mlir's importer with the others (it looks for buffers in the state dict only);
+    after the decompositions, a negative `dim` argument is made positive (torch-mlir's
+    scatter lowering crashes the process on `dim=-1`).
+    """
+    import torch
+
+    program = torch.export.export(module, tuple(example_inputs), strict=False)
+    refuse_data_dependent_shapes(program)
+    program = program.run_decompositions(decomposition_table())
+    normalise_negative_dims(program)
+    _keep_non_persistent_buffers(program)
+    return program
+
+
+def _user_frame(node: Any) -> str:
+    """`file:line` of the user's code that made an FX node (the last frame outside installed
+    packages in its stack trace), or '' when it has none."""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
+    user = [f for f in frames if "site-packages" not in f[0] and "dist-packages" not in f[0]]
+    name, line = (user or frames or [("", "")])[-1]
+    return f"{name}:{line}" if name else ""
+
+
+def refuse_data_dependent_shapes(program: Any) -> None:
+    """A FrontendError, located, for the first node whose result's shape depends on the
+    values of a tensor (an unbacked symbolic size): fusec compiles static shapes."""
+    import torch
+
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            continue
+        if any(not isinstance(d, int) for d in value.shape):
+            where = _user_frame(node)
+            shape = "x".join(str(d) for d in value.shape)
+            op = getattr(node.target, "__name__", str(node.target))
+            raise FrontendError(
+                f"{where + ': ' if where else ''}'{op}' has a result whose shape ({shape}) "
+                "depends on the values of its input (boolean-mask indexing, nonzero, "
+                "masked_select, unique); fusec compiles static shapes only: use "
+                "torch.where(mask, x, 0) or a fixed-size form instead")
+
+
+def _keep_non_persistent_buffers(program: Any) -> None:
+    """Put the buffers torch.export kept among its constants (`persistent=False`) into the
+    state dict, where torch-mlir's importer looks for every buffer."""
+    signature = program.graph_signature
+    for name in getattr(signature, "non_persistent_buffers", []) or []:
+        if name not in program.state_dict and name in program.constants:
+            program.state_dict[name] = program.constants[name]
+
+
+def normalise_negative_dims(program: Any) -> None:
+    """Rewrite each aten op's negative `dim` argument (an int) as `dim + rank`, the rank of
+    its first tensor argument."""
+    import torch
+
+    for node in program.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None:
+            continue
+        args = list(node.args)
+        kwargs = dict(node.kwargs)
+        first = next((a for a in args if isinstance(a, torch.fx.Node)), None)
+        value = first.meta.get("val") if first is not None else None
+        if not isinstance(value, torch.Tensor):
+            continue
+        rank = max(value.dim(), 1)
+        changed = False
+        for position, argument in enumerate(schema.arguments):
+            if argument.name != "dim" or str(argument.type) != "int":
+                continue
+            if position < len(args) and isinstance(args[position], int) and args[position] < 0:
+                args[position] += rank
+                changed = True
+            elif isinstance(kwargs.get("dim"), int) and kwargs["dim"] < 0:
+                kwargs["dim"] += rank
+                changed = True
+        if changed:
+            node.args, node.kwargs = tuple(args), kwargs
+    program.graph_module.recompile()
 
 
 def _torch_mlir_context() -> tuple[Any, list[str], Any]:

@@ -62,10 +62,19 @@ def _gpu_present() -> bool:
 def linalg_passes(options: CompileOptions) -> list[str]:
     # Normalise what torch-mlir gives: fold and deduplicate before deciding fusion.
     # Model globals (RNG seeds) and host scalar code move into kernels before the checks.
-    return ["fusion-drop-asserts", "fusion-globals-to-state",
+    # Indices read from data (gathers, embeddings) are bounds-checked first: out of range, a
+    # CPU kernel reports the op and the index through the runtime; a GPU kernel reads index 0.
+    return [f"fusion-guard-indices{{report={_reports_index_errors(options)}}}",
+            "fusion-drop-asserts", "fusion-globals-to-state",
             "fusion-scalars-to-tensors", "fusion-check-supported",
             # A contraction over a zero-size dimension is its init (no kernel can take it).
             "fusion-fold-empty-iterations", "canonicalize", "cse"]
+
+
+def _reports_index_errors(options: CompileOptions) -> str:
+    """Whether the target's kernels can report a failed index check (the CPU runtime
+    defines `fusec_index_error`; a GPU kernel cannot call the host)."""
+    return "true" if options.resolved_target() == "cpu" else "false"
 
 
 def fusion_passes(options: CompileOptions) -> list[str]:
@@ -79,7 +88,11 @@ def fusion_passes(options: CompileOptions) -> list[str]:
     # torch-mlir left in the model function (multinomial) too; constant outputs get a writer.
     # Last, whatever the planner left (or everything, without fusion) becomes a kernel of its
     # own; canonicalize then drops the constants that were cloned into groups.
-    return (["fusion-lower-tm-tensor", "fusion-form-loop-kernels", "fusion-materialize-outputs"]
+    # The loop kernels' writes at indices read from data (scatter, index_put) are guarded
+    # like the reads were in `linalg`.
+    return (["fusion-lower-tm-tensor",
+             f"fusion-guard-indices{{report={_reports_index_errors(options)}}}",
+             "fusion-form-loop-kernels", "fusion-materialize-outputs"]
             + plan
             + ["fusion-form-singletons", "canonicalize", "cse"])
 
@@ -240,7 +253,23 @@ def lower(module: ir.Module, options: CompileOptions, stop_after: str | None = N
     return last
 
 
-def build_so(module: ir.Module, options: CompileOptions, output: str) -> dict:
+def index_check_messages(module: ir.Module, filename: str | None = None) -> list[str]:
+    """The module's index checks (`--fusion-guard-indices`), as the runtime reports them:
+    `file:line:col: <message>`, with `{index}` where the bad index goes."""
+    attrs = module.operation.attributes
+    if "fusion.index_checks" not in attrs:
+        return []
+    messages = []
+    for check in attrs["fusion.index_checks"]:
+        check = ir.DictAttr(check)
+        where = format_location(ir.StringAttr(check["loc"]).value, filename)
+        text = ir.StringAttr(check["message"]).value
+        messages.append(f"{where}: {text}" if where else text)
+    return messages
+
+
+def build_so(module: ir.Module, options: CompileOptions, output: str,
+             filename: str | None = None) -> dict:
     """The `so` stage: kernels to an object file, host plan + shim linked into `output`.
 
     `module` must be lowered through the target's last IR stage. The result is written
@@ -255,7 +284,9 @@ def build_so(module: ir.Module, options: CompileOptions, output: str) -> dict:
     workdir = tempfile.mkdtemp(prefix="fusec-so-")
     try:
 
+        checks = index_check_messages(module, filename)
         plan = codegen_cpu.take_plan(module)
+        plan.metadata["index_checks"] = checks
         obj = os.path.join(workdir, "kernels.o")
         cpu = codegen_cpu.target_cpu(options)
         codegen_cpu.emit_object(module, obj, cpu=cpu)

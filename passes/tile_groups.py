@@ -501,7 +501,8 @@ def sibling_roots(group: ir.Operation, root: ir.Operation, ranges: list[int],
 def _covering_read(consumer: ir.Operation, operand_number: int) -> bool:
     """Whether `consumer`, run over its whole iteration space, reads every element of its
     operand `operand_number`, each through a loop dim of the operand's full extent: a
-    projected permutation (identity, transpose, broadcast) and no stride, window or offset.
+    projected permutation (identity, transpose, broadcast; a unit dim read at 0) and no
+    stride, window or offset.
     """
     if "indexing_maps" not in consumer.attributes:
         return False  # tensor.pad, a reshape: reads through offsets the maps do not show
@@ -509,12 +510,20 @@ def _covering_read(consumer: ir.Operation, operand_number: int) -> bool:
     if operand_number >= len(maps):
         return False
     amap = maps[operand_number]
-    if not amap.is_projected_permutation:
-        return False
     ranges = _ranges_from_maps(consumer, maps)
     shape = ir.RankedTensorType(consumer.operands[operand_number].type).shape
-    return all(ranges[ir.AffineDimExpr(e).position] == extent
-               for e, extent in zip(amap.results, shape))
+    seen: set[int] = set()
+    for expr, extent in zip(amap.results, shape):
+        if isinstance(expr, ir.AffineConstantExpr) and ir.AffineConstantExpr(expr).value == 0 \
+                and extent == 1:
+            continue  # torch's keepdim: the one element of a unit dim
+        if not isinstance(expr, ir.AffineDimExpr):
+            return False  # a stride, a window, an offset
+        position = ir.AffineDimExpr(expr).position
+        if position in seen or ranges[position] != extent:
+            return False  # a diagonal, or a part of the dim
+        seen.add(position)
+    return True
 
 
 def inexact_escaping_producers(tileable: list[ir.Operation], roots: list[int]) -> set[int]:

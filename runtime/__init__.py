@@ -77,6 +77,8 @@ __all__ = [
 # Must equal FUSEC_ABI_VERSION in runtime/shim.c (the build checks it).
 ABI_VERSION = 1
 ARTIFACT_FORMAT = "fusec-artifact"
+# fusec_run's status for an index read from an input out of range (runtime/shim.c).
+INDEX_ERROR_STATUS = 3
 # Targets this runtime loads. A "cuda" artifact runs on device pointers (Module.run_pointers);
 # numpy arrays (Module.__call__) are for the host targets only.
 SUPPORTED_TARGETS = ("cpu", "cuda")
@@ -419,18 +421,28 @@ class Module:
         if stream is not None or graph:
             raise ValueError(f"{self.path.name}: stream= and graph= are for cuda artifacts")
         arrays = self._check_inputs(inputs)
+        targets = self._check_outputs(out, arrays) if out is not None else None
+        # A model that checks indices read from its inputs may fail half-way: the caller's
+        # `out` arrays are then written only once the run has succeeded.
         outputs = (
-            self._check_outputs(out, arrays)
-            if out is not None
+            targets
+            if targets is not None and not self._lib.metadata.get("index_checks")
             else [np.empty(s.shape, s.numpy_dtype) for s in self.signature.outputs]
         )
         in_ptrs = self._in_array_type(*(a.ctypes.data for a in arrays))
         out_ptrs = self._out_array_type(*(a.ctypes.data for a in outputs))
         status = self._lib.run(in_ptrs, out_ptrs)
+        if status == INDEX_ERROR_STATUS:
+            # torch raises IndexError for an index out of range; so does the model.
+            raise IndexError(f"{self.path.name}: {self._lib.error_text()}")
         if status != 0:
             raise RuntimeError(
                 f"{self.path}: fusec_run failed (status {status}): {self._lib.error_text()}"
             )
+        if targets is not None and outputs is not targets:
+            for target, result in zip(targets, outputs):
+                np.copyto(target, result)
+            outputs = targets
         if out is None:
             outputs = _numbers_for_scalars(outputs, self.signature.outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

@@ -35,7 +35,9 @@
  *       Runs the model. inputs[i] / outputs[i] are the data pointers of dense, row-major buffers
  *       of exactly the shapes and dtypes of the metadata (the caller allocates the outputs).
  *       Outputs must not overlap inputs or each other. Returns 0 on success; non-zero on error
- *       (1: invalid arguments, 2: environment or resource failure), and then
+ *       (1: invalid arguments, 2: environment or resource failure, 3: an index read from
+ *       an input is out of range: a gather, embedding or scatter, named with the index and
+ *       the op's source location; the outputs' contents are then undefined), and then
  *       fusec_last_error() says why. Thread-safe: concurrent calls on one library are serialised
  *       (temporaries and the thread pool belong to the library).
  *
@@ -121,6 +123,40 @@ FUSEC_HIDDEN void fusec_set_error(const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(error_message, sizeof error_message, fmt, ap);
   va_end(ap);
+}
+
+/* ---------------------------------------------------------------- index checks */
+
+/* Defined by plan.c: one message per bounds check a kernel makes on an index it read from
+ * data (--fusion-guard-indices), each with "{index}" where the bad index goes. */
+extern const int fusec_plan_num_checks;
+extern const char *const fusec_plan_checks[];
+
+/* The first failed check of the current run (-1: none) and its index. Kernels run on the
+ * pool's threads: the first to fail wins, the others are dropped. */
+static _Atomic int failed_check = -1;
+static _Atomic int64_t failed_index;
+
+/* Called by a kernel whose index is out of range; the kernel reads index 0 (or skips the
+ * write) instead, and fusec_run reports the failure once the launches are done. */
+FUSEC_HIDDEN void fusec_index_error(int64_t check, int64_t index) {
+  int expected = -1;
+  if (atomic_compare_exchange_strong(&failed_check, &expected, (int)check))
+    atomic_store(&failed_index, index);
+}
+
+/* The failed check's message with the index in place, as the run's error; 0 when none. */
+static int report_failed_check(void) {
+  int check = atomic_exchange(&failed_check, -1);
+  if (check < 0) return 0;
+  long long index = (long long)atomic_load(&failed_index);
+  const char *message = check < fusec_plan_num_checks ? fusec_plan_checks[check] : "";
+  const char *hole = strstr(message, "{index}");
+  if (hole == NULL)
+    fusec_set_error("index %lld out of range: %s", index, message);
+  else
+    fusec_set_error("%.*s%lld%s", (int)(hole - message), message, index, hole + 7);
+  return 3;
 }
 
 /* ---------------------------------------------------------------- thread pool (CPU) */
@@ -344,9 +380,11 @@ FUSEC_API int fusec_run_stream(void **inputs, void **outputs, void *stream) {
     }
     arena = p;
   }
+  atomic_store(&failed_check, -1);
   int status = fusec_plan_execute(inputs, outputs, arena, stream);
+  int failed = report_failed_check();
   pthread_mutex_unlock(&run_mu);
-  return status;
+  return status != 0 ? status : failed;
 }
 
 FUSEC_API int fusec_run(void **inputs, void **outputs) {

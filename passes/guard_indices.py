@@ -1,0 +1,192 @@
+"""--fusion-guard-indices: bounds-check every index a kernel reads from data.
+
+An embedding, a gather, an index_select, a scatter or an index_put reads or writes at an index
+that comes from a tensor's values. torch raises `IndexError` for an index out of range; a
+kernel that uses it unchecked reads or writes outside the tensor (garbage, or a crash of the
+calling process). This pass guards each such access:
+
+- `tensor.extract %t[..., %i, ...]` where `%i` is computed from data (a payload's block
+  argument, or a value read by another `tensor.extract`): the index is checked against its
+  dimension (`0 <= i < dim`), an index out of range is replaced by 0 (never an access outside
+  the tensor), and, with `report=true`, the failure is reported through
+  `func.call @fusec_index_error(check, index)` under an `scf.if`;
+- `tensor.insert %v into %t[..., %i, ...]` likewise: out of range, the insert is skipped (the
+  tensor passes through unchanged) and reported.
+
+Each check has a number, its position in the module's `fusion.index_checks` (a message and
+the op's location); the runtime (runtime/shim.c) keeps the first failure of a run and
+`fusec_run` returns an error naming the op, its location and the index. torch-mlir's own
+`cf.assert`s on these indices are then redundant: `--fusion-drop-asserts` removes them.
+
+Indices computed from loop positions only (`linalg.index`, constants, loop induction
+variables) are in range by construction and are not checked. An access already guarded
+(`fusion.guarded`) is left alone, so the pass can run again after a later pass adds loops.
+
+Options: `report` (true: call `fusec_index_error`, which the CPU runtime defines; false:
+only make the access safe, for a target whose kernels cannot call the host).
+
+Before:
+    %i = arith.index_cast %in : i64 to index
+    %v = tensor.extract %table[%i, %j] : tensor<1000x8xf32>
+After:
+    %i = arith.index_cast %in : i64 to index
+    %ok = ... 0 <= %i < 1000 ...
+    %safe = arith.select %ok, %i, %c0 : index
+    scf.if %bad { func.call @fusec_index_error(%c3_i64, %i_i64) : (i64, i64) -> () }
+    %v = tensor.extract %table[%safe, %j] {fusion.guarded} : tensor<1000x8xf32>
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlir.ir as ir
+from mlir.dialects import arith, func, scf, tensor
+
+from fusec.passes.grouping import op_key, walk_ops
+from fusec.passes.registry import Pass, register
+
+ERROR_FUNCTION = "fusec_index_error"
+CHECKS_ATTR = "fusion.index_checks"
+GUARDED_ATTR = "fusion.guarded"
+# Ops whose results are data: an index computed from them may be anything.
+_DATA_READS = frozenset({"tensor.extract", "memref.load"})
+# Ops whose results are in range by construction (loop positions).
+_POSITIONS = frozenset({"linalg.index", "arith.constant", "affine.apply"})
+
+
+def data_derived(value: ir.Value, memo: dict[int, bool] | None = None) -> bool:
+    """Whether `value` is computed from tensor data (not only from loop positions)."""
+    memo = {} if memo is None else memo
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        parent = owner.owner
+        name = parent.name if parent is not None else ""
+        # A linalg payload's arguments are tensor elements; an scf.for's iter_args may
+        # carry data (its induction variable is the first argument and does not).
+        if name.startswith("linalg."):
+            return True
+        if name == "scf.for":
+            return ir.BlockArgument(value).arg_number > 0
+        return False
+    op = owner.operation if hasattr(owner, "operation") else owner
+    key = op_key(op)
+    if key in memo:
+        return memo[key]
+    if op.name in _DATA_READS:
+        memo[key] = True
+        return True
+    if op.name in _POSITIONS:
+        memo[key] = False
+        return False
+    memo[key] = False  # cycles cannot occur in SSA outside graph regions; be safe anyway
+    result = any(data_derived(v, memo) for v in op.operands
+                 if isinstance(v.type, (ir.IndexType, ir.IntegerType)))
+    memo[key] = result
+    return result
+
+
+def _error_function(module: ir.Operation) -> None:
+    """Declare `func.func private @fusec_index_error(i64, i64)` once."""
+    body = module.regions[0].blocks[0]
+    for op in body.operations:
+        if op.operation.name == "func.func" and \
+                ir.StringAttr(op.operation.attributes["sym_name"]).value == ERROR_FUNCTION:
+            return
+    i64 = ir.IntegerType.get_signless(64)
+    with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
+        fn = func.FuncOp(ERROR_FUNCTION, ir.FunctionType.get([i64, i64], []))
+        fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+
+
+def _describe(op: ir.Operation, tensor_type: ir.RankedTensorType, dim: int) -> str:
+    """The check's message; the runtime puts the bad index in place of `{index}`."""
+    access = "read" if op.name == "tensor.extract" else "write"
+    size = "?" if tensor_type.is_dynamic_dim(dim) else tensor_type.shape[dim]
+    return (f"index {{index}} is out of range for dimension {dim} of size {size} (an indexed "
+            f"{access} of {tensor_type}: an embedding, gather, index_select, scatter or "
+            "index_put)")
+
+
+@register
+@dataclass
+class GuardIndicesPass(Pass):
+    """Bounds-check indices computed from data (gather, embedding, scatter); report failures."""
+
+    ARGUMENT = "fusion-guard-indices"
+    report: bool = True
+
+    def run(self, module: ir.Operation) -> None:
+        accesses = walk_ops(module, lambda op: op.name in ("tensor.extract", "tensor.insert")
+                            and GUARDED_ATTR not in op.attributes)
+        checks = [ir.DictAttr(a) for a in module.attributes[CHECKS_ATTR]] \
+            if CHECKS_ATTR in module.attributes else []
+        memo: dict[int, bool] = {}
+        guarded = False
+        for op in accesses:
+            first_index = 1 if op.name == "tensor.extract" else 2
+            indices = list(op.operands)[first_index:]
+            dims = [d for d, v in enumerate(indices) if data_derived(v, memo)]
+            if not dims:
+                continue
+            tensor_value = op.operands[first_index - 1]
+            tensor_type = ir.RankedTensorType(tensor_value.type)
+            oks = []
+            with ir.InsertionPoint(op), op.location:
+                index = ir.IndexType.get()
+                i64 = ir.IntegerType.get_signless(64)
+                zero = arith.ConstantOp(index, 0).result
+                for d in dims:
+                    value = indices[d]
+                    if tensor_type.is_dynamic_dim(d):
+                        size = tensor.DimOp(tensor_value, arith.ConstantOp(index, d)).result
+                    else:
+                        size = arith.ConstantOp(index, tensor_type.shape[d]).result
+                    ok = arith.AndIOp(
+                        arith.CmpIOp(arith.CmpIPredicate.sge, value, zero).result,
+                        arith.CmpIOp(arith.CmpIPredicate.slt, value, size).result).result
+                    oks.append((d, value, ok))
+                    if self.report:
+                        bad = arith.XOrIOp(ok, arith.ConstantOp(ir.IntegerType.get_signless(1),
+                                                                1).result).result
+                        check = len(checks)
+                        checks.append(ir.DictAttr.get({
+                            "message": ir.StringAttr.get(_describe(op, tensor_type, d)),
+                            "loc": ir.StringAttr.get(str(op.location)),
+                        }))
+                        branch = scf.IfOp(bad)
+                        with ir.InsertionPoint(branch.then_block):
+                            func.CallOp([], ERROR_FUNCTION, [
+                                arith.ConstantOp(i64, check).result,
+                                arith.IndexCastOp(i64, value).result])
+                            scf.YieldOp([])
+                    if op.name == "tensor.extract":
+                        op.operands[first_index + d] = arith.SelectOp(ok, value, zero).result
+            if op.name == "tensor.insert":
+                self._guard_insert(op, oks)
+            else:
+                op.attributes[GUARDED_ATTR] = ir.UnitAttr.get()
+            guarded = True
+        if guarded and self.report:
+            _error_function(module)
+            module.attributes[CHECKS_ATTR] = ir.ArrayAttr.get(checks)
+
+    @staticmethod
+    def _guard_insert(op: ir.Operation, oks: list[tuple[int, ir.Value, ir.Value]]) -> None:
+        """`tensor.insert` only where every checked index is in range; else the destination
+        passes through unchanged."""
+        with ir.InsertionPoint(op), op.location:
+            ok = oks[0][2]
+            for _, _, more in oks[1:]:
+                ok = arith.AndIOp(ok, more).result
+            dest = op.operands[1]
+            branch = scf.IfOp(ok, [dest.type], has_else=True)
+            with ir.InsertionPoint(branch.then_block):
+                inner = op.clone()
+                inner.attributes[GUARDED_ATTR] = ir.UnitAttr.get()
+                scf.YieldOp([inner.results[0]])
+            with ir.InsertionPoint(branch.else_block):
+                scf.YieldOp([dest])
+        op.results[0].replace_all_uses_with(branch.results[0])
+        op.erase()
+
