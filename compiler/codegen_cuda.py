@@ -98,7 +98,8 @@ from typing import Any, Iterable
 import mlir.ir as ir
 from mlir.passmanager import PassManager
 
-from fusec.compiler.plan import DTYPE_SIZES, Buffer, Launch, Plan
+from fusec.compiler.frontend import read_torch_signature
+from fusec.compiler.plan import DTYPE_SIZES, Buffer, Launch, Plan, apply_torch_signature
 from fusec.passes import cost_model
 
 GROUP_OP = "fusion.group"
@@ -2044,7 +2045,9 @@ def options_from(compile_options: Any) -> CudaOptions:
 
 def build_so(module: ir.Module, compile_options: Any, output: str | os.PathLike) -> dict:
     """The `so` stage for target cuda: fusion-stage module -> model.so; returns its metadata."""
+    signature = read_torch_signature(module)
     program = generate(module, options_from(compile_options))
+    apply_torch_signature(program.plan, signature)
     write_cuda_artifact(program, output)
     return _metadata(program.plan)
 

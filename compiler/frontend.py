@@ -19,6 +19,7 @@ is an optional extra.
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import os
 import re
@@ -57,21 +58,69 @@ def import_torch(
     """
     from fusec.dialects import make_context
 
-    text = inline_dense_resources(_torch_mlir_generic_text(module, example_inputs, func_name))
+    text, signature = _torch_mlir_generic_text(module, example_inputs, func_name)
+    text = inline_dense_resources(text)
     context = make_context()
     check_dialects(text, context)
-    return to_generic(text, context, locations=locations)
+    module_ir = parse_module(text, context)
+    # What torch knows of the signature and MLIR does not (argument names, unsigned
+    # integers: torch-mlir's i8 is signless) travels with the IR to the artifact.
+    module_ir.operation.attributes[SIGNATURE_ATTR] = ir_string(json.dumps(signature), context)
+    return module_ir.operation.get_asm(print_generic_op_form=True, enable_debug_info=locations)
+
+
+SIGNATURE_ATTR = "fusion.torch_signature"
+
+
+def read_torch_signature(module: ir.Module) -> dict:
+    """The `torch_signature` that `import_torch` recorded on the module, or {} for IR that
+    did not come from torch."""
+    attrs = module.operation.attributes
+    if SIGNATURE_ATTR not in attrs:
+        return {}
+    import mlir.ir as mlir_ir
+
+    return json.loads(mlir_ir.StringAttr(attrs[SIGNATURE_ATTR]).value)
+
+
+def ir_string(text: str, context: Any) -> Any:
+    import mlir.ir as mlir_ir
+
+    return mlir_ir.StringAttr.get(text, context=context)
+
+
+def torch_signature(program: Any) -> dict:
+    """The user inputs' names and dtypes and the user outputs' dtypes of an exported
+    program, in the order of the imported function's arguments and results."""
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    nodes = {n.name: n for n in program.graph.nodes}
+
+    def dtype(name: str) -> str | None:
+        value = nodes[name].meta.get("val") if name in nodes else None
+        return str(value.dtype).removeprefix("torch.") if hasattr(value, "dtype") else None
+
+    signature = program.graph_signature
+    inputs = [{"name": spec.arg.name, "dtype": dtype(spec.arg.name)}
+              for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
+    outputs = [{"dtype": dtype(spec.arg.name) if hasattr(spec.arg, "name") else None}
+               for spec in signature.output_specs if spec.kind == OutputKind.USER_OUTPUT]
+    return {"inputs": inputs, "outputs": outputs}
 
 
 def _torch_mlir_generic_text(
     module: torch.nn.Module, example_inputs: tuple[Any, ...], func_name: str
-) -> str:
-    """Run torch-mlir and print its module in generic form with torch-mlir's own MLIR."""
+) -> tuple[str, dict]:
+    """Run torch-mlir and print its module in generic form with torch-mlir's own MLIR; also
+    the program's `torch_signature`."""
     try:
         import torch
-        from torch_mlir import fx
-        from torch_mlir.compiler_utils import TorchMlirCompilerError
-        from torch_mlir.extras.fx_importer import FxImporter
+
+        # torch-mlir's native libraries are loaded here, in this process, before the import
+        # runs in a child: loaded first in a child of a process that already holds fusec's
+        # LLVM (the ExecutionEngine's), their command-line options clash and LLVM aborts.
+        from torch_mlir import fx  # noqa: F401
+        from torch_mlir.extras.fx_importer import FxImporter  # noqa: F401
     except ImportError as error:
         raise FrontendError(
             f"importing a PyTorch model needs torch and torch-mlir ({error}); "
@@ -85,12 +134,55 @@ def _torch_mlir_generic_text(
                 f"example input {index} is a {type(value).__name__}, not a torch.Tensor"
             )
     module.eval()
-    context, errors, handler = _torch_mlir_context()
     try:
         with warnings.catch_warnings():
             # torch.export's pytree code warns about its own deprecated API on every export.
             warnings.simplefilter("ignore", FutureWarning)
             program = export_program(module, example_inputs)
+    except FrontendError:
+        raise
+    except Exception as error:  # torch.export raises many types (Unsupported, UserError, ...)
+        raise FrontendError(
+            f"torch.export failed: {type(error).__name__}: {error}"
+        ) from error
+    signature = torch_signature(program)
+    # torch-mlir's C++ can abort, crash or grow without bound on some graphs, killing the
+    # user's process: it runs in a child, watched (compiler/isolate.py).
+    from fusec.compiler.isolate import IsolatedFailure, run_isolated
+
+    try:
+        text = run_isolated(lambda: _lower_with_torch_mlir(program, func_name),
+                            "torch-mlir's import")
+    except IsolatedFailure as failure:
+        where = _model_source(module)
+        raise FrontendError(f"{where + ': ' if where else ''}{failure} (importing "
+                            f"{type(module).__name__}; fusec cannot compile this model as "
+                            "written)") from None
+    return text, signature
+
+
+def _model_source(module: Any) -> str:
+    """`file:line` of the model's `forward`, or ''."""
+    import inspect
+
+    try:
+        forward = type(module).forward
+        return f"{inspect.getsourcefile(forward)}:{inspect.getsourcelines(forward)[1]}"
+    except (TypeError, OSError, AttributeError):
+        return ""
+
+
+def _lower_with_torch_mlir(program: Any, func_name: str) -> str:
+    """torch-mlir's import and lowering to linalg-on-tensors of an exported program, printed
+    in generic form with torch-mlir's own MLIR."""
+    from torch_mlir import fx
+    from torch_mlir.compiler_utils import TorchMlirCompilerError
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    context, errors, handler = _torch_mlir_context()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
             # The decompositions ran in export_program: an empty table skips torch-mlir's.
             imported = fx.export_and_import(
                 program,
@@ -102,11 +194,9 @@ def _torch_mlir_generic_text(
         return imported.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
     except TorchMlirCompilerError as error:
         raise FrontendError(_describe_torch_mlir_failure(errors, str(error))) from error
-    except FrontendError:
-        raise
-    except Exception as error:  # torch.export raises many types (Unsupported, UserError, ...)
+    except Exception as error:
         raise FrontendError(
-            f"torch.export or torch-mlir's importer failed: {type(error).__name__}: {error}"
+            f"torch-mlir's importer failed: {type(error).__name__}: {error}"
         ) from error
     finally:
         handler.detach()
@@ -143,23 +233,25 @@ def _user_frame(node: Any) -> str:
 
 
 def refuse_data_dependent_shapes(program: Any) -> None:
-    """A FrontendError, located, for the first node whose result's shape depends on the
+    """A FrontendError, located, for the first node with a result whose shape depends on the
     values of a tensor (an unbacked symbolic size): fusec compiles static shapes."""
     import torch
 
     for node in program.graph.nodes:
         value = node.meta.get("val")
-        if not isinstance(value, torch.Tensor):
+        results = value if isinstance(value, (tuple, list)) else [value]
+        dynamic = [r for r in results if isinstance(r, torch.Tensor)
+                   and any(not isinstance(d, int) for d in r.shape)]
+        if not dynamic:
             continue
-        if any(not isinstance(d, int) for d in value.shape):
-            where = _user_frame(node)
-            shape = "x".join(str(d) for d in value.shape)
-            op = getattr(node.target, "__name__", str(node.target))
-            raise FrontendError(
-                f"{where + ': ' if where else ''}'{op}' has a result whose shape ({shape}) "
-                "depends on the values of its input (boolean-mask indexing, nonzero, "
-                "masked_select, unique); fusec compiles static shapes only: use "
-                "torch.where(mask, x, 0) or a fixed-size form instead")
+        where = _user_frame(node)
+        shape = "x".join(str(d) for d in dynamic[0].shape)
+        op = getattr(node.target, "__name__", str(node.target))
+        raise FrontendError(
+            f"{where + ': ' if where else ''}'{op}' has a result whose shape ({shape}) "
+            "depends on the values of its input (boolean-mask indexing, nonzero, "
+            "masked_select, unique); fusec compiles static shapes only: use "
+            "torch.where(mask, x, 0) or a fixed-size form instead")
 
 
 def _keep_non_persistent_buffers(program: Any) -> None:
@@ -171,14 +263,24 @@ def _keep_non_persistent_buffers(program: Any) -> None:
             program.state_dict[name] = program.constants[name]
 
 
+# Ops whose `dim` names a dim of their first tensor argument (so -1 is rank - 1; not
+# unsqueeze's, whose range is one longer) and that torch-mlir lowers to TMTensor loops.
+_DIM_OF_SELF_OPS = frozenset({
+    "scatter", "scatter_add", "scatter_reduce", "gather", "index_select", "index_add",
+    "index_copy", "index_fill", "index_reduce", "cumsum", "cumprod", "sort", "argsort", "topk",
+})
+
+
 def normalise_negative_dims(program: Any) -> None:
-    """Rewrite each aten op's negative `dim` argument (an int) as `dim + rank`, the rank of
-    its first tensor argument."""
+    """Rewrite the negative `dim` argument (an int) of the ops in `_DIM_OF_SELF_OPS` as
+    `dim + rank`, the rank of their first tensor argument."""
     import torch
 
     for node in program.graph.nodes:
         schema = getattr(node.target, "_schema", None)
         if node.op != "call_function" or schema is None:
+            continue
+        if schema.name.split("::")[-1] not in _DIM_OF_SELF_OPS:
             continue
         args = list(node.args)
         kwargs = dict(node.kwargs)
@@ -248,6 +350,7 @@ def decomposition_table() -> dict[Any, Any]:
       lowering uses 0.797724 (sqrt(2/pi) = 0.7978846), a relative error of 5e-5 in the output.
     - `aten.pow.Tensor_Scalar` with exponent 2 or 3 (RMSNorm, GELU-tanh): multiplications,
       instead of `math.fpowi`.
+    - `aten.floor_divide` of uint8: in int32 (torch-mlir's unsigned lowering segfaults).
     """
     import torch
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
@@ -260,7 +363,19 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.reciprocal.default] = _reciprocal
     table[aten.gelu.default] = _gelu_tanh
     table[aten.pow.Tensor_Scalar] = _pow_scalar
+    table[aten.floor_divide.default] = _unsigned_floor_divide
     return table
+
+
+def _unsigned_floor_divide(a: torch.Tensor, b: Any) -> torch.Tensor | Any:
+    """uint8 `a // b` computed in int32 and narrowed back (exact: both are non-negative);
+    torch-mlir's lowering of an unsigned floor division crashes the process (SIGSEGV)."""
+    import torch
+
+    if a.dtype != torch.uint8:
+        return NotImplemented
+    wide = b.to(torch.int32) if isinstance(b, torch.Tensor) else b
+    return torch.floor_divide(a.to(torch.int32), wide).to(torch.uint8)
 
 
 def _naive_attention_decomposition(fallback: Any) -> Any:

@@ -21,6 +21,8 @@ from typing import Callable
 import mlir.ir as ir
 
 from fusec.compiler.diagnostics import FusecError, format_location, from_mlir_error
+from fusec.compiler.frontend import read_torch_signature
+from fusec.compiler.plan import apply_torch_signature
 
 STAGES = ("torch", "linalg", "fusion", "tiled", "bufferized", "cpu", "cuda", "so")
 TARGETS = ("cpu", "cuda", "auto")
@@ -285,8 +287,10 @@ def build_so(module: ir.Module, options: CompileOptions, output: str,
     try:
 
         checks = index_check_messages(module, filename)
+        signature = read_torch_signature(module)
         plan = codegen_cpu.take_plan(module)
         plan.metadata["index_checks"] = checks
+        apply_torch_signature(plan, signature)
         obj = os.path.join(workdir, "kernels.o")
         cpu = codegen_cpu.target_cpu(options)
         codegen_cpu.emit_object(module, obj, cpu=cpu)

@@ -25,6 +25,8 @@ DTYPE_SIZES = {
     "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
 }
+# Unsigned dtypes torch has and MLIR's signless integers do not say.
+UNSIGNED_DTYPES = frozenset({"uint8"})
 
 
 @dataclass
@@ -132,3 +134,25 @@ class Plan:
             states=[State(**x) for x in data.get("states", [])],
             scalar_outputs=list(data.get("scalar_outputs", [])),
         )
+
+
+def apply_torch_signature(plan: Plan, signature: dict) -> None:
+    """Give the plan's user inputs the names of the model's `forward` arguments, and its
+    user inputs and outputs torch's unsigned dtype where MLIR's signless integer of the same
+    width hid it (torch.uint8 is `i8` in torch-mlir's IR). `signature` is the frontend's
+    `torch_signature`; one of another arity (not this program's) changes nothing."""
+    by_id = {b.id: b for b in plan.buffers}
+    for kind, positions, ids in (("inputs", plan.user_inputs(), plan.inputs),
+                                 ("outputs", plan.user_outputs(), plan.outputs)):
+        entries = signature.get(kind, [])
+        if len(entries) != len(positions):
+            continue
+        for entry, position in zip(entries, positions):
+            buffer = by_id[ids[position]]
+            wanted = entry.get("dtype")
+            same_width = DTYPE_SIZES.get(wanted) == DTYPE_SIZES.get(buffer.dtype)
+            if wanted in UNSIGNED_DTYPES and same_width and buffer.dtype.startswith("int"):
+                buffer.dtype = wanted
+            name = entry.get("name")
+            if kind == "inputs" and name and name.isidentifier():
+                buffer.name = name

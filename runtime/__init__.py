@@ -479,7 +479,7 @@ class Module:
         arrays = []
         for i, (x, spec) in enumerate(zip(inputs, specs)):
             try:
-                a = x if isinstance(x, np.ndarray) else np.asarray(x)
+                a = x if isinstance(x, np.ndarray) else _host_array(x)
             except (TypeError, RuntimeError) as e:  # e.g. a torch tensor on a GPU
                 raise ValueError(
                     f"input {i} ({spec.name!r}): cannot be read as a host array: {e}"
@@ -509,6 +509,20 @@ class Module:
                 if a.size and outs[j].size and np.may_share_memory(a, outs[j]):
                     raise ValueError(f"{where}: overlaps out[{j}]")
         return outs
+
+
+def _host_array(x: Any) -> np.ndarray:
+    """`x` as a numpy array. A torch bfloat16 tensor (which numpy cannot read) comes as its
+    bits, viewed as `ml_dtypes.bfloat16` where ml_dtypes is installed (raw uint16 bits
+    otherwise); torch is not imported here: a torch tensor means torch is loaded already."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 \
+            and x.device.type == "cpu":
+        bits = np.asarray(x.detach().contiguous().view(torch.int16)).view(np.uint16)
+        return bits.view(_BFLOAT16) if _BFLOAT16 is not None else bits
+    return np.asarray(x)
 
 
 def _numbers_for_scalars(outputs: list[np.ndarray], specs: Sequence[TensorSpec]) -> list[Any]:

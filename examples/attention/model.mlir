@@ -97,4 +97,4 @@
     %31 = "tensor.expand_shape"(%30) <{reassociation = [[0, 1], [2], [3]], static_output_shape = array<i64: 2, 4, 64, 32>}> : (tensor<8x64x32xf32>) -> tensor<2x4x64x32xf32>
     "func.return"(%31) : (tensor<2x4x64x32xf32>) -> ()
   }) : () -> ()
-}) : () -> ()
+}) {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22q\22, \22dtype\22: \22float32\22}, {\22name\22: \22k\22, \22dtype\22: \22float32\22}, {\22name\22: \22v\22, \22dtype\22: \22float32\22}], \22outputs\22: [{\22dtype\22: \22float32\22}]}"} : () -> ()

@@ -125,4 +125,4 @@
     }) : (tensor<2x10xf32>, tensor<10xf32>, tensor<2x10xf32>) -> tensor<2x10xf32>
     "func.return"(%39) : (tensor<2x10xf32>) -> ()
   }) : () -> ()
-}) : () -> ()
+}) {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\22, \22dtype\22: \22float32\22}], \22outputs\22: [{\22dtype\22: \22float32\22}]}"} : () -> ()

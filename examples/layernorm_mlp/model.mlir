@@ -120,4 +120,4 @@
     }) : (tensor<4x128x256xf32>, tensor<4x128x256xf32>) -> tensor<4x128x256xf32>
     "func.return"(%33) : (tensor<4x128x256xf32>) -> ()
   }) : () -> ()
-}) : () -> ()
+}) {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\22, \22dtype\22: \22float32\22}, {\22name\22: \22residual\22, \22dtype\22: \22float32\22}], \22outputs\22: [{\22dtype\22: \22float32\22}]}"} : () -> ()

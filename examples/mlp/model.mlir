@@ -61,4 +61,4 @@
     }) : (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) -> tensor<8x32xf32>
     "func.return"(%17) : (tensor<8x32xf32>) -> ()
   }) : () -> ()
-}) : () -> ()
+}) {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22input\22, \22dtype\22: \22float32\22}], \22outputs\22: [{\22dtype\22: \22float32\22}]}"} : () -> ()

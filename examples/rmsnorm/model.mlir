@@ -52,4 +52,4 @@
     }) : (tensor<256x1024xf32>, tensor<1024xf32>, tensor<256x1024xf32>) -> tensor<256x1024xf32>
     "func.return"(%13) : (tensor<256x1024xf32>) -> ()
   }) : () -> ()
-}) : () -> ()
+}) {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\22, \22dtype\22: \22float32\22}], \22outputs\22: [{\22dtype\22: \22float32\22}]}"} : () -> ()

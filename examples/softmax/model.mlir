@@ -55,4 +55,4 @@
     }) : (tensor<64x512xf32>, tensor<64x1xf32>, tensor<64x512xf32>) -> tensor<64x512xf32>
     "func.return"(%15) : (tensor<64x512xf32>) -> ()
   }) : () -> ()
-}) : () -> ()
+}) {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\22, \22dtype\22: \22float32\22}], \22outputs\22: [{\22dtype\22: \22float32\22}]}"} : () -> ()

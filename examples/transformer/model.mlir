@@ -386,4 +386,4 @@
     }) : (tensor<2x16x128xf32>, tensor<128xf32>, tensor<2x16x128xf32>) -> tensor<2x16x128xf32>
     "func.return"(%124) : (tensor<2x16x128xf32>) -> ()
   }) : () -> ()
-}) : () -> ()
+}) {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22src\22, \22dtype\22: \22float32\22}], \22outputs\22: [{\22dtype\22: \22float32\22}]}"} : () -> ()

@@ -1,0 +1,118 @@
+"""Models users brought that fusec got wrong or could not take (2026-12-01), each against
+float64 on fresh random inputs, with its kernel count: top-2 routing with `scatter(-1, ...)`,
+RoPE tables registered as non-persistent buffers, uint8 images and masks, bf16 weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+nn = torch.nn
+
+import fusec  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def rel_err(out: np.ndarray, ref: torch.Tensor) -> float:
+    ref = ref.detach().double().numpy()
+    return float(np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref))
+
+
+class Top2Router(nn.Module):
+    """Mixture-of-experts routing as it is usually written: top-2 of a softmax, the
+    weights scattered back along the last dim (`scatter(-1, ...)` killed the process in
+    torch-mlir's TMTensor conversion), the experts mixed by them."""
+
+    def __init__(self, d: int = 16, experts: int = 4) -> None:
+        super().__init__()
+        self.gate = nn.Linear(d, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Linear(d, d) for _ in range(experts))
+
+    def forward(self, x):
+        probs = self.gate(x).softmax(-1)
+        top, idx = probs.topk(2, dim=-1)
+        weights = torch.zeros_like(probs).scatter(-1, idx, top / top.sum(-1, keepdim=True))
+        outs = torch.stack([e(x) for e in self.experts], dim=-1)
+        return (outs * weights.unsqueeze(-2)).sum(-1)
+
+
+class RotaryTables(nn.Module):
+    """RoPE with its inverse frequencies registered `persistent=False` (HF LLaMA's
+    `inv_freq`): torch.export keeps them among its constants."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, dim, 2) / dim)),
+                             persistent=False)
+        self.register_buffer("position_ids", torch.arange(8).unsqueeze(0), persistent=False)
+
+    def forward(self, x):
+        angles = self.position_ids[0, :, None].float() * self.inv_freq[None, :]
+        emb = torch.cat((angles, angles), dim=-1)
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        rotated = torch.cat((-x2, x1), dim=-1)
+        return x * emb.cos() + rotated * emb.sin()
+
+
+def test_top2_router_scatter_last_dim():
+    torch.manual_seed(0)
+    model = Top2Router().eval()
+    x = torch.randn(6, 16)
+    compiled = fusec.compile(model, x)
+    with torch.no_grad():
+        ref = model.double()(x.double())
+    assert rel_err(compiled(x.numpy()), ref) < 1e-5
+    assert 1 <= len(compiled.kernels) <= 12
+
+
+def test_non_persistent_buffers():
+    torch.manual_seed(0)
+    model = RotaryTables().eval()
+    x = torch.randn(2, 8, 16)
+    compiled = fusec.compile(model, x)
+    ref = model.double()(x.double())
+    assert rel_err(compiled(x.numpy()), ref) < 1e-5
+    assert len(compiled.kernels) == 3
+
+
+def test_uint8_in_and_out():
+    """torch.uint8 in and out (images, masks): torch-mlir's i8 is signless; the artifact
+    says uint8, takes uint8 arrays and returns values above 127 as they are."""
+
+    class Scale(nn.Module):
+        def forward(self, image, gain):
+            return (image.float() * gain).clamp(0, 255).to(torch.uint8), image // 2
+
+    image = torch.randint(0, 256, (3, 8), dtype=torch.uint8)
+    image[0, 0] = 255
+    gain = torch.rand(3, 8) * 2
+    compiled = fusec.compile(Scale(), image, gain)
+    inputs, outputs = compiled.signature.inputs, compiled.signature.outputs
+    assert [s.dtype for s in inputs] == ["uint8", "float32"]
+    assert [s.dtype for s in outputs] == ["uint8", "uint8"]
+    assert [s.name for s in inputs] == ["image", "gain"]
+    scaled, halved = compiled(image.numpy(), gain.numpy())
+    ref_scaled, ref_halved = Scale()(image, gain)
+    assert scaled.dtype == np.uint8 and halved.dtype == np.uint8
+    assert np.array_equal(halved, ref_halved.numpy()) and halved[0, 0] == 127
+    # float -> uint8 truncation of values within one ulp of an integer may differ by 1.
+    assert np.abs(scaled.astype(int) - ref_scaled.numpy().astype(int)).max() <= 1
+    with pytest.raises(ValueError, match=r"input 0 \('image'\): expected dtype uint8, got int8"):
+        compiled(image.numpy().astype(np.int8), gain.numpy())
+
+
+def test_bf16_weights_import():
+    """A bf16 model with weights (torch-mlir needs ml_dtypes for them, now a dependency)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32), nn.GELU()).to(torch.bfloat16).eval()
+    x = torch.randn(4, 32, dtype=torch.bfloat16)
+    compiled = fusec.compile(model, x)
+    out = np.asarray(compiled(x), dtype=np.float32)
+    ref = model.double()(x.double())
+    assert rel_err(out, ref) < 2e-2  # bf16 rounding of the output: 2^-8 relative
