@@ -546,8 +546,11 @@ def _link(
                 cmd,
                 proc.stderr,
             )
-        # mkstemp makes the file 0600; give it the mode a linker's output usually has.
-        os.chmod(partial, 0o755)
+        # mkstemp makes the file 0600; give it the mode a linker's output has (0777 less
+        # the umask).
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(partial, 0o777 & ~mask)
         os.replace(partial, out)
     finally:
         if os.path.exists(partial):

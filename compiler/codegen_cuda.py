@@ -111,6 +111,8 @@ KERNEL_MODULE = "fusec_kernels"
 DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
           "i64": "int64", "i32": "int32", "i8": "int8", "i1": "bool"}
 ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1, "i1": 1}
+# Element types held in memory as a wider type: i1 as one byte per value.
+MEMORY_ELEMENT = {"i1": "i8"}
 
 # A reduction's combining op (the op whose operand is the accumulator) -> gpu.all_reduce kind.
 COMBINERS = {
@@ -465,12 +467,25 @@ class KernelEmitter:
 
     def memref(self, arg: int) -> str:
         numel, elt = self.arg_types[arg]
-        return f"memref<{numel}x{elt}>"
+        return f"memref<{numel}x{MEMORY_ELEMENT.get(elt, elt)}>"
 
     # -- memory access
 
     def load_vector(self, arg: int, offset: str, vec: int) -> list[str]:
         elt = self.arg_types[arg][1]
+        if elt in MEMORY_ELEMENT:
+            # A bool is a byte in every buffer (the plan's "bool", the fallback's widened
+            # i1): read bytes and narrow; a vector of i1 in memory would be packed bits.
+            wide = MEMORY_ELEMENT[elt]
+            names = []
+            for lane in self._load_lanes(arg, offset, vec, wide):
+                name = self.fresh("x")
+                self.emit(f"{name} = arith.trunci {lane} : {wide} to {elt}")
+                names.append(name)
+            return names
+        return self._load_lanes(arg, offset, vec, elt)
+
+    def _load_lanes(self, arg: int, offset: str, vec: int, elt: str) -> list[str]:
         if vec == 1:
             name = self.fresh("x")
             self.emit(f"{name} = memref.load %arg{arg}[{offset}] : {self.memref(arg)}")
@@ -488,6 +503,14 @@ class KernelEmitter:
 
     def store_vector(self, arg: int, offset: str, lanes: list[str]) -> None:
         elt = self.arg_types[arg][1]
+        if elt in MEMORY_ELEMENT:  # bools are stored as bytes (see load_vector)
+            wide = MEMORY_ELEMENT[elt]
+            widened = []
+            for lane in lanes:
+                name = self.fresh("y")
+                self.emit(f"{name} = arith.extui {lane} : {elt} to {wide}")
+                widened.append(name)
+            lanes, elt = widened, wide
         vec = len(lanes)
         if vec == 1:
             self.emit(f"memref.store {lanes[0]}, %arg{arg}[{offset}] : {self.memref(arg)}")
@@ -2101,6 +2124,8 @@ GEMM_WORKSPACE_BYTES = 32 << 20
 
 SLICE_OFFSETS = "fusion.slice_offsets"
 VIEW_OFFSET = "fusion.view_offset"
+# The byte alignment a view's offset needs: the widest access a kernel makes (16-byte vectors).
+VIEW_ALIGNMENT = 16
 
 
 @dataclass(frozen=True)
@@ -3318,7 +3343,8 @@ def mark_view_groups(func: ir.Operation) -> int:
     """Mark each layout group whose result is its input's bytes from an offset (a reshape, a
     slice of whole rows) `fusion.path = "view"` with `fusion.view_offset` (elements): the
     plan makes its result a view of the input buffer (`Buffer.view_of`), no kernel. A
-    model result keeps its kernel (the caller owns that buffer). Returns how many."""
+    model result keeps its kernel (the caller owns that buffer), and so does a view whose
+    byte offset is not a multiple of `VIEW_ALIGNMENT`. Returns how many."""
     ret = list(func.regions[0].blocks[0].operations)[-1]
     returned = {_value_key(v) for v in ret.operands}
     count = 0
@@ -3331,6 +3357,13 @@ def mark_view_groups(func: ir.Operation) -> int:
             continue
         view = _view_through(found[1], list(reversed(found[0])))
         if view is None or not view.is_dense():
+            continue
+        element = ir.ShapedType(group.operands[0].type).element_type
+        element_bytes = max(1, getattr(element, "width", 8) // 8)
+        if (view.offset * element_bytes) % VIEW_ALIGNMENT:
+            # Kernels read their buffers 16 bytes at a time from the base: a view starting
+            # off that alignment (x[:, 1:] of int64) would be read misaligned. It stays a
+            # kernel that copies the slice into a buffer of its own.
             continue
         group.attributes["fusion.path"] = ir.StringAttr.get("view")
         group.attributes[VIEW_OFFSET] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),

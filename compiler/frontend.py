@@ -133,6 +133,12 @@ def _torch_mlir_generic_text(
             raise FrontendError(
                 f"example input {index} is a {type(value).__name__}, not a torch.Tensor"
             )
+    if module.training and type(module) not in _TRAINING_NOTED:
+        # Dropout and BatchNorm's batch statistics are training behaviour; fusec compiles
+        # inference. Said once per model class and process, so that no one is surprised.
+        _TRAINING_NOTED.add(type(module))
+        print(f"fusec: note: {type(module).__name__} is in training mode; compiling it in eval "
+              "mode (model.eval())", file=sys.stderr)
     module.eval()
     try:
         with warnings.catch_warnings():
@@ -159,6 +165,9 @@ def _torch_mlir_generic_text(
                             f"{type(module).__name__}; fusec cannot compile this model as "
                             "written)") from None
     return text, signature
+
+
+_TRAINING_NOTED: set = set()
 
 
 def _model_source(module: Any) -> str:

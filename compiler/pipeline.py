@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -37,6 +39,7 @@ class CompileOptions:
     fusion: bool = True  # False: one kernel per op (the unfused baseline)
     dump_dir: str | None = None
     model_name: str = "model"
+    verbose: bool = False  # print each stage's name and time on stderr
     extra: dict = field(default_factory=dict)
 
     def resolved_target(self) -> str:
@@ -49,6 +52,7 @@ class CompileOptions:
     def cache_key(self) -> str:
         data = dataclasses.asdict(self)
         data.pop("dump_dir")
+        data.pop("verbose")
         return repr(sorted(data.items()))
 
 
@@ -205,6 +209,7 @@ def run_stage(module: ir.Module, stage: str, options: CompileOptions,
 
     passes = STAGE_PASSES[stage](options)
     before = module.operation.get_asm(enable_debug_info=True)
+    started = time.perf_counter()
     try:
         run_pipeline(module, passes)
     except (PassError, ir.MLIRError, Exception) as exc:
@@ -220,6 +225,8 @@ def run_stage(module: ir.Module, stage: str, options: CompileOptions,
         command = _reproducer(before, stage, passes, options)
         error.message += f" [stage '{stage}'; reproduce with: {command}]"
         raise error from exc
+    if options.verbose:
+        print(f"fusec: stage {stage}: {time.perf_counter() - started:.2f} s", file=sys.stderr)
     if options.dump_dir:
         _dump(module, stage, options)
 

@@ -183,7 +183,7 @@ class FuseHorizontalPass(Pass):
     """Merge independent launch-bound groups into one horizontal group."""
 
     ARGUMENT = "fusion-horizontal"
-    device: str = "nvidia-h200"
+    device: str = "cpu"  # the default target of `fusec` too; nvidia-h200 for the GPU
     window: int = 8
     max_ops: int = 128
 

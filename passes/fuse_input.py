@@ -381,7 +381,7 @@ class FuseInputPass(Pass):
     """Merge independent kernels that read one large input into one `input` group."""
 
     ARGUMENT = "fusion-input"
-    device: str = "nvidia-h200"
+    device: str = "cpu"  # the default target of `fusec` too; nvidia-h200 for the GPU
     max_ops: int = 128
 
     def run(self, module: ir.Operation) -> None:

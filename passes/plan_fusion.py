@@ -57,7 +57,7 @@ class PlanFusionPass(Pass):
     """Plan every fusion kind with the cost model; every compute op ends in a group."""
 
     ARGUMENT = "fusion-plan"
-    device: str = "nvidia-h200"
+    device: str = "cpu"  # the default target of `fusec` too; nvidia-h200 for the GPU
     max_ops: int = 128
     input: bool = True
     horizontal: bool = True

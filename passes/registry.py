@@ -118,18 +118,22 @@ def split_pipeline(text: str) -> list[str]:
 
 
 def parse_element(element: str) -> tuple[str, dict[str, str]]:
-    """`name{a=1,b=2}` -> ("name", {"a": "1", "b": "2"}); options without `=` are "true"."""
+    """`name{a=1,b=2}` -> ("name", {"a": "1", "b": "2"}); options without `=` are "true".
+    Options may also be separated by spaces, as MLIR's own pipelines write them."""
     if "{" not in element:
         return element.strip(), {}
     name, _, rest = element.partition("{")
     options = {}
-    for item in split_pipeline(rest.rstrip().removesuffix("}")):
+    items = [word for item in split_pipeline(rest.rstrip().removesuffix("}"))
+             for word in item.split()]
+    for item in items:
         key, eq, value = item.partition("=")
         options[key.strip()] = value.strip() if eq else "true"
     return name.strip(), options
 
 
-def run_pipeline(module: ir.Module, elements: list[str], print_ir_after_all: bool = False) -> None:
+def run_pipeline(module: ir.Module, elements: list[str], print_ir_after_all: bool = False,
+                 timing: bool = False) -> None:
     """Run pass-pipeline elements in order: fusec passes by flag, anything else upstream.
 
     Raises the failing fusec pass's exception, or `ir.MLIRError` for upstream failures,
@@ -154,6 +158,8 @@ def run_pipeline(module: ir.Module, elements: list[str], print_ir_after_all: boo
                     raise ValueError(_pipeline_error(element, str(exc))) from None
         if print_ir_after_all:
             pm.enable_ir_printing(print_after_all=True)
+        if timing:
+            pm.enable_timing()  # MLIR's per-pass timing report, on stderr
         try:
             pm.run(module.operation)
         except ir.MLIRError:

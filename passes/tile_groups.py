@@ -622,6 +622,44 @@ def _feeds_pad(op: ir.Operation) -> bool:
                for result in op.results for use in result.uses)
 
 
+SPLIT_FOR_THREADS = ("ops computed outside the tile loop would be computed whole by every "
+                     "thread of the fallback path: one kernel each")
+
+
+def computes_outside_tiles(group: ir.Operation) -> bool:
+    """Whether a tiled group holds compute (a linalg op, a pad) beside its tile loop."""
+    ops = [op.operation for op in group.regions[0].blocks[0].operations]
+    return any(op.name == "scf.forall" for op in ops) and any(_is_tileable(op) for op in ops)
+
+
+def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback) -> list[ir.Operation]:
+    """Tile `group` for the GPU's fallback path (a tile per thread). A tiling that leaves
+    compute beside the tile loop (a producer of a `tensor.pad`, a producer read through a
+    window) would have every GPU thread compute that op whole (a stack buffer per thread the
+    size of the tensor: the launch fails): the group is split into one kernel per op
+    instead (`fusion.split`), each tiled as the emitters or the fallback build it."""
+    backup = group.clone(ip=ir.InsertionPoint(group))
+    tiled = tile_for_fallback(group)
+    if not computes_outside_tiles(tiled):
+        backup.erase()
+        return [tiled]
+    from fusec.passes.capacity import split_group, tile_accepted
+
+    for old, new in zip(tiled.results, backup.results):
+        old.replace_all_uses_with(new)
+    tiled.erase()
+    parts = []
+    for part in split_group(backup, SPLIT_FOR_THREADS):
+        part = tile_accepted(part, tile, accept)
+        if "fusion.tile_kind" not in part.attributes and UNTILED_ATTR not in part.attributes:
+            part.attributes[UNTILED_ATTR] = ir.StringAttr.get(
+                "nothing to tile: no linalg op (a copy or a reshape of its input)")
+        if UNTILED_ATTR in part.attributes:
+            part = tile_for_fallback(part)
+        parts.append(part)
+    return parts
+
+
 GENERALIZE_SCRIPT = """
 module attributes {transform.with_named_sequence} {
   transform.named_sequence @__transform_main(%arg0: !transform.any_op {transform.readonly}) {
@@ -763,4 +801,4 @@ class TileGroupsPass(Pass):
                         "nothing to tile: no linalg op (a copy or a reshape of its input)")
                 if UNTILED_ATTR in part.attributes:
                     # Neither emitter's: the fallback path's tiles (one per thread).
-                    tile_for_fallback(part)
+                    fallback_tiles(part, tile, accept, tile_for_fallback)

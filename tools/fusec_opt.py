@@ -51,14 +51,21 @@ def _parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--mlir-print-op-generic", action="store_true")
     parser.add_argument("--allow-unregistered-dialect", action="store_true",
                         help="parse ops of unknown dialects (torch-mlir's tm_tensor ops)")
-    parser.add_argument("--list-passes", action="store_true", help="list fusec's passes")
+    parser.add_argument("--mlir-timing", action="store_true",
+                        help="print each pass's time (MLIR's timing report, on stderr)")
+    parser.add_argument("--list-passes", action="store_true",
+                        help="list fusec's passes with their options")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     args, rest = parser.parse_known_args(argv)
     passes = []
     for item in rest:
         if not item.startswith("--") or len(item) <= 2:
             parser.error(f"unexpected argument '{item}'")
-        passes.append(item[2:])
+        name, eq, options = item[2:].partition("=")
+        # mlir-opt's spelling of options, `--canonicalize=max-iterations=3`, is the
+        # pipeline's `canonicalize{max-iterations=3}`.
+        mlir_opt_style = eq and "{" not in name
+        passes.append(f"{name}{{{options}}}" if mlir_opt_style else item[2:])
     return args, passes
 
 
@@ -88,7 +95,8 @@ def _process(text: str, filename: str, elements: list[str], args: argparse.Names
     except ir.MLIRError as exc:
         raise from_mlir_error(exc, filename)[0] from None
     try:
-        run_pipeline(module, elements, print_ir_after_all=args.mlir_print_ir_after_all)
+        run_pipeline(module, elements, print_ir_after_all=args.mlir_print_ir_after_all,
+                     timing=args.mlir_timing)
     except PassError as exc:
         raise FusecError(exc.message, format_location(exc.location, filename)) from None
     except ir.MLIRError as exc:
@@ -110,6 +118,9 @@ def _write_output(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp's 0600 is for the temporary only
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -122,8 +133,14 @@ def run(argv: list[str]) -> int:
     if args.list_passes:
         import fusec.passes as fp
 
+        import dataclasses
+
         for flag, cls in sorted(fp.REGISTRY.items()):
             print(f"  --{flag:32s} {cls.summary()}")
+            for field in dataclasses.fields(cls):
+                default = field.default if field.default is not dataclasses.MISSING else ""
+                kind = getattr(field.type, "__name__", field.type)
+                print(f"      {field.name.replace('_', '-'):30s} {kind} (default {default})")
         return 0
     filename = "<stdin>" if args.input == "-" else args.input
     try:

@@ -1,6 +1,7 @@
 """Differential fuzzing of fusec: random graphs, fusion on vs off vs a float64 reference.
 
     python -m fusec.tools.fuzz --examples 500 [--seed N] [--max-ops 8] [--exclude softmax,...]
+                               [--focus conv2d,maxpool,avgpool]
 
 A *program* is a small dataflow graph over float32 tensors with random static shapes: graph
 inputs, then ops (elementwise unary and binary with broadcasting, reductions over an axis with
@@ -144,7 +145,20 @@ OPS: dict[str, OpKind] = {
                         lambda b, s, p: b[0]),
     "reshape": OpKind(lambda a, shape: a.reshape(shape), "{0}.reshape({p0})",
                       lambda b, s, p: b[0]),
+    # convolutions and pooling (NCHW): strided, padded, windowed and grouped reads, the
+    # accesses tile-and-fuse must not cut short (a stride-2 downsample of a residual sum).
+    "conv2d": OpKind(lambda a, w, stride, pad, groups: _torch().nn.functional.conv2d(
+                         a, w, None, stride, pad, 1, groups),
+                     "F.conv2d({0}, {1}, None, {p0}, {p1}, 1, {p2})",
+                     lambda b, s, p: b[0] * b[1] * s[1][1] * s[1][2] * s[1][3]),
+    "maxpool": OpKind(lambda a, k, stride, pad: _torch().nn.functional.max_pool2d(
+                          a, k, stride, pad),
+                      "F.max_pool2d({0}, {p0}, {p1}, {p2})", lambda b, s, p: b[0]),
+    "avgpool": OpKind(lambda a, k, stride, pad: _torch().nn.functional.avg_pool2d(
+                          a, k, stride, pad),
+                      "F.avg_pool2d({0}, {p0}, {p1}, {p2})", lambda b, s, p: b[0]),
 }
+CNN = ("conv2d", "maxpool", "avgpool")
 
 UNARY = ("neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "affine")
 BINARY = ("add", "sub", "mul", "div", "maximum")
@@ -172,7 +186,7 @@ def module(program: Program) -> Any:
             outputs = tuple(values[i] for i in program.outputs)
             return outputs[0] if len(outputs) == 1 else outputs
 
-    return Interpreter()
+    return Interpreter().eval()
 
 
 def to_python(program: Program) -> str:
@@ -195,18 +209,29 @@ def to_python(program: Program) -> str:
 # Generation (hypothesis)
 
 
-def programs(max_ops: int = 8, exclude: Sequence[str] = ()) -> Any:
-    """A hypothesis strategy of Programs with 1..max_ops ops, none of the kinds in `exclude`."""
+def programs(max_ops: int = 8, exclude: Sequence[str] = (),
+             focus: Sequence[str] = ()) -> Any:
+    """A hypothesis strategy of Programs with 1..max_ops ops, none of the kinds in `exclude`.
+    With `focus` (op kinds), every program starts with one of them on an NCHW input (where
+    a focus kind is a convolution or a pool) and draws them as often as all others together
+    afterwards: a campaign on one family that still meets the others."""
     from hypothesis import strategies as st
 
     kinds = [k for k in OPS if k not in set(exclude)]
+    focused = [k for k in focus if k in kinds]
 
     @st.composite
     def strategy(draw: Any) -> Program:
         builder = _Builder(draw)
-        builder.new_input(builder.draw_shape())
-        for _ in range(draw(st.integers(1, max_ops))):
-            builder.add_op(draw(st.sampled_from(kinds)))
+        if focused and any(k in CNN for k in focused):
+            builder.new_input(builder.draw_image_shape())
+        else:
+            builder.new_input(builder.draw_shape())
+        for step in range(draw(st.integers(1, max_ops))):
+            if focused and (step == 0 or draw(st.booleans())):
+                builder.add_op(draw(st.sampled_from(focused)))
+            else:
+                builder.add_op(draw(st.sampled_from(kinds)))
         return builder.program(draw)
 
     return strategy()
@@ -230,6 +255,14 @@ class _Builder:
         for _ in range(rank):
             dims.append(self.draw_dim(math.prod(dims)))
         return tuple(dims)
+
+    def draw_image_shape(self) -> tuple[int, ...]:
+        """An NCHW shape: batch 1-3, a few channels, odd and even spatial sizes."""
+        from hypothesis import strategies as st
+
+        return (self.draw(st.integers(1, 3)), self.draw(st.sampled_from((1, 2, 3, 4, 8))),
+                self.draw(st.sampled_from((4, 5, 7, 8, 9, 16))),
+                self.draw(st.sampled_from((4, 5, 7, 8, 9, 16))))
 
     def draw_dim(self, elements_so_far: int) -> int:
         """A dim size that keeps the tensor within MAX_ELEMENTS."""
@@ -336,6 +369,8 @@ class _Builder:
         elif kind == "reshape":
             a = self.pick(lambda i: len(self.shapes[i]) >= 1)
             self.append(kind, (a,), (self._new_shape(self.shapes[a]),))
+        elif kind in CNN:
+            self._window(kind)
 
     def _contraction(self, kind: str) -> None:
         """`a @ w` (+ bias): w (and bias) are new inputs, or an existing value that fits."""
@@ -357,6 +392,34 @@ class _Builder:
             a, w = (i + 1 if i >= bias else i for i in (a, w))
             operands = (a, w, bias)
         self.append(kind, operands, ())
+
+    def _window(self, kind: str) -> None:
+        """A convolution (the weight a new input; maybe depthwise) or a pool over an NCHW
+        value with room for the window; a new NCHW input where there is none."""
+        from hypothesis import strategies as st
+
+        draw = self.draw
+        k = draw(st.sampled_from((1, 2, 3)))
+        a = self.pick(lambda i: len(self.shapes[i]) == 4 and min(self.shapes[i][2:]) >= k)
+        if a is None:
+            a = self.new_input(self.draw_image_shape())
+            if min(self.shapes[a][2:]) < k:
+                return
+        n, c, h, w = self.shapes[a]
+        stride = draw(st.sampled_from((1, 2)))
+        pad = draw(st.integers(0, k // 2))
+        if kind != "conv2d":
+            self.append(kind, (a,), (k, stride, pad))
+            return
+        groups = c if c > 1 and draw(st.booleans()) else 1
+        out_channels = c * draw(st.sampled_from((1, 2))) if groups > 1 \
+            else draw(st.sampled_from((1, 2, 4, 8)))
+        out_h, out_w = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+        if n * out_channels * out_h * out_w > MAX_ELEMENTS:
+            return
+        weight = self.new_input((out_channels, c // groups, k, k))
+        a += 1 if a >= weight else 0
+        self.append(kind, (a, weight), (stride, pad, groups))
 
     def _new_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """Merge two adjacent dims, split one, add a unit dim or flatten: a valid reshape."""
@@ -540,7 +603,7 @@ class Campaign:
 
 
 def run_round(campaign: Campaign, examples: int, seed: int, max_ops: int,
-              exclude: Sequence[str], deadline: float) -> bool:
+              exclude: Sequence[str], deadline: float, focus: Sequence[str] = ()) -> bool:
     """One hypothesis run; returns True if it found (and shrank) a new failure."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -552,7 +615,7 @@ def run_round(campaign: Campaign, examples: int, seed: int, max_ops: int,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
               phases=[Phase.generate, Phase.shrink])
     @hypothesis_seed(seed)  # each round reproducible
-    @given(programs(max_ops, exclude))
+    @given(programs(max_ops, exclude, focus))
     def property_(program: Program) -> None:
         nonlocal shrinking
         if time.monotonic() > deadline:
@@ -591,6 +654,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-ops", type=int, default=8)
     parser.add_argument("--exclude", default="", help="op kinds not to generate (comma list)")
+    parser.add_argument("--focus", default="",
+                        help="op kinds every program starts with and draws often (comma list; "
+                             "e.g. conv2d,maxpool,avgpool)")
     parser.add_argument("--known", action="append", default=[], metavar="SIGNATURE",
                         help="a failure signature already filed (e.g. 'shape unfused'): "
                              "ignore it and look for others; may be repeated")
@@ -602,7 +668,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     exclude = [k for k in args.exclude.split(",") if k]
-    unknown = [k for k in exclude if k not in OPS]
+    focus = [k for k in args.focus.split(",") if k]
+    unknown = [k for k in exclude + focus if k not in OPS]
     if unknown:
         print(f"error: unknown op kinds {unknown}; known: {', '.join(OPS)}", file=sys.stderr)
         return 2
@@ -619,7 +686,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         while campaign.graphs < args.examples and time.monotonic() < deadline:
             before = campaign.graphs
             found = run_round(campaign, args.examples - campaign.graphs, seed, args.max_ops,
-                              exclude, deadline)
+                              exclude, deadline, focus)
             if found:
                 f = campaign.findings[-1]
                 print(f"found [{f.signature}] after {campaign.graphs} graphs",

@@ -1,4 +1,4 @@
-// RUN: fusec-opt %s --fusion-epilogue --split-input-file | filecheck %s
+// RUN: fusec-opt %s '--fusion-epilogue{device=nvidia-h200}' --split-input-file | filecheck %s
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>

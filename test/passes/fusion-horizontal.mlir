@@ -1,7 +1,7 @@
 // Named ops are generalized first, as torch-mlir's are: the H200's fast emitter takes only
 // linalg.generic, and the planner keeps what it refuses out of horizontal groups
 // (fusion-plan-gemm.mlir).
-// RUN: fusec-opt %s --linalg-generalize-named-ops --fusion-plan{horizontal=false} --fusion-horizontal --split-input-file | filecheck %s
+// RUN: fusec-opt %s --linalg-generalize-named-ops '--fusion-plan{horizontal=false device=nvidia-h200}' '--fusion-horizontal{device=nvidia-h200}' --split-input-file | filecheck %s
 
 // Two independent chains, each far below a launch's cost in work: one launch for both.
 // CHECK-LABEL: func.func @independent_small

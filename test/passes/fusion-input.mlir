@@ -1,6 +1,6 @@
-// RUN: fusec-opt %s --fusion-plan --split-input-file | filecheck %s
+// RUN: fusec-opt %s '--fusion-plan{device=nvidia-h200}' --split-input-file | filecheck %s
 // RUN: fusec-opt %s '--fusion-plan{device=cpu}' --split-input-file | filecheck %s --check-prefix=CPU
-// RUN: fusec-opt %s --fusion-plan '--fusion-tile{threads=2}' --split-input-file | filecheck %s --check-prefix=TILE
+// RUN: fusec-opt %s '--fusion-plan{device=nvidia-h200}' '--fusion-tile{threads=2}' --split-input-file | filecheck %s --check-prefix=TILE
 
 // A row sum of %x and an elementwise exp of %x: independent kernels that both stream the
 // 64 MB input. One `input` kernel reads it once.

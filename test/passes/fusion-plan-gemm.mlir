@@ -1,4 +1,4 @@
-// RUN: fusec-opt %s --fusion-plan --split-input-file | filecheck %s --check-prefix=GPU
+// RUN: fusec-opt %s '--fusion-plan{device=nvidia-h200}' --split-input-file | filecheck %s --check-prefix=GPU
 // RUN: fusec-opt %s '--fusion-plan{device=cpu}' --split-input-file | filecheck %s --check-prefix=CPU
 
 // Where matmuls are GEMM library calls (cuBLASLt on the H200), the planner plans what code

@@ -1,4 +1,4 @@
-// RUN: fusec-opt %s --fusion-plan --split-input-file | filecheck %s
+// RUN: fusec-opt %s '--fusion-plan{device=nvidia-h200}' --split-input-file | filecheck %s
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map2 = affine_map<(d0, d1) -> (d0, 0)>

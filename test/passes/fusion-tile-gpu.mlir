@@ -304,3 +304,48 @@ func.func @transposed_output(%x: tensor<64x32x32xf32>) -> tensor<64x32x32xf32> {
   }
   return %r : tensor<64x32x32xf32>
 }
+
+// -----
+
+// The fallback path (a tile per thread) with a producer of a tensor.pad: the tiling keeps
+// the producer beside the tile loop (computed whole), which on a GPU every thread would do,
+// in a stack buffer the size of the tensor (the launch of a MobileNetV2 block failed with
+// CUDA_ERROR_INVALID_VALUE). The group is split, one kernel per op, each tiled.
+// CHECK-LABEL: func.func @pad_of_a_producer_before_a_conv
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.split = "ops computed outside the tile loop would be computed whole by every thread of the fallback path: one kernel each"
+// CHECK: math.exp
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.split
+// CHECK: tensor.pad
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.split
+// CHECK-SAME: fusion.tile_kind = "thread"
+// CHECK: scf.forall
+// CHECK: linalg.generic {{.*}}"reduction"
+// CHECK-NOT: fusion.group vertical
+#nchw = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @pad_of_a_producer_before_a_conv(%x: tensor<1x8x16x16xf32>, %w: tensor<8x8x3x3xf32>)
+    -> tensor<1x8x16x16xf32> {
+  %r = fusion.group vertical (%a = %x : tensor<1x8x16x16xf32>, %k = %w : tensor<8x8x3x3xf32>)
+      -> tensor<1x8x16x16xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<1x8x16x16xf32>
+    %act = linalg.generic {indexing_maps = [#nchw, #nchw],
+        iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+        ins(%a : tensor<1x8x16x16xf32>) outs(%e : tensor<1x8x16x16xf32>) {
+    ^bb0(%p: f32, %o: f32):
+      %t = math.exp %p : f32
+      linalg.yield %t : f32
+    } -> tensor<1x8x16x16xf32>
+    %padded = tensor.pad %act low[0, 0, 1, 1] high[0, 0, 1, 1] {
+    ^bb0(%i: index, %j: index, %k2: index, %l: index):
+      tensor.yield %zero : f32
+    } : tensor<1x8x16x16xf32> to tensor<1x8x18x18xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x16x16xf32>) -> tensor<1x8x16x16xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+        ins(%padded, %k : tensor<1x8x18x18xf32>, tensor<8x8x3x3xf32>) outs(%f : tensor<1x8x16x16xf32>) -> tensor<1x8x16x16xf32>
+    fusion.yield %c : tensor<1x8x16x16xf32>
+  }
+  return %r : tensor<1x8x16x16xf32>
+}

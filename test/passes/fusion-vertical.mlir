@@ -1,4 +1,4 @@
-// RUN: fusec-opt %s --fusion-vertical --split-input-file | filecheck %s
+// RUN: fusec-opt %s '--fusion-vertical{device=nvidia-h200}' --split-input-file | filecheck %s
 
 // An elementwise chain becomes one group; no intermediate is left outside.
 // CHECK-LABEL: func.func @chain

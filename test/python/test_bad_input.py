@@ -141,7 +141,26 @@ CLI_CASES = [
                                            "def example_inputs():\n    return (torch.randn(4),)\n"},
      ["m.py", "--target", "cuda", "-o", "{out}"], "m.py:4:0",
      r"the model keeps state between calls \(an RNG seed.*compile it with --target cpu"),
+    # --arch is checked before anything runs (it used to abort inside LLVM, exit 134).
+    ("arch-bogus", {"add.mlir": ADD_MLIR}, ["add.mlir", "--target", "cuda", "--arch", "bogus",
+                                            "-o", "{out}"], "",
+     r"--arch 'bogus' is not a GPU architecture fusec builds for \(supported: sm_80, .*sm_90a\)"),
+    ("arch-number", {"add.mlir": ADD_MLIR}, ["add.mlir", "--target", "cuda", "--arch", "90",
+                                             "-o", "{out}"], "", r"--arch '90' is not a GPU"),
+    # --check on IR: refused before the .so is written (it used to write it, then refuse).
+    ("check-on-mlir", {"add.mlir": ADD_MLIR}, ["add.mlir", "--check", "-o", "{out}"], "add.mlir",
+     r"--check needs a model\.py input"),
+    ("graph-into-missing-dir", {"add.mlir": ADD_MLIR}, ["add.mlir", "--graph", "no/dir/g.dot"],
+     "no/dir/g.dot", r"cannot write output: directory .*no/dir does not exist"),
 ]
+if not os.path.exists("/dev/nvidia0"):
+    CLI_CASES.append(
+        ("check-cuda-without-gpu", {"m.py": "import torch\ndef model():\n"
+                                            "    return torch.nn.ReLU()\n"
+                                            "def example_inputs():\n"
+                                            "    return (torch.randn(4),)\n"},
+         ["m.py", "--target", "cuda", "--check", "-o", "{out}"], "",
+         r"--check runs the compiled model, and there is no GPU here .*fusec\.runtime\.load"))
 
 
 def _write_files(root: Path, files: dict[str, str]) -> None:
@@ -530,3 +549,47 @@ def test_index_out_of_range_in_a_scatter_write(tmp_path, monkeypatch):
     bad[2, 3] = 10
     with pytest.raises(IndexError, match=r"index 10 is out of range for dimension 1 of size 10"):
         compiled(src.numpy(), bad)
+
+
+def test_fusec_manners(tmp_path, monkeypatch, capsys):
+    """--version; --report before the input; -v names each stage with its time; --arch for
+    the CPU is said to be ignored; the default output does not shadow the model's module;
+    outputs respect the umask."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "add.mlir").write_text(ADD_MLIR)
+    with pytest.raises(SystemExit) as version:
+        fusec_main(["--version"])
+    assert version.value.code == 0 and re.match(r"fusec \d+\.\d+", capsys.readouterr().out)
+    assert fusec_main(["--report", "add.mlir"]) == 0
+    assert "fusion plan for cpu: 1 kernel" in capsys.readouterr().out
+    assert fusec_main(["--report=json", "add.mlir"]) == 0
+    assert '"kernels"' in capsys.readouterr().out
+    old = os.umask(0o022)
+    try:
+        assert fusec_main(["-v", "--arch", "sm_90", "add.mlir"]) == 0
+        assert fusec_main(["add.mlir", "--emit", "linalg", "-o", "add.linalg.mlir"]) == 0
+    finally:
+        os.umask(old)
+    err = capsys.readouterr().err
+    assert "fusec: note: --arch sm_90 is for --target cuda; ignored for the CPU" in err
+    for stage in ("linalg", "fusion", "tiled", "bufferized", "cpu"):
+        assert re.search(rf"^fusec: stage {stage}: \d+\.\d\d s$", err, re.M), err
+    assert (tmp_path / "add.fusec.so").exists() and not (tmp_path / "add.so").exists()
+    assert (tmp_path / "add.fusec.so").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "add.linalg.mlir").stat().st_mode & 0o777 == 0o644
+
+
+def test_training_mode_is_said_once(tmp_path, monkeypatch, capsys):
+    import fusec
+    import torch
+
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    class Noted(torch.nn.Sequential):
+        pass
+
+    model = Noted(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    assert model.training
+    fusec.compile(model, torch.randn(2, 4))
+    fusec.compile(Noted(torch.nn.Linear(4, 4)), torch.randn(2, 4))
+    err = capsys.readouterr().err
+    assert err.count("Noted is in training mode; compiling it in eval mode") == 1

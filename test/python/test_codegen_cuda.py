@@ -665,6 +665,69 @@ def test_slice_of_whole_rows_is_a_plan_view(ctx) -> None:
     assert f"{plan.inputs[0]}, {16 * 8 * 4}ULL}}" in cg.host_code(program)
 
 
+MISALIGNED_SLICE = """
+func.func @main(%arg0: tensor<33xi64>) -> tensor<32xi64> {
+  %0 = tensor.extract_slice %arg0[1] [32] [1] : tensor<33xi64> to tensor<32xi64>
+  %e = tensor.empty() : tensor<32xi64>
+  %1 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+      iterator_types = ["parallel"]} ins(%0 : tensor<32xi64>) outs(%e : tensor<32xi64>) {
+  ^bb0(%in: i64, %out: i64):
+    %c1 = arith.constant 1 : i64
+    %s = arith.addi %in, %c1 : i64
+    linalg.yield %s : i64
+  } -> tensor<32xi64>
+  return %1 : tensor<32xi64>
+}
+"""
+
+
+def test_a_slice_off_16_byte_alignment_is_not_a_view(ctx) -> None:
+    """HF GPT-2's `cache_position[1:]` (int64, 8 bytes in): as a view, the kernel reading it
+    made 16-byte loads 8 bytes off alignment (cudaErrorMisalignedAddress on the H200). The
+    slice stays a kernel of its own; no buffer is a view at an offset off 16 bytes."""
+    module = ir.Module.parse(MISALIGNED_SLICE)
+    func = module.body.operations[0]
+    for op in [o for o in func.regions[0].blocks[0].operations if is_compute(o)]:
+        form_group([op], "single")
+    plan = cg.generate(module, cg.CudaOptions(cubin=False)).plan
+    assert all(b.view_offset % 16 == 0 for b in plan.buffers if b.view_of is not None)
+    assert not any(b.view_of is not None for b in plan.buffers)
+    assert len([k for k in plan.launches if k.symbol != "__copy__"]) == 2
+
+
+BOOL_MASK = """
+func.func @main(%mask: tensor<64x64xi1>, %x: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %e = tensor.empty() : tensor<64x64xf32>
+  %0 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>,
+      affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>],
+      iterator_types = ["parallel", "parallel"]}
+      ins(%mask, %x : tensor<64x64xi1>, tensor<64x64xf32>) outs(%e : tensor<64x64xf32>) {
+  ^bb0(%m: i1, %v: f32, %o: f32):
+    %z = arith.constant -3.0e38 : f32
+    %s = arith.select %m, %v, %z : f32
+    linalg.yield %s : f32
+  } -> tensor<64x64xf32>
+  return %0 : tensor<64x64xf32>
+}
+"""
+
+
+def test_bool_buffers_are_read_as_bytes(ctx) -> None:
+    """A bool buffer holds a byte per value (the plan's "bool", the fallback's widened i1):
+    the fast emitter read it as `vector<16xi1>`, which LLVM packs as bits, so a causal mask
+    made by one kernel and read by another (HF GPT-2's second layer) came out wrong (relative
+    error 3e-1 on the H200). It is loaded as bytes and narrowed."""
+    module = ir.Module.parse(BOOL_MASK)
+    func = module.body.operations[0]
+    for op in [o for o in func.regions[0].blocks[0].operations if is_compute(o)]:
+        form_group([op], "single")
+    program = cg.generate(module, cg.CudaOptions(cubin=False))
+    text = program.kernels_mlir
+    assert "xi1>" not in text  # no i1 memref, no vector of i1
+    assert "memref<4096xi8>" in text and "arith.trunci" in text
+    assert program.plan.buffers[program.plan.inputs[0]].dtype == "bool"
+
+
 def test_gpt2_block_has_no_one_thread_kernel(ctx) -> None:
     """GPT-2's causal softmax: the arange group (reads nothing) is computed here, and the
     [T, T] mask inside the [B, H, T, T] row softmax is computed per element of the row kernel

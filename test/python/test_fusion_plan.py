@@ -278,7 +278,7 @@ def test_random_graphs_plan_fast_and_group_every_live_op(n, seed):
     context = make_context()
     module = ir.Module.parse(_random_graph(n, seed), context)
     start = time.perf_counter()
-    run_pipeline(module, ["fusion-plan"])
+    run_pipeline(module, ["fusion-plan{device=nvidia-h200}"])
     assert time.perf_counter() - start < 10.0
     module.operation.verify()
     body = module.body.operations[0].regions[0].blocks[0]

@@ -1,0 +1,285 @@
+"""Real models (small configs, seeded random weights) built here for target cuda and run
+on the H200 against float64, fused and unfused: the class of bug a block called alone never
+meets (HF's position ids and causal masks, gathers, concats, loop kernels, convolutions).
+
+    python test/gpu/model_zoo.py build DIR [NAME ...]   # here: DIR/<name>-<mode>.so + .npz
+    python3 test/gpu/model_zoo.py run DIR [WRAPPER ...]  # there: one line per artifact,
+                                                        # each in its own process
+
+`build` records a compile-time refusal as `<name>-<mode>.refused` (the located error; the
+compiler process must stay alive: each build runs in a child process). `run` needs only
+numpy, ctypes and the driver: fusec.runtime.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+TOLERANCE = 1e-5  # fp32 relative error against float64
+
+
+def _hf_gpt2(attn: str = "eager", layers: int = 2):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=layers, n_embd=128, n_head=4, vocab_size=1000, n_positions=64,
+                     attn_implementation=attn, eos_token_id=0, bos_token_id=0)
+    lm = GPT2LMHeadModel(cfg).eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids):
+            return self.lm(input_ids=ids, use_cache=False).logits
+
+    return Logits().eval(), (torch.randint(0, 1000, (1, 32)),)
+
+
+def _hf_llama():
+    import torch
+    from transformers import LlamaConfig, LlamaModel
+
+    cfg = LlamaConfig(num_hidden_layers=2, hidden_size=128, intermediate_size=256,
+                      num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                      max_position_embeddings=64, attn_implementation="eager")
+    model = LlamaModel(cfg).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids, use_cache=False).last_hidden_state
+
+    return Hidden().eval(), (torch.randint(0, 1000, (1, 32)),)
+
+
+def _causal_mask_probe():
+    """HF's eager causal mask, alone: position comparisons, where, expand to 4-D, added to
+    scores, softmax."""
+    import torch
+
+    class Mask(torch.nn.Module):
+        def forward(self, scores):
+            t = scores.shape[-1]
+            q = torch.arange(t)[:, None]
+            k = torch.arange(t)[None, :]
+            mask = torch.where(k <= q, 0.0, torch.finfo(torch.float32).min)
+            return (scores + mask[None, None].expand(scores.shape[0], 1, t, t)).softmax(-1)
+
+    return Mask(), (torch.randn(2, 4, 32, 32),)
+
+
+def _positions_probe():
+    """Token and position embeddings, the positions from arange."""
+    import torch
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = torch.nn.Embedding(1000, 64), torch.nn.Embedding(64, 64)
+
+        def forward(self, ids):
+            pos = torch.arange(ids.shape[1]).unsqueeze(0)
+            return self.wte(ids) + self.wpe(pos)
+
+    return Embed().eval(), (torch.randint(0, 1000, (2, 32)),)
+
+
+def _rotate_half_probe():
+    """RoPE's rotate_half: slices and a concat."""
+    import torch
+
+    class Rope(torch.nn.Module):
+        def forward(self, x, cos, sin):
+            x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+            return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+    return Rope(), (torch.randn(1, 4, 32, 32), torch.randn(1, 1, 32, 32), torch.randn(1, 1, 32, 32))
+
+
+def _inverted_residual():
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.expand = nn.Sequential(nn.Conv2d(24, 144, 1, bias=False), nn.BatchNorm2d(144), nn.ReLU6())
+            self.dw = nn.Sequential(nn.Conv2d(144, 144, 3, 1, 1, groups=144, bias=False), nn.BatchNorm2d(144), nn.ReLU6())
+            self.project = nn.Sequential(nn.Conv2d(144, 24, 1, bias=False), nn.BatchNorm2d(24))
+
+        def forward(self, x):
+            return x + self.project(self.dw(self.expand(x)))
+
+    return Block().eval(), (torch.randn(2, 24, 28, 28),)
+
+
+def _resnet_basic():
+    import torch
+    from torch import nn
+
+    class Basic(nn.Module):
+        def __init__(self, c=32):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
+            self.c2, self.b2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            y = torch.relu(self.b1(self.c1(x)))
+            return torch.relu(self.b2(self.c2(y)) + x)
+
+    return Basic().eval(), (torch.randn(2, 32, 16, 16),)
+
+
+def _resnet18():
+    """torchvision's ResNet-18 at half width (the artifacts travel to the device; written
+    here: its wheel does not load beside this torch), batch 2, 64x64 images: stride-2
+    downsamples reading the previous block's residual."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+    from test_cnn_blocks import BasicBlock
+
+    class ResNet18(torch.nn.Module):
+        def __init__(self, width=32):
+            super().__init__()
+            self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, width, 7, 2, 3, bias=False),
+                                            torch.nn.BatchNorm2d(width), torch.nn.ReLU(),
+                                            torch.nn.MaxPool2d(3, 2, 1))
+            blocks, c = [], width
+            for i, w in enumerate([width, 2 * width, 4 * width, 8 * width]):
+                blocks += [BasicBlock(c, w, 1 if i == 0 else 2), BasicBlock(w, w, 1)]
+                c = w
+            self.blocks = torch.nn.Sequential(*blocks)
+            self.fc = torch.nn.Linear(c, 10)
+
+        def forward(self, x):
+            return self.fc(self.blocks(self.stem(x)).mean((2, 3)))
+
+    return ResNet18().eval(), (torch.randn(2, 3, 64, 64),)
+
+
+MODELS = {
+    "resnet18": _resnet18,
+    "hf_gpt2": lambda: _hf_gpt2("eager"),
+    "hf_gpt2_l0": lambda: _hf_gpt2("eager", layers=0),
+    "hf_gpt2_l1": lambda: _hf_gpt2("eager", layers=1),
+    "hf_gpt2_sdpa": lambda: _hf_gpt2("sdpa"),
+    "hf_llama": _hf_llama,
+    "causal_mask": _causal_mask_probe,
+    "positions": _positions_probe,
+    "rotate_half": _rotate_half_probe,
+    "inverted_residual": _inverted_residual,
+    "resnet_basic": _resnet_basic,
+}
+
+
+def build_one(name: str, mode: str, folder: Path) -> None:
+    import torch
+
+    import fusec
+
+    torch.manual_seed(0)
+    model, inputs = MODELS[name]()
+    with torch.no_grad():
+        ref = model.double()(*[x.double() if x.is_floating_point() else x for x in inputs])
+        model.float()
+    refs = ref if isinstance(ref, (tuple, list)) else (ref,)
+    stem = folder / f"{name}-{mode}"
+    try:
+        compiled = fusec.compile(model, *inputs, target="cuda", fusion=(mode == "fused"),
+                                 cache=False)
+    except Exception as error:  # noqa: BLE001 - a refusal is a result, recorded
+        stem.with_suffix(".refused").write_text(f"{type(error).__name__}: {error}\n")
+        return
+    os.replace(compiled.path, stem.with_suffix(".so"))
+    np.savez(stem.with_suffix(".npz"), *[x.numpy() for x in inputs],
+             **{f"ref{i}": r.numpy() for i, r in enumerate(refs)})
+
+
+def build(folder: Path, names: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names or list(MODELS):
+        for mode in ("fused", "unfused"):
+            # A child per artifact: an abort inside MLIR must not end the whole build.
+            done = subprocess.run([sys.executable, __file__, "build-one", str(folder), name, mode],
+                                  capture_output=True, text=True)
+            status = "ok" if done.returncode == 0 else f"compiler died ({done.returncode})"
+            if done.returncode != 0:
+                (folder / f"{name}-{mode}.refused").write_text(
+                    f"the compiler process died ({done.returncode}): "
+                    f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}\n")
+            refused = (folder / f"{name}-{mode}.refused")
+            print(f"{name}-{mode}: {status}"
+                  + (f" refused: {refused.read_text().strip()[:300]}" if refused.exists() else ""),
+                  flush=True)
+
+
+def run(folder: Path, wrap: list[str]) -> int:
+    """Each artifact in a process of its own (a fault poisons the CUDA context), under
+    `wrap` (e.g. compute-sanitizer) when given."""
+    failures = 0
+    for refused in sorted(folder.glob("*.refused")):
+        print(f"{refused.stem}: REFUSED at compile time: {refused.read_text().strip()[:200]}")
+    for path in sorted(folder.glob("*.so")):
+        done = subprocess.run([*wrap, sys.executable, __file__, "run-one", str(path)],
+                              capture_output=True, text=True)
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith(path.stem)]
+        print(lines[-1] if lines else f"{path.stem}: DIED ({done.returncode})", flush=True)
+        if wrap:
+            errors = [ln for ln in done.stdout.splitlines() + done.stderr.splitlines()
+                      if "ERROR SUMMARY" in ln or "Invalid" in ln or " at fusec_" in ln]
+            for line in errors[:4]:
+                print("    " + line.strip(), flush=True)
+        failures += done.returncode != 0
+    return failures
+
+
+def run_one(path: Path) -> int:
+    """Run one artifact on torch CUDA tensors (torch makes the context the runtime launches
+    in) and print its relative errors; 1 when wrong or failed."""
+    import torch
+
+    import fusec.runtime as rt
+
+    data = np.load(path.with_suffix(".npz"))
+    inputs = [data[k] for k in data.files if k.startswith("arr_")]
+    refs = [data[k] for k in sorted(k for k in data.files if k.startswith("ref"))]
+    try:
+        model = rt.load(path)
+        outs = model(*[torch.from_numpy(x).cuda() for x in inputs])
+        torch.cuda.synchronize()
+        outs = [o.cpu().numpy() for o in (outs if isinstance(outs, tuple) else (outs,))]
+    except Exception as error:  # noqa: BLE001 - a failure is a result, printed
+        print(f"{path.stem}: ERROR {type(error).__name__}: {str(error).splitlines()[0][:300]}",
+              flush=True)
+        return 1
+    errs = [float(np.linalg.norm(o.astype(np.float64) - r) / np.linalg.norm(r))
+            for o, r in zip(outs, refs)]
+    ok = all(e < TOLERANCE for e in errs)
+    print(f"{path.stem}: {'ok' if ok else 'WRONG'} rel err "
+          f"{', '.join(f'{e:.2e}' for e in errs)}; {len(model.kernels)} kernels", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    command, folder = sys.argv[1], Path(sys.argv[2])
+    if command == "build":
+        build(folder, sys.argv[3:])
+    elif command == "build-one":
+        build_one(sys.argv[3], sys.argv[4], folder)
+    elif command == "run-one":
+        sys.exit(1 if run_one(folder) else 0)
+    else:
+        sys.exit(1 if run(folder, sys.argv[3:]) else 0)
