@@ -286,6 +286,10 @@ def analyse_group(group: ir.Operation, device: CudaDevice = H200,
         # Only fills (the unfused baseline makes a kernel of each): a broadcast store.
         shapes = [_tensor_info(v.type) for v in body.operations[len(body.operations) - 1].operands]
         numel = max(_numel(sh) for sh, _ in shapes)
+        if len({_numel(sh) for sh, _ in shapes}) > 1:
+            # Outputs of other sizes (two copies of a horizontal group, a 50- and a 4-element
+            # one, found by test/gpu/fuzz_cuda.py): one store space would overrun the small one.
+            raise CudaCodegenError("group outputs of different sizes in one elementwise space")
         elt = min((e for _, e in shapes), key=lambda e: ELEMENT_BYTES.get(e, 4))
         return GroupGeometry("elementwise", 1, numel, elt,
                              elementwise_launch_shape(numel, ELEMENT_BYTES.get(elt, 4), device))
@@ -306,8 +310,12 @@ def analyse_group(group: ir.Operation, device: CudaDevice = H200,
         for op in generics)
     numel = _numel(full_shape)
     ebytes = ELEMENT_BYTES.get(element, 4)
+    yielded = list(body.operations[len(body.operations) - 1].operands)
+    # Every result, and every value the group yields (a copy of an input of its own size
+    # beside a generic: a horizontal group of two copies), must span the one domain.
     same_domain = all(_numel(_tensor_info(r.type)[0]) == numel for op in generics
-                      for r in op.results)
+                      for r in op.results) and \
+        all(_numel(_tensor_info(v.type)[0]) == numel for v in yielded)
     if not has_reduction and identity_only and not same_domain:
         # Generics over domains of other sizes (a horizontal group's [1, 1, 1] part beside
         # a [129, 129, 2] one, found by test/gpu/fuzz_cuda.py): not one elementwise space.
@@ -1307,7 +1315,11 @@ def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
         # math on bf16/f16 (erf, exp, ...) runs in f32: libdevice has no bf16 functions.
         "math-extend-to-supported-types,convert-scf-to-cf,"
         # Bare pointers: a static memref argument is one device pointer, as the shim passes.
-        "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1}),"
+        "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},"
+        # What NVVM's patterns leave of math (integer math.absi: T5's relative position
+        # buckets) becomes LLVM intrinsics NVPTX selects (abs.s64); float math is libdevice's
+        # by now.
+        "convert-math-to-llvm),"
         "reconcile-unrealized-casts,"
         f"gpu-module-to-binary{{{binary_opts}}})")
     with context:

@@ -246,6 +246,30 @@ def find_root(group: ir.Operation) -> ir.Operation | None:
     return None
 
 
+def unshare_fills(group: ir.Operation) -> None:
+    """Give every op whose init is a `linalg.fill` shared with another op a fill of its own.
+
+    torch-mlir's CSE lets two reductions (two max pools in a row, two sums) start from one
+    `fill(-inf)`. Tile-and-fuse fuses that fill into the tile loop once, for its first use;
+    the other op then starts from the loop's output slice instead of the fill (the second
+    pool of a chain read uninitialised memory on the GPU). One fill per use is what the
+    tiles need; a fill costs nothing but its own write.
+    """
+    body = group.regions[0].blocks[0]
+    for op in list(body.operations):
+        op = op.operation
+        if op.name != "linalg.fill":
+            continue
+        uses = [(use.owner, use.operand_number) for use in op.results[0].uses]
+        for owner, number in uses[1:]:
+            owner = owner.operation if hasattr(owner, "operation") else owner
+            if owner.name == "fusion.yield":
+                continue
+            with ir.InsertionPoint(owner):
+                clone = op.clone()
+            owner.operands[number] = clone.results[0]
+
+
 def own_root_inits(root: ir.Operation, group: ir.Operation) -> None:
     """Give the root fresh init tensors where its init comes from outside the group's ops.
 
@@ -409,6 +433,7 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     i64 = ir.IntegerType.get_signless(64)
     group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, 1)
     _record_op_names(group)
+    unshare_fills(group)
     _generalize(group)
     for op in group.regions[0].blocks[0].operations:
         if op.operation.name == "linalg.generic":

@@ -1,6 +1,7 @@
 """Differential fuzzing of the CUDA target: the fuzzer's random graphs, built here, run there.
 
     python test/gpu/fuzz_cuda.py build DIR [--examples N] [--seed S] [--dtype bfloat16]
+                                           [--focus conv2d,maxpool,avgpool]
                                                                         here (no GPU needed)
     python3 test/gpu/fuzz_cuda.py run DIR                               on the H200
 
@@ -34,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def draw_programs(examples: int, seed: int, max_ops: int) -> list:
+def draw_programs(examples: int, seed: int, max_ops: int, focus: tuple = ()) -> list:
     """`examples` programs from the fuzzer's strategy, reproducibly for `seed`."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
@@ -46,7 +47,7 @@ def draw_programs(examples: int, seed: int, max_ops: int) -> list:
     @settings(max_examples=examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck), phases=[Phase.generate])
     @hypothesis_seed(seed)
-    @given(fuzz.programs(max_ops))
+    @given(fuzz.programs(max_ops, focus=focus))
     def collect(program) -> None:
         drawn.append(program)
 
@@ -74,7 +75,8 @@ def _bf16_references(program, inputs: list[np.ndarray]) -> tuple[list[np.ndarray
     return refs, err
 
 
-def build(out_dir: Path, examples: int, seed: int, max_ops: int, dtype: str = "float32") -> None:
+def build(out_dir: Path, examples: int, seed: int, max_ops: int, dtype: str = "float32",
+          focus: tuple = ()) -> None:
     import torch
 
     from fusec.compiler import driver
@@ -84,7 +86,7 @@ def build(out_dir: Path, examples: int, seed: int, max_ops: int, dtype: str = "f
 
     out_dir.mkdir(parents=True, exist_ok=True)
     index = []
-    for k, program in enumerate(draw_programs(examples, seed, max_ops)):
+    for k, program in enumerate(draw_programs(examples, seed, max_ops, focus)):
         name = f"p{k:03d}"
         bf16 = dtype == "bfloat16"
         example = [torch.from_numpy(x) for x in fuzz.random_inputs(program, k)]
@@ -135,7 +137,7 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
     return diff / norm if norm else diff
 
 
-def run(out_dir: Path) -> int:
+def run(out_dir: Path, only: str = "") -> int:
     import torch  # the CUDA context, and the inputs as CUDA tensors (the runtime's main use)
 
     import fusec.runtime as runtime
@@ -145,7 +147,7 @@ def run(out_dir: Path) -> int:
     kernels = {"fast": 0, "tiled": 0, "gemm": 0, "fallback": 0}
     start = time.perf_counter()
     for entry in index:
-        if "import_error" in entry:
+        if "import_error" in entry or (only and entry["name"] != only):
             continue
         data = np.load(out_dir / f"{entry['name']}.npz")
         arrays = [data[f"arr_{i}"] for i in range(entry["inputs"] + entry["outputs"])]
@@ -191,11 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-ops", type=int, default=8)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--only", default="", help="run: this program alone (its name)")
+    parser.add_argument("--focus", default="",
+                        help="op kinds every program starts with (fuzz --focus), comma list")
     args = parser.parse_args(argv)
     if args.mode == "build":
-        build(args.dir, args.examples, args.seed, args.max_ops, args.dtype)
+        build(args.dir, args.examples, args.seed, args.max_ops, args.dtype,
+              tuple(k for k in args.focus.split(",") if k))
         return 0
-    return run(args.dir)
+    return run(args.dir, args.only)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,70 @@ def _hf_llama():
     return Hidden().eval(), (torch.randint(0, 1000, (1, 32)),)
 
 
+def _hf_bert():
+    """HF BERT with a padding mask and token types (its position_ids: a non-persistent
+    buffer)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(num_hidden_layers=2, hidden_size=128, intermediate_size=256,
+                     num_attention_heads=4, vocab_size=1000, max_position_embeddings=64,
+                     attn_implementation="eager")
+    model = BertModel(cfg).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids, mask, types):
+            return self.model(input_ids=ids, attention_mask=mask,
+                              token_type_ids=types).last_hidden_state
+
+    ids = torch.randint(0, 1000, (2, 32))
+    mask = torch.ones(2, 32, dtype=torch.int64)
+    mask[1, 20:] = 0
+    return Hidden().eval(), (ids, mask, torch.randint(0, 2, (2, 32)))
+
+
+def _hf_vit():
+    import torch
+    from transformers import ViTConfig, ViTModel
+
+    cfg = ViTConfig(num_hidden_layers=2, hidden_size=128, intermediate_size=256,
+                    num_attention_heads=4, image_size=64, patch_size=8,
+                    attn_implementation="eager")
+    model = ViTModel(cfg, add_pooling_layer=False).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixels):
+            return self.model(pixel_values=pixels).last_hidden_state
+
+    return Hidden().eval(), (torch.randn(1, 3, 64, 64),)
+
+
+def _hf_t5_encoder():
+    import torch
+    from transformers import T5Config, T5EncoderModel
+
+    cfg = T5Config(num_layers=2, d_model=128, d_ff=256, num_heads=4, d_kv=32, vocab_size=1000)
+    model = T5EncoderModel(cfg).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).last_hidden_state
+
+    return Hidden().eval(), (torch.randint(0, 1000, (1, 32)),)
+
+
 def _causal_mask_probe():
     """HF's eager causal mask, alone: position comparisons, where, expand to 4-D, added to
     scores, softmax."""
@@ -124,20 +188,7 @@ def _inverted_residual():
 
 
 def _resnet_basic():
-    import torch
-    from torch import nn
-
-    class Basic(nn.Module):
-        def __init__(self, c=32):
-            super().__init__()
-            self.c1, self.b1 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
-            self.c2, self.b2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
-
-        def forward(self, x):
-            y = torch.relu(self.b1(self.c1(x)))
-            return torch.relu(self.b2(self.c2(y)) + x)
-
-    return Basic().eval(), (torch.randn(2, 32, 16, 16),)
+    return _resnet_basic_channels(32)
 
 
 def _resnet18():
@@ -170,13 +221,46 @@ def _resnet18():
     return ResNet18().eval(), (torch.randn(2, 3, 64, 64),)
 
 
+def _resnet_basic_big():
+    """The issue's ResNet basic block (32x128x56x56, fp32): its inputs are too large to
+    travel, so they are drawn on the device and the reference computed there in float64."""
+    import torch
+
+    model, _ = _resnet_basic_channels(128)
+    return model, (torch.randn(32, 128, 56, 56),)
+
+
+def _resnet_basic_channels(c):
+    import torch
+    from torch import nn
+
+    class Basic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
+            self.c2, self.b2 = nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            y = torch.relu(self.b1(self.c1(x)))
+            return torch.relu(self.b2(self.c2(y)) + x)
+
+    return Basic().eval(), (torch.randn(2, c, 16, 16),)
+
+
+# Models whose inputs and reference are made on the device (too large to carry).
+ON_DEVICE = {"resnet_basic_big"}
+
 MODELS = {
+    "resnet_basic_big": _resnet_basic_big,
     "resnet18": _resnet18,
     "hf_gpt2": lambda: _hf_gpt2("eager"),
     "hf_gpt2_l0": lambda: _hf_gpt2("eager", layers=0),
     "hf_gpt2_l1": lambda: _hf_gpt2("eager", layers=1),
     "hf_gpt2_sdpa": lambda: _hf_gpt2("sdpa"),
     "hf_llama": _hf_llama,
+    "hf_bert": _hf_bert,
+    "hf_vit": _hf_vit,
+    "hf_t5_encoder": _hf_t5_encoder,
     "causal_mask": _causal_mask_probe,
     "positions": _positions_probe,
     "rotate_half": _rotate_half_probe,
@@ -192,11 +276,23 @@ def build_one(name: str, mode: str, folder: Path) -> None:
 
     torch.manual_seed(0)
     model, inputs = MODELS[name]()
+    stem = folder / f"{name}-{mode}"
+    if name in ON_DEVICE:
+        try:
+            compiled = fusec.compile(model, *inputs, target="cuda", fusion=(mode == "fused"),
+                                     cache=False)
+        except Exception as error:  # noqa: BLE001
+            stem.with_suffix(".refused").write_text(f"{type(error).__name__}: {error}\n")
+            return
+        os.replace(compiled.path, stem.with_suffix(".so"))
+        state = {f"state:{k}": v.numpy() for k, v in model.state_dict().items()}
+        np.savez(stem.with_suffix(".npz"), model=np.array(name),
+                 shapes=np.array([list(x.shape) for x in inputs]), **state)
+        return
     with torch.no_grad():
         ref = model.double()(*[x.double() if x.is_floating_point() else x for x in inputs])
         model.float()
     refs = ref if isinstance(ref, (tuple, list)) else (ref,)
-    stem = folder / f"{name}-{mode}"
     try:
         compiled = fusec.compile(model, *inputs, target="cuda", fusion=(mode == "fused"),
                                  cache=False)
@@ -254,11 +350,23 @@ def run_one(path: Path) -> int:
     import fusec.runtime as rt
 
     data = np.load(path.with_suffix(".npz"))
-    inputs = [data[k] for k in data.files if k.startswith("arr_")]
-    refs = [data[k] for k in sorted(k for k in data.files if k.startswith("ref"))]
+    if "model" in data.files:  # drawn here: the weights travelled, the reference is made here
+        reference, _ = MODELS[str(data["model"])]()
+        reference.load_state_dict({k[len("state:"):]: torch.from_numpy(data[k])
+                                   for k in data.files if k.startswith("state:")})
+        generator = torch.Generator(device="cuda").manual_seed(1)
+        cuda_inputs = [torch.randn(*shape, generator=generator, device="cuda")
+                       for shape in data["shapes"].tolist()]
+        with torch.no_grad():
+            ref = reference.double().cuda()(*[x.double() for x in cuda_inputs])
+        refs = [r.cpu().numpy() for r in (ref if isinstance(ref, tuple) else (ref,))]
+    else:
+        inputs = [data[k] for k in data.files if k.startswith("arr_")]
+        refs = [data[k] for k in sorted(k for k in data.files if k.startswith("ref"))]
+        cuda_inputs = [torch.from_numpy(x).cuda() for x in inputs]
     try:
         model = rt.load(path)
-        outs = model(*[torch.from_numpy(x).cuda() for x in inputs])
+        outs = model(*cuda_inputs)
         torch.cuda.synchronize()
         outs = [o.cpu().numpy() for o in (outs if isinstance(outs, tuple) else (outs,))]
     except Exception as error:  # noqa: BLE001 - a failure is a result, printed

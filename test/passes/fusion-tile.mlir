@@ -230,3 +230,30 @@ func.func @identity_read_of_a_yielded_sum(%a: tensor<2x16x16x16xf32>, %b: tensor
   }
   return %r#0, %r#1 : tensor<2x16x16x16xf32>, tensor<2x16x16x16xf32>
 }
+
+// -----
+
+// Two max pools in a row starting from one shared fill(-inf) (torch-mlir's CSE): each gets
+// a fill of its own before tiling, so the second pool starts from -inf in every tile, not
+// from the loop's output slice (it read uninitialised memory on the GPU).
+// CHECK-LABEL: func.func @pools_sharing_a_fill
+// CHECK: scf.forall
+// CHECK: %[[F1:.+]] = linalg.generic {{.*}} outs(%{{.+}} : tensor<1x4x8x8xf32>)
+// CHECK: %[[P1:.+]] = linalg.generic {{.*}}"reduction"{{.*}} outs(%[[F1]] : tensor<1x4x8x8xf32>)
+// CHECK: %[[F2:.+]] = linalg.generic {{.*}} outs(%{{.+}} : tensor<1x4x8x8xf32>)
+// CHECK: linalg.generic {{.*}}"reduction"{{.*}} ins(%[[P1]], %{{.+}} : {{.*}}) outs(%[[F2]] : tensor<1x4x8x8xf32>)
+func.func @pools_sharing_a_fill(%x: tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32> {
+  %r = fusion.group vertical (%a = %x : tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+      attributes {fusion.tile_dims = [0, 1]} {
+    %ninf = arith.constant 0xFF800000 : f32
+    %e = tensor.empty() : tensor<2x4x8x8xf32>
+    %f = linalg.fill ins(%ninf : f32) outs(%e : tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+    %w = tensor.empty() : tensor<1x1xf32>
+    %p1 = linalg.pooling_nchw_max {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+        ins(%a, %w : tensor<2x4x8x8xf32>, tensor<1x1xf32>) outs(%f : tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+    %p2 = linalg.pooling_nchw_max {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+        ins(%p1, %w : tensor<2x4x8x8xf32>, tensor<1x1xf32>) outs(%f : tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+    fusion.yield %p2 : tensor<2x4x8x8xf32>
+  }
+  return %r : tensor<2x4x8x8xf32>
+}

@@ -988,3 +988,24 @@ def test_a_per_row_value_reading_a_bias_along_one_row_dim_is_refused(ctx) -> Non
         "a per-row value reads an operand through")
     (launch,) = cg.generate(module, cg.CudaOptions(cubin=False)).plan.launches
     assert launch.info["path"] == "fallback"
+
+
+def test_group_outputs_of_different_sizes_are_not_one_store_space(ctx) -> None:
+    """A grouped convolution's two input reshapes (a 50- and a 4-element copy) planned as
+    one horizontal group were stored over one 50-element space: the 4-element output was
+    written out of bounds (memcheck on the H200, fuzz_cuda seed 21 p044). No kernel now
+    writes outputs of different sizes in one elementwise space; the copies become views."""
+    torch = pytest.importorskip("torch")
+    from fusec.compiler import pipeline as pl
+    from fusec.compiler.frontend import import_torch
+
+    class Grouped(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.nn.functional.conv2d(x, w, None, 2, 0, 1, 2)
+
+    module = ir.Module.parse(import_torch(Grouped(), torch.randn(1, 2, 5, 5),
+                                          torch.randn(4, 1, 1, 1)))
+    pl.lower(module, pl.CompileOptions(target="cuda"), stop_after="tiled")
+    plan = cg.generate(module, cg.CudaOptions(cubin=False)).plan
+    assert sorted(b.view_of for b in plan.buffers if b.view_of is not None) == plan.inputs
+    assert [k.info.get("path") for k in plan.launches] == ["fallback", "fast"]
