@@ -252,6 +252,8 @@ def artifact_metadata(plan: Plan) -> dict:
         "temp_bytes": plan_temporaries(plan)[1],
         # What each index check of the kernels reports (`{index}`: the bad index).
         "index_checks": list(plan.metadata.get("index_checks", [])),
+        # "dict": the model returned a dict; the runtime returns one, keyed by output name.
+        "outputs_as": plan.metadata.get("outputs_as", "tuple"),
         # The LLVM CPU of the kernels (x86-64-v4 needs AVX-512): checked by the runtime.
         "cpu": plan.metadata.get("cpu"),
         "plan": plan.to_json_dict(),

@@ -99,7 +99,8 @@ import mlir.ir as ir
 from mlir.passmanager import PassManager
 
 from fusec.compiler.frontend import read_torch_signature
-from fusec.compiler.plan import DTYPE_SIZES, Buffer, Launch, Plan, apply_torch_signature
+from fusec.compiler.plan import (DTYPE_SIZES, Buffer, Launch, Plan, apply_torch_signature,
+                                 name_user_outputs)
 from fusec.passes import cost_model
 
 GROUP_OP = "fusion.group"
@@ -2082,6 +2083,7 @@ def build_so(module: ir.Module, compile_options: Any, output: str | os.PathLike)
     """The `so` stage for target cuda: fusion-stage module -> model.so; returns its metadata."""
     signature = read_torch_signature(module)
     program = generate(module, options_from(compile_options))
+    name_user_outputs(program.plan)
     apply_torch_signature(program.plan, signature)
     write_cuda_artifact(program, output)
     return _metadata(program.plan)

@@ -105,7 +105,16 @@ def torch_signature(program: Any) -> dict:
               for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
     outputs = [{"dtype": dtype(spec.arg.name) if hasattr(spec.arg, "name") else None}
                for spec in signature.output_specs if spec.kind == OutputKind.USER_OUTPUT]
-    return {"inputs": inputs, "outputs": outputs}
+    result = {"inputs": inputs, "outputs": outputs}
+    # A model returning a flat dict of tensors: the keys name the outputs, and the runtime
+    # returns a dict again.
+    spec = getattr(getattr(program, "call_spec", None), "out_spec", None)
+    if spec is not None and spec.type is dict and len(spec.context) == len(outputs) and \
+            spec.num_leaves == len(outputs) and all(isinstance(k, str) for k in spec.context):
+        for entry, key in zip(outputs, spec.context):
+            entry["name"] = key
+        result["outputs_as"] = "dict"
+    return result
 
 
 def _torch_mlir_generic_text(

@@ -154,5 +154,17 @@ def apply_torch_signature(plan: Plan, signature: dict) -> None:
             if wanted in UNSIGNED_DTYPES and same_width and buffer.dtype.startswith("int"):
                 buffer.dtype = wanted
             name = entry.get("name")
-            if kind == "inputs" and name and name.isidentifier():
+            if name and (kind == "outputs" or name.isidentifier()):
                 buffer.name = name
+    if signature.get("outputs_as") == "dict":
+        plan.metadata["outputs_as"] = "dict"
+
+
+def name_user_outputs(plan: Plan) -> None:
+    """`output0`, `output1`, ... for the caller's outputs, as the CPU plan names them (the
+    CUDA code generator names buffers after the kernel that writes them)."""
+    by_id = {b.id: b for b in plan.buffers}
+    for i, position in enumerate(plan.user_outputs()):
+        buffer = by_id[plan.outputs[position]]
+        if buffer.role == "output":
+            buffer.name = f"output{i}"

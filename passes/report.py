@@ -294,10 +294,37 @@ def op_key_of(op: ir.Operation | ir.OpView) -> int:
     return op_key(op)
 
 
+# Payload ops too common to say what a generic computes.
+_PAYLOAD_NOISE = frozenset({"linalg.yield", "linalg.index", "arith.constant", "arith.index_cast",
+                            "arith.truncf", "arith.extf"})
+
+
+def node_label(op: ir.Operation) -> str:
+    """What an op computes, for a graph node: a generic's payload (`exp, add`), a named op's
+    name (`matmul`), and the result's shape (`64x512 f32`)."""
+    short = op.name.split(".", 1)[-1]
+    if op.name == "linalg.generic" and len(op.regions) and len(op.regions[0].blocks):
+        payload = [inner.operation.name.split(".", 1)[-1]
+                   for inner in op.regions[0].blocks[0].operations
+                   if inner.operation.name not in _PAYLOAD_NOISE]
+        reduces = any("reduction" in str(a) for a in op.attributes["iterator_types"])
+        short = ", ".join(dict.fromkeys(payload)) or "copy"
+        if len(short) > 40:
+            short = short[:37] + "..."
+        if reduces:
+            short = f"reduce({short})"
+    if len(op.results):
+        t = op.results[0].type
+        if isinstance(t, ir.RankedTensorType):
+            shape = "x".join(str(d) for d in t.shape) or "scalar"
+            short += f"\\n{shape} {t.element_type}"
+    return short.replace('"', "'")
+
+
 def _add_node(name: str, op: ir.Operation, indent: str, lines: list[str],
               node_of: dict, edges: list) -> None:
     """One DOT node for `op`; its results map to it, and edges come from its operands."""
-    lines.append(f'{indent}{name} [label="{op.name}"];')
+    lines.append(f'{indent}{name} [label="{node_label(op)}"];')
     for r in op.results:
         node_of[_value_key(r)] = name
     edges.extend((_value_key(v), name) for v in op.operands)
@@ -317,13 +344,22 @@ def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
         block = func.regions[0].blocks[0]
         for a_index, arg in enumerate(block.arguments):
             name = f"f{f_index}_arg{a_index}"
-            lines.append(f'  {name} [label="%arg{a_index}", shape=ellipse];')
+            t = arg.type
+            shape = ("x".join(str(d) for d in t.shape) or "scalar") + f" {t.element_type}" \
+                if isinstance(t, ir.RankedTensorType) else str(t)
+            lines.append(f'  {name} [label="input {a_index}\\n{shape}", shape=ellipse];')
             node_of[_value_key(arg)] = name
         kernel = 0
         for g_index, op in enumerate(block.operations):
             op = op.operation
             if op.name != "fusion.group":
-                if op.name in _FREE or op.name == "func.return":
+                if op.name == "func.return":
+                    for r_index, value in enumerate(op.operands):
+                        out = f"f{f_index}_out{r_index}"
+                        lines.append(f'  {out} [label="output {r_index}", shape=ellipse];')
+                        edges.append((_value_key(value), out))
+                    continue
+                if op.name in _FREE:
                     continue
                 _add_node(f"f{f_index}_op{g_index}", op, "  ", lines, node_of, edges)
                 continue

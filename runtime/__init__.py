@@ -445,6 +445,13 @@ class Module:
             outputs = targets
         if out is None:
             outputs = _numbers_for_scalars(outputs, self.signature.outputs)
+        return self._pack(outputs)
+
+    def _pack(self, outputs: list[Any]) -> Any:
+        """The outputs as the model returned them: one value, a tuple, or a dict keyed by
+        output name (a model that returned a dict)."""
+        if self._lib.metadata.get("outputs_as") == "dict":
+            return {s.name: o for s, o in zip(self.signature.outputs, outputs)}
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def run_pointers(
@@ -873,7 +880,7 @@ class _CudaCall:
         finally:
             self._release()
         results = self.results
-        return results[0] if len(results) == 1 else tuple(results)
+        return self.module._pack(results)
 
     def _release(self) -> None:
         for a in self.args:

@@ -286,8 +286,7 @@ def _check(output: str, model, inputs, path: str) -> int:
     generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     fresh = [torch.randn(tuple(t.shape), generator=generator).to(t.dtype)
              if t.dtype.is_floating_point else t.clone() for t in inputs]
-    outs = compiled(*fresh)
-    outs = outs if isinstance(outs, tuple) else (outs,)
+    outs = _as_list(compiled(*fresh))
     with torch.no_grad():
         own = _as_list(model(*fresh))  # torch in the model's own dtype
         ref = _as_list(model.double()(*[a.double() if a.dtype.is_floating_point else a

@@ -5,8 +5,13 @@
 
 A *program* is a small dataflow graph over float32 tensors with random static shapes: graph
 inputs, then ops (elementwise unary and binary with broadcasting, reductions over an axis with
-or without keepdim, softmax, layernorm, matmul, linear, transpose, reshape), then one or two
-outputs. Hypothesis draws programs (`programs()`), so a failing one is shrunk to a minimal one.
+or without keepdim, softmax, layernorm, matmul, linear, transpose, reshape; convolutions and
+pools over NCHW values, strided, padded and grouped; what models build around their blocks:
+comparisons and `where`, a causal `masked_fill` from aranges, gathers at arange indices,
+concats), then one or two outputs. Hypothesis draws programs (`programs()`), so a failing one
+is shrunk to a minimal one. `--focus KINDS` starts every program with one of KINDS and draws
+them as often as all the others together (CNN: conv2d,maxpool,avgpool; around blocks:
+where,cat,causal_fill,gather_rev).
 
 Each program becomes a `torch.nn.Module` (`ProgramModule`, an interpreter over the op list,
 which torch.export traces to a flat graph) and goes through fusec's real frontend
@@ -157,8 +162,27 @@ OPS: dict[str, OpKind] = {
     "avgpool": OpKind(lambda a, k, stride, pad: _torch().nn.functional.avg_pool2d(
                           a, k, stride, pad),
                       "F.avg_pool2d({0}, {p0}, {p1}, {p2})", lambda b, s, p: b[0]),
+    # what models build around their blocks (HF's masks, positions, rotate_half): boolean
+    # masks from comparisons, where, integer index arithmetic on aranges, gathers, concats.
+    "where": OpKind(lambda a, b: _torch().where(a > b, a, b * 0.5),
+                    "torch.where({0} > {1}, {0}, {1} * 0.5)", lambda b, s, p: max(b[0], b[1])),
+    "cat": OpKind(lambda a, b, dim: _torch().cat((a, b), dim), "torch.cat(({0}, {1}), {p0})",
+                  lambda b, s, p: max(b[0], b[1])),
+    "causal_fill": OpKind(lambda a: a.masked_fill(
+                              _torch().arange(a.shape[-1], device=a.device)
+                              > _torch().arange(a.shape[-2], device=a.device)[:, None], -2.0),
+                          "{0}.masked_fill(torch.arange({0}.shape[-1]) > "
+                          "torch.arange({0}.shape[-2])[:, None], -2.0)",
+                          lambda b, s, p: max(b[0], 2.0)),
+    "gather_rev": OpKind(lambda a: _torch().gather(
+                             a, -1, (a.shape[-1] - 1 - _torch().arange(
+                                 a.shape[-1], device=a.device)).expand(a.shape)),
+                         "torch.gather({0}, -1, ({0}.shape[-1] - 1 - "
+                         "torch.arange({0}.shape[-1])).expand({0}.shape))",
+                         lambda b, s, p: b[0]),
 }
 CNN = ("conv2d", "maxpool", "avgpool")
+AROUND_BLOCKS = ("where", "cat", "causal_fill", "gather_rev")
 
 UNARY = ("neg", "abs", "exp", "tanh", "sigmoid", "relu", "gelu", "affine")
 BINARY = ("add", "sub", "mul", "div", "maximum")
@@ -371,6 +395,32 @@ class _Builder:
             self.append(kind, (a,), (self._new_shape(self.shapes[a]),))
         elif kind in CNN:
             self._window(kind)
+        elif kind == "where":
+            a = self.pick()
+            inputs_before = len(self.inputs)
+            b = self.broadcast_partner(self.shapes[a])
+            if len(self.inputs) > inputs_before and a >= b:
+                a += 1
+            self.append(kind, (a, b), ())
+        elif kind == "cat":
+            a = self.pick(lambda i: len(self.shapes[i]) >= 1)
+            shape = self.shapes[a]
+            dim = draw(st.integers(0, len(shape) - 1))
+            extent = self.draw_dim(math.prod(shape) // max(shape[dim], 1))
+            partner_shape = tuple(extent if d == dim else n for d, n in enumerate(shape))
+            b = self.pick(lambda i: self.shapes[i] == partner_shape)
+            if b is None or draw(st.booleans()):
+                b = self.new_input(partner_shape)
+                a += 1 if a >= b else 0
+            if math.prod(shape) + math.prod(partner_shape) <= MAX_ELEMENTS:
+                self.append(kind, (a, b), (dim,))
+        elif kind == "causal_fill":
+            a = self.pick(lambda i: len(self.shapes[i]) >= 2)
+            if a is not None:
+                self.append(kind, (a,), ())
+        elif kind == "gather_rev":
+            a = self.pick(lambda i: len(self.shapes[i]) >= 1)
+            self.append(kind, (a,), ())
 
     def _contraction(self, kind: str) -> None:
         """`a @ w` (+ bias): w (and bias) are new inputs, or an existing value that fits."""

@@ -116,3 +116,29 @@ def test_bf16_weights_import():
     out = np.asarray(compiled(x), dtype=np.float32)
     ref = model.double()(x.double())
     assert rel_err(out, ref) < 2e-2  # bf16 rounding of the output: 2^-8 relative
+
+
+def test_dict_outputs_come_back_as_a_dict():
+    """A model returning {name: tensor} gets a dict back, keyed the same, on both targets'
+    artifacts (the names are in the signature)."""
+
+    class Heads(nn.Module):
+        def forward(self, x):
+            return {"logits": x * 2, "score": x.sum(-1)}
+
+    x = torch.randn(4, 8)
+    compiled = fusec.compile(Heads().eval(), x)
+    out = compiled(x.numpy())
+    assert isinstance(out, dict) and list(out) == ["logits", "score"]
+    ref = Heads()(x.double())
+    assert rel_err(out["logits"], ref["logits"]) < 1e-6
+    assert rel_err(out["score"], ref["score"]) < 1e-6
+    gpu = fusec.compile(Heads().eval(), x, target="cuda")  # built here, no GPU needed
+    assert [s.name for s in gpu.signature.outputs] == ["logits", "score"]
+
+
+def test_cuda_outputs_are_named_like_the_cpus():
+    """CUDA outputs were named after the kernel that wrote them (`fusec_k0_out0`)."""
+    gpu = fusec.compile(nn.Softmax(-1), torch.randn(4, 8), target="cuda")
+    assert [s.name for s in gpu.signature.outputs] == ["output0"]
+    assert [s.name for s in gpu.signature.inputs] == ["input"]

@@ -17,10 +17,18 @@
 // JSON: "grid": 1,
 // JSON: "on_chip_bytes": 4160,
 // JSON: "capacity": "fits"
+// Nodes say what they compute (a generic's payload, a reduction, the result's shape), and
+// the graph shows the model's inputs and outputs.
 // DOT: digraph fusion {
+// DOT: f0_arg0 [label="input 0\n16x64 f32", shape=ellipse];
 // DOT: subgraph cluster_f0_g0 {
 // DOT-NEXT: label="kernel 0: vertical"
+// DOT: [label="exp\n16x64 f32"];
+// DOT: [label="reduce(addf)\n16 f32"];
+// DOT: [label="divf\n16x64 f32"];
 // DOT-NOT: cluster_f0_g1
+// DOT: f0_out0 [label="output 0", shape=ellipse];
+// DOT: f0_g0_{{[0-9]+}} -> f0_out0;
 // BADFMT: error: --graph: unknown format '.bmp'
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
