@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterator
 
 import mlir.ir as ir
@@ -145,6 +146,14 @@ def _one_line(message: str, path: str) -> FusecError:
     # The frontend names the file itself; the location prefix already does.
     if summary.startswith(f"{path}: "):
         summary = summary[len(path) + 2:]
+    # A message that starts with a source line (`/abs/model.py:4: ...`, the user's line that
+    # made the op): that is the location.
+    located = re.match(r"^(\S+?\.py):(\d+): (.*)$", summary)
+    if located:
+        name, line, rest = located.groups()
+        if os.path.abspath(name) == os.path.abspath(path):
+            name = path
+        return FusecError(rest, f"{name}:{line}")
     detail = next((line for line in lines[1:] if "error:" in line), None)
     if detail is None:
         return FusecError(summary, path)

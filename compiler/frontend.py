@@ -150,16 +150,14 @@ def _torch_mlir_generic_text(
               "mode (model.eval())", file=sys.stderr)
     module.eval()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _torch_logs_quiet():
             # torch.export's pytree code warns about its own deprecated API on every export.
             warnings.simplefilter("ignore", FutureWarning)
             program = export_program(module, example_inputs)
     except FrontendError:
         raise
     except Exception as error:  # torch.export raises many types (Unsupported, UserError, ...)
-        raise FrontendError(
-            f"torch.export failed: {type(error).__name__}: {error}"
-        ) from error
+        raise _export_failure(error) from error
     signature = torch_signature(program)
     # torch-mlir's C++ can abort, crash or grow without bound on some graphs, killing the
     # user's process: it runs in a child, watched (compiler/isolate.py).
@@ -177,6 +175,50 @@ def _torch_mlir_generic_text(
 
 
 _TRAINING_NOTED: set = set()
+
+
+class _torch_logs_quiet:
+    """torch's loggers at ERROR while exporting: a failed guard logs warnings and prints
+    the FX graph (twice) before torch.export raises; the exception says what matters."""
+
+    def __enter__(self) -> None:
+        import contextlib
+        import io
+        import logging
+
+        # torch prints the graph of a failed guard with print(): kept, not shown.
+        self._redirects = contextlib.ExitStack()
+        self._redirects.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        self._redirects.enter_context(contextlib.redirect_stderr(io.StringIO()))
+        self._levels = {}
+        for name in ("torch", "torch.fx.experimental.symbolic_shapes", "torch.export",
+                     "torch._dynamo", "torch._subclasses.fake_tensor"):
+            logger = logging.getLogger(name)
+            self._levels[name] = logger.level
+            logger.setLevel(logging.CRITICAL)
+
+    def __exit__(self, *exc: Any) -> None:
+        import logging
+
+        for name, level in self._levels.items():
+            logging.getLogger(name).setLevel(level)
+        self._redirects.close()
+
+
+def _export_failure(error: Exception) -> FrontendError:
+    """torch.export's failure as one line at the user's source line. Control flow on a
+    tensor's value (`if x.sum() > 0:`) gets the reason and the way out."""
+    text = str(error)
+    frames = re.findall(r'File "([^"]+)", line (\d+)', text)
+    user = [f for f in frames if "site-packages" not in f[0] and "dist-packages" not in f[0]]
+    where = f"{user[-1][0]}:{user[-1][1]}: " if user else ""
+    if "data-dependent" in text or type(error).__name__ == "GuardOnDataDependentSymNode":
+        return FrontendError(
+            f"{where}control flow depends on a tensor's value (torch.export cannot trace a "
+            "Python `if` or `while` on tensor data, nor `.item()` used as a Python number); "
+            "write it with torch.where or torch.cond, or make the condition a Python value")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return FrontendError(f"{where}torch.export failed: {type(error).__name__}: {first}")
 
 
 def _model_source(module: Any) -> str:

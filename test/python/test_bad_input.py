@@ -141,6 +141,18 @@ CLI_CASES = [
                                            "def example_inputs():\n    return (torch.randn(4),)\n"},
      ["m.py", "--target", "cuda", "-o", "{out}"], "m.py:4:0",
      r"the model keeps state between calls \(an RNG seed.*compile it with --target cpu"),
+    # A Python `if` on a tensor's value: one located line (torch printed its log and the FX
+    # graph twice, and the error was cut before its hint).
+    ("model-py-data-dependent-if", {"m.py": "import torch\nclass M(torch.nn.Module):\n"
+                                            "    def forward(self, x):\n"
+                                            "        if x.sum() > 0:\n"
+                                            "            return x * 2\n"
+                                            "        return x - 1\n"
+                                            "def model():\n    return M()\n"
+                                            "def example_inputs():\n"
+                                            "    return (torch.randn(4),)\n"},
+     ["m.py", "-o", "{out}"], "m.py:4",
+     r"control flow depends on a tensor's value .* torch\.where or torch\.cond"),
     # --arch is checked before anything runs (it used to abort inside LLVM, exit 134).
     ("arch-bogus", {"add.mlir": ADD_MLIR}, ["add.mlir", "--target", "cuda", "--arch", "bogus",
                                             "-o", "{out}"], "",
