@@ -462,11 +462,11 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
 
     roots = [next(i for i, op in enumerate(tileable) if op == target)
              for target in [root, *others]]
-    kept_whole = inexact_escaping_producers(tileable, roots)
+    kept_whole, outside = inexact_escaping_producers(tileable, roots)
 
     def producers_of(index: int) -> list[int]:
         return [i for i in reversed(range(index))
-                if not _feeds_pad(tileable[i]) and i not in kept_whole]
+                if not _feeds_pad(tileable[i]) and i not in outside]
 
     siblings = [(index, producers_of(index), sizes) for index in roots[1:]]
     script = _transform_script(roots[0], producers_of(roots[0]), sizes, siblings)
@@ -551,10 +551,13 @@ def _covering_read(consumer: ir.Operation, operand_number: int) -> bool:
     return True
 
 
-def inexact_escaping_producers(tileable: list[ir.Operation], roots: list[int]) -> set[int]:
+def inexact_escaping_producers(tileable: list[ir.Operation],
+                               roots: list[int]) -> tuple[set[int], set[int]]:
     """The producers (indices into `tileable`) that must stay outside the tile loop: those
     whose result is also used outside it (yielded by the group, or read by an op the loop
-    does not hold) while the tiles compute only part of it.
+    does not hold) while the tiles compute only part of it (the first set, recorded on the
+    group), and with them those no op of the loop reads as an operand (the second set holds
+    both).
 
     Fusing a producer into the tile loop computes, per tile, the slice of it the tile reads;
     a result that leaves the loop is then written only where some tile read it. That is the
@@ -567,6 +570,7 @@ def inexact_escaping_producers(tileable: list[ir.Operation], roots: list[int]) -
     in_loop = {i for i in range(max(roots) + 1) if i in roots or not _feeds_pad(tileable[i])}
     whole: dict[int, bool] = {r: True for r in roots}
     kept: set[int] = set()
+    outside: set[int] = set()
     keys = {op_key(op): i for i, op in enumerate(tileable)}
     for i in reversed(range(max(roots) + 1)):
         if i in whole or i not in in_loop:
@@ -575,25 +579,34 @@ def inexact_escaping_producers(tileable: list[ir.Operation], roots: list[int]) -
         escapes = False
         exact = True
         consumers = 0
+        in_payload = False
         for result in op.results:
             for use in result.uses:
                 j = keys.get(op_key(use.owner))
+                if j is None and use.owner.name == "tensor.extract":
+                    in_payload = True  # a gather's payload reads it, element by element
                 if j is None or j not in in_loop or j <= i:
                     escapes = True
                     continue
                 consumers += 1
                 if not (whole.get(j, False) and _covering_read(tileable[j], use.operand_number)):
                     exact = False
-        if not consumers:
-            in_loop.discard(i)  # nothing in the loop reads it: it stays outside, whole
+        if not consumers or in_payload:
+            # Nothing in the loop reads it as an operand, or a payload's tensor.extract (a
+            # gather's) reads it whole: it stays outside, whole. Asked to fuse, the transform
+            # clones it into that payload, where it wrote the loop's result buffer per
+            # element (fuzz, around-blocks family: a causal mask read by a gather).
+            in_loop.discard(i)
             whole[i] = True
+            outside.add(i)
         elif escapes and not exact:
             kept.add(i)
+            outside.add(i)
             in_loop.discard(i)
             whole[i] = True
         else:
             whole[i] = exact
-    return kept
+    return kept, outside
 
 
 def order_parallel_inserts(group: ir.Operation) -> None:

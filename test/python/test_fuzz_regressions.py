@@ -39,6 +39,20 @@ CASES = [
         Program(inputs=((2, 3, 4),), ops=(("reshape", (0,), ((2, 12),)),), outputs=(1,)),
         id="reshape-of-input-as-output-collapse",
     ),
+    # A causal mask read both by an add (through its indexing map) and by a gather's payload
+    # (tensor.extract): tile-and-fuse cloned the mask's producer into the gather's payload,
+    # where it wrote the tile loop's result buffer, per element; fused relative error 0.38.
+    # Found by `python -m fusec.tools.fuzz --examples 500 --seed 13001 --focus
+    # where,cat,causal_fill,gather_rev` (2026-12-01), shrunk by hand:
+    #     v1 = x0.masked_fill(arange(33) > arange(257)[:, None], -2.0)
+    #     v2 = torch.gather(v1, -1, (32 - arange(33)).expand(v1.shape))
+    #     return torch.gather(v1 + v2, -1, ...)            # x0: (257, 33)
+    pytest.param(
+        Program(inputs=((257, 33),), ops=(("causal_fill", (0,), ()), ("gather_rev", (1,), ()),
+                                          ("add", (1, 2), ()), ("gather_rev", (3,), ())),
+                outputs=(4,)),
+        id="producer-read-by-a-gather-payload",
+    ),
 ]
 
 
