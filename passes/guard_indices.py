@@ -99,6 +99,29 @@ def _error_function(module: ir.Operation) -> None:
         fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
 
 
+def _in_range(value: ir.Value, tensor_value: ir.Value, dim: int, zero: ir.Value) -> ir.Value:
+    """`0 <= value < size of dim` (an i1), at the current insertion point."""
+    tensor_type = ir.RankedTensorType(tensor_value.type)
+    index = ir.IndexType.get()
+    if tensor_type.is_dynamic_dim(dim):
+        size = tensor.DimOp(tensor_value, arith.ConstantOp(index, dim)).result
+    else:
+        size = arith.ConstantOp(index, tensor_type.shape[dim]).result
+    return arith.AndIOp(arith.CmpIOp(arith.CmpIPredicate.sge, value, zero).result,
+                        arith.CmpIOp(arith.CmpIPredicate.slt, value, size).result).result
+
+
+def _report_unless(ok: ir.Value, check: int, value: ir.Value) -> None:
+    """`scf.if !ok { fusec_index_error(check, value) }`, at the current insertion point."""
+    i64 = ir.IntegerType.get_signless(64)
+    bad = arith.XOrIOp(ok, arith.ConstantOp(ir.IntegerType.get_signless(1), 1).result).result
+    branch = scf.IfOp(bad)
+    with ir.InsertionPoint(branch.then_block):
+        func.CallOp([], ERROR_FUNCTION, [arith.ConstantOp(i64, check).result,
+                                         arith.IndexCastOp(i64, value).result])
+        scf.YieldOp([])
+
+
 def _describe(op: ir.Operation, tensor_type: ir.RankedTensorType, dim: int) -> str:
     """The check's message; the runtime puts the bad index in place of `{index}`."""
     access = "read" if op.name == "tensor.extract" else "write"
@@ -133,35 +156,18 @@ class GuardIndicesPass(Pass):
             tensor_type = ir.RankedTensorType(tensor_value.type)
             oks = []
             with ir.InsertionPoint(op), op.location:
-                index = ir.IndexType.get()
-                i64 = ir.IntegerType.get_signless(64)
-                zero = arith.ConstantOp(index, 0).result
+                zero = arith.ConstantOp(ir.IndexType.get(), 0).result
                 for d in dims:
-                    value = indices[d]
-                    if tensor_type.is_dynamic_dim(d):
-                        size = tensor.DimOp(tensor_value, arith.ConstantOp(index, d)).result
-                    else:
-                        size = arith.ConstantOp(index, tensor_type.shape[d]).result
-                    ok = arith.AndIOp(
-                        arith.CmpIOp(arith.CmpIPredicate.sge, value, zero).result,
-                        arith.CmpIOp(arith.CmpIPredicate.slt, value, size).result).result
-                    oks.append((d, value, ok))
+                    ok = _in_range(indices[d], tensor_value, d, zero)
+                    oks.append(ok)
                     if self.report:
-                        bad = arith.XOrIOp(ok, arith.ConstantOp(ir.IntegerType.get_signless(1),
-                                                                1).result).result
-                        check = len(checks)
                         checks.append(ir.DictAttr.get({
                             "message": ir.StringAttr.get(_describe(op, tensor_type, d)),
                             "loc": ir.StringAttr.get(str(op.location)),
                         }))
-                        branch = scf.IfOp(bad)
-                        with ir.InsertionPoint(branch.then_block):
-                            func.CallOp([], ERROR_FUNCTION, [
-                                arith.ConstantOp(i64, check).result,
-                                arith.IndexCastOp(i64, value).result])
-                            scf.YieldOp([])
+                        _report_unless(ok, len(checks) - 1, indices[d])
                     if op.name == "tensor.extract":
-                        op.operands[first_index + d] = arith.SelectOp(ok, value, zero).result
+                        op.operands[first_index + d] = arith.SelectOp(ok, indices[d], zero).result
             if op.name == "tensor.insert":
                 self._guard_insert(op, oks)
             else:
@@ -172,12 +178,12 @@ class GuardIndicesPass(Pass):
             module.attributes[CHECKS_ATTR] = ir.ArrayAttr.get(checks)
 
     @staticmethod
-    def _guard_insert(op: ir.Operation, oks: list[tuple[int, ir.Value, ir.Value]]) -> None:
+    def _guard_insert(op: ir.Operation, oks: list[ir.Value]) -> None:
         """`tensor.insert` only where every checked index is in range; else the destination
         passes through unchanged."""
         with ir.InsertionPoint(op), op.location:
-            ok = oks[0][2]
-            for _, _, more in oks[1:]:
+            ok = oks[0]
+            for more in oks[1:]:
                 ok = arith.AndIOp(ok, more).result
             dest = op.operands[1]
             branch = scf.IfOp(ok, [dest.type], has_else=True)
