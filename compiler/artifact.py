@@ -260,6 +260,14 @@ def artifact_metadata(plan: Plan) -> dict:
     }
 
 
+def umasked(mode: int) -> int:
+    """`mode` less this process's umask: the mode a plain open() would give a new file
+    (mkstemp makes its files 0600, which suits the temporary, not the result)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mode & ~mask
+
+
 def _c_bytes(data: bytes, per_line: int = 16) -> str:
     """A C initializer for `data` plus a terminating NUL (no string-literal escaping issues)."""
     values = [f"0x{c:02x}" for c in data + b"\0"]
@@ -548,11 +556,7 @@ def _link(
                 cmd,
                 proc.stderr,
             )
-        # mkstemp makes the file 0600; give it the mode a linker's output has (0777 less
-        # the umask).
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(partial, 0o777 & ~mask)
+        os.chmod(partial, umasked(0o777))  # the mode a linker's output has
         os.replace(partial, out)
     finally:
         if os.path.exists(partial):

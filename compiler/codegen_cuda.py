@@ -3372,8 +3372,7 @@ def mark_view_groups(func: ir.Operation) -> int:
         view = _view_through(found[1], list(reversed(found[0])))
         if view is None or not view.is_dense():
             continue
-        element = ir.ShapedType(group.operands[0].type).element_type
-        element_bytes = max(1, getattr(element, "width", 8) // 8)
+        element_bytes = ELEMENT_BYTES.get(_tensor_info(group.operands[0].type)[1], 4)
         if (view.offset * element_bytes) % VIEW_ALIGNMENT:
             # Kernels read their buffers 16 bytes at a time from the base: a view starting
             # off that alignment (x[:, 1:] of int64) would be read misaligned. It stays a

@@ -45,6 +45,16 @@ def format_location(location: object, filename: str | None = None) -> str | None
     return f"{name}:{line}:{col}"
 
 
+_PYTHON_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def python_frames(text: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The (file, line) frames of a Python traceback in `text`: all of them, and those of
+    the user's code (not installed packages or the standard library)."""
+    frames = _PYTHON_FRAME.findall(text)
+    return frames, [f for f in frames if not _is_library(f[0])]
+
+
 def _is_library(path: str) -> bool:
     """Whether `path` is installed code (torch's modules, the standard library)."""
     return ("site-packages" in path or "dist-packages" in path

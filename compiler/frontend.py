@@ -197,7 +197,7 @@ class _torch_logs_quiet:
             self._levels[name] = logger.level
             logger.setLevel(logging.CRITICAL)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         import logging
 
         for name, level in self._levels.items():
@@ -208,9 +208,10 @@ class _torch_logs_quiet:
 def _export_failure(error: Exception) -> FrontendError:
     """torch.export's failure as one line at the user's source line. Control flow on a
     tensor's value (`if x.sum() > 0:`) gets the reason and the way out."""
+    from fusec.compiler.diagnostics import python_frames
+
     text = str(error)
-    frames = re.findall(r'File "([^"]+)", line (\d+)', text)
-    user = [f for f in frames if "site-packages" not in f[0] and "dist-packages" not in f[0]]
+    _, user = python_frames(text)
     where = f"{user[-1][0]}:{user[-1][1]}: " if user else ""
     if "data-dependent" in text or type(error).__name__ == "GuardOnDataDependentSymNode":
         return FrontendError(
@@ -286,8 +287,9 @@ def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> 
 def _user_frame(node: Any) -> str:
     """`file:line` of the user's code that made an FX node (the last frame outside installed
     packages in its stack trace), or '' when it has none."""
-    frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
-    user = [f for f in frames if "site-packages" not in f[0] and "dist-packages" not in f[0]]
+    from fusec.compiler.diagnostics import python_frames
+
+    frames, user = python_frames(node.meta.get("stack_trace") or "")
     name, line = (user or frames or [("", "")])[-1]
     return f"{name}:{line}" if name else ""
 

@@ -18,7 +18,7 @@ import signal
 import tempfile
 import time
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 
 class IsolatedFailure(Exception):
@@ -51,7 +51,7 @@ def run_isolated(step: Callable[[], str], what: str, timeout: float | None = Non
 
     if not hasattr(os, "fork") or os.environ.get("FUSEC_IMPORT_IN_PROCESS") == "1":
         return step()
-    timeout = float(os.environ.get("FUSEC_IMPORT_TIMEOUT", 1800)) if timeout is None else timeout
+    timeout = float(os.environ.get("FUSEC_IMPORT_TIMEOUT", "1800")) if timeout is None else timeout
     memory_bytes = _memory_limit_bytes() if memory_bytes is None else memory_bytes
     fd, result_path = tempfile.mkstemp(prefix="fusec-import-", suffix=".txt")
     os.close(fd)

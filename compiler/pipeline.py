@@ -46,7 +46,7 @@ class CompileOptions:
         if self.target not in TARGETS:
             raise FusecError(f"unknown target '{self.target}'; expected one of: cpu, cuda, auto")
         if self.target == "auto":
-            return "cuda" if _gpu_present() else "cpu"
+            return "cuda" if gpu_present() else "cpu"
         return self.target
 
     def cache_key(self) -> str:
@@ -56,7 +56,7 @@ class CompileOptions:
         return repr(sorted(data.items()))
 
 
-def _gpu_present() -> bool:
+def gpu_present() -> bool:
     import ctypes.util
 
     return ctypes.util.find_library("cuda") is not None and os.path.exists("/dev/nvidia0")

@@ -40,11 +40,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import mlir.ir as ir
-from mlir.dialects import arith, func, scf, tensor
-
 from fusec.passes.grouping import op_key, walk_ops
 from fusec.passes.registry import Pass, register
+from mlir import ir
+from mlir.dialects import arith, func, scf, tensor
 
 ERROR_FUNCTION = "fusec_index_error"
 CHECKS_ATTR = "fusion.index_checks"

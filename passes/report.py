@@ -299,6 +299,13 @@ _PAYLOAD_NOISE = frozenset({"linalg.yield", "linalg.index", "arith.constant", "a
                             "arith.truncf", "arith.extf"})
 
 
+def _type_text(t: ir.Type) -> str:
+    """`64x512 f32` for a ranked tensor (`scalar f32` for 0-d); the type itself otherwise."""
+    if not isinstance(t, ir.RankedTensorType):
+        return str(t)
+    return ("x".join(str(d) for d in t.shape) or "scalar") + f" {t.element_type}"
+
+
 def node_label(op: ir.Operation) -> str:
     """What an op computes, for a graph node: a generic's payload (`exp, add`), a named op's
     name (`matmul`), and the result's shape (`64x512 f32`)."""
@@ -313,11 +320,8 @@ def node_label(op: ir.Operation) -> str:
             short = short[:37] + "..."
         if reduces:
             short = f"reduce({short})"
-    if len(op.results):
-        t = op.results[0].type
-        if isinstance(t, ir.RankedTensorType):
-            shape = "x".join(str(d) for d in t.shape) or "scalar"
-            short += f"\\n{shape} {t.element_type}"
+    if len(op.results) and isinstance(op.results[0].type, ir.RankedTensorType):
+        short += f"\\n{_type_text(op.results[0].type)}"
     return short.replace('"', "'")
 
 
@@ -344,10 +348,8 @@ def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
         block = func.regions[0].blocks[0]
         for a_index, arg in enumerate(block.arguments):
             name = f"f{f_index}_arg{a_index}"
-            t = arg.type
-            shape = ("x".join(str(d) for d in t.shape) or "scalar") + f" {t.element_type}" \
-                if isinstance(t, ir.RankedTensorType) else str(t)
-            lines.append(f'  {name} [label="input {a_index}\\n{shape}", shape=ellipse];')
+            lines.append(f'  {name} [label="input {a_index}\\n{_type_text(arg.type)}", '
+                         'shape=ellipse];')
             node_of[_value_key(arg)] = name
         kernel = 0
         for g_index, op in enumerate(block.operations):

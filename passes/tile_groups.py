@@ -55,6 +55,7 @@ After:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Collection
@@ -62,7 +63,7 @@ from dataclasses import dataclass
 
 from fusec.passes import cost_model
 from fusec.passes.fusion_analysis import CONTRACTION, describe
-from fusec.passes.grouping import defining_op, is_compute, memory_element_type, op_key
+from fusec.passes.grouping import defining_op, is_compute, memory_element_type, op_key, walk_ops
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, PassError, register
 from mlir import ir
@@ -618,25 +619,12 @@ def order_parallel_inserts(group: ir.Operation) -> None:
     so the loop's results would come out swapped (a verifier error, or wrong values where
     the types agree).
     """
-    loops: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "scf.forall":
-            loops.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    group.walk(visit)
-    for loop in loops:
+    for loop in walk_ops(group, lambda op: op.name == "scf.forall"):
         body = loop.regions[0].blocks[0]
         outs = list(body.arguments)[-len(loop.results):] if len(loop.results) else []
         terminator = list(body.operations)[-1].operation
         inserts = [op.operation for op in terminator.regions[0].blocks[0].operations]
-
-        def position(op: ir.Operation) -> int:
-            dest = op.operands[1]
-            return next((k for k, arg in enumerate(outs) if arg == dest), len(outs))
-
-        ordered = sorted(inserts, key=position)
+        ordered = sorted(inserts, key=functools.partial(_shared_out_position, outs))
         if ordered == inserts:
             continue
         last = None
@@ -646,6 +634,12 @@ def order_parallel_inserts(group: ir.Operation) -> None:
             else:
                 op.move_after(last)
             last = op
+
+
+def _shared_out_position(outs: list[ir.Value], insert: ir.Operation) -> int:
+    """Which of the loop's shared outputs a `parallel_insert_slice` writes (its dest)."""
+    dest = insert.operands[1]
+    return next((k for k, arg in enumerate(outs) if arg == dest), len(outs))
 
 
 def _feeds_pad(op: ir.Operation) -> bool:
@@ -689,13 +683,19 @@ def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback) -> list
     parts = []
     for part in split_group(backup, SPLIT_FOR_THREADS):
         part = tile_accepted(part, tile, accept)
-        if "fusion.tile_kind" not in part.attributes and UNTILED_ATTR not in part.attributes:
-            part.attributes[UNTILED_ATTR] = ir.StringAttr.get(
-                "nothing to tile: no linalg op (a copy or a reshape of its input)")
-        if UNTILED_ATTR in part.attributes:
+        if untiled_on_gpu(part):
             part = tile_for_fallback(part)
         parts.append(part)
     return parts
+
+
+def untiled_on_gpu(part: ir.Operation) -> bool:
+    """Whether a GPU group was left untiled (neither tile emitter's); a group the tiling
+    gave no kind, having nothing to tile, is marked so, with the reason."""
+    if "fusion.tile_kind" not in part.attributes and UNTILED_ATTR not in part.attributes:
+        part.attributes[UNTILED_ATTR] = ir.StringAttr.get(
+            "nothing to tile: no linalg op (a copy or a reshape of its input)")
+    return UNTILED_ATTR in part.attributes
 
 
 GENERALIZE_SCRIPT = """
@@ -833,10 +833,6 @@ class TileGroupsPass(Pass):
             else:
                 parts = [tile_accepted(group, tile, accept)]
             for part in parts if gpu else []:
-                if "fusion.tile_kind" not in part.attributes and \
-                        UNTILED_ATTR not in part.attributes:
-                    part.attributes[UNTILED_ATTR] = ir.StringAttr.get(
-                        "nothing to tile: no linalg op (a copy or a reshape of its input)")
-                if UNTILED_ATTR in part.attributes:
+                if untiled_on_gpu(part):
                     # Neither emitter's: the fallback path's tiles (one per thread).
                     fallback_tiles(part, tile, accept, tile_for_fallback)

@@ -21,7 +21,6 @@ import time
 
 from fusec.compiler.diagnostics import FusecError
 
-
 # GPU architectures the CUDA target builds for (NVVM targets with the PTX 8.0 features).
 SUPPORTED_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 DEFAULT_ARCH = "sm_90"
@@ -89,14 +88,10 @@ def _write_text(path: str | None, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fusec-")
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 is for the temporary, not the result
+    from fusec.compiler.artifact import umasked
+
+    os.chmod(tmp, umasked(0o666))
     os.replace(tmp, path)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def default_output(input_path: str) -> str:
@@ -177,7 +172,9 @@ def _check_args(args: argparse.Namespace, options) -> None:
     if args.check and not args.input.endswith(".py"):
         raise FusecError("--check needs a model.py input (it compares with PyTorch)",
                          args.input)
-    if args.check and options.resolved_target() == "cuda" and not _gpu_here():
+    from fusec.compiler.pipeline import gpu_present
+
+    if args.check and options.resolved_target() == "cuda" and not gpu_present():
         raise FusecError("--check runs the compiled model, and there is no GPU here "
                          "(libcuda.so.1 and /dev/nvidia0 not found): build without --check "
                          "and run the .so where a GPU is, with fusec.runtime.load(PATH)")
@@ -187,12 +184,6 @@ def _check_args(args: argparse.Namespace, options) -> None:
         driver.check_output_path(args.output)
     elif not args.emit and not ((args.report or args.graph) and not args.output):
         driver.check_output_path(default_output(args.input))
-
-
-def _gpu_here() -> bool:
-    from fusec.compiler.pipeline import _gpu_present
-
-    return _gpu_present()
 
 
 def _verify(text: str, path: str, options, inputs) -> None:
@@ -277,10 +268,10 @@ def _check(output: str, model, inputs, path: str) -> int:
     be as close to the exact answer as torch is, not closer."""
     if model is None:
         raise FusecError("--check needs a model.py input (it compares with PyTorch)", path)
+    import fusec.runtime as runtime
     import numpy as np
     import torch
-
-    import fusec.runtime as runtime
+    from fusec.tools.fuzz import relative_error
 
     compiled = runtime.load(output)
     generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
@@ -296,8 +287,8 @@ def _check(output: str, model, inputs, path: str) -> int:
     for i, (o, r, t) in enumerate(zip(outs, ref, own)):
         r = r.numpy().astype(np.float64)
         out = np.asarray(o).astype(np.float64)
-        err = _relative(out, r)
-        torch_err = _relative(t.float().numpy().astype(np.float64), r)
+        err = relative_error(out, r)
+        torch_err = relative_error(t.float().numpy(), r)
         low_precision = t.dtype in (torch.float16, torch.bfloat16)
         bar = max(1e-4, 4 * torch_err) if low_precision else 1e-4
         # NaN compares false with everything: it must fail, never vanish in max().
@@ -318,15 +309,6 @@ def _as_list(value) -> list:
     if isinstance(value, dict):
         return list(value.values())
     return list(value) if isinstance(value, (tuple, list)) else [value]
-
-
-def _relative(out, ref) -> float:
-    """||out - ref|| / ||ref||; the absolute error for an all-zero reference."""
-    import numpy as np
-
-    difference = float(np.linalg.norm(out - ref))
-    scale = float(np.linalg.norm(ref))
-    return difference / scale if scale > 0 else difference
 
 
 def main(argv: list[str] | None = None) -> int:

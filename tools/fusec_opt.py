@@ -84,7 +84,6 @@ def _pipeline_elements(args: argparse.Namespace, passes: list[str]) -> list[str]
 def _process(text: str, filename: str, elements: list[str], args: argparse.Namespace) -> str:
     """Parse, run the passes and print one chunk; raises FusecError on failure."""
     import mlir.ir as ir
-
     from fusec.dialects import make_context
     from fusec.passes import PassError, run_pipeline
 
@@ -118,9 +117,9 @@ def _write_output(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp's 0600 is for the temporary only
+        from fusec.compiler.artifact import umasked
+
+        os.chmod(tmp, umasked(0o666))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -131,9 +130,9 @@ def _write_output(path: str, text: str) -> None:
 def run(argv: list[str]) -> int:
     args, passes = _parse_args(argv)
     if args.list_passes:
-        import fusec.passes as fp
-
         import dataclasses
+
+        import fusec.passes as fp
 
         for flag, cls in sorted(fp.REGISTRY.items()):
             print(f"  --{flag:32s} {cls.summary()}")
