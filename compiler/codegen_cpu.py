@@ -72,6 +72,8 @@ def tiled_passes(options: Any = None) -> list[str]:
         # Tiling leaves the fused-away producers dead and duplicates slices: clean both.
         "canonicalize",
         "cse",
+        # The index checks' reports, deferred by the linalg stage, into the tiles' payloads.
+        "fusion-report-indices",
         "fusion-cpu-loop-order",
         # Float sums may use several partial sums, so that LLVM vectorizes them.
         "fusion-reassociate-reductions",

@@ -1296,9 +1296,11 @@ class CudaOptions:
 def kernel_module_text(kernels: list[str], options: CudaOptions) -> str:
     target = (f'#nvvm.target<O = {options.opt_level}, chip = "{options.arch}", '
               f'features = "{options.features}">')
+    # The index-check status (see INDEX_STATUS), once, when a kernel records failures in it.
+    status = [INDEX_STATUS_GLOBAL] if any(f"@{INDEX_STATUS}" in k for k in kernels) else []
     return ("module attributes {gpu.container_module} {\n"
             f"  gpu.module @{KERNEL_MODULE} [{target}] {{\n"
-            + "\n".join(kernels) + "\n  }\n}\n")
+            + "\n".join(status + kernels) + "\n  }\n}\n")
 
 
 def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
@@ -1823,6 +1825,47 @@ def _distribute_tiles(gfunc: ir.Operation, forall: ir.Operation | None, block: i
     return tiles
 
 
+# A failed index check on the GPU (--fusion-guard-indices): the kernel cannot call the host,
+# so the first failure of a run is recorded in this device global, [check + 1, index], which
+# the runtime reads after the run (runtime/shim_cuda.c, fusec_index_status) and clears.
+INDEX_STATUS = "fusec_index_status"
+INDEX_STATUS_GLOBAL = (f'memref.global @{INDEX_STATUS} : memref<2xi64> = dense<0>')
+
+
+def report_index_errors_on_device(gfunc: ir.Operation) -> bool:
+    """Each `func.call @fusec_index_error(check, index)` in `gfunc` becomes a compare-and-swap
+    of `check + 1` into word 0 of the device status (only where it is still 0: the first
+    failure wins) and, by the winner, a store of `index` into word 1. Returns whether any."""
+    from mlir.dialects import arith, memref, scf
+
+    from fusec.passes.grouping import walk_ops
+    from fusec.passes.guard_indices import ERROR_FUNCTION
+
+    calls = walk_ops(gfunc, lambda o: o.name == "func.call" and
+                     ir.FlatSymbolRefAttr(o.attributes["callee"]).value == ERROR_FUNCTION)
+    i64 = ir.IntegerType.get_signless(64)
+    index = ir.IndexType.get()
+    status_type = ir.MemRefType.get([2], i64)
+    for call in calls:
+        check, bad = call.operands[0], call.operands[1]
+        with ir.InsertionPoint(call), call.location:
+            status = memref.GetGlobalOp(status_type, INDEX_STATUS).result
+            zero, one = arith.ConstantOp(i64, 0).result, arith.ConstantOp(i64, 1).result
+            mark = arith.AddIOp(check, one).result
+            rmw = memref.GenericAtomicRMWOp(i64, status, [arith.ConstantOp(index, 0).result])
+            block = rmw.regions[0].blocks.append(i64)
+            with ir.InsertionPoint(block):
+                free = arith.CmpIOp(arith.CmpIPredicate.eq, block.arguments[0], zero).result
+                memref.AtomicYieldOp(arith.SelectOp(free, mark, block.arguments[0]).result)
+            won = arith.CmpIOp(arith.CmpIPredicate.eq, rmw.result, zero).result
+            branch = scf.IfOp(won)
+            with ir.InsertionPoint(branch.then_block):
+                memref.StoreOp(bad, status, [arith.ConstantOp(index, 1).result])
+                scf.YieldOp([])
+        call.erase()
+    return bool(calls)
+
+
 def fallback_kernel(group: ir.Operation, symbol: str,
                     block: int = FALLBACK_BLOCK) -> FallbackKernel:
     """Compile a group through upstream MLIR (see the section comment) to one `gpu.func`."""
@@ -1880,6 +1923,9 @@ def fallback_kernel(group: ir.Operation, symbol: str,
     gret = list(gbody.operations)[-1]
     for op in list(body.operations)[:-1]:  # not func.return
         op.operation.move_before(gret)
+    if report_index_errors_on_device(gfunc):
+        with ir.InsertionPoint.at_block_begin(gmodule.regions[0].blocks[0]):
+            ir.Operation.parse(INDEX_STATUS_GLOBAL)
     forall = next((op.operation for op in gbody.operations
                    if op.operation.name == "scf.forall"), None)
     tiles = _distribute_tiles(gfunc, forall, block)
@@ -1989,6 +2035,9 @@ def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
     lines.append("};")
     metadata = _metadata(plan)
     lines.append(f"static const char fusec_metadata_json[] = {_c_string(json.dumps(metadata))};")
+    checks = [str(c) for c in plan.metadata.get("index_checks", [])]
+    lines.append("static const char *const fusec_index_messages[] = {"
+                 + ", ".join(_c_string(c) for c in checks + [""]) + "};")
     lines.append("static const fusec_cuda_program fusec_the_program = {")
     lines.append(f"  fusec_image, sizeof(fusec_image), {int(program.fatbin is not None)},")
     lines.append(f"  fusec_symbols, {len(symbols)},")
@@ -1996,6 +2045,7 @@ def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
     lines.append(f"  fusec_buffers, {len(plan.buffers)},")
     lines.append(f"  {len(plan.inputs)}, {len(plan.outputs)}, fusec_metadata_json,")
     lines.append(f"  {plan.metadata.get('cublaslt_workspace_bytes', 0)}ULL,")
+    lines.append(f"  fusec_index_messages, {len(checks)},")
     lines.append("};")
     lines.append("static const fusec_cuda_program *fusec_program(void) "
                  "{ return &fusec_the_program; }")
@@ -2022,7 +2072,7 @@ def _metadata(plan: Plan) -> dict:
 
 EXPORTED = ("fusec_abi_version", "fusec_metadata", "fusec_last_error", "fusec_run",
             "fusec_run_stream", "fusec_num_threads", "fusec_run_graph",
-            "fusec_graph_captures_count")
+            "fusec_graph_captures_count", "fusec_index_status")
 
 
 def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:
@@ -2059,6 +2109,8 @@ def tiled_passes(gemm: bool = True) -> list[str]:
     return [f"fusion-gpu-kernels{{gemm={'true' if gemm else 'false'}}}",
             "fusion-normalise-kernels",
             "fusion-tile{device=nvidia-h200,fit=true}",
+            # The index checks' reports (deferred by the linalg stage), now the tiles exist.
+            "fusion-report-indices",
             "fusion-place{device=nvidia-h200}",
             "fusion-capacity{device=nvidia-h200}"]
 
@@ -2079,10 +2131,13 @@ def options_from(compile_options: Any) -> CudaOptions:
                        cubin=bool(extra.get("cubin", True)))
 
 
-def build_so(module: ir.Module, compile_options: Any, output: str | os.PathLike) -> dict:
-    """The `so` stage for target cuda: fusion-stage module -> model.so; returns its metadata."""
+def build_so(module: ir.Module, compile_options: Any, output: str | os.PathLike,
+             index_checks: list[str] = ()) -> dict:
+    """The `so` stage for target cuda: fusion-stage module -> model.so; returns its metadata.
+    `index_checks`: the messages of the module's index checks (pipeline.index_check_messages)."""
     signature = read_torch_signature(module)
     program = generate(module, options_from(compile_options))
+    program.plan.metadata["index_checks"] = list(index_checks)
     name_user_outputs(program.plan)
     apply_torch_signature(program.plan, signature)
     write_cuda_artifact(program, output)

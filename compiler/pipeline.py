@@ -69,18 +69,15 @@ def linalg_passes(options: CompileOptions) -> list[str]:
     # Normalise what torch-mlir gives: fold and deduplicate before deciding fusion.
     # Model globals (RNG seeds) and host scalar code move into kernels before the checks.
     # Indices read from data (gathers, embeddings) are bounds-checked first: out of range, a
-    # CPU kernel reports the op and the index through the runtime; a GPU kernel reads index 0.
-    return [f"fusion-guard-indices{{report={_reports_index_errors(options)}}}",
+    # kernel reads index 0 and reports the op and the index (the CPU runtime's
+    # fusec_index_error; on the GPU a device flag the runtime reads after the run). The
+    # reports go in after tiling (`fusion-report-indices`): a call in a payload would keep
+    # tile-and-fuse from erasing or merging the producers it clones into the tiles.
+    return ["fusion-guard-indices{defer=true}",
             "fusion-drop-asserts", "fusion-globals-to-state",
             "fusion-scalars-to-tensors", "fusion-check-supported",
             # A contraction over a zero-size dimension is its init (no kernel can take it).
             "fusion-fold-empty-iterations", "canonicalize", "cse"]
-
-
-def _reports_index_errors(options: CompileOptions) -> str:
-    """Whether the target's kernels can report a failed index check (the CPU runtime
-    defines `fusec_index_error`; a GPU kernel cannot call the host)."""
-    return "true" if options.resolved_target() == "cpu" else "false"
 
 
 def fusion_passes(options: CompileOptions) -> list[str]:
@@ -97,7 +94,7 @@ def fusion_passes(options: CompileOptions) -> list[str]:
     # The loop kernels' writes at indices read from data (scatter, index_put) are guarded
     # like the reads were in `linalg`.
     return (["fusion-lower-tm-tensor",
-             f"fusion-guard-indices{{report={_reports_index_errors(options)}}}",
+             "fusion-guard-indices",
              "fusion-form-loop-kernels", "fusion-materialize-outputs"]
             + plan
             + ["fusion-form-singletons", "canonicalize", "cse"])
@@ -287,7 +284,8 @@ def build_so(module: ir.Module, options: CompileOptions, output: str,
     if options.resolved_target() == "cuda":
         from fusec.compiler import codegen_cuda
 
-        return codegen_cuda.build_so(module, options, output)
+        return codegen_cuda.build_so(module, options, output,
+                                     index_check_messages(module, filename))
     from fusec.compiler import artifact, codegen_cpu
 
     workdir = tempfile.mkdtemp(prefix="fusec-so-")

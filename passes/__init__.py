@@ -11,6 +11,7 @@ from fusec.passes import inline_groups  # noqa: F401,E402
 from fusec.passes import check_supported  # noqa: F401,E402
 from fusec.passes import drop_asserts  # noqa: F401,E402
 from fusec.passes import guard_indices  # noqa: F401,E402
+from fusec.passes import report_indices  # noqa: F401,E402
 from fusec.passes import globals_to_state  # noqa: F401,E402
 from fusec.passes import scalars_to_tensors  # noqa: F401,E402
 from fusec.passes import fold_empty_iterations  # noqa: F401,E402

@@ -279,6 +279,28 @@ def _sole_user(op: ir.Operation) -> ir.Operation | None:
     return users[0] if users and all(u == users[0] for u in users) else None
 
 
+def _reshape_of_empty(op: ir.Operation) -> bool:
+    """A reshape of a `tensor.empty` (an `outs` operand, never read) is replaced by an empty
+    tensor of its own shape, so that it does not become a kernel of its own that would have
+    nothing to compute (and no kernel to build). Returns whether `op` was."""
+    from mlir.dialects import tensor
+
+    if op.name not in ("tensor.expand_shape", "tensor.collapse_shape"):
+        return False
+    source = op.operands[0].owner
+    if not isinstance(source, ir.Operation) and hasattr(source, "operation"):
+        source = source.operation
+    if not isinstance(source, ir.Operation) or source.name != "tensor.empty":
+        return False
+    result = ir.RankedTensorType(op.results[0].type)
+    if not result.has_static_shape:
+        return False
+    with ir.InsertionPoint(op), op.location:
+        empty = tensor.EmptyOp(result.shape, result.element_type)
+    op.results[0].replace_all_uses_with(empty.result)
+    return True
+
+
 def split_group(group: ir.Operation, reason: str) -> list[ir.Operation]:
     """One `single` group per compute op of `group` (a fill goes with the op it initialises),
     each recording `reason`."""
@@ -286,10 +308,14 @@ def split_group(group: ir.Operation, reason: str) -> list[ir.Operation]:
     inline_group(group)
     members: list[list[ir.Operation]] = []
     pending_fills: list[ir.Operation] = []
+    dead: list[ir.Operation] = []
     for op in body_ops:
         if op.name in CLONED_INTO_GROUPS or not is_compute(op):
             continue
         if not any(True for r in op.results for _ in r.uses):
+            continue
+        if _reshape_of_empty(op):
+            dead.append(op)  # now an empty tensor, cloned into each group that uses it
             continue
         user = _sole_user(op)
         if op.name == "linalg.fill" and user is not None and any(user == o for o in body_ops):
@@ -299,6 +325,8 @@ def split_group(group: ir.Operation, reason: str) -> list[ir.Operation]:
         pending_fills = [f for f in pending_fills if not _sole_user(f) == op]
         members.append(mine + [op])
     members += [[f] for f in pending_fills]
+    for op in dead:
+        op.erase()
     parts = []
     for ops in members:
         part = form_group(ops, "single")

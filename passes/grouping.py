@@ -256,7 +256,28 @@ def group_alone(group: ir.Operation) -> ir.Module:
             for i, arg in enumerate(entry.arguments):
                 copy.operands[i] = arg
             func.ReturnOp(list(copy.results))
+        # The functions the group calls (the runtime's `fusec_index_error`) are declared
+        # after `main`, which stays the first function.
+        with ir.InsertionPoint(mini.body):
+            for declaration in _callee_declarations(group):
+                declaration.clone()
     return mini
+
+
+def _callee_declarations(group: ir.Operation) -> list[ir.Operation]:
+    """The body-less `func.func`s of `group`'s module that ops inside `group` call."""
+    callees = {ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+               for op in walk_ops(group, lambda o: o.name == "func.call")}
+    if not callees:
+        return []
+    module = group.parent
+    while module is not None and module.name != "builtin.module":
+        module = module.parent
+    if module is None:
+        return []
+    return [op.operation for op in module.regions[0].blocks[0].operations
+            if op.operation.name == "func.func" and not op.operation.regions[0].blocks
+            and ir.StringAttr(op.operation.attributes["sym_name"]).value in callees]
 
 
 def splice_alone(group: ir.Operation, mini: ir.Module) -> ir.Operation | None:

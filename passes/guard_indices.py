@@ -22,8 +22,12 @@ Indices computed from loop positions only (`linalg.index`, constants, loop induc
 variables) are in range by construction and are not checked. An access already guarded
 (`fusion.guarded`) is left alone, so the pass can run again after a later pass adds loops.
 
-Options: `report` (true: call `fusec_index_error`, which the CPU runtime defines; false:
-only make the access safe, for a target whose kernels cannot call the host).
+Options: `report` (true: report failures; false: only make the access safe); `defer`
+(true: a read's report is not inserted here; the read is tagged `fusion.index_check = N`
+and `--fusion-report-indices` inserts the report after tiling: a call in a payload has
+effects, so a payload holding one is neither erased when dead nor merged with its copies,
+and tile-and-fuse would leave every fused producer computed whole beside its tile loop).
+A write (`tensor.insert`, in the loop kernels of a scatter) is always reported here.
 
 Before:
     %i = arith.index_cast %in : i64 to index
@@ -48,6 +52,7 @@ from mlir.dialects import arith, func, scf, tensor
 ERROR_FUNCTION = "fusec_index_error"
 CHECKS_ATTR = "fusion.index_checks"
 GUARDED_ATTR = "fusion.guarded"
+CHECK_ATTR = "fusion.index_check"  # a read whose report --fusion-report-indices inserts
 # Ops whose results are data: an index computed from them may be anything.
 _DATA_READS = frozenset({"tensor.extract", "memref.load"})
 # Ops whose results are in range by construction (loop positions).
@@ -93,7 +98,8 @@ def _error_function(module: ir.Operation) -> None:
                 ir.StringAttr(op.operation.attributes["sym_name"]).value == ERROR_FUNCTION:
             return
     i64 = ir.IntegerType.get_signless(64)
-    with ir.InsertionPoint.at_block_begin(body), ir.Location.unknown():
+    # At the end: a module made for one group (grouping.group_alone) keeps `main` first.
+    with ir.InsertionPoint(body), ir.Location.unknown():
         fn = func.FuncOp(ERROR_FUNCTION, ir.FunctionType.get([i64, i64], []))
         fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
 
@@ -130,6 +136,34 @@ def _describe(op: ir.Operation, tensor_type: ir.RankedTensorType, dim: int) -> s
             "index_put)")
 
 
+def _tag_check(op: ir.Operation, operand: int, check: int) -> None:
+    """Record on `op` that its index operand `operand` (an `arith.select` of the in-range
+    condition, the index and 0) is check number `check`, reported later."""
+    tags = list(ir.DenseI64ArrayAttr(op.attributes[CHECK_ATTR])) \
+        if CHECK_ATTR in op.attributes else []
+    op.attributes[CHECK_ATTR] = ir.DenseI64ArrayAttr.get(tags + [operand, check])
+
+
+def insert_deferred_reports(root: ir.Operation) -> int:
+    """The reports `defer` left out: before each tagged read, `scf.if !ok {
+    fusec_index_error(check, index) }` from the `arith.select` that guards its index; the
+    tag is dropped. Returns how many reads were reported."""
+    tagged = walk_ops(root, lambda o: CHECK_ATTR in o.attributes)
+    for op in tagged:
+        tags = list(ir.DenseI64ArrayAttr(op.attributes[CHECK_ATTR]))
+        for operand, check in zip(tags[0::2], tags[1::2]):
+            select = op.operands[operand].owner
+            with ir.InsertionPoint(op), op.location:
+                _report_unless(select.operands[0], check, select.operands[1])
+        del op.attributes[CHECK_ATTR]
+    if tagged:
+        module = root
+        while module.name != "builtin.module":
+            module = module.parent
+        _error_function(module)
+    return len(tagged)
+
+
 @register
 @dataclass
 class GuardIndicesPass(Pass):
@@ -137,6 +171,7 @@ class GuardIndicesPass(Pass):
 
     ARGUMENT = "fusion-guard-indices"
     report: bool = True
+    defer: bool = False
 
     def run(self, module: ir.Operation) -> None:
         accesses = walk_ops(module, lambda op: op.name in ("tensor.extract", "tensor.insert")
@@ -164,9 +199,13 @@ class GuardIndicesPass(Pass):
                             "message": ir.StringAttr.get(_describe(op, tensor_type, d)),
                             "loc": ir.StringAttr.get(str(op.location)),
                         }))
+                    deferred = self.report and self.defer and op.name == "tensor.extract"
+                    if self.report and not deferred:
                         _report_unless(ok, len(checks) - 1, indices[d])
                     if op.name == "tensor.extract":
                         op.operands[first_index + d] = arith.SelectOp(ok, indices[d], zero).result
+                    if deferred:
+                        _tag_check(op, first_index + d, len(checks) - 1)
             if op.name == "tensor.insert":
                 self._guard_insert(op, oks)
             else:

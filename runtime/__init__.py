@@ -227,6 +227,12 @@ class _Library:
             self.run_graph.restype = ctypes.c_int
             self.run_graph.argtypes = [pointers, pointers, ctypes.c_void_p]
         self.num_threads = self._function(path, "fusec_num_threads", ctypes.c_int, [])
+        # CUDA artifacts that check indices read from data (optional): the device's record
+        # of a failed check, read after the run (runtime/shim_cuda.c).
+        self.index_status = getattr(self.cdll, "fusec_index_status", None)
+        if self.index_status is not None:
+            self.index_status.restype = ctypes.c_int
+            self.index_status.argtypes = [ctypes.c_void_p]
 
     def _function(self, path: Path, name: str, restype: Any, argtypes: list) -> Any:
         try:
@@ -446,6 +452,27 @@ class Module:
         if out is None:
             outputs = _numbers_for_scalars(outputs, self.signature.outputs)
         return self._pack(outputs)
+
+    def _raise_failed_index_check(self, stream: Any = None) -> None:
+        """For a "cuda" artifact that checks indices read from data (embeddings, gathers):
+        wait for `stream` and raise IndexError if a kernel found an index out of range (the
+        kernel read index 0 instead; torch raises IndexError, through its device-side
+        assert). Models without index checks return at once, without waiting."""
+        lib = self._lib
+        if not lib.metadata.get("index_checks") or lib.index_status is None:
+            return
+        status = lib.index_status(stream)
+        if status == INDEX_ERROR_STATUS:
+            raise IndexError(f"{self.path.name}: {lib.error_text()}")
+        if status != 0:
+            raise RuntimeError(f"{self.path}: fusec_index_status failed (status {status}): "
+                               f"{lib.error_text()}")
+
+    def check_indices(self, stream: Any = None) -> None:
+        """Raise IndexError if a run on `stream` (a CUstream handle; None: the default
+        stream) since the last check read an index out of range. `__call__` checks after
+        every run; `run_pointers`, asynchronous, leaves it to the caller."""
+        self._raise_failed_index_check(stream)
 
     def _pack(self, outputs: list[Any]) -> Any:
         """The outputs as the model returned them: one value, a tuple, or a dict keyed by
@@ -872,6 +899,7 @@ class _CudaCall:
             if status != 0:
                 raise RuntimeError(f"{self.module.path}: {what} failed (status {status}): "
                                    f"{lib.error_text()}")
+            self.module._raise_failed_index_check(self.stream)
             host_outs = [a for a in self.outs if a.host is not None]
             for a in host_outs:
                 _Driver.to_host(a.host, a.ptr, self.stream)

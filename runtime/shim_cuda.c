@@ -78,6 +78,8 @@ typedef struct {
   int num_outputs;
   const char *metadata;
   unsigned long long gemm_workspace; /* bytes of cuBLASLt workspace (0: no gemm launches) */
+  const char *const *index_messages; /* one per index check, "{index}" where the index goes */
+  int num_index_checks;
 } fusec_cuda_program;
 
 static const fusec_cuda_program *fusec_program(void);
@@ -111,6 +113,8 @@ static struct {
   CUresult (*MemAlloc)(CUdeviceptr *, size_t);
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+  CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*ModuleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
   CUresult (*StreamSynchronize)(CUstream);
   CUresult (*GetErrorName)(CUresult, const char **);
   CUresult (*GetErrorString)(CUresult, const char **);
@@ -131,6 +135,8 @@ static CUcontext fusec_context;
 static CUmodule fusec_module;
 static CUfunction *fusec_functions;
 static CUdeviceptr *fusec_temps;
+/* The kernels' index-check status (codegen_cuda.INDEX_STATUS: [check + 1, index]; 0: none). */
+static CUdeviceptr fusec_index_status_ptr;
 static __thread char fusec_error[1024];
 
 static void fusec_set_error(const char *fmt, ...) {
@@ -177,6 +183,8 @@ static int fusec_load_driver(void) {
   FUSEC_SYM(FuncSetAttribute, "cuFuncSetAttribute");
   FUSEC_SYM(LaunchKernel, "cuLaunchKernel");
   FUSEC_SYM(MemAlloc, "cuMemAlloc_v2");
+  FUSEC_SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
+  FUSEC_SYM(ModuleGetGlobal, "cuModuleGetGlobal_v2");
   FUSEC_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   FUSEC_SYM(MemcpyHtoD, "cuMemcpyHtoD_v2");
   FUSEC_SYM(StreamSynchronize, "cuStreamSynchronize");
@@ -483,6 +491,12 @@ static int fusec_setup(const fusec_cuda_program *p) {
   fusec_context = current;
   FUSEC_CHECK(cu.ModuleLoadData(&fusec_module, p->image),
               p->image_is_fatbin ? "cuModuleLoadData(fatbin)" : "cuModuleLoadData(ptx)");
+  if (p->num_index_checks) {
+    size_t bytes = 0;
+    FUSEC_CHECK(cu.ModuleGetGlobal(&fusec_index_status_ptr, &bytes, fusec_module,
+                                   "fusec_index_status"),
+                "cuModuleGetGlobal(fusec_index_status)");
+  }
   fusec_functions = calloc((size_t)p->num_symbols + 1, sizeof *fusec_functions);
   fusec_temps = calloc((size_t)p->num_buffers + 1, sizeof *fusec_temps);
   if (!fusec_functions || !fusec_temps) {
@@ -608,6 +622,39 @@ static int fusec_run_impl(void **inputs, void **outputs, void *stream, int wait)
   return rc;
 }
 
+/* ------------------------------------------------------------ index checks
+ *
+ * A kernel whose index (read from data: an embedding, a gather) is out of range reads index 0
+ * instead (or skips the write) and records the first failure in the device global
+ * fusec_index_status. fusec_index_status() waits for `stream`, reads it, clears it and, when a
+ * check failed, sets the error (the check's message, the index in place) and returns 3: as
+ * torch's device-side assert, the error is known once the launches have run. */
+
+static int fusec_index_status_impl(const fusec_cuda_program *p, void *stream) {
+  if (!fusec_index_status_ptr) return 0;
+  CUresult r = cu.StreamSynchronize((CUstream)stream);
+  if (r != 0) {
+    fusec_cuda_error(r, "a kernel failed (set FUSEC_CUDA_SYNC=1 to name it)");
+    return 2;
+  }
+  long long status[2] = {0, 0};
+  FUSEC_CHECK(cu.MemcpyDtoH(status, fusec_index_status_ptr, sizeof status),
+              "cuMemcpyDtoH(fusec_index_status)");
+  if (status[0] == 0) return 0;
+  const long long zero[2] = {0, 0};
+  FUSEC_CHECK(cu.MemcpyHtoD(fusec_index_status_ptr, zero, sizeof zero),
+              "cuMemcpyHtoD(fusec_index_status)");
+  long long check = status[0] - 1;
+  const char *message =
+      check >= 0 && check < p->num_index_checks ? p->index_messages[check] : "";
+  const char *hole = strstr(message, "{index}");
+  if (hole == NULL)
+    fusec_set_error("index %lld out of range: %s", status[1], message);
+  else
+    fusec_set_error("%.*s%lld%s", (int)(hole - message), message, status[1], hole + 7);
+  return 3;
+}
+
 /* ------------------------------------------------------------ CUDA graphs
  *
  * fusec_run_graph captures the whole launch sequence (kernels, cuBLASLt calls, output copies)
@@ -714,6 +761,17 @@ FUSEC_API int fusec_run_graph(void **inputs, void **outputs, void *stream) {
 /* How many times fusec_run_graph captured a graph (1 + pointer changes). */
 FUSEC_API int fusec_graph_captures_count(void) { return fusec_graph_captures; }
 
+/* 3 (and the error set) when an index check of the runs on `stream` so far failed; waits
+ * for the stream. 0: none failed (or the model checks no index). */
+FUSEC_API int fusec_index_status(void *stream) {
+  fusec_error[0] = 0;
+  pthread_mutex_lock(&fusec_lock);
+  int rc = fusec_ready ? fusec_index_status_impl(fusec_program(), stream) : 0;
+  pthread_mutex_unlock(&fusec_lock);
+  return rc;
+}
+
 FUSEC_API int fusec_run(void **inputs, void **outputs) {
-  return fusec_run_impl(inputs, outputs, NULL, 1);
+  int rc = fusec_run_impl(inputs, outputs, NULL, 1);
+  return rc ? rc : fusec_index_status(NULL);
 }

@@ -247,6 +247,125 @@ def _resnet_basic_channels(c):
     return Basic().eval(), (torch.randn(2, c, 16, 16),)
 
 
+def _hf_whisper_encoder():
+    import torch
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    cfg = WhisperConfig(encoder_layers=2, d_model=128, encoder_attention_heads=4,
+                        encoder_ffn_dim=256, num_mel_bins=16, max_source_positions=32,
+                        attn_implementation="eager")
+    encoder = WhisperEncoder(cfg).eval()
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, features):
+            return self.encoder(features).last_hidden_state
+
+    return Hidden().eval(), (torch.randn(1, 16, 64),)
+
+
+def _hf_mixtral_moe():
+    """HF's Mixtral sparse MoE block (router softmax, top-2, experts' SwiGLU)."""
+    import torch
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    cfg = MixtralConfig(hidden_size=64, intermediate_size=128, num_local_experts=4,
+                        num_experts_per_tok=2)
+    block = MixtralSparseMoeBlock(cfg).eval()
+
+    class Out(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = block
+
+        def forward(self, x):
+            out = self.block(x)
+            return out[0] if isinstance(out, tuple) else out
+
+    return Out().eval(), (torch.randn(2, 16, 64),)
+
+
+def _top2_moe():
+    """A top-2 MoE layer written as users write it: every expert on every token, weighted by
+    the renormalised top-2 router probabilities (a scatter of the top-k into a dense mask)."""
+    import torch
+    from torch import nn
+
+    class Top2(nn.Module):
+        def __init__(self, d=64, experts=4):
+            super().__init__()
+            self.router = nn.Linear(d, experts, bias=False)
+            self.up = nn.ModuleList(nn.Linear(d, 2 * d) for _ in range(experts))
+            self.down = nn.ModuleList(nn.Linear(2 * d, d) for _ in range(experts))
+
+        def forward(self, x):
+            probs = torch.softmax(self.router(x), dim=-1)
+            top, which = probs.topk(2, dim=-1)
+            weights = torch.zeros_like(probs).scatter(-1, which, top / top.sum(-1, True))
+            outs = torch.stack([d(torch.nn.functional.gelu(u(x)))
+                                for u, d in zip(self.up, self.down)], dim=-1)
+            return (outs * weights.unsqueeze(-2)).sum(-1)
+
+    return Top2().eval(), (torch.randn(2, 16, 64),)
+
+
+def _mobilenet_v3_small_like():
+    """MobileNetV3-small's blocks (torchvision is not a dependency): hardswish stem, depthwise
+    3x3 with squeeze-excite (hardsigmoid), an inverted residual, pooled classifier."""
+    import torch
+    from torch import nn
+
+    class SE(nn.Module):
+        def __init__(self, c, r=4):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(c, c // r, 1), nn.Conv2d(c // r, c, 1)
+
+        def forward(self, x):
+            s = x.mean((2, 3), keepdim=True)
+            return x * nn.functional.hardsigmoid(self.b(torch.relu(self.a(s))))
+
+    class Block(nn.Module):
+        def __init__(self, cin, cexp, cout, stride, se):
+            super().__init__()
+            self.expand = nn.Sequential(nn.Conv2d(cin, cexp, 1, bias=False),
+                                        nn.BatchNorm2d(cexp), nn.Hardswish())
+            self.dw = nn.Sequential(nn.Conv2d(cexp, cexp, 3, stride, 1, groups=cexp,
+                                              bias=False), nn.BatchNorm2d(cexp), nn.Hardswish())
+            self.se = SE(cexp) if se else nn.Identity()
+            self.project = nn.Sequential(nn.Conv2d(cexp, cout, 1, bias=False),
+                                         nn.BatchNorm2d(cout))
+            self.residual = stride == 1 and cin == cout
+
+        def forward(self, x):
+            y = self.project(self.se(self.dw(self.expand(x))))
+            return x + y if self.residual else y
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False),
+                                      nn.BatchNorm2d(16), nn.Hardswish())
+            self.blocks = nn.Sequential(Block(16, 16, 16, 2, True), Block(16, 72, 24, 2, False),
+                                        Block(24, 88, 24, 1, False), Block(24, 96, 40, 2, True))
+            self.head = nn.Linear(40, 10)
+
+        def forward(self, x):
+            return self.head(self.blocks(self.stem(x)).mean((2, 3)))
+
+    net = Net().eval()
+    with torch.no_grad():  # non-trivial BatchNorm statistics
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 1.5)
+    return net, (torch.randn(2, 3, 64, 64),)
+
+
 # Models whose inputs and reference are made on the device (too large to carry).
 ON_DEVICE = {"resnet_basic_big"}
 
@@ -261,6 +380,10 @@ MODELS = {
     "hf_bert": _hf_bert,
     "hf_vit": _hf_vit,
     "hf_t5_encoder": _hf_t5_encoder,
+    "hf_whisper_encoder": _hf_whisper_encoder,
+    "hf_mixtral_moe": _hf_mixtral_moe,
+    "top2_moe": _top2_moe,
+    "mobilenet_v3_small": _mobilenet_v3_small_like,
     "causal_mask": _causal_mask_probe,
     "positions": _positions_probe,
     "rotate_half": _rotate_half_probe,

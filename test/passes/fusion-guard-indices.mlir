@@ -6,7 +6,6 @@
 // check's number (its position in fusion.index_checks). The column index is the loop's own
 // position (linalg.index): in range by construction, not checked.
 // CHECK: module attributes {fusion.index_checks = [{loc = {{.*}}, message = "index {index} is out of range for dimension 0 of size 1000 (an indexed read of tensor<1000x8xf32>
-// CHECK: func.func private @fusec_index_error(i64, i64)
 // CHECK-LABEL: func.func @embedding
 // CHECK: ^bb0(%[[IN:.+]]: i64, %{{.+}}: f32):
 // CHECK: %[[ROW:.+]] = arith.index_cast %[[IN]] : i64 to index
@@ -19,6 +18,7 @@
 // CHECK: func.call @fusec_index_error(%{{.+}}, %{{.+}}) : (i64, i64) -> ()
 // CHECK: %[[CLAMPED:.+]] = arith.select %[[OK]], %[[ROW]], %[[ZERO]] : index
 // CHECK: tensor.extract %{{.+}}[%[[CLAMPED]], %[[COL]]] {fusion.guarded} : tensor<1000x8xf32>
+// CHECK: func.func private @fusec_index_error(i64, i64)
 // NOREPORT-NOT: fusion.index_checks
 // NOREPORT-NOT: fusec_index_error
 // NOREPORT-LABEL: func.func @embedding

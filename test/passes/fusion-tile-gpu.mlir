@@ -349,3 +349,51 @@ func.func @pad_of_a_producer_before_a_conv(%x: tensor<1x8x16x16xf32>, %w: tensor
   }
   return %r : tensor<1x8x16x16xf32>
 }
+
+// -----
+
+// The same split where the conv's init is a fill of a reshaped empty tensor (ViT's softmax
+// rows, `tensor<1x4x65x1xf32>` expanded from an empty `1x4x65`): the reshape of an empty is
+// an empty tensor of the new shape, cloned into the fill's kernel; it must not become a
+// kernel of its own (one that yields an empty tensor: nothing any emitter can build).
+// CHECK-LABEL: func.func @split_with_a_reshaped_empty_init
+// CHECK: fusion.group single
+// CHECK: math.exp
+// CHECK: fusion.group single
+// CHECK: tensor.pad
+// CHECK-NOT: tensor.expand_shape
+// CHECK: fusion.group single
+// CHECK: %[[E:.+]] = tensor.empty() : tensor<1x8x16x16xf32>
+// CHECK: scf.forall {{.*}} shared_outs(%{{.+}} = %[[E]])
+// CHECK: linalg.generic {{.*}}"reduction"
+// CHECK-NOT: tensor.expand_shape
+// CHECK-NOT: fusion.group
+// CHECK: return
+#nchw = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @split_with_a_reshaped_empty_init(%x: tensor<1x8x16x16xf32>, %w: tensor<8x8x3x3xf32>)
+    -> tensor<1x8x16x16xf32> {
+  %r = fusion.group vertical (%a = %x : tensor<1x8x16x16xf32>, %k = %w : tensor<8x8x3x3xf32>)
+      -> tensor<1x8x16x16xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<1x8x16x16xf32>
+    %flat = tensor.empty() : tensor<1x8x256xf32>
+    %act = linalg.generic {indexing_maps = [#nchw, #nchw],
+        iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+        ins(%a : tensor<1x8x16x16xf32>) outs(%e : tensor<1x8x16x16xf32>) {
+    ^bb0(%p: f32, %o: f32):
+      %t = math.exp %p : f32
+      linalg.yield %t : f32
+    } -> tensor<1x8x16x16xf32>
+    %padded = tensor.pad %act low[0, 0, 1, 1] high[0, 0, 1, 1] {
+    ^bb0(%i: index, %j: index, %k2: index, %l: index):
+      tensor.yield %zero : f32
+    } : tensor<1x8x16x16xf32> to tensor<1x8x18x18xf32>
+    %init = tensor.expand_shape %flat [[0], [1], [2, 3]] output_shape [1, 8, 16, 16]
+        : tensor<1x8x256xf32> into tensor<1x8x16x16xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%init : tensor<1x8x16x16xf32>) -> tensor<1x8x16x16xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+        ins(%padded, %k : tensor<1x8x18x18xf32>, tensor<8x8x3x3xf32>) outs(%f : tensor<1x8x16x16xf32>) -> tensor<1x8x16x16xf32>
+    fusion.yield %c : tensor<1x8x16x16xf32>
+  }
+  return %r : tensor<1x8x16x16xf32>
+}

@@ -1009,3 +1009,74 @@ def test_group_outputs_of_different_sizes_are_not_one_store_space(ctx) -> None:
     plan = cg.generate(module, cg.CudaOptions(cubin=False)).plan
     assert sorted(b.view_of for b in plan.buffers if b.view_of is not None) == plan.inputs
     assert [k.info.get("path") for k in plan.launches] == ["fallback", "fast"]
+
+
+# An embedding feeding a LayerNorm, then a gather: every index read from data is checked.
+EMBED_NORM_GATHER = """
+#ids = affine_map<(d0, d1, d2) -> (d0, d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#row = affine_map<(d0, d1, d2) -> (d0, d1)>
+func.func @main(%ids: tensor<4x16xi64>, %idx: tensor<4x16x64xi64>) -> tensor<4x16x64xf32> {
+  %table = arith.constant dense<1.5> : tensor<1000x64xf32>
+  %zero = arith.constant 0.0 : f32
+  %n = arith.constant 64.0 : f32
+  %e = tensor.empty() : tensor<4x16x64xf32>
+  %e2 = tensor.empty() : tensor<4x16xf32>
+  %emb = linalg.generic {indexing_maps = [#ids, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%ids : tensor<4x16xi64>) outs(%e : tensor<4x16x64xf32>) {
+  ^bb0(%i: i64, %o: f32):
+    %r = arith.index_cast %i : i64 to index
+    %c = linalg.index 2 : index
+    %v = tensor.extract %table[%r, %c] : tensor<1000x64xf32>
+    linalg.yield %v : f32
+  } -> tensor<4x16x64xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e2 : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %sum = linalg.generic {indexing_maps = [#id3, #row], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%emb : tensor<4x16x64xf32>) outs(%z : tensor<4x16xf32>) {
+  ^bb0(%i: f32, %o: f32):
+    %s = arith.addf %i, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<4x16xf32>
+  %centred = linalg.generic {indexing_maps = [#id3, #row, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%emb, %sum : tensor<4x16x64xf32>, tensor<4x16xf32>) outs(%e : tensor<4x16x64xf32>) {
+  ^bb0(%i: f32, %s: f32, %o: f32):
+    %m = arith.divf %s, %n : f32
+    %d = arith.subf %i, %m : f32
+    linalg.yield %d : f32
+  } -> tensor<4x16x64xf32>
+  %g = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%idx : tensor<4x16x64xi64>) outs(%e : tensor<4x16x64xf32>) {
+  ^bb0(%i: i64, %o: f32):
+    %a = linalg.index 0 : index
+    %b = arith.index_cast %i : i64 to index
+    %c = linalg.index 2 : index
+    %v = tensor.extract %centred[%a, %b, %c] : tensor<4x16x64xf32>
+    linalg.yield %v : f32
+  } -> tensor<4x16x64xf32>
+  return %g : tensor<4x16x64xf32>
+}
+"""
+
+
+def test_index_checks_report_through_a_device_status() -> None:
+    """On the GPU an index read from data out of range reads index 0 and records the first
+    failure (check + 1, index) in the device global `fusec_index_status` by compare-and-swap,
+    which the runtime reads after the run; the reports go in after tiling, so the embedding
+    still fuses into its consumers' tiles (as many kernels as without the checks)."""
+    from fusec.compiler import pipeline as pl
+
+    with make_context():
+        module = ir.Module.parse(EMBED_NORM_GATHER)
+        options = pl.CompileOptions(target="cuda")
+        pl.lower(module, options, stop_after="tiled")
+        checks = pl.index_check_messages(module)
+        program = cg.generate(module, cg.CudaOptions(cubin=False))
+    assert len(checks) == 2 and all("{index} is out of range" in c for c in checks)
+    kernels = [k for k in program.plan.launches if k.launch_kind == "kernel"]
+    # One kernel for the embedding and its normalisation, one for the gather: the report
+    # in the embedding's payload did not leave it computed whole beside the tile loop.
+    assert len(kernels) == 2, [k.info for k in kernels]
+    assert not any("fusion.split" in str(k.info) for k in kernels)
+    assert re.search(r"\.global \.align \d+ \.b8 fusec_index_status\[16\]", program.ptx)
+    assert re.search(r"atom(\.[a-z_]+)*\.cas\.b64\s+\S+\s+\[fusec_index_status\]", program.ptx)
+    assert "fusec_index_error" not in program.ptx  # no host call left in a kernel
