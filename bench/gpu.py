@@ -197,7 +197,7 @@ def build(out_dir: Path, names: list[str]) -> None:
     import mlir.ir as ir
     from torch_mlir import fx
 
-    from fusec.compiler import codegen_cuda
+    from fusec.compiler.targets import cuda as codegen_cuda
     from fusec.compiler import pipeline as pl
     from fusec.dialects import make_context
     from fusec.passes.grouping import form_group, is_compute
@@ -273,7 +273,7 @@ def build_examples(out_dir: Path) -> None:
     """
     import mlir.ir as ir
 
-    from fusec.compiler import codegen_cuda
+    from fusec.compiler.targets import cuda as codegen_cuda
     from fusec.compiler import pipeline as pl
     from fusec.dialects import make_context
 

@@ -41,7 +41,7 @@ def compiler_fingerprint() -> str:
 def _codegen_environment() -> str:
     """What changes the generated code besides the options: the CPU level the kernels are
     built for and the environment variables the CPU code generator reads."""
-    from fusec.compiler.codegen_cpu import default_cpu
+    from fusec.compiler.targets.cpu import default_cpu
 
     names = ("FUSEC_CPU_MATMUL", "FUSEC_MATMUL_MR", "FUSEC_MATMUL_NR")
     return default_cpu() + "".join(f";{n}={os.environ.get(n, '')}" for n in names)

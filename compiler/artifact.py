@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import fusec
-from fusec.compiler.plan import DTYPE_SIZES, Buffer, Plan
+from fusec.runtime.plan import DTYPE_SIZES, Buffer, Plan
 from fusec.runtime import ABI_VERSION, ARTIFACT_FORMAT
 
 SHIM_PATH = Path(fusec.runtime.__file__).with_name("shim.c")
@@ -63,7 +63,7 @@ _ROLES = ("input", "output", "temp")
 
 
 class PlanError(ValueError):
-    """The plan breaks the contract of fusec/compiler/plan.py; the message says where."""
+    """The plan breaks the contract of fusec/runtime/plan.py; the message says where."""
 
 
 class ArtifactBuildError(RuntimeError):

@@ -24,7 +24,11 @@ import mlir.ir as ir
 
 from fusec.compiler.diagnostics import FusecError, format_location, from_mlir_error
 from fusec.compiler.frontend import read_torch_signature
-from fusec.compiler.plan import apply_torch_signature
+from fusec.runtime.plan import apply_torch_signature
+# The targets: each owns its pass lists and code generation; importing the CUDA target
+# registers what the tiling asks of the GPU (fusec.passes.targets).
+from fusec.compiler.targets import cpu as cpu_target
+from fusec.compiler.targets import cuda as cuda_target
 
 STAGES = ("torch", "linalg", "fusion", "tiled", "bufferized", "cpu", "cuda", "so")
 TARGETS = ("cpu", "cuda", "auto")
@@ -101,38 +105,30 @@ def fusion_passes(options: CompileOptions) -> list[str]:
 
 
 def tiled_passes(options: CompileOptions) -> list[str]:
-    from fusec.compiler import codegen_cpu
-
     if options.resolved_target() == "cuda":
         return gpu_tiled_passes(options)
-    return codegen_cpu.tiled_passes(options)
+    return cpu_target.tiled_passes(options)
 
 
 def gpu_tiled_passes(options: CompileOptions) -> list[str]:
     """`tiled` for target cuda: the GPU's kernels formed, each kernel's block tile, placement
-    and capacity for the H200 (`codegen_cuda.tiled_passes`); the CUDA code generator builds
+    and capacity for the H200 (`targets.cuda.tiled_passes`); the CUDA code generator builds
     the kernels from these tile loops."""
-    from fusec.compiler import codegen_cuda
-
-    return codegen_cuda.tiled_passes(gemm=bool(options.extra.get("gemm", True)))
+    return cuda_target.tiled_passes(gemm=bool(options.extra.get("gemm", True)))
 
 
 def bufferized_passes(options: CompileOptions) -> list[str]:
-    from fusec.compiler import codegen_cpu
 
-    return codegen_cpu.bufferized_passes(options)
+    return cpu_target.bufferized_passes(options)
 
 
 def cpu_passes(options: CompileOptions) -> list[str]:
-    from fusec.compiler import codegen_cpu
 
-    return codegen_cpu.cpu_passes(options)
+    return cpu_target.cpu_passes(options)
 
 
 def cuda_passes(options: CompileOptions) -> list[str]:
-    from fusec.compiler import codegen_cuda
-
-    return codegen_cuda.cuda_passes(options)
+    return cuda_target.cuda_passes(options)
 
 
 STAGE_PASSES: dict[str, Callable[[CompileOptions], list[str]]] = {
@@ -282,23 +278,22 @@ def build_so(module: ir.Module, options: CompileOptions, output: str,
     atomically: a failure leaves nothing at `output`. Returns the artifact's metadata.
     """
     if options.resolved_target() == "cuda":
-        from fusec.compiler import codegen_cuda
-
-        return codegen_cuda.build_so(module, options, output,
+        return cuda_target.build_so(module, options, output,
                                      index_check_messages(module, filename))
-    from fusec.compiler import artifact, codegen_cpu
+    from fusec.compiler import artifact
+
 
     workdir = tempfile.mkdtemp(prefix="fusec-so-")
     try:
 
         checks = index_check_messages(module, filename)
         signature = read_torch_signature(module)
-        plan = codegen_cpu.take_plan(module)
+        plan = cpu_target.take_plan(module)
         plan.metadata["index_checks"] = checks
         apply_torch_signature(plan, signature)
         obj = os.path.join(workdir, "kernels.o")
-        cpu = codegen_cpu.target_cpu(options)
-        codegen_cpu.emit_object(module, obj, cpu=cpu)
+        cpu = cpu_target.target_cpu(options)
+        cpu_target.emit_object(module, obj, cpu=cpu)
         plan.metadata["cpu"] = cpu  # the runtime refuses to run it on a CPU that lacks it
         return artifact.build_artifact(plan, obj, output)
     finally:

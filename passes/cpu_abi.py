@@ -5,7 +5,7 @@ kernel `@fusec_kernel_<n>` takes one bare pointer per buffer and then tile_begin
 tile_end. The kernel is renamed `@fusec_kernel_<n>_body` (internal linkage, so LLVM may
 inline it) and a wrapper of the kernel's name, the plan's `Launch.symbol`, loads pointer i
 from `buffers[i]` and calls it: the uniform ABI the runtime's thread pool calls
-(`fusec.compiler.plan`). The kernels to wrap are the plan's launches (`fusion.plan`).
+(`fusec.runtime.plan`). The kernels to wrap are the plan's launches (`fusion.plan`).
 
 After:
     llvm.func internal @fusec_kernel_0_body(%a: !llvm.ptr, %o: !llvm.ptr, %b: i64, %e: i64)

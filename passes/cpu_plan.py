@@ -2,7 +2,7 @@
 
 After bufferization the host function (the model's entry) is a straight line of
 `memref.alloc` (temporaries), reshapes (views), `func.call @fusec_kernel_<n>` (launches)
-and copies into its out-parameters. This pass turns it into a `fusec.compiler.plan.Plan`
+and copies into its out-parameters. This pass turns it into a `fusec.runtime.plan.Plan`
 (target "cpu"), stores the plan as JSON in the module attribute `fusion.plan`, and erases
 the host function: from here on the module holds kernels only, and the runtime shim plays
 the host's part. Buffer ids: the inputs, then the outputs, then the temporaries. A view
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fusec.compiler.plan import Buffer, Launch, Plan, State
+from fusec.runtime.plan import Buffer, Launch, Plan, State
 from fusec.passes.cpu_tile_loops import kernel_functions, tile_loop
 from fusec.passes.globals_to_state import STATE_ATTRIBUTE
 from fusec.passes.grouping import defining_op, op_key

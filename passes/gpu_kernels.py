@@ -1,7 +1,7 @@
 """--fusion-gpu-kernels: shape the fusion stage's groups into what the GPU builds, before tiling.
 
 The first pass of target cuda's `tiled` stage. On the entry function, in order (each
-rewrite's docstring in compiler/codegen_cuda.py says why; `gpu_rewrites` lists them): size-1
+rewrite's docstring in compiler/targets/cuda/rewrites.py says why; `gpu_rewrites` lists them): size-1
 transposes become reshapes, static slices become gathers, matmul-rooted groups are split into
 [prologue] + one cuBLASLt call (`fusion.path = "gemm"`, its reason in `fusion.why`, the fused
 epilogue in `fusion.gemm_epilogue`) + [epilogue], groups the emitter cannot take whole are
@@ -26,9 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.passes.registry import Pass, register
+from fusec.passes.targets import kernel_builder
 from mlir import ir
 
 DONE_ATTR = "fusion.gpu_kernels"
+GPU_DEVICE = "nvidia-h200"  # the device whose kernel builder (passes/targets.py) is asked
 NOTES_ATTR = "fusion.gemm_notes"
 
 
@@ -41,19 +43,18 @@ class GpuKernelsPass(Pass):
     gemm: bool = True
 
     def run(self, module: ir.Operation) -> None:
-        # Imported here: the rewrites are the CUDA code generator's, which builds on the passes.
-        from fusec.compiler import codegen_cuda
-
+        # The rewrites are the device's code generator's, registered by its target.
+        builder = kernel_builder(GPU_DEVICE)
         for func in module.regions[0].blocks[0].operations:
             func = func.operation
             if func.name != "func.func" or DONE_ATTR in func.attributes:
                 continue
             if "sym_visibility" in func.attributes:
                 continue  # kernels outlined by an earlier stage, not a model function
-            codegen_cuda._refuse_host_features(func)
+            builder.refuse_host_features(func)
             notes: list[str] = []
             if self.gemm:
                 with func.location:  # the rewrites create ops
-                    notes = codegen_cuda.gpu_rewrites(func, codegen_cuda.CudaOptions(gemm=True))
+                    notes = builder.rewrites(func, True)
             func.attributes[NOTES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in notes])
             func.attributes[DONE_ATTR] = ir.UnitAttr.get()

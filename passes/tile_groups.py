@@ -34,9 +34,9 @@ On a GPU description the tile is what one block runs, and what CUDA code generat
 - groups that are library calls or buffer views (`fusion.path`, set by
   `--fusion-gpu-kernels`) are not tiled;
 - the CUDA tile emitter is asked whether it builds each tiled group
-  (`compiler/cuda_tiles.tile_refusal`); a tiling it refuses is undone, its reason in
+  (the device's `tile_refusal`, passes/targets.py); a tiling it refuses is undone, its reason in
   `fusion.untiled`, and a group neither emitter builds is tiled as the fallback path runs it,
-  a tile per thread (`cuda_tiles.tile_for_fallback`, `fusion.tile_kind = "thread"`).
+  a tile per thread (its `tile_for_fallback`, `fusion.tile_kind = "thread"`).
 
 Before:
     %0 = fusion.group single (%arg1 = %a : tensor<64x128xf32>) -> tensor<64x128xf32> {
@@ -66,6 +66,7 @@ from fusec.passes.fusion_analysis import CONTRACTION, describe
 from fusec.passes.grouping import defining_op, is_compute, memory_element_type, op_key, walk_ops
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, PassError, register
+from fusec.passes.targets import kernel_builder
 from mlir import ir
 from mlir.dialects import linalg, tensor
 from mlir.dialects.transform import interpreter
@@ -493,7 +494,7 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
 def _record_block(group: ir.Operation, kind: str, sizes: list[int], ranges: list[int],
                   device: cost_model.Device) -> None:
     """How one GPU block runs a tile (`fusion.tile_kind`, `fusion.block` threads): the cost
-    model's launch shape, which code generation builds (compiler/cuda_tiles.py)."""
+    model's launch shape, which code generation builds (compiler/targets/cuda/tiles.py)."""
     points = math.prod(size or extent for size, extent in zip(sizes, ranges))
     threads = cost_model.gpu_block_threads(kind, points, _memory_element_bytes(group), device)
     i64 = ir.IntegerType.get_signless(64)
@@ -809,14 +810,13 @@ class TileGroupsPass(Pass):
         threads = self.threads or os.cpu_count() or 1
         device = cost_model.device_named(self.device)
         gpu = device.threads_per_block > 1
-        # On a GPU, a tile is only worth its loop if code generation builds it: the tile
-        # emitter is asked (compiler/cuda_tiles.py); a tile it refuses is undone, the reason
-        # recorded. Imported here: the code generator builds on the passes, not before them.
-        accept = None
+        # On a GPU, a tile is only worth its loop if code generation builds it: the device's
+        # kernel builder is asked (passes/targets.py; the CUDA target's tile emitter); a tile
+        # it refuses is undone, the reason recorded.
+        accept = tile_for_fallback = None
         if gpu:
-            from fusec.compiler.cuda_tiles import tile_for_fallback, tile_refusal
-
-            accept = tile_refusal
+            builder = kernel_builder(self.device)
+            accept, tile_for_fallback = builder.tile_refusal, builder.tile_for_fallback
 
         def tile(group: ir.Operation) -> None:
             tile_group(group, threads, self.tiles_per_thread, self.min_tile_kb * 1024,

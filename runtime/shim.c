@@ -28,7 +28,7 @@
  *          "temp_bytes": int,       -- bytes of temporaries the artifact allocates itself
  *          "cpu": str,              -- target "cpu": the LLVM CPU of the kernels ("x86-64-v4"
  *                                      needs AVX-512); fusec.runtime refuses a CPU without it
- *          "plan": {...}}           -- the full fusec.compiler.plan.Plan as JSON
+ *          "plan": {...}}           -- the full fusec.runtime.plan.Plan as JSON
  *       dtypes are numpy names ("float32", "bfloat16", "int64", ...); shapes are static, row-major.
  *
  *   int fusec_run(void **inputs, void **outputs);
@@ -60,7 +60,7 @@
  *       same (re-captured when they change).
  *
  * CPU execution: the kernel ABI is `void kernel(void **buffers, int64_t tile_begin,
- * int64_t tile_end)` (see fusec/compiler/plan.py). A launch of `grid` independent tiles is split
+ * int64_t tile_end)` (see fusec/runtime/plan.py). A launch of `grid` independent tiles is split
  * into chunks that a pool of threads (the calling thread plus FUSEC_NUM_THREADS - 1 workers;
  * default: the online cores this process may run on) take in turn; launches run one after the
  * other. The pool and the temporaries are created on the first run and live as long as the

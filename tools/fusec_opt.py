@@ -86,6 +86,7 @@ def _process(text: str, filename: str, elements: list[str], args: argparse.Names
     import mlir.ir as ir
     from fusec.dialects import make_context
     from fusec.passes import PassError, run_pipeline
+    import fusec.compiler.targets.cuda  # noqa: F401 - registers the GPU kernel builder
 
     context = make_context()
     context.allow_unregistered_dialects = args.allow_unregistered_dialect

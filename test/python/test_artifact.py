@@ -20,7 +20,7 @@ from fusec.compiler.artifact import (
     plan_temporaries,
     validate_plan,
 )
-from fusec.compiler.plan import Buffer, Launch, Plan
+from fusec.runtime.plan import Buffer, Launch, Plan
 
 N, TILE = 1024, 64
 

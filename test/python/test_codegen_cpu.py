@@ -14,8 +14,8 @@ import subprocess
 
 import numpy as np
 import pytest
-from fusec.compiler import codegen_cpu
-from fusec.compiler.plan import Plan
+from fusec.compiler.targets import cpu as codegen_cpu
+from fusec.runtime.plan import Plan
 from fusec.dialects import make_context
 from fusec.passes import run_pipeline
 from fusec.passes.tile_groups import cpu_tile_sizes

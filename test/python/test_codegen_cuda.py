@@ -14,7 +14,7 @@ from pathlib import Path
 import mlir.ir as ir
 import pytest
 
-from fusec.compiler import codegen_cuda as cg
+from fusec.compiler.targets import cuda as cg
 from fusec.dialects import make_context
 from fusec.passes.grouping import form_group, is_compute
 
@@ -398,7 +398,7 @@ def test_epilogue_bodies_are_recognised_by_value(ctx) -> None:
     relu = ir.Module.parse(RELU_GENERIC)
     generic = next(op.operation for op in relu.body.operations[0].regions[0].blocks[0]
                    .operations if op.operation.name == "linalg.generic")
-    assert cg._unary_kind(generic) == "relu"
+    assert cg.unary_kind(generic) == "relu"
 
 
 RELU_GENERIC = """
@@ -617,8 +617,8 @@ def test_strided_view_algebra(ctx) -> None:
     """Transposes permute strides, expands split them, collapses merge contiguous dims only."""
     v = cg.StridedView.dense((16, 1536))
     assert v.strides == (1536, 1) and v.is_dense()
-    assert cg._merged_stride([8, 64], [64, 1]) == 1
-    assert cg._merged_stride([2, 4], [384, 32]) is None  # batch 2 x 4 heads: not one stride
+    assert cg.merged_stride([8, 64], [64, 1]) == 1
+    assert cg.merged_stride([2, 4], [384, 32]) is None  # batch 2 x 4 heads: not one stride
     layout = cg.matrix_layout(cg.StridedView((8, 64, 16), (64, 1, 1536), 512), 4)
     assert layout == cg.MatrixLayout(True, 1536, 64, 512)
     assert cg.matrix_layout(cg.StridedView((8, 16, 64), (64, 1536, 1), 2), 4) is None  # 8 B

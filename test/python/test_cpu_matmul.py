@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import fusec
-from fusec.compiler import codegen_cpu
+from fusec.compiler.targets import cpu as codegen_cpu
 
 TOLERANCE = 1e-5
 VECTOR_FMA = re.compile(r"llvm\.intr\.fmuladd.*vector<\d+xf32>")

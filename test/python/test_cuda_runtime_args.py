@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 ir = pytest.importorskip("mlir.ir")
 
 from fusec import runtime  # noqa: E402
-from fusec.compiler import codegen_cuda as cg  # noqa: E402
+from fusec.compiler.targets import cuda as cg  # noqa: E402
 from fusec.compiler import pipeline as pl  # noqa: E402
 from fusec.dialects import make_context  # noqa: E402
 
@@ -132,7 +132,7 @@ func.func @main(%x: tensor<8x16xf32>) -> tensor<8x16xf32> {
 
 def test_gemm_table_is_column_major(model) -> None:
     """D^T = B^T A^T: cuBLASLt's A is the weight, stored [N, K] and transposed (op T)."""
-    from fusec.compiler.plan import Plan
+    from fusec.runtime.plan import Plan
 
     launch = Plan.from_json_dict(model.metadata["plan"]).launches[0]
     t = cg.gemm_table(launch, None)

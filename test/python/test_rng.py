@@ -16,7 +16,7 @@ import pytest
 
 import fusec
 from fusec.compiler.artifact import PlanError, generate_host_code, validate_plan
-from fusec.compiler.plan import Buffer, Launch, Plan, State
+from fusec.runtime.plan import Buffer, Launch, Plan, State
 
 COUNTER = """
 ml_program.global private mutable @counter(dense<[5, -3]> : tensor<2xi64>) : tensor<2xi64>

@@ -17,7 +17,7 @@ import fusec.runtime as rt
 import numpy as np
 import pytest
 from fusec.compiler.artifact import build_artifact
-from fusec.compiler.plan import Buffer, Launch, Plan
+from fusec.runtime.plan import Buffer, Launch, Plan
 
 R, C, TILE = 37, 53, 16  # odd sizes: the last tile is partial
 N = R * C

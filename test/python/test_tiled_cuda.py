@@ -83,7 +83,7 @@ def test_cuda_kernels_are_built_from_their_tiles(name, fusion):
     threads, and whose tile sizes are the stage's. A group left untiled says why."""
     from mlir import ir
 
-    from fusec.compiler import codegen_cuda
+    from fusec.compiler.targets import cuda as codegen_cuda
     from fusec.compiler.pipeline import CompileOptions, lower
     from fusec.dialects import make_context
 
@@ -229,7 +229,7 @@ def test_input_groups_compile_on_both_backends(tmp_path):
     from mlir import ir
 
     import fusec.runtime as runtime
-    from fusec.compiler import codegen_cuda
+    from fusec.compiler.targets import cuda as codegen_cuda
     from fusec.compiler.pipeline import CompileOptions, build_so, run_stage
     from fusec.dialects import make_context
     from fusec.passes import run_pipeline

@@ -1,6 +1,6 @@
 """The contract between code generation and the artifact: what `model.so` runs, in order.
 
-Code generation (compiler/codegen_cpu.py, later codegen_cuda.py) produces a `Plan` and an
+Code generation (compiler/targets/cpu, compiler/targets/cuda) produces a `Plan` and an
 object file of kernels; compiler/artifact.py turns the plan into the C host code that, with
 runtime/shim.c and the kernels, links into `model.so`. The plan is also embedded in the
 artifact as JSON (`fusec_metadata()`), which is all the runtime needs to know.

@@ -25,10 +25,9 @@ import tempfile
 from typing import Any
 
 import numpy as np
+from fusec.runtime.plan import Plan
 from mlir import ir
 from mlir.dialects import llvm as llvm_dialect
-
-from fusec.compiler.plan import Plan
 
 
 def _option(options: Any, name: str, default: Any) -> Any:

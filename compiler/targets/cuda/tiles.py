@@ -35,11 +35,23 @@ import math
 from typing import Any
 
 import mlir.ir as ir
-
-from fusec.compiler.codegen_cuda import (ELEMENT_BYTES, H200, CudaCodegenError, CudaDevice,
-                                         Empty, Full, GroupGeometry, Input, KernelEmitter,
-                                         MapInfo, Row, Scalar, _tensor_info,
-                                         _value_key, is_weight, memory_element)
+from fusec.compiler.targets.cuda.analysis import (
+    GroupGeometry,
+    MapInfo,
+    memory_element,
+    tensor_info,
+    value_key,
+)
+from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, H200, CudaCodegenError, CudaDevice
+from fusec.compiler.targets.cuda.emitter import (
+    Empty,
+    Full,
+    Input,
+    KernelEmitter,
+    Row,
+    Scalar,
+    is_weight,
+)
 from fusec.passes import cost_model
 from fusec.passes.place_intermediates import loop_ranges
 
@@ -155,11 +167,11 @@ class TileEmitter(KernelEmitter):
         # Kernel outputs: the group's results, in order, each a result of the tile loop.
         self.output_of_shared: dict[int, list[int]] = {}  # a result yielded twice: two
         if forall is not None:
-            results = {_value_key(r): k for k, r in enumerate(forall.results)}
+            results = {value_key(r): k for k, r in enumerate(forall.results)}
             for j, v in enumerate(self.outputs):
-                if _value_key(v) not in results:
+                if value_key(v) not in results:
                     raise CudaCodegenError("a group result is not a result of the tile loop")
-                self.output_of_shared.setdefault(results[_value_key(v)], []).append(
+                self.output_of_shared.setdefault(results[value_key(v)], []).append(
                     self.num_inputs + j)
         self.current_ranges: list[int] = []
 
@@ -172,9 +184,9 @@ class TileEmitter(KernelEmitter):
         spaces = [self._ranges(op.operation) for op in ops
                   if op.operation.name == "linalg.generic"]
         if self.forall is not None:
-            spaces += [_tensor_info(op.operands[0].type)[0] for op in self.inserts]
+            spaces += [tensor_info(op.operands[0].type)[0] for op in self.inserts]
         else:
-            spaces += [_tensor_info(r.type)[0] for r in group.results]
+            spaces += [tensor_info(r.type)[0] for r in group.results]
         return max(spaces, key=math.prod)
 
     def _delinearize(self) -> None:
@@ -191,9 +203,9 @@ class TileEmitter(KernelEmitter):
         digits.reverse()
         for iv, digit, lb, st in zip(ivs, digits, self.bounds[0], self.bounds[2]):
             value = self.arith("addi", self.index(lb), self.arith("muli", digit, self.index(st)))
-            self.values[_value_key(iv)] = Scalar(self.uniform_name(value), "index")
+            self.values[value_key(iv)] = Scalar(self.uniform_name(value), "index")
         for shared in args[len(self.counts):]:
-            self.values[_value_key(shared)] = Empty(str(shared.type))
+            self.values[value_key(shared)] = Empty(str(shared.type))
 
     # -- index arithmetic and slices
 
@@ -245,7 +257,7 @@ class TileEmitter(KernelEmitter):
         if len(amap.results) != 1:
             raise CudaCodegenError("affine.apply with several results")
         name = self._affine(amap.results[0], operands[:amap.n_dims], operands[amap.n_dims:])
-        self.values[_value_key(op.results[0])] = Scalar(self.uniform_name(name), "index")
+        self.values[value_key(op.results[0])] = Scalar(self.uniform_name(name), "index")
 
     def _affine(self, expr: Any, dims: list[str], symbols: list[str]) -> str:
         if isinstance(expr, ir.AffineDimExpr):
@@ -265,18 +277,18 @@ class TileEmitter(KernelEmitter):
         source = self.lookup(op.operands[0])
         sizes = _static(op, "static_sizes")
         if isinstance(source, Empty):
-            self.values[_value_key(op.results[0])] = Empty(str(op.results[0].type))
+            self.values[value_key(op.results[0])] = Empty(str(op.results[0].type))
             return
         if not isinstance(source, Input):
             raise CudaCodegenError("a slice of a value the tile computes")
-        parent = _tensor_info(op.operands[0].type)[0]
+        parent = tensor_info(op.operands[0].type)[0]
         base = self._offset(op, parent)
         if source.base != "":
             base = self.arith("addi", source.base, base)
         piece = Input(source.index, source.type, math.prod(sizes))
         piece.base = self.uniform_name(base)
         piece.contiguous = source.contiguous and self._contiguous(sizes, parent)
-        self.values[_value_key(op.results[0])] = piece
+        self.values[value_key(op.results[0])] = piece
 
     # -- evaluation (KernelEmitter's, with the tile's ops)
 
@@ -299,7 +311,7 @@ class TileEmitter(KernelEmitter):
                       "tensor.collapse_shape"):
             super().eval_op(op)
         elif name == "linalg.copy":  # an init made the tile's own: the same values
-            self.values[_value_key(op.results[0])] = self.lookup(op.operands[0])
+            self.values[value_key(op.results[0])] = self.lookup(op.operands[0])
         else:
             raise CudaCodegenError(f"'{name}' in a tile is not supported by the CUDA "
                                    f"code generator")
@@ -328,7 +340,7 @@ class TileEmitter(KernelEmitter):
             raise CudaCodegenError(f"an output written through {m} (a transpose) in a tile")
 
     def generic_domain(self, op: ir.Operation, reduction: bool) -> str:
-        out_numel = math.prod(_tensor_info(op.results[0].type)[0])
+        out_numel = math.prod(tensor_info(op.results[0].type)[0])
         if reduction:
             if out_numel != 1:
                 raise CudaCodegenError("a reduction in a tile that keeps more than one row")
@@ -387,16 +399,16 @@ class TileEmitter(KernelEmitter):
         """(value, output argument, offset, slice sizes, output shape) of each write: the
         tile loop's insertions, or the group's results when the group is one tile."""
         if self.forall is None:
-            return [(v, self.num_inputs + j, self.index(0), _tensor_info(v.type)[0],
-                     _tensor_info(v.type)[0]) for j, v in enumerate(self.outputs)]
+            return [(v, self.num_inputs + j, self.index(0), tensor_info(v.type)[0],
+                     tensor_info(v.type)[0]) for j, v in enumerate(self.outputs)]
         shared = list(self.forall.regions[0].blocks[0].arguments)[len(self.counts):]
-        shared_index = {_value_key(a): k for k, a in enumerate(shared)}
+        shared_index = {value_key(a): k for k, a in enumerate(shared)}
         writes = []
         for op in self.inserts:
-            k = shared_index.get(_value_key(op.operands[1]))
+            k = shared_index.get(value_key(op.operands[1]))
             if k is None or k not in self.output_of_shared:
                 raise CudaCodegenError("a tile insertion into something else than an output")
-            parent = _tensor_info(op.operands[1].type)[0]
+            parent = tensor_info(op.operands[1].type)[0]
             base = self._offset(op, parent)
             for arg in self.output_of_shared[k]:
                 writes.append((op.operands[0], arg, base, _static(op, "static_sizes"), parent))
@@ -474,9 +486,10 @@ def tile_for_fallback(group: ir.Operation) -> ir.Operation:
     that tiling does not leave one group (reshapes hoisted out of it), the group stays
     untiled and the fallback tiles it when it builds it (said in `fusion.untiled`). Returns
     the group now in its place."""
-    from fusec.compiler import codegen_cpu
-    from fusec.compiler.codegen_cuda import (FALLBACK_BLOCK, CudaOptions, fallback_tiling_options,
-                                             group_refusal)
+    from fusec.compiler.targets import cpu as codegen_cpu
+    from fusec.compiler.targets.cuda.fallback import FALLBACK_BLOCK, fallback_tiling_options
+    from fusec.compiler.targets.cuda.ptx import CudaOptions
+    from fusec.compiler.targets.cuda.rewrites import group_refusal
     from fusec.passes import run_pipeline
     from fusec.passes.grouping import group_alone, splice_alone
 

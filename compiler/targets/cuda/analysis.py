@@ -1,0 +1,176 @@
+"""CUDA target: analysis."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import mlir.ir as ir
+from fusec.compiler.targets.cuda.device import (
+    ELEMENT_BYTES,
+    H200,
+    CudaCodegenError,
+    CudaDevice,
+    elementwise_launch_shape,
+    row_launch_shape,
+)
+
+# ---------------------------------------------------------------- small IR helpers
+
+
+def value_key(value: ir.Value) -> int:
+    from fusec.dialects import _capsule_pointer
+
+    return _capsule_pointer(value._CAPIPtr, b"mlir.ir.Value._CAPIPtr")
+
+
+def op_name(value: ir.Value) -> str | None:
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation.name
+
+
+def tensor_info(t: ir.Type) -> tuple[list[int], str]:
+    """(shape, element type text) of a ranked static tensor type."""
+    rt = ir.RankedTensorType(t)
+    if not rt.has_static_shape:
+        raise CudaCodegenError(f"dynamic shape {t} is not supported")
+    return list(rt.shape), str(rt.element_type)
+
+
+def numel_of(shape: Iterable[int]) -> int:
+    return math.prod(shape)
+
+
+_MAP_RE = re.compile(r"^\(([^)]*)\)(?:\[[^\]]*\])?\s*->\s*\(([^)]*)\)$")
+
+
+@dataclass(frozen=True)
+class MapInfo:
+    """A projection-like affine map: `dims` it reads (positions), constants must be 0."""
+
+    num_dims: int
+    results: tuple  # each: int (dim position) or None (the constant 0)
+
+
+def parse_map(attr: ir.Attribute) -> MapInfo:
+    text = str(ir.AffineMapAttr(attr).value)
+    m = _MAP_RE.match(text.strip())
+    if not m:
+        raise CudaCodegenError(f"indexing map {text} is not a projection")
+    dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
+    results = []
+    for r in (x.strip() for x in m.group(2).split(",") if x.strip()):
+        if re.fullmatch(r"d\d+", r):
+            results.append(int(r[1:]))
+        elif r == "0":
+            results.append(None)
+        else:
+            raise CudaCodegenError(f"indexing map {text} is not a projection")
+    return MapInfo(len(dims), tuple(results))
+
+
+# ---------------------------------------------------------------- group analysis
+
+
+@dataclass
+class GroupGeometry:
+    """How a group's iteration space maps onto one launch."""
+
+    kind: str  # "elementwise" | "row"
+    rows: int
+    cols: int
+    element: str  # element type of the widest full tensor (for vector width)
+    shape: Any  # ElementwiseShape | RowShape
+    full_shape: tuple = ()  # the group's iteration domain (row groups)
+
+
+def memory_element(group: ir.Operation) -> str | None:
+    """The narrowest element type (MLIR spelling) the group reads or writes."""
+    from fusec.passes.grouping import memory_element_type
+
+    element = memory_element_type(group)
+    return None if element is None else str(element)
+
+
+def _generics(group: ir.Operation) -> list[ir.Operation]:
+    body = group.regions[0].blocks[0]
+    return [op for op in body.operations if op.operation.name == "linalg.generic"]
+
+
+def iterators(op: ir.Operation) -> list[str]:
+    return [str(a).split("<")[-1].rstrip(">").strip() for a in op.attributes["iterator_types"]]
+
+
+def analyse_group(group: ir.Operation, device: CudaDevice = H200,
+                  row_elements_per_thread: int = 0, unroll: int = 0) -> GroupGeometry:
+    """Classify a group as elementwise or row and pick its launch shape."""
+    body = group.regions[0].blocks[0]
+    for op in body.operations:
+        name = op.operation.name
+        if name in ("linalg.generic", "linalg.fill", "tensor.empty", "fusion.yield",
+                    "tensor.expand_shape", "tensor.collapse_shape", "arith.constant"):
+            continue
+        raise CudaCodegenError(f"'{name}' is not supported by the CUDA code generator yet")
+    generics = _generics(group)
+    for op in generics:
+        # An identity map on an operand of another shape (a slice at offset 0, left by
+        # extract_slices_to_generics) is not elementwise over one domain.
+        parallel = all("parallel" in str(t) for t in iterators(op))
+        domain = tensor_info(op.results[0].type)[0] if len(op.results) and parallel else None
+        for v, m in zip(op.operands, (parse_map(a) for a in op.attributes["indexing_maps"])):
+            if m.results == tuple(range(m.num_dims)) and domain is not None and \
+                    m.num_dims == len(domain) and tensor_info(v.type)[0] != domain:
+                raise CudaCodegenError("an operand read through an identity map has another "
+                                       "shape than the loop domain (a slice)")
+    if not generics:
+        # Only fills (the unfused baseline makes a kernel of each): a broadcast store.
+        shapes = [tensor_info(v.type) for v in body.operations[len(body.operations) - 1].operands]
+        numel = max(numel_of(sh) for sh, _ in shapes)
+        if len({numel_of(sh) for sh, _ in shapes}) > 1:
+            # Outputs of other sizes (two copies of a horizontal group, a 50- and a 4-element
+            # one, found by test/gpu/fuzz_cuda.py): one store space would overrun the small one.
+            raise CudaCodegenError("group outputs of different sizes in one elementwise space")
+        elt = min((e for _, e in shapes), key=lambda e: ELEMENT_BYTES.get(e, 4))
+        return GroupGeometry("elementwise", 1, numel, elt,
+                             elementwise_launch_shape(numel, ELEMENT_BYTES.get(elt, 4), device))
+    # The widest tensor the group touches fixes [rows, cols].
+    full_shape: list[int] = []
+    element = "f32"
+    for op in generics:
+        for v in list(op.operands) + list(op.results):
+            shape, elt = tensor_info(v.type)
+            if numel_of(shape) > numel_of(full_shape or [0]):
+                full_shape, element = shape, elt
+    # The narrowest element type in memory fixes the vector width (16 bytes of it per access).
+    element = memory_element(group) or element
+    has_reduction = any("reduction" in iterators(op) for op in generics)
+    identity_only = all(
+        all(m.results == tuple(range(m.num_dims)) or not any(r is not None for r in m.results)
+            for m in (parse_map(a) for a in op.attributes["indexing_maps"]))
+        for op in generics)
+    numel = numel_of(full_shape)
+    ebytes = ELEMENT_BYTES.get(element, 4)
+    yielded = list(body.operations[len(body.operations) - 1].operands)
+    # Every result, and every value the group yields (a copy of an input of its own size
+    # beside a generic: a horizontal group of two copies), must span the one domain.
+    same_domain = all(numel_of(tensor_info(r.type)[0]) == numel for op in generics
+                      for r in op.results) and \
+        all(numel_of(tensor_info(v.type)[0]) == numel for v in yielded)
+    if not has_reduction and identity_only and not same_domain:
+        # Generics over domains of other sizes (a horizontal group's [1, 1, 1] part beside
+        # a [129, 129, 2] one, found by test/gpu/fuzz_cuda.py): not one elementwise space.
+        raise CudaCodegenError("elementwise generics over domains of different sizes")
+    if not has_reduction and identity_only:
+        return GroupGeometry("elementwise", 1, numel, element,
+                             elementwise_launch_shape(numel, ebytes, device, unroll))
+    cols = full_shape[-1]
+    rows = numel // cols
+    return GroupGeometry("row", rows, cols, element,
+                         row_launch_shape(rows, cols, ebytes, device, row_elements_per_thread),
+                         tuple(full_shape))
+
+

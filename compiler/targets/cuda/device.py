@@ -1,0 +1,86 @@
+"""CUDA target: device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusec.passes import cost_model
+
+GROUP_OP = "fusion.group"
+DEFAULT_ARCH = "sm_90"
+DEFAULT_FEATURES = "+ptx80"
+KERNEL_MODULE = "fusec_kernels"
+
+# numpy dtype names of the MLIR element types we handle.
+DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
+          "i64": "int64", "i32": "int32", "i8": "int8", "i1": "bool"}
+ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1, "i1": 1}
+# Element types held in memory as a wider type: i1 as one byte per value.
+MEMORY_ELEMENT = {"i1": "i8"}
+
+# A reduction's combining op (the op whose operand is the accumulator) -> gpu.all_reduce kind.
+COMBINERS = {
+    "arith.addf": "add", "arith.mulf": "mul", "arith.maximumf": "maximumf",
+    "arith.minimumf": "minimumf", "arith.maxnumf": "maxnumf", "arith.minnumf": "minnumf",
+    "arith.addi": "add", "arith.muli": "mul", "arith.maxsi": "maxsi", "arith.minsi": "minsi",
+}
+# Payload ops emitted as they stand (scalar, region-free, pure).
+PAYLOAD_DIALECTS = ("arith.", "math.")
+
+
+class CudaCodegenError(Exception):
+    """A group cannot be compiled for CUDA; the message names the op and the reason."""
+
+
+# ---------------------------------------------------------------- device and launch shapes
+
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """What the launch-shape functions need to know about the GPU."""
+
+    name: str = "H200"
+    sms: int = 132
+    max_threads_per_block: int = 1024
+    max_threads_per_sm: int = 2048
+    vector_bytes: int = 16  # widest global load/store per thread (ld.global.v4.b32)
+    threads_per_block: int = 256  # an elementwise tile's block (the cost model's)
+
+
+H200 = CudaDevice()
+
+
+# The launch shapes are the cost model's (one source of truth with the tiling of the `tiled`
+# stage): re-exported here under the names the emitter and its tests use.
+ElementwiseShape = cost_model.ElementwiseShape
+RowShape = cost_model.RowShape
+MAX_CHUNKS_PER_THREAD = cost_model.MAX_CHUNKS_PER_THREAD
+ROW_BYTES_PER_THREAD = cost_model.ROW_BYTES_PER_THREAD
+
+
+def elementwise_launch_shape(numel: int, element_bytes: int,
+                             device: CudaDevice = H200, unroll: int = 0) -> ElementwiseShape:
+    """`cost_model.elementwise_launch_shape` for `device`."""
+    return cost_model.elementwise_launch_shape(numel, element_bytes, device, unroll)
+
+
+def row_launch_shape(rows: int, cols: int, element_bytes: int,
+                     device: CudaDevice = H200,
+                     elements_per_thread: int = 0) -> RowShape:
+    """`cost_model.row_launch_shape` for `device`; a row too long for registers is refused."""
+    shape = cost_model.row_launch_shape(rows, cols, element_bytes, device, elements_per_thread)
+    if shape is None:
+        vec = cost_model.vector_width(cols, element_bytes, device)
+        raise CudaCodegenError(
+            f"row of {cols} elements is too long to keep in registers (more than "
+            f"{MAX_CHUNKS_PER_THREAD} chunks of {vec} per thread); needs a multi-pass kernel")
+    return shape
+
+
+# A failed index check on the GPU (--fusion-guard-indices): the kernel cannot call the host,
+# so the first failure of a run is recorded in this device global, [check + 1, index], which
+# the runtime reads after the run (runtime/shim_cuda.c, fusec_index_status) and clears.
+INDEX_STATUS = "fusec_index_status"
+INDEX_STATUS_GLOBAL = (f'memref.global @{INDEX_STATUS} : memref<2xi64> = dense<0>')
+
+

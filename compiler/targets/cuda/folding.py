@@ -1,0 +1,183 @@
+"""CUDA target: folding."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlir.ir as ir
+from fusec.compiler.targets.cuda.analysis import numel_of, parse_map, tensor_info, value_key
+from fusec.compiler.targets.cuda.body import RESHAPE_OPS, defining, group_body_ops
+from fusec.compiler.targets.cuda.device import GROUP_OP
+from fusec.compiler.targets.cuda.rewrites import (
+    CMPI,
+    FOLD_CASTS,
+    FOLD_DTYPES,
+    FOLD_FLOAT,
+    FOLD_INT,
+    FOLD_MAX_ELEMENTS,
+    groups_of,
+    regroup,
+    use_owner,
+)
+
+
+def evaluate_generic(op: ir.Operation, inputs: list[Any]) -> Any:
+    """A linalg.generic's value (parallel loops, one result) on numpy `inputs`, computed here;
+    None when its body has an op not listed here (index arithmetic, casts, compares, select,
+    float arithmetic: what masks and aranges are made of)."""
+    import numpy as np
+
+    shape, elt = tensor_info(op.results[0].type)
+    maps = [parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if elt not in FOLD_DTYPES or numel_of(shape) > FOLD_MAX_ELEMENTS or len(op.results) != 1 \
+            or maps[-1].results != tuple(range(len(shape))) or \
+            any("parallel" not in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return None
+    grid = np.indices(shape, dtype=np.int64)
+    block = op.regions[0].blocks[0]
+    env: dict[int, Any] = {}
+    for arg, x, m in zip(block.arguments, inputs, maps):
+        env[value_key(arg)] = np.asarray(x)[tuple(grid[d] if d is not None else 0
+                                                     for d in m.results)]
+    body = [o.operation for o in block.operations]
+    for inner in body[:-1]:
+        name = inner.name
+        args = [env.get(value_key(v)) for v in inner.operands]
+        if any(a is None for a in args):
+            return None
+        if name == "linalg.index":
+            value = grid[ir.IntegerAttr(inner.attributes["dim"]).value]
+        elif name == "arith.constant":
+            attr = inner.attributes["value"]
+            if isinstance(attr, ir.FloatAttr):
+                value = np.float64(attr.value)
+            elif isinstance(attr, ir.IntegerAttr):
+                value = np.int64(attr.value)
+            else:
+                return None
+        elif name in FOLD_CASTS:
+            to = str(inner.results[0].type)
+            value = np.asarray(args[0]).astype(np.float64 if to.startswith("f") else np.int64)
+        elif name in FOLD_INT:
+            value = getattr(np, FOLD_INT[name])(args[0], args[1])
+        elif name in FOLD_FLOAT:
+            value = getattr(np, FOLD_FLOAT[name])(args[0], args[1])
+        elif name == "arith.cmpi":
+            pred = ir.IntegerAttr(inner.attributes["predicate"]).value
+            if pred not in CMPI:
+                return None
+            value = getattr(np, CMPI[pred])(args[0], args[1])
+        elif name == "arith.select":
+            value = np.where(args[0], args[1], args[2])
+        else:
+            return None
+        env[value_key(inner.results[0])] = value
+    result = env.get(value_key(body[-1].operands[0]))
+    if result is None:
+        return None
+    return np.broadcast_to(np.asarray(result), shape).astype(FOLD_DTYPES[elt])
+
+
+def _constant_array(value: ir.Value) -> Any:
+    """The numpy value of a dense (non-resource) tensor constant, or None."""
+    import numpy as np
+
+    op = defining(value)
+    if op is None or op.name != "arith.constant" or \
+            not isinstance(op.results[0].type, ir.RankedTensorType):
+        return None
+    shape, elt = tensor_info(op.results[0].type)
+    attr = op.attributes["value"]
+    if elt not in FOLD_DTYPES or not isinstance(attr, ir.DenseElementsAttr) or \
+            numel_of(shape) > FOLD_MAX_ELEMENTS:
+        return None
+    try:
+        if attr.is_splat:
+            splat = attr.get_splat_value()
+            scalar = ir.FloatAttr(splat).value if elt.startswith("f") else \
+                ir.IntegerAttr(splat).value
+            return np.full(shape, scalar, dtype=FOLD_DTYPES[elt])
+        return np.array(attr).reshape(shape).astype(FOLD_DTYPES[elt])
+    except Exception:  # noqa: BLE001 - an attribute numpy cannot read: not folded
+        return None
+
+
+def _fold_op(op: ir.Operation) -> Any:
+    """The value of a reshape or generic whose tensor inputs are all constants, or None."""
+    if op.name in RESHAPE_OPS:
+        x = _constant_array(op.operands[0])
+        return None if x is None else x.reshape(ir.RankedTensorType(op.results[0].type).shape)
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return None
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    inputs = [_constant_array(v) for v in list(op.operands)[:seg[0]]]
+    if any(x is None for x in inputs):
+        return None
+    return evaluate_generic(op, inputs)
+
+
+def _replace_by_constant(op: ir.Operation, value: Any) -> None:
+    import numpy as np
+
+    result_type = op.results[0].type
+    attr = ir.DenseElementsAttr.get(np.ascontiguousarray(value), type=result_type)
+    with ir.InsertionPoint(op), op.location:
+        constant = ir.Operation.create("arith.constant", results=[result_type],
+                                       attributes={"value": attr})
+    op.results[0].replace_all_uses_with(constant.results[0])
+    op.erase()
+
+
+def fold_constant_ops(group: ir.Operation) -> int:
+    """Inside `group`, compute here each op that reads only constants (a causal mask from an
+    arange): it becomes a constant (a weight of the artifact). Returns how many."""
+    count = 0
+    for op in group_body_ops(group):
+        value = _fold_op(op)
+        if value is not None:
+            _replace_by_constant(op, value)
+            count += 1
+    return count
+
+
+def _fold_value(group: ir.Operation) -> Any:
+    """The value of a group that reads nothing (an arange), computed here; or None."""
+    ops = group_body_ops(group)
+    if group.operands or len(group.results) != 1 or len(ops) != 1:
+        return None
+    return _fold_op(ops[0])
+
+
+def fold_constant_groups(func: ir.Operation) -> int:
+    """Compute here the groups that read nothing (gpt2's arange for its causal mask): a
+    kernel each, for a value known at compile time. The value becomes a constant cloned
+    into the groups that read it (a weight buffer of the artifact), where constant reshapes
+    of it fold too (`fold_constant_ops`). Returns how many."""
+    import numpy as np
+    from fusec.passes.grouping import op_key
+
+    count = 0
+    gone: set[int] = set()
+    for key, group in [(op_key(g), g) for g in groups_of(func)]:
+        if key in gone:
+            continue
+        value = _fold_value(group)
+        if value is None or any(use_owner(u).name != GROUP_OP for u in group.results[0].uses):
+            continue  # a model output keeps its kernel (the caller owns that buffer)
+        result_type = group.results[0].type
+        with ir.InsertionPoint(group):
+            constant = ir.Operation.create(
+                "arith.constant", results=[result_type], attributes={
+                    "value": ir.DenseElementsAttr.get(np.ascontiguousarray(value),
+                                                      type=result_type)})
+        users = [use_owner(u) for u in list(group.results[0].uses)]
+        group.results[0].replace_all_uses_with(constant.results[0])
+        group.erase()
+        for user in users:
+            if user.name == GROUP_OP and op_key(user) not in gone:
+                gone.add(op_key(user))
+                fold_constant_ops(regroup([user], [], user))
+        count += 1
+    return count
+
+

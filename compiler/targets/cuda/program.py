@@ -1,0 +1,303 @@
+"""CUDA target: program."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mlir.ir as ir
+from fusec.compiler.targets.cuda.analysis import analyse_group, tensor_info, value_key
+from fusec.compiler.targets.cuda.device import DTYPES, GROUP_OP, CudaCodegenError
+from fusec.compiler.targets.cuda.emitter import KernelEmitter, constant_bytes, is_weight
+from fusec.compiler.targets.cuda.fallback import fallback_launch
+from fusec.compiler.targets.cuda.folding import fold_constant_groups
+from fusec.compiler.targets.cuda.gemm import GEMM_WORKSPACE_BYTES, gemm_launch
+from fusec.compiler.targets.cuda.layouts import VIEW_OFFSET
+from fusec.compiler.targets.cuda.ptx import (
+    CudaOptions,
+    find_cuda_toolkit,
+    kernel_module_text,
+    lower_kernels,
+)
+from fusec.compiler.targets.cuda.rewrites import (
+    absorb_operand_layouts,
+    absorb_result_layouts,
+    erase_dead_groups,
+    extract_slices_to_generics,
+    groups_of,
+    mark_view_groups,
+    merge_epilogue_consumers,
+    split_at_reshapes,
+    split_matmul_groups,
+    split_multi_output_groups,
+    unit_transposes_to_reshapes,
+)
+from fusec.compiler.targets.cuda.stages import tiled_passes
+from fusec.runtime.plan import DTYPE_SIZES, Buffer, Launch, Plan
+
+# ---------------------------------------------------------------- the program
+
+
+@dataclass
+class CudaProgram:
+    """Everything `model.so` needs: the plan, the kernels (text, PTX, fatbin)."""
+
+    plan: Plan
+    kernels_mlir: str
+    ptx: str
+    fatbin: bytes | None
+    compile_seconds: float
+    # Buffers of role "constant" (weights): their bytes, uploaded once by the shim.
+    constants: dict[int, bytes] = field(default_factory=dict)
+
+
+def _entry_function(module: ir.Module) -> ir.Operation:
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    if not funcs:
+        raise CudaCodegenError("module has no func.func")
+    for f in funcs:
+        if "sym_visibility" not in f.attributes:
+            return f
+    return funcs[0]
+
+
+# Entry-function attributes of CPU-only features: the CUDA plan and runtime have no model
+# state (an RNG seed kept between calls) and return no Python scalars yet.
+_CPU_ONLY_FEATURES = {
+    "fusion.state": "keeps state between calls (an RNG seed: torch.rand, dropout, ...)",
+    "fusion.scalar_results": "returns Python numbers (scalar results)",
+}
+
+
+def refuse_host_features(func: ir.Operation) -> None:
+    """Raise a PassError (located at the model function) if the model needs what only the
+    CPU artifact provides."""
+    from fusec.passes.registry import PassError
+
+    for attribute, what in _CPU_ONLY_FEATURES.items():
+        if attribute in func.attributes:
+            raise PassError(f"the model {what}, which the CUDA target does not support yet; "
+                            "compile it with --target cpu", func.location)
+
+
+def gpu_rewrites(func: ir.Operation, options: CudaOptions) -> list[str]:
+    """The rewrites of the fusion stage's groups for the GPU, in order (each one's docstring
+    says why); returns the gemm notes of `split_matmul_groups`."""
+    unit_transposes_to_reshapes(func)
+    extract_slices_to_generics(func)
+    merge_epilogue_consumers(func)
+    notes = split_matmul_groups(func)
+    split_at_reshapes(func, options)
+    split_multi_output_groups(func, options)
+    fold_constant_groups(func)  # after the splits: they can leave a group that reads nothing
+    # Layout groups around cuBLASLt calls become strided operand / result layouts, and what
+    # is left of them that is a dense view of its input becomes a plan-level view.
+    absorb_operand_layouts(func)
+    erase_dead_groups(func)
+    absorb_result_layouts(func)
+    mark_view_groups(func)
+    return notes
+
+
+def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgram:
+    """Compile every `fusion.group` of the entry function to a kernel or a cuBLASLt call;
+    build the plan. The module is rewritten in place first (matmul splits and the other
+    GPU rewrites named in the module docstring)."""
+    options = options or CudaOptions()
+    start = time.perf_counter()
+    func = _entry_function(module)
+    refuse_host_features(func)
+    body = func.regions[0].blocks[0]
+    buffers: list[Buffer] = []
+    ids: dict[int, int] = {}
+
+    def add_buffer(value: ir.Value, role: str, name: str) -> int:
+        shape, elt = tensor_info(value.type)
+        if elt not in DTYPES:
+            raise CudaCodegenError(f"element type {elt} is not supported")
+        b = Buffer(len(buffers), role, name, shape, DTYPES[elt])
+        buffers.append(b)
+        ids[value_key(value)] = b.id
+        return b.id
+
+    inputs = [add_buffer(a, "input", f"input{i}") for i, a in enumerate(body.arguments)]
+    from fusec.compiler.targets.cuda.tiles import TileEmitter, built_from_tile, thread_tiled
+    from fusec.passes.gpu_kernels import DONE_ATTR, NOTES_ATTR
+
+    if DONE_ATTR not in func.attributes:
+        # The fusion stage's IR: run target cuda's `tiled` stage first (kernel formation,
+        # tiling, placement), as the pipeline does. The caller's context need not be the
+        # default one (the fusec driver's is not).
+        from fusec.compiler.targets.cuda.tiles import tile_loop
+        from fusec.passes import run_pipeline
+
+        if any(tile_loop(g) is not None for g in groups_of(func)):
+            raise CudaCodegenError("the input was tiled for another target (its groups hold "
+                                   "tile loops): give target cuda the fusion stage's IR")
+
+        with module.context, func.location:
+            run_pipeline(module, tiled_passes(options.gemm))
+    gemm_notes = [ir.StringAttr(a).value for a in func.attributes[NOTES_ATTR]] \
+        if NOTES_ATTR in func.attributes else []
+    launches: list[Launch] = []
+    kernels: list[str] = []
+    outputs: list[int] = []
+    constants: dict[int, bytes] = {}
+    weight_ids: dict[int, int] = {}
+    asm_cache: list[str] = []
+
+    def asm() -> str:
+        if not asm_cache:
+            asm_cache.append(module.operation.get_asm())
+        return asm_cache[0]
+
+    ret = body.operations[len(body.operations) - 1]
+    returned = {value_key(v) for v in ret.operands}
+    for op in body.operations:
+        name = op.operation.name
+        if name in ("arith.constant", "tensor.empty", "func.return"):
+            continue
+        if name != GROUP_OP:
+            raise CudaCodegenError(
+                f"'{name}' is outside any fusion.group: run the fusion stage first")
+        symbol = f"fusec_k{len(launches)}"
+        kind = str(op.attributes["kind"]).strip('"') if "kind" in op.attributes else "single"
+        ops_in = [o.operation.name for o in op.regions[0].blocks[0].operations
+                  if o.operation.name.startswith("linalg.")]
+        operands = []
+        for v in op.operands:
+            if value_key(v) not in ids:
+                raise CudaCodegenError("a group operand is a tensor constant outside the group")
+            operands.append(ids[value_key(v)])
+
+        def weight_buffer(shape: list[int], elt: str, data: bytes) -> int:
+            digest = (hash(data), tuple(shape), elt)
+            if digest not in weight_ids:
+                b = Buffer(len(buffers), "constant", f"weight{len(weight_ids)}", shape,
+                           DTYPES[elt])
+                if b.nbytes != len(data):
+                    raise CudaCodegenError(f"constant of {b.nbytes} bytes has {len(data)}")
+                buffers.append(b)
+                constants[b.id] = data
+                weight_ids[digest] = b.id
+            return weight_ids[digest]
+
+        def result_buffers() -> list[int]:
+            return [add_buffer(r, "output" if value_key(r) in returned else "temp",
+                               f"{symbol}_out{j}") for j, r in enumerate(op.results)]
+
+        path = str(ir.StringAttr(op.attributes["fusion.path"]).value) \
+            if "fusion.path" in op.attributes else ""
+        if path == "view":
+            base = buffers[operands[0]]
+            offset = ir.IntegerAttr(op.attributes[VIEW_OFFSET]).value * \
+                DTYPE_SIZES[base.dtype]
+            view = buffers[add_buffer(op.results[0], "temp", f"view{len(buffers)}")]
+            view.view_of = base.id if base.view_of is None else base.view_of
+            view.view_offset = offset + (base.view_offset if base.view_of is not None else 0)
+            continue
+        if path == "gemm":
+            launches.append(gemm_launch(op, operands, weight_buffer, result_buffers, asm))
+            launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
+            continue
+        weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
+        if "fusion.ops" in op.attributes:  # recorded by the tiling, before it nests them
+            ops_in = [ir.StringAttr(a).value for a in op.attributes["fusion.ops"]]
+        from_tile = built_from_tile(op)
+        if thread_tiled(op):
+            # Neither emitter's: the fallback path, from the stage's thread tiles.
+            why = ir.StringAttr(op.attributes["fusion.fallback"]).value
+            if not options.fallback:
+                raise CudaCodegenError(why)
+            launches.append(fallback_launch(op, symbol, why, operands, weight_buffer,
+                                             result_buffers, kernels, kind, ops_in))
+            launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
+            launches[-1].info["tiled"] = True
+            continue
+        if from_tile:
+            # Tiled by the `tiled` stage, which asked the tile emitter first: built as tiled.
+            try:
+                emitter: KernelEmitter = TileEmitter(op, symbol, options.device,
+                                                     options.elementwise_unroll,
+                                                     options.row_elements_per_thread)
+                kernels.append(emitter.build())
+            except CudaCodegenError as refusal:
+                # The stage asked with the cost model's launch shapes; only an override of
+                # them (CudaOptions' experiment knobs) can make the emitter refuse here.
+                raise CudaCodegenError(
+                    f"the launch-shape options (elementwise_unroll="
+                    f"{options.elementwise_unroll}, row_elements_per_thread="
+                    f"{options.row_elements_per_thread}) do not fit the tile the `tiled` "
+                    f"stage chose: {refusal}") from refusal
+            geometry = emitter.geo
+        try:
+            if not from_tile:
+                geometry = analyse_group(op, options.device, options.row_elements_per_thread,
+                                         options.elementwise_unroll)
+                kernels.append(KernelEmitter(op, symbol, geometry, weights).build())
+        except CudaCodegenError as refusal:
+            if not options.fallback:
+                raise
+            launches.append(fallback_launch(op, symbol, str(refusal), operands,
+                                             weight_buffer, result_buffers, kernels,
+                                             kind, ops_in))
+            launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
+            continue
+        args = list(operands)
+        for w in weights:
+            shape, elt = tensor_info(w.results[0].type)
+            args.append(weight_buffer(shape, elt, constant_bytes(w, asm)))
+        args += result_buffers()
+        shape = geometry.shape
+        info = {"path": "fast", "shape": geometry.kind, "launch": dataclasses.asdict(shape),
+                "rows": geometry.rows, "cols": geometry.cols,
+                "bytes": sum(buffers[b].nbytes for b in args),
+                # Built from the tile loop of the `tiled` stage, or from the whole group
+                # (the reason the tiling was undone in `untiled`).
+                "tiled": from_tile}
+        if "fusion.untiled" in op.attributes:
+            info["untiled"] = ir.StringAttr(op.attributes["fusion.untiled"]).value
+        if info["tiled"]:  # no sizes: the group is one tile
+            info["tile_sizes"] = list(ir.DenseI64ArrayAttr(op.attributes["fusion.tile_sizes"])) \
+                if "fusion.tile_sizes" in op.attributes else []
+        launches.append(Launch(symbol=symbol, buffers=args, grid=shape.grid, kind=kind,
+                               ops=ops_in, info=info, block=shape.block, shared_bytes=0))
+    for v in ret.operands:
+        if value_key(v) not in ids:
+            raise CudaCodegenError("a returned value is not an input or a group result")
+        outputs.append(ids[value_key(v)])
+    # A returned input, and a value returned a second time, needs an output buffer of its
+    # own, copied on the device after the kernels: the caller binds one buffer per output (a
+    # buffer returned twice would be bound twice, the first binding lost: found by
+    # test/gpu/fuzz_cuda.py, `return v, v`). A group result also used by later groups keeps
+    # its one buffer.
+    bound: set[int] = set()
+    for k, bid in enumerate(outputs):
+        if buffers[bid].role == "input" or bid in bound:
+            b = buffers[bid]
+            copy = Buffer(len(buffers), "output", f"output{k}", list(b.shape), b.dtype)
+            buffers.append(copy)
+            outputs[k] = copy.id
+            launches.append(Launch(symbol="__copy__", buffers=[bid, copy.id], grid=0))
+        bound.add(bid)
+    plan = Plan(target="cuda", buffers=buffers, launches=launches, inputs=inputs,
+                outputs=outputs, metadata={"arch": options.arch})
+    if gemm_notes:
+        plan.metadata["gemm"] = gemm_notes
+    if any(k.launch_kind == "gemm" for k in launches):
+        plan.metadata["cublaslt_workspace_bytes"] = GEMM_WORKSPACE_BYTES
+    text = kernel_module_text(kernels, options)
+    context = module.context
+    ptx = lower_kernels(text, options, context, "isa").decode()
+    fatbin = None
+    toolkit = options.toolkit or find_cuda_toolkit()
+    if options.cubin and toolkit and (Path(toolkit) / "bin" / "ptxas").exists():
+        fatbin = lower_kernels(text, options, context, "fatbin")
+    seconds = time.perf_counter() - start
+    plan.metadata["compile_seconds"] = round(seconds, 4)
+    plan.metadata["image"] = "fatbin" if fatbin else "ptx"
+    return CudaProgram(plan, text, ptx, fatbin, seconds, constants)
+
+

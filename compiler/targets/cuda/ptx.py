@@ -1,0 +1,117 @@
+"""CUDA target: ptx."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlir.ir as ir
+from fusec.compiler.targets.cuda.device import (
+    DEFAULT_ARCH,
+    DEFAULT_FEATURES,
+    H200,
+    INDEX_STATUS,
+    INDEX_STATUS_GLOBAL,
+    KERNEL_MODULE,
+    CudaCodegenError,
+    CudaDevice,
+)
+from mlir.passmanager import PassManager
+
+# ---------------------------------------------------------------- lowering to PTX
+
+
+def find_cuda_toolkit() -> str | None:
+    """A CUDA toolkit folder with bin/ptxas and nvvm/libdevice (None if there is none).
+
+    Order: $FUSEC_CUDA_TOOLKIT, $CUDA_HOME / $CUDA_PATH, /usr/local/cuda*, the PyPI
+    `nvidia-cuda-nvcc` wheel (nvidia/cu13). libdevice gives math.exp/erf/...; ptxas and
+    fatbinary give the cubin.
+    """
+    candidates = [os.environ.get("FUSEC_CUDA_TOOLKIT"), os.environ.get("CUDA_HOME"),
+                  os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    candidates += sorted((str(p) for p in Path("/usr/local").glob("cuda-*")), reverse=True)
+    try:
+        import nvidia  # type: ignore
+
+        for root in getattr(nvidia, "__path__", []):
+            candidates += [str(p) for p in sorted(Path(root).glob("cu1*"), reverse=True)]
+            candidates.append(str(Path(root) / "cuda_nvcc"))
+    except ImportError:
+        pass
+    for c in candidates:
+        if c and (Path(c) / "nvvm" / "libdevice" / "libdevice.10.bc").exists():
+            return c
+    return None
+
+
+@dataclass
+class CudaOptions:
+    arch: str = DEFAULT_ARCH
+    features: str = DEFAULT_FEATURES
+    opt_level: int = 3
+    toolkit: str | None = None  # None: find_cuda_toolkit()
+    cubin: bool = True  # also build a fatbin (cubin + PTX) when ptxas is found
+    device: CudaDevice = H200
+    row_elements_per_thread: int = 0  # 0: ROW_BYTES_PER_THREAD's worth (row_launch_shape)
+    elementwise_unroll: int = 0  # chunks per thread per tile; 0: elementwise_launch_shape's
+    # Groups the emitter refuses go through upstream MLIR (`fallback_kernel`); False: refuse.
+    fallback: bool = True
+    # Matmul-rooted groups: the matmul through cuBLASLt (split_matmul_groups); False: one
+    # kernel per group (the fallback's one thread per output element).
+    gemm: bool = True
+
+
+def kernel_module_text(kernels: list[str], options: CudaOptions) -> str:
+    target = (f'#nvvm.target<O = {options.opt_level}, chip = "{options.arch}", '
+              f'features = "{options.features}">')
+    # The index-check status (see INDEX_STATUS), once, when a kernel records failures in it.
+    status = [INDEX_STATUS_GLOBAL] if any(f"@{INDEX_STATUS}" in k for k in kernels) else []
+    return ("module attributes {gpu.container_module} {\n"
+            f"  gpu.module @{KERNEL_MODULE} [{target}] {{\n"
+            + "\n".join(status + kernels) + "\n  }\n}\n")
+
+
+def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
+                  fmt: str = "isa") -> bytes:
+    """gpu dialect text -> PTX (fmt="isa") or fatbin (fmt="fatbin") bytes."""
+    toolkit = options.toolkit or find_cuda_toolkit()
+    binary_opts = f"format={fmt}"
+    if toolkit:
+        binary_opts += f" toolkit={toolkit}"
+    pipeline = (
+        "builtin.module("
+        # fpowi with a constant exponent (x.pow(2)) becomes multiplications, not a
+        # libdevice call per element.
+        "gpu.module(canonicalize,math-expand-ops{ops=fpowi},"
+        # math on bf16/f16 (erf, exp, ...) runs in f32: libdevice has no bf16 functions.
+        "math-extend-to-supported-types,convert-scf-to-cf,"
+        # Bare pointers: a static memref argument is one device pointer, as the shim passes.
+        "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},"
+        # What NVVM's patterns leave of math (integer math.absi: T5's relative position
+        # buckets) becomes LLVM intrinsics NVPTX selects (abs.s64); float math is libdevice's
+        # by now.
+        "convert-math-to-llvm),"
+        "reconcile-unrealized-casts,"
+        f"gpu-module-to-binary{{{binary_opts}}})")
+    with context:
+        module = ir.Module.parse(text)
+        pm = PassManager.parse(pipeline)
+        try:
+            pm.run(module.operation)
+        except Exception as e:  # noqa: BLE001 - re-raised with the reproducer
+            path = Path(tempfile.gettempdir()) / "fusec_cuda_failed.mlir"
+            path.write_text(text)
+            raise CudaCodegenError(
+                f"lowering to {fmt} failed: {e}\nreproduce: mlir-opt {path} "
+                f"--pass-pipeline='{pipeline}'") from e
+        from mlir.dialects import gpu
+
+        for op in module.body.operations:
+            if op.operation.name == "gpu.binary":
+                return bytes(gpu.ObjectAttr(op.attributes["objects"][0]).object)
+    raise CudaCodegenError("gpu-module-to-binary produced no gpu.binary")
+
+

@@ -1,0 +1,676 @@
+"""CUDA target: rewrites."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import mlir.ir as ir
+from fusec.compiler.targets.cuda.analysis import analyse_group, tensor_info, value_key
+from fusec.compiler.targets.cuda.body import (
+    GEMM_OPS,
+    RESHAPE_OPS,
+    cast_types,
+    defining,
+    group_body_ops,
+    single_use,
+    unary_kind,
+)
+from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, GROUP_OP, CudaCodegenError
+from fusec.compiler.targets.cuda.emitter import KernelEmitter, id_of, is_weight
+from fusec.compiler.targets.cuda.gemm import (
+    absorb_epilogue,
+    bias_add,
+    gemm_operand,
+    layout_walk,
+    plan_gemm_split,
+    swaps_last_two,
+    view_through,
+)
+from fusec.compiler.targets.cuda.layouts import (
+    SLICE_OFFSETS,
+    VIEW_ALIGNMENT,
+    VIEW_OFFSET,
+    layout_generic,
+    layout_source,
+    matrix_layout,
+    result_view,
+)
+from fusec.compiler.targets.cuda.ptx import CudaOptions
+
+
+def unit_transposes_to_reshapes(func: ir.Operation) -> int:
+    """Rewrite each linalg.transpose that only moves size-1 dims (batch 1: [1, 16, 512] ->
+    [16, 1, 512]) into a collapse_shape to 1-D and an expand_shape: the same bytes, so no
+    kernel (cuBLASLt reads through it, the emitter treats it as a view). Returns how many."""
+    from fusec.passes.grouping import walk_ops
+
+    count = 0
+    for op in walk_ops(func, lambda o: o.name == "linalg.transpose"):
+        src = op.operands[0]
+        src_shape = list(ir.RankedTensorType(src.type).shape)
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        moved = [p for p in perm if src_shape[p] != 1]
+        if len(src_shape) < 2 or moved != sorted(moved) or not op.results[0].uses:
+            continue
+        result_type = op.results[0].type
+        numel = math.prod(src_shape)
+        elt = ir.RankedTensorType(src.type).element_type
+        out_shape = list(ir.RankedTensorType(result_type).shape)
+        with ir.InsertionPoint(op), op.location:
+            flat = ir.Operation.create(
+                "tensor.collapse_shape", results=[ir.RankedTensorType.get([numel], elt)],
+                operands=[src], attributes={"reassociation": ir.ArrayAttr.parse(
+                    "[[" + ", ".join(str(i) for i in range(len(src_shape))) + "]]")})
+            view = ir.Operation.create(
+                "tensor.expand_shape", results=[result_type], operands=[flat.results[0]],
+                attributes={"reassociation": ir.ArrayAttr.parse(
+                    "[[" + ", ".join(str(i) for i in range(len(out_shape))) + "]]"),
+                    "static_output_shape": ir.DenseI64ArrayAttr.get(out_shape)})
+        op.results[0].replace_all_uses_with(view.results[0])
+        op.erase()
+        count += 1
+    return count
+
+
+def _cone(value: ir.Value, members: dict[int, ir.Operation]) -> set[int]:
+    """Keys of the ops among `members` that `value` depends on (itself included)."""
+    from fusec.passes.grouping import walk_ops
+
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        producer = defining(stack.pop())
+        if producer is None or id_of(producer) not in members or id_of(producer) in seen:
+            continue
+        seen.add(id_of(producer))
+        for inner in walk_ops(producer):
+            stack.extend(inner.operands)
+    return seen
+
+
+def group_refusal(group: ir.Operation, options: CudaOptions) -> str | None:
+    """Why the group-level emitter does not take `group` as it is (None: it does)."""
+    try:
+        geometry = analyse_group(group, options.device, options.row_elements_per_thread,
+                                 options.elementwise_unroll)
+        weights = [w for w in group.regions[0].blocks[0].operations if is_weight(w)]
+        KernelEmitter(group, "fusec_probe", geometry, weights).build()
+    except CudaCodegenError as refusal:
+        return str(refusal)
+    return None
+
+
+def _emittable(group: ir.Operation, options: CudaOptions) -> bool:
+    """Whether the fast emitter takes `group` as it is."""
+    return group_refusal(group, options) is None
+
+
+def _pieces_at_reshapes(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
+    """`ops` (a group's body, constants left out) cut before every reshape of a value the group
+    computes: the connected pieces of the def-use graph without those edges, in block order."""
+    keys = {id_of(o): i for i, o in enumerate(ops)}
+    parent = list(range(len(ops)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, op in enumerate(ops):
+        for v in op.operands:
+            producer = defining(v)
+            if producer is None or id_of(producer) not in keys:
+                continue
+            # Cut into the first reshape of a chain (reshapes of reshapes stay together).
+            if op.name in RESHAPE_OPS and producer.name not in RESHAPE_OPS:
+                continue
+            parent[find(i)] = find(keys[id_of(producer)])
+    pieces: dict[int, list[ir.Operation]] = {}
+    for i, op in enumerate(ops):
+        pieces.setdefault(find(i), []).append(op)
+    return list(pieces.values())
+
+
+def _convex(pieces: list[list[ir.Operation]]) -> bool:
+    """No path leaves a piece and comes back to it (each piece can be one group)."""
+    piece_of = {id_of(o): n for n, piece in enumerate(pieces) for o in piece}
+    # Piece-level dependency graph must be acyclic.
+    deps: dict[int, set[int]] = {n: set() for n in range(len(pieces))}
+    for n, piece in enumerate(pieces):
+        for op in piece:
+            for v in op.operands:
+                producer = defining(v)
+                if producer is not None and id_of(producer) in piece_of \
+                        and piece_of[id_of(producer)] != n:
+                    deps[n].add(piece_of[id_of(producer)])
+    state: dict[int, int] = {}
+
+    def cyclic(n: int) -> bool:
+        if state.get(n) == 1:
+            return True
+        if state.get(n) == 2:
+            return False
+        state[n] = 1
+        if any(cyclic(d) for d in deps[n]):
+            return True
+        state[n] = 2
+        return False
+
+    return not any(cyclic(n) for n in deps)
+
+
+def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
+    """Split each group the emitter refuses at reshapes of values it computes.
+
+    The fallback tiles a group's root and fuses producers into the tile, but cannot slice a
+    producer through a reshape: such a producer is computed whole *by every thread* (batch-1
+    attention's bias add + head split: 8192 threads x 24K elements). Cut there, each piece
+    tiles cleanly (a reshape of a kernel's input is a view), and elementwise pieces go to the
+    fast emitter. Returns how many groups were split."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
+    from fusec.passes.inline_groups import inline_group
+
+    count = 0
+    body = func.regions[0].blocks[0]
+    for group in [op.operation for op in body.operations if op.operation.name == GROUP_OP]:
+        if "fusion.path" in group.attributes or _emittable(group, options):
+            continue
+        ops = [o.operation for o in group.regions[0].blocks[0].operations][:-1]
+        ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
+        pieces = _pieces_at_reshapes(ops)
+        if len(pieces) < 2 or not _convex(pieces):
+            continue
+        kind = str(group.attributes["kind"]).strip('"')
+        inline_group(group)
+        for piece in pieces:
+            form_group(piece, kind if len(piece) > 1 else "single",
+                       {"fusion.split": ir.StringAttr.get("reshape")})
+        count += 1
+    return count
+
+
+def split_multi_output_groups(func: ir.Operation, options: CudaOptions) -> int:
+    """Split each group with several outputs (not a gemm) into one group per output, ops that
+    two outputs need cloned into both. A multi-output group has no single tile loop, so the
+    fallback runs it in one GPU thread; one output per group gives each its own parallel
+    kernel (recomputing a shared bias add costs far less than a serial kernel). Returns how
+    many groups were split."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
+    from fusec.passes.inline_groups import inline_group
+
+    count = 0
+    body = func.regions[0].blocks[0]
+    for group in [op.operation for op in body.operations if op.operation.name == GROUP_OP]:
+        if len(group.results) < 2 or "fusion.path" in group.attributes or \
+                _emittable(group, options):
+            continue
+        ops = [o.operation for o in group.regions[0].blocks[0].operations]
+        yielded = list(ops[-1].operands)
+        members = {id_of(o): o for o in ops[:-1] if o.name not in CLONED_INTO_GROUPS}
+        cones = [_cone(v, members) for v in yielded]
+        if any(not c for c in cones) or len({frozenset(c) for c in cones}) != len(cones):
+            continue  # an output that is an input, or two outputs of one op
+        kind = str(group.attributes["kind"]).strip('"')
+        order = [o for o in ops[:-1] if id_of(o) in members]
+        inline_group(group)
+        # Every clone is made from an untouched original, then each output's versions are
+        # wired to each other (a clone of a clone would keep another output's operands).
+        operands = {id_of(o): list(o.operands) for o in order}
+        claimed: set[int] = set()
+        versions: list[dict[int, ir.Operation]] = []
+        for cone in cones:
+            version = {}
+            for op in order:
+                key = id_of(op)
+                if key not in cone:
+                    continue
+                if key in claimed:
+                    with ir.InsertionPoint(op):
+                        version[key] = op.clone()
+                else:
+                    version[key] = op
+            claimed |= cone
+            versions.append(version)
+        sets: list[list[ir.Operation]] = []
+        for version in versions:
+            for key, op in version.items():
+                for j, v in enumerate(operands[key]):
+                    producer = defining(v)
+                    if producer is not None and id_of(producer) in version:
+                        op.operands[j] = version[id_of(producer)].results[
+                            ir.OpResult(v).result_number]
+            sets.append(list(version.values()))
+        dead = [o for o in order if id_of(o) not in claimed]
+        sets[0] += dead
+        for chosen in sets:
+            form_group(chosen, kind if kind != "horizontal" else "vertical",
+                       {"fusion.split": ir.StringAttr.get("output")})
+        count += 1
+    return count
+
+
+def extract_slices_to_generics(func: ir.Operation) -> int:
+    """Rewrite each static, unit-stride, rank-keeping tensor.extract_slice into a linalg.generic
+    that gathers: out[i] = src[i + offset] (linalg.index + tensor.extract). Upstream tiling
+    does not tile extract_slice, so a slice group ran in one GPU thread; the generic runs one
+    element per thread. (An offset map `d0 + o` would fail linalg's shape check at o = 0.)
+    Returns how many."""
+    from fusec.passes.grouping import walk_ops
+    from mlir.dialects import arith, linalg, tensor
+
+    count = 0
+    for op in walk_ops(func, lambda o: o.name == "tensor.extract_slice"):
+        if len(op.operands) != 1:
+            continue  # dynamic offsets or sizes
+        result_type = ir.RankedTensorType(op.results[0].type)
+        sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+        strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+        offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+        if sizes != list(result_type.shape) or any(st != 1 for st in strides):
+            continue
+        rank = len(sizes)
+        elt = result_type.element_type
+        maps = ir.ArrayAttr.get([ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))])
+        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+        index = ir.IndexType.get()
+        with ir.InsertionPoint(op), op.location:
+            empty = tensor.EmptyOp(sizes, elt)
+            gather = linalg.GenericOp([result_type], [], [empty.result], maps,
+                                      ir.ArrayAttr.get([parallel] * rank))
+            block = gather.regions[0].blocks.append(elt)
+            with ir.InsertionPoint(block):
+                where = []
+                for d, o in enumerate(offsets):
+                    i = linalg.IndexOp(ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d))
+                    where.append(arith.AddIOp(i.result, arith.ConstantOp(index, o).result).result
+                                 if o else i.result)
+                value = tensor.ExtractOp(op.operands[0], where)
+                linalg.YieldOp([value.result])
+        # The offsets, for the layout-view analysis (a gather is a strided view).
+        gather.operation.attributes[SLICE_OFFSETS] = ir.DenseI64ArrayAttr.get(offsets)
+        op.results[0].replace_all_uses_with(gather.results[0])
+        op.erase()
+        count += 1
+    return count
+
+
+def _absorbable_group(group: ir.Operation) -> bool:
+    """A group of only what cuBLASLt absorbs in an operand: casts to f32, transposes of the
+    last two dims, reshapes (the planner leaves these apart from a large matmul's group)."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS
+
+    if len(group.results) != 1:
+        return False
+    for op in [o.operation for o in group.regions[0].blocks[0].operations][:-1]:
+        if op.name in CLONED_INTO_GROUPS or op.name in RESHAPE_OPS:
+            continue
+        if op.name == "linalg.transpose" and swaps_last_two(op):
+            continue
+        if op.name == "linalg.generic" and unary_kind(op) == "cast" \
+                and cast_types(op)[1] == "f32":
+            continue
+        return False
+    return True
+
+
+def _merge_operand_producers(group: ir.Operation) -> ir.Operation:
+    """Pull into a matmul group the groups that only cast/transpose/reshape its operands, so
+    that cuBLASLt reads the operands as they are (bf16, transposed) instead of a materialised
+    f32 copy. Returns the (possibly new) group."""
+    from fusec.passes.grouping import form_group
+    from fusec.passes.inline_groups import inline_group
+
+    body = group.regions[0].blocks[0]
+    mm = next(o.operation for o in body.operations if o.operation.name in GEMM_OPS)
+    producers = []
+    for operand in list(mm.operands)[:2]:
+        source = gemm_operand(operand).source
+        if not isinstance(source.owner, ir.Block) or not single_use(source):
+            continue
+        outer = group.operands[ir.BlockArgument(source).arg_number]
+        producer = defining(outer)
+        if producer is not None and producer.name == GROUP_OP and single_use(outer) \
+                and _absorbable_group(producer):
+            producers.append(producer)
+    # The zero fill the matmul accumulates into, when the planner left it a group of its own
+    # (shared by several matmuls, even): a copy of it joins this group.
+    init = mm.operands[2]
+    extra: list[ir.Operation] = []
+    if isinstance(init.owner, ir.Block) and single_use(init):
+        argno = ir.BlockArgument(init).arg_number
+        producer = defining(group.operands[argno])
+        if producer is not None and producer.name == GROUP_OP and \
+                len(producer.results) == 1 and \
+                [o.name for o in group_body_ops(producer)] == ["linalg.fill"]:
+            from fusec.passes.inline_groups import inline_group
+
+            with ir.InsertionPoint(group):
+                clone = producer.clone()
+            fill = list(clone.regions[0].blocks[0].operations)[-1].operands[0]
+            extra = [o.operation for o in list(clone.regions[0].blocks[0].operations)[:-1]]
+            inline_group(clone)
+            group.operands[argno] = fill
+    if not producers and not extra:
+        return group
+    attributes = {name: group.attributes[name] for name in group.attributes}
+    kind = str(group.attributes["kind"]).strip('"')
+    ops = list(extra)
+    for g in producers + [group]:
+        ops += [o.operation for o in g.regions[0].blocks[0].operations][:-1]
+        inline_group(g)
+    from fusec.passes.grouping import CLONED_INTO_GROUPS
+
+    ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
+    attributes.pop("kind", None)
+    return form_group(ops, kind, attributes)
+
+
+def split_matmul_groups(func: ir.Operation) -> list[str]:
+    """Split every matmul-rooted group of `func` (in place) as `plan_gemm_split` says.
+
+    Returns one line per matmul group: what was done, or why it stays one kernel.
+    """
+    from fusec.passes.grouping import form_group
+    from fusec.passes.inline_groups import inline_group
+
+    body = func.regions[0].blocks[0]
+    notes = []
+    groups = [op.operation for op in body.operations if op.operation.name == GROUP_OP]
+    for group in groups:
+        names = [o.operation.name for o in group.regions[0].blocks[0].operations]
+        if names.count("linalg.matmul") + names.count("linalg.batch_matmul") != 1:
+            continue
+        group = _merge_operand_producers(group)
+        split = plan_gemm_split(group)
+        if isinstance(split, str):
+            notes.append(f"not cuBLASLt: {split}")
+            continue
+        kind = str(group.attributes["kind"]).strip('"') if "kind" in group.attributes else "single"
+        inline_group(group)
+        s = ir.StringAttr.get
+        if split.prologue:
+            form_group(split.prologue, "vertical" if len(split.prologue) > 1 else "single",
+                       {"fusion.split": s("prologue")})
+        form_group(split.gemm, "epilogue" if split.fused else "single",
+                   {"fusion.path": s("gemm"), "fusion.why": s(split.why),
+                    "fusion.gemm_epilogue": s("+".join(split.fused) or "none"),
+                    "fusion.split_of": s(kind)})
+        if split.epilogue:
+            form_group(split.epilogue, "vertical" if len(split.epilogue) > 1 else "single",
+                       {"fusion.split": s("epilogue")})
+        notes.append(split.why)
+    return notes
+
+
+def groups_of(func: ir.Operation) -> list[ir.Operation]:
+    return [op.operation for op in func.regions[0].blocks[0].operations
+            if op.operation.name == GROUP_OP]
+
+
+def _kind(group: ir.Operation) -> str:
+    return str(group.attributes["kind"]).strip('"') if "kind" in group.attributes else "single"
+
+
+def use_owner(use: Any) -> ir.Operation:
+    return use.owner.operation if hasattr(use.owner, "operation") else use.owner
+
+
+def _only_user(value: ir.Value) -> ir.Operation | None:
+    if not single_use(value):
+        return None
+    owner = next(iter(value.uses)).owner
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def regroup(groups: list[ir.Operation], extra: list[ir.Operation], like: ir.Operation
+             ) -> ir.Operation:
+    """Inline `groups` and form one group of their ops and `extra` (ops already in the
+    function body), with `like`'s kind and attributes (`like` is one of `groups`)."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
+    from fusec.passes.inline_groups import inline_group
+
+    attributes = {name: like.attributes[name] for name in like.attributes if name != "kind"}
+    kind = _kind(like)
+    ops = list(extra)
+    for g in groups:
+        ops += [o.operation for o in list(g.regions[0].blocks[0].operations)[:-1]]
+        inline_group(g)
+    return form_group([o for o in ops if o.name not in CLONED_INTO_GROUPS], kind, attributes)
+
+
+def _matmuls(group: ir.Operation) -> list[ir.Operation]:
+    return [o for o in group_body_ops(group) if o.name in GEMM_OPS]
+
+
+def merge_epilogue_consumers(func: ir.Operation) -> int:
+    """Merge into each one-matmul group the group that consumes its only result when that
+    consumer starts with what cuBLASLt's epilogue runs (a bias add, ReLU, a cast, GELU, or a
+    reshape on the way): the planner may leave a bias add in a group of its own, which then
+    costs a kernel. The
+    split that follows keeps the rest of the consumer as the epilogue kernel. Returns how
+    many."""
+    from fusec.passes.grouping import op_key
+
+    count = 0
+    gone: set[int] = set()
+    for key, group in [(op_key(g), g) for g in groups_of(func)]:
+        if key in gone:
+            continue
+        # Again after each merge: bias, then ReLU, may each have been left a group.
+        while _ends_in_epilogue(group):
+            consumer = _only_user(group.results[0])
+            if consumer is None or consumer.name != GROUP_OP or \
+                    "fusion.path" in consumer.attributes or _matmuls(consumer):
+                break
+            arg = next(a for a, v in zip(consumer.regions[0].blocks[0].arguments,
+                                         consumer.operands)
+                       if value_key(v) == value_key(group.results[0]))
+            user = _only_user(arg)
+            if user is None or (user.name not in RESHAPE_OPS and (
+                    user.name != "linalg.generic" or (
+                        bias_add(user, arg) is None and
+                        unary_kind(user) not in ("relu", "cast", "gelu")))):
+                break
+            gone.add(op_key(consumer))
+            group = regroup([group, consumer], [], group)
+            count += 1
+    return count
+
+
+def _ends_in_epilogue(group: ir.Operation) -> bool:
+    """A one-matmul, one-result group (not yet split) whose result is the matmul's or the
+    last of what cuBLASLt's epilogue would absorb after it."""
+    if len(_matmuls(group)) != 1 or len(group.results) != 1 or "fusion.path" in group.attributes:
+        return False
+    mm = _matmuls(group)[0]
+    yielded = list(group.regions[0].blocks[0].operations)[-1].operands[0]
+    if value_key(yielded) == value_key(mm.results[0]):
+        return True
+    in_type = gemm_operand(mm.operands[0]).element
+    absorbed, _, _ = absorb_epilogue(mm, in_type, allow_bias=True)
+    return bool(absorbed) and value_key(absorbed[-1].results[0]) == value_key(yielded)
+
+
+def _is_layout_group(group: ir.Operation) -> bool:
+    """A group of one result whose ops all move data without arithmetic (no casts)."""
+    if group.name != GROUP_OP or "fusion.path" in group.attributes or len(group.results) != 1:
+        return False
+    ops = group_body_ops(group)
+    return bool(ops) and all(layout_source(o) is not None and layout_generic(o) != "cast"
+                             for o in ops)
+
+
+def _chain_in(group: ir.Operation) -> tuple[list[ir.Operation], ir.Value] | None:
+    """A layout group's ops from its result back to what it reads (a block argument or a
+    weight), every op on that one chain; None otherwise."""
+    body = group.regions[0].blocks[0]
+    value = list(body.operations)[-1].operands[0]
+    chain: list[ir.Operation] = []
+    while not isinstance(value.owner, ir.Block):
+        op = defining(value)
+        src = layout_source(op)
+        if src is None:
+            if is_weight(op):
+                break
+            return None
+        chain.append(op)
+        value = src[0]
+    if len(chain) != len(group_body_ops(group)) or not chain:
+        return None
+    return chain, value
+
+
+def absorb_operand_layouts(func: ir.Operation) -> int:
+    """Read each matmul operand through the layout groups before it (head split: slice,
+    reshape, transpose; a broadcast weight), when the whole chain is one cuBLASLt layout
+    from an earlier buffer: the chain's groups are cloned into the matmul group (their
+    originals go when nothing else reads them, `erase_dead_groups`). Returns how many
+    operands now read further back."""
+    count = 0
+    for group in groups_of(func):
+        if len(_matmuls(group)) != 1 or "fusion.path" not in group.attributes:
+            continue  # only cuBLASLt calls read operands through a layout
+        for index in (0, 1):
+            mm = _matmuls(group)[0]
+            chain = layout_walk(mm.operands[index])
+            start = layout_source(chain[-1])[0] if chain else mm.operands[index]
+            if not isinstance(start.owner, ir.Block) or not single_use(start):
+                continue
+            argno = ir.BlockArgument(start).arg_number
+            outer = group.operands[argno]
+            element = ELEMENT_BYTES.get(str(ir.RankedTensorType(start.type).element_type), 4)
+            ops = list(chain)  # mm operand outward-in
+            crossed: list[ir.Operation] = []
+            best = 0
+            while True:
+                producer = defining(outer)
+                if producer is None or not _is_layout_group(producer):
+                    break
+                found = _chain_in(producer)
+                if found is None:
+                    break
+                ops += found[0]
+                base = found[1]
+                crossed.append((producer, ir.BlockArgument(base).arg_number
+                                if isinstance(base.owner, ir.Block) else 0))
+                view = view_through(base, list(reversed(ops)))
+                if view is not None and matrix_layout(view, element) is not None:
+                    best = len(crossed)
+                if isinstance(base.owner, ir.Block):
+                    outer = producer.operands[ir.BlockArgument(base).arg_number]
+                else:
+                    break  # a weight
+            if not best:
+                continue
+            previous = None
+            extra: list[ir.Operation] = []
+            for layout, data in reversed(crossed[:best]):
+                with ir.InsertionPoint(group):
+                    clone = layout.clone()
+                if previous is not None:
+                    clone.operands[data] = previous
+                previous = list(clone.regions[0].blocks[0].operations)[-1].operands[0]
+                extra += [o.operation for o in list(clone.regions[0].blocks[0].operations)[:-1]]
+                from fusec.passes.inline_groups import inline_group
+
+                inline_group(clone)
+            group.operands[argno] = previous
+            group = regroup([group], extra, group)
+            count += 1
+    return count
+
+
+def erase_dead_groups(func: ir.Operation) -> int:
+    """Erase groups none of whose results is used (groups compute tensors, nothing else)."""
+    count = 0
+    changed = True
+    while changed:
+        changed = False
+        for group in reversed(groups_of(func)):
+            if all(not list(r.uses) for r in group.results):
+                group.erase()
+                count += 1
+                changed = True
+    return count
+
+
+def absorb_result_layouts(func: ir.Operation) -> int:
+    """Let each cuBLASLt call write its result where the layout group after it (head merge:
+    reshape + transpose) puts it, when that is one cuBLASLt layout: the layout group merges
+    into the gemm group and costs no kernel. Returns how many."""
+    from fusec.passes.grouping import op_key
+
+    count = 0
+    gone: set[int] = set()
+    for key, group in [(op_key(g), g) for g in groups_of(func)]:
+        if key in gone:
+            continue
+        while "fusion.path" in group.attributes and len(group.results) == 1:
+            consumer = _only_user(group.results[0])
+            if consumer is None or not _is_layout_group(consumer):
+                break
+            found = _chain_in(consumer)
+            if found is None or not isinstance(found[1].owner, ir.Block) or any(
+                    o.name not in RESHAPE_OPS and o.name != "linalg.transpose"
+                    for o in found[0]):
+                break
+            view = result_view(group, found[0])
+            out = str(ir.RankedTensorType(group.results[0].type).element_type)
+            if view is None or matrix_layout(view, ELEMENT_BYTES.get(out, 4), output=True) \
+                    is None:
+                break
+            gone.add(op_key(consumer))
+            group = regroup([group, consumer], [], group)
+            count += 1
+    return count
+
+
+def mark_view_groups(func: ir.Operation) -> int:
+    """Mark each layout group whose result is its input's bytes from an offset (a reshape, a
+    slice of whole rows) `fusion.path = "view"` with `fusion.view_offset` (elements): the
+    plan makes its result a view of the input buffer (`Buffer.view_of`), no kernel. A
+    model result keeps its kernel (the caller owns that buffer), and so does a view whose
+    byte offset is not a multiple of `VIEW_ALIGNMENT`. Returns how many."""
+    ret = list(func.regions[0].blocks[0].operations)[-1]
+    returned = {value_key(v) for v in ret.operands}
+    count = 0
+    for group in groups_of(func):
+        if not _is_layout_group(group) or len(group.operands) != 1 or \
+                value_key(group.results[0]) in returned:
+            continue
+        found = _chain_in(group)
+        if found is None or not isinstance(found[1].owner, ir.Block):
+            continue
+        view = view_through(found[1], list(reversed(found[0])))
+        if view is None or not view.is_dense():
+            continue
+        element_bytes = ELEMENT_BYTES.get(tensor_info(group.operands[0].type)[1], 4)
+        if (view.offset * element_bytes) % VIEW_ALIGNMENT:
+            # Kernels read their buffers 16 bytes at a time from the base: a view starting
+            # off that alignment (x[:, 1:] of int64) would be read misaligned. It stays a
+            # kernel that copies the slice into a buffer of its own.
+            continue
+        group.attributes["fusion.path"] = ir.StringAttr.get("view")
+        group.attributes[VIEW_OFFSET] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                           view.offset)
+        count += 1
+    return count
+
+
+# Element types a folded constant may have (numpy dtype names).
+FOLD_DTYPES = {"f32": "float32", "f64": "float64", "i64": "int64", "i32": "int32"}
+FOLD_INT = {"arith.addi": "add", "arith.subi": "subtract", "arith.muli": "multiply",
+             "arith.maxsi": "maximum", "arith.minsi": "minimum"}
+FOLD_FLOAT = {"arith.addf": "add", "arith.subf": "subtract", "arith.mulf": "multiply",
+               "arith.divf": "divide", "arith.maximumf": "maximum", "arith.minimumf": "minimum"}
+FOLD_CASTS = ("arith.index_cast", "arith.extsi", "arith.trunci", "arith.sitofp", "arith.extf",
+               "arith.truncf")
+FOLD_MAX_ELEMENTS = 1 << 16
+
+
+CMPI = {0: "equal", 1: "not_equal", 2: "less", 3: "less_equal", 4: "greater",
+         5: "greater_equal", 6: "less", 7: "less_equal", 8: "greater", 9: "greater_equal"}
+
+

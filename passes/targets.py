@@ -1,0 +1,49 @@
+"""What a target's code generator tells the target-independent passes: the policy handed to
+the mechanism (as IREE's DispatchCreation takes control functions).
+
+Nothing under `fusec.passes` imports a target. A target that builds GPU kernels registers a
+`KernelBuilder` for its device here when it is imported (`fusec.compiler.targets.cuda` does,
+for "nvidia-h200"); `--fusion-gpu-kernels` and `--fusion-tile{device=...}` ask it:
+
+- `refuse_host_features(func)`: raise `PassError` (located) for what the device cannot run;
+- `rewrites(func, gemm)`: the device's group rewrites (library calls, layout views, splits),
+  returning one note per decision;
+- `tile_refusal(group)`: why code generation would not build this tiled group (None: it does);
+- `tile_for_fallback(group)`: tile a group no emitter builds as the fallback path runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from fusec.passes.registry import PassError
+from mlir import ir
+
+
+@dataclass(frozen=True)
+class KernelBuilder:
+    """A device's answers to the passes (see the module docstring)."""
+
+    device: str
+    refuse_host_features: Callable[[ir.Operation], None]
+    rewrites: Callable[[ir.Operation, bool], list[str]]
+    tile_refusal: Callable[[ir.Operation], str | None]
+    tile_for_fallback: Callable[[ir.Operation], ir.Operation]
+
+
+_BUILDERS: dict[str, KernelBuilder] = {}
+
+
+def register_kernel_builder(builder: KernelBuilder) -> None:
+    """Make `builder` the one the passes ask for `builder.device` (a later one replaces it)."""
+    _BUILDERS[builder.device] = builder
+
+
+def kernel_builder(device: str) -> KernelBuilder:
+    """The registered builder of `device`; a PassError when no target registered one."""
+    if device not in _BUILDERS:
+        known = ", ".join(sorted(_BUILDERS)) or "none"
+        raise PassError(f"no code generator is registered for device '{device}' (registered: "
+                        f"{known}); import its target, e.g. fusec.compiler.targets.cuda")
+    return _BUILDERS[device]
