@@ -147,21 +147,27 @@ def _tag_check(op: ir.Operation, operand: int, check: int) -> None:
 def insert_deferred_reports(root: ir.Operation) -> int:
     """The reports `defer` left out: before each tagged read, `scf.if !ok {
     fusec_index_error(check, index) }` from the `arith.select` that guards its index; the
-    tag is dropped. Returns how many reads were reported."""
+    tag is dropped. Returns how many checks were reported."""
     tagged = walk_ops(root, lambda o: CHECK_ATTR in o.attributes)
+    reported = 0
     for op in tagged:
         tags = list(ir.DenseI64ArrayAttr(op.attributes[CHECK_ATTR]))
         for operand, check in zip(tags[0::2], tags[1::2]):
             select = op.operands[operand].owner
+            if not isinstance(select, ir.OpView) or select.operation.name != "arith.select":
+                # Folded since: the condition was known (the index provably in range, as a
+                # gather's reversed arange), or the index a constant. Nothing to report.
+                continue
             with ir.InsertionPoint(op), op.location:
                 _report_unless(select.operands[0], check, select.operands[1])
+            reported += 1
         del op.attributes[CHECK_ATTR]
-    if tagged:
+    if reported:
         module = root
         while module.name != "builtin.module":
             module = module.parent
         _error_function(module)
-    return len(tagged)
+    return reported
 
 
 @register

@@ -69,3 +69,24 @@ func.func @positions_only(%x: tensor<8x4xf32>) -> tensor<4x8xf32> {
   } -> tensor<4x8xf32>
   return %r : tensor<4x8xf32>
 }
+
+// -----
+
+// A tagged read whose guard was folded since (canonicalize proved the index in range: the
+// select became the index itself): nothing to report, the tag is dropped, nothing declared.
+// CHECK-LABEL: func.func @guard_folded_away
+// CHECK-NOT: scf.if
+// CHECK: tensor.extract %{{.+}}[%{{.+}}] {fusion.guarded} : tensor<8xf32>
+// CHECK-NOT: fusec_index_error
+#m1 = affine_map<(d0) -> (d0)>
+func.func @guard_folded_away(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %e = tensor.empty() : tensor<8xf32>
+  %r = linalg.generic {indexing_maps = [#m1], iterator_types = ["parallel"]}
+      outs(%e : tensor<8xf32>) {
+  ^bb0(%out: f32):
+    %i = linalg.index 0 : index
+    %v = tensor.extract %x[%i] {fusion.guarded, fusion.index_check = array<i64: 1, 0>} : tensor<8xf32>
+    linalg.yield %v : f32
+  } -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}

@@ -53,6 +53,16 @@ CASES = [
                 outputs=(4,)),
         id="producer-read-by-a-gather-payload",
     ),
+    # A gather at reversed-arange indices of a [1] tensor: canonicalize proved the index in
+    # range and folded its guard's select away, and --fusion-report-indices (which reads the
+    # guard to insert the report) failed with an IndexError in the tiled stage, on both
+    # targets. Found on the H200 by `test/gpu/fuzz_cuda.py build --examples 250 --seed 41
+    # --focus where,cat,causal_fill,gather_rev` (p200-p202, 2026-12-01):
+    #     return torch.gather(x2, -1, (0 - torch.arange(1)).expand(x2.shape))   # x2: (1,)
+    pytest.param(
+        Program(inputs=((1,),), ops=(("gather_rev", (0,), ()),), outputs=(1,)),
+        id="gather-whose-guard-folded-away",
+    ),
 ]
 
 

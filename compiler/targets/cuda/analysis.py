@@ -167,6 +167,20 @@ def analyse_group(group: ir.Operation, device: CudaDevice = H200,
     if not has_reduction and identity_only:
         return GroupGeometry("elementwise", 1, numel, element,
                              elementwise_launch_shape(numel, ebytes, device, unroll))
+    for v in yielded:
+        # A group output copied from an input (a weight's reshape beside a [1, 8, 1, 1] sum,
+        # found by test/gpu/fuzz_cuda.py) is stored at the domain's positions: it must span
+        # the domain, or the copy stops short of its end.
+        source = v
+        while isinstance(source.owner, ir.OpView) and \
+                source.owner.operation.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            source = source.owner.operands[0]
+        computed = isinstance(source.owner, ir.OpView) and \
+            source.owner.operation.name in ("linalg.generic", "linalg.fill")
+        if not computed and numel_of(tensor_info(v.type)[0]) != numel:
+            raise CudaCodegenError(
+                f"a group output copied from an input has {numel_of(tensor_info(v.type)[0])} "
+                f"elements, not the {numel} of the group's domain")
     cols = full_shape[-1]
     rows = numel // cols
     return GroupGeometry("row", rows, cols, element,

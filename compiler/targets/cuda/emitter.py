@@ -432,6 +432,10 @@ class KernelEmitter:
             return kind, self.load_input(value, kind)
         if isinstance(value, Full) and kind not in ("full",):
             raise CudaCodegenError(f"a full tensor is read as a {kind}")
+        if isinstance(value, Row) and kind not in ("row", "scalar"):
+            # One value per row (a [rows] vector, or a [1, cols] one the emitter computed
+            # per row because it has as many elements): not the column a map asks for.
+            raise CudaCodegenError(f"a row value is read as a {kind}")
         return kind, value
 
     def _suffix_op(self, op: ir.Operation, out_shape: list[int]) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import mlir.ir as ir
 from fusec.compiler.targets.cuda.analysis import analyse_group, tensor_info, value_key
+from fusec.compiler.targets.cuda.body import RESHAPE_OPS
 from fusec.compiler.targets.cuda.device import DTYPES, GROUP_OP, CudaCodegenError
 from fusec.compiler.targets.cuda.emitter import KernelEmitter, constant_bytes, is_weight
 from fusec.compiler.targets.cuda.fallback import fallback_launch
@@ -99,6 +100,20 @@ def gpu_rewrites(func: ir.Operation, options: CudaOptions) -> list[str]:
     absorb_result_layouts(func)
     mark_view_groups(func)
     return notes
+
+
+def yields_only_empty(group: ir.Operation) -> bool:
+    """Whether every result of `group` is a `tensor.empty`, through reshapes only (a grouped
+    convolution's init, reshaped, made a kernel of its own when fusion is off)."""
+    block = group.regions[0].blocks[0]
+    terminator = block.operations[len(block.operations) - 1]
+    for value in terminator.operands:
+        owner = value.owner
+        while isinstance(owner, ir.OpView) and owner.operation.name in RESHAPE_OPS:
+            owner = owner.operands[0].owner
+        if not isinstance(owner, ir.OpView) or owner.operation.name != "tensor.empty":
+            return False
+    return len(terminator.operands) > 0
 
 
 def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgram:
@@ -197,6 +212,11 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             view = buffers[add_buffer(op.results[0], "temp", f"view{len(buffers)}")]
             view.view_of = base.id if base.view_of is None else base.view_of
             view.view_offset = offset + (base.view_offset if base.view_of is not None else 0)
+            continue
+        if yields_only_empty(op):
+            # An empty tensor (an `outs` operand: its contents are undefined until written),
+            # reshaped perhaps: a buffer, no kernel.
+            result_buffers()
             continue
         if path == "gemm":
             launches.append(gemm_launch(op, operands, weight_buffer, result_buffers, asm))
