@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import mlir.ir as ir
-
 from fusec.compiler.diagnostics import FusecError, format_location, from_mlir_error
 from fusec.compiler.frontend import read_torch_signature
-from fusec.runtime.plan import apply_torch_signature
+
 # The targets: each owns its pass lists and code generation; importing the CUDA target
 # registers what the tiling asks of the GPU (fusec.passes.targets).
 from fusec.compiler.targets import cpu as cpu_target
 from fusec.compiler.targets import cuda as cuda_target
+from fusec.runtime.plan import apply_torch_signature
 
 STAGES = ("torch", "linalg", "fusion", "tiled", "bufferized", "cpu", "cuda", "so")
 TARGETS = ("cpu", "cuda", "auto")
@@ -142,8 +142,23 @@ STAGE_PASSES: dict[str, Callable[[CompileOptions], list[str]]] = {
 
 
 def emit_stages(target: str) -> list[str]:
-    """The stages `--emit` accepts for `target`: its IR stages, in order."""
-    return ir_stages(target)
+    """The stages `--emit` accepts for `target`: its IR stages, in order; for cuda, `cuda`
+    (the kernels' gpu.module as it goes to NVVM) and `ptx` after `tiled`."""
+    return ir_stages(target) + (["ptx"] if target == "cuda" else [])
+
+
+def emit_text(module: ir.Module, options: CompileOptions, stage: str,
+              filename: str | None = None) -> str:
+    """What `fusec --emit STAGE` prints: the IR after `stage`; for target cuda's `cuda` and
+    `ptx`, the kernels the code generator builds from the `tiled` stage (targets/cuda/dump.py
+    says what `--dump-dir` writes of them)."""
+    if options.resolved_target() == "cuda" and stage in ("cuda", "ptx"):
+        lower(module, options, stop_after="tiled", filename=filename)
+        cuda_options = dataclasses.replace(cuda_target.options_from(options), cubin=False)
+        program = cuda_target.generate(module, cuda_options)
+        return program.kernels_mlir if stage == "cuda" else program.ptx
+    lower(module, options, stop_after=stage, filename=filename)
+    return str(module)
 
 
 def ir_stages(target: str) -> list[str]:

@@ -44,8 +44,12 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
                         help="print each stage's name and time as it runs (on stderr)")
     parser.add_argument("--emit", metavar="STAGE",
                         help="print the IR after STAGE and stop (linalg, fusion, tiled, "
-                             "bufferized, cpu, cuda; torch for the imported IR)")
-    parser.add_argument("--dump-dir", metavar="DIR", help="write <model>.<stage>.mlir per stage")
+                             "bufferized, cpu; for --target cuda: cuda, the kernels' "
+                             "gpu.module, and ptx; torch for the imported IR)")
+    parser.add_argument("--dump-dir", metavar="DIR",
+                        help="write <model>.<stage>.mlir per stage; for --target cuda also "
+                             "the kernels (<model>.cuda.mlir, <model>.ptx, one file of each "
+                             "per kernel in <model>.kernels/) and ptxas's resource usage")
     parser.add_argument("--report", action="store_const", const="text",
                         help="print the fusion report (per kernel and refused fusions); "
                              "--report=json for JSON")
@@ -103,7 +107,7 @@ def default_output(input_path: str) -> str:
 def run(argv: list[str]) -> int:
     args = _parse_args(argv)
     from fusec.compiler import driver
-    from fusec.compiler.pipeline import CompileOptions, lower
+    from fusec.compiler.pipeline import CompileOptions, emit_text, lower
 
     name = os.path.splitext(os.path.basename(args.input))[0]
     if name == "model":  # examples/<name>/model.py: name the artifact after the folder
@@ -131,8 +135,7 @@ def run(argv: list[str]) -> int:
 
         require_linalg(module, args.input, options)
     if args.emit:
-        lower(module, options, stop_after=args.emit, filename=args.input)
-        _write_text(args.output, str(module))
+        _write_text(args.output, emit_text(module, options, args.emit, args.input))
         return 0
     if args.report or args.graph:
         lower(module, options, stop_after="fusion", filename=args.input)

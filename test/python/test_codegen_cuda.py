@@ -378,6 +378,40 @@ def test_fusec_cli_builds_a_cuda_artifact(tmp_path) -> None:
     assert [k["gemm"]["epilogue"] for k in meta["plan"]["launches"]] == ["relu_bias", "bias"]
 
 
+def test_what_runs_on_the_gpu_is_readable(tmp_path) -> None:
+    """`--emit cuda` prints the kernels' gpu.module (not the tiled stage's IR again), `--emit
+    ptx` their PTX; `--dump-dir` writes both, one file of each per kernel, and (where ptxas
+    is found) the kernels' registers and spills."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    model = str(root / "examples" / "softmax" / "model.mlir")
+
+    def fusec(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "fusec.tools.fusec", model, "--target",
+                               "cuda", *args], capture_output=True, text=True, timeout=300)
+
+    cuda = fusec("--emit", "cuda")
+    assert cuda.returncode == 0, cuda.stderr
+    assert "gpu.module @fusec_kernels" in cuda.stdout and "gpu.func @fusec_k0" in cuda.stdout
+    assert "fusion.group" not in cuda.stdout  # the kernels, not the tiled stage's groups
+    ptx = fusec("--emit", "ptx")
+    assert ptx.returncode == 0 and ".visible .entry fusec_k0(" in ptx.stdout
+    dump = tmp_path / "dump"
+    done = fusec("--dump-dir", str(dump), "-o", str(tmp_path / "softmax.so"))
+    assert done.returncode == 0, done.stderr
+    assert "gpu.func @fusec_k0" in (dump / "softmax.cuda.mlir").read_text()
+    assert ".entry fusec_k0(" in (dump / "softmax.ptx").read_text()
+    assert (dump / "softmax.kernels" / "fusec_k0.mlir").read_text().startswith(
+        "gpu.func @fusec_k0(")
+    kernel_ptx = (dump / "softmax.kernels" / "fusec_k0.ptx").read_text()
+    assert ".target sm_90" in kernel_ptx and ".visible .entry fusec_k0(" in kernel_ptx
+    if cg.find_cuda_toolkit():
+        usage = (dump / "softmax.resources.txt").read_text()
+        assert re.search(r"Used \d+ registers", usage) and "spill" in usage
+
+
 def test_matmul_group_becomes_a_cublaslt_call(ctx) -> None:
     """Linear + bias (MLP): the matmul and its bias add are one cuBLASLt call (epilogue BIAS);
     the weight's transpose is a transpose flag, not a kernel."""

@@ -171,6 +171,12 @@ def build_so(module: ir.Module, compile_options: Any, output: str | os.PathLike,
     name_user_outputs(program.plan)
     apply_torch_signature(program.plan, signature)
     write_cuda_artifact(program, output)
+    if getattr(compile_options, "dump_dir", None):
+        from fusec.compiler.targets.cuda.dump import write_dump
+
+        write_dump(program, compile_options.dump_dir,
+                   getattr(compile_options, "model_name", "model"),
+                   options_from(compile_options).arch)
     return _metadata(program.plan)
 
 
