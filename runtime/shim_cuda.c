@@ -98,6 +98,7 @@ typedef struct CUgraphExec_st *CUgraphExec;
 #define CU_STREAM_NON_BLOCKING 1
 #define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#define CUDA_ERROR_NOT_FOUND 500
 
 static struct {
   CUresult (*Init)(unsigned);
@@ -493,9 +494,10 @@ static int fusec_setup(const fusec_cuda_program *p) {
               p->image_is_fatbin ? "cuModuleLoadData(fatbin)" : "cuModuleLoadData(ptx)");
   if (p->num_index_checks) {
     size_t bytes = 0;
-    FUSEC_CHECK(cu.ModuleGetGlobal(&fusec_index_status_ptr, &bytes, fusec_module,
-                                   "fusec_index_status"),
-                "cuModuleGetGlobal(fusec_index_status)");
+    CUresult r = cu.ModuleGetGlobal(&fusec_index_status_ptr, &bytes, fusec_module,
+                                    "fusec_index_status");
+    if (r == CUDA_ERROR_NOT_FOUND) fusec_index_status_ptr = 0; /* no kernel records one */
+    else FUSEC_CHECK(r, "cuModuleGetGlobal(fusec_index_status)");
   }
   fusec_functions = calloc((size_t)p->num_symbols + 1, sizeof *fusec_functions);
   fusec_temps = calloc((size_t)p->num_buffers + 1, sizeof *fusec_temps);

@@ -1195,3 +1195,21 @@ def test_a_group_of_an_empty_tensor_is_a_buffer_not_a_kernel() -> None:
                             fusion=False)
     kernels = [k for k in program.plan.launches if k.launch_kind == "kernel"]
     assert kernels and all(k.ops for k in kernels), [k.ops for k in kernels]
+
+
+def test_checks_whose_guards_folded_away_leave_nothing_to_read() -> None:
+    """A gather at reversed-arange indices: its guard folds away (the index is provably in
+    range), so no kernel records a failure and the PTX has no status global; the artifact's
+    table then lists no check, and the runtime looks for no global (it failed with
+    CUDA_ERROR_NOT_FOUND on the H200: fuzz_cuda seed 41, p200-p202)."""
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.gather(x, -1, (x.shape[-1] - 1 - torch.arange(x.shape[-1]))
+                                .expand(x.shape)) * 2.0
+
+    program = _cuda_program(Model(), torch.randn(1))
+    program.plan.metadata["index_checks"] = ["<test>: index {index} is out of range"]
+    assert "fusec_index_status" not in program.ptx
+    assert "fusec_index_messages, 0," in cg.host_code(program)

@@ -13,7 +13,7 @@ from typing import Any
 
 import mlir.ir as ir
 from fusec.compiler.frontend import read_torch_signature
-from fusec.compiler.targets.cuda.device import DEFAULT_ARCH, CudaCodegenError
+from fusec.compiler.targets.cuda.device import DEFAULT_ARCH, INDEX_STATUS, CudaCodegenError
 from fusec.compiler.targets.cuda.gemm import gemm_table
 from fusec.compiler.targets.cuda.program import CudaProgram, generate
 from fusec.compiler.targets.cuda.ptx import CudaOptions
@@ -93,6 +93,10 @@ def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
     metadata = _metadata(plan)
     lines.append(f"static const char fusec_metadata_json[] = {_c_string(json.dumps(metadata))};")
     checks = [str(c) for c in plan.metadata.get("index_checks", [])]
+    if f"@{INDEX_STATUS}" not in program.kernels_mlir:
+        # Every check's guard was folded away (indices provably in range): no kernel records
+        # a failure, the PTX has no status global, the runtime has nothing to read.
+        checks = []
     lines.append("static const char *const fusec_index_messages[] = {"
                  + ", ".join(_c_string(c) for c in checks + [""]) + "};")
     lines.append("static const fusec_cuda_program fusec_the_program = {")

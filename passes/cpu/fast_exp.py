@@ -1,0 +1,82 @@
+"""--fusion-fast-exp: f32 `math.exp` as a short polynomial that LLVM can vectorize.
+
+`math.exp` lowers to a call of libm's `expf` per element, which the loop vectorizer cannot
+widen; softmax, GELU (tanh) and attention then run at the speed of scalar calls. This pass
+replaces each f32 `math.exp` by the classic Cephes scheme, all in `arith`/`math.floor`:
+n = floor(x log2 e + 1/2), r = x - n ln 2 (in two parts, for accuracy), exp(r) by a
+degree-6 polynomial, times 2^n built in the exponent bits. Accuracy about 1 ulp over the
+normal range; inputs above 88.72 give +inf and below -88.37 give 0 (no denormals), NaN
+stays NaN. (Near the top, n = 128 and 2^n is not a float: the result is scaled twice.) f64 exps are left to libm.
+
+Before:
+    %y = math.exp %x : f32
+After:
+    %c = arith.maximumf %x, %lo : f32 ... (about 20 arith ops) ...
+    %y = arith.select %overflow, %inf, %scaled : f32
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusec.passes.grouping import walk_ops
+from fusec.passes.registry import Pass, register
+from mlir import ir
+from mlir.dialects import arith, math
+
+LOG2E = 1.44269504088896341
+LN2_HI = 0.693359375
+LN2_LO = -2.12194440e-4
+# Cephes expf: exp(r) ~ 1 + r + r^2 * P(r) on |r| <= ln(2)/2.
+POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+              1.6666665459e-1, 5.0000001201e-1)
+OVERFLOW = 88.72283905206835  # ln(FLT_MAX)
+INPUT_MIN = -88.37
+
+
+def _f32(value: float) -> ir.Value:
+    return arith.ConstantOp(ir.F32Type.get(), value).result
+
+
+def expand_exp(op: ir.Operation) -> None:
+    """Replace one f32 `math.exp` by the polynomial scheme, at its place."""
+    x = op.operands[0]
+    f32, i32 = ir.F32Type.get(), ir.IntegerType.get_signless(32)
+    with ir.InsertionPoint(op), op.location:
+        clamped = arith.MinimumFOp(arith.MaximumFOp(x, _f32(INPUT_MIN)).result,
+                                   _f32(OVERFLOW)).result
+        n = math.FloorOp(arith.AddFOp(arith.MulFOp(clamped, _f32(LOG2E)).result,
+                                      _f32(0.5)).result).result
+        r = arith.SubFOp(clamped, arith.MulFOp(n, _f32(LN2_HI)).result).result
+        r = arith.SubFOp(r, arith.MulFOp(n, _f32(LN2_LO)).result).result
+        poly = _f32(POLYNOMIAL[0])
+        for coefficient in POLYNOMIAL[1:]:
+            poly = arith.AddFOp(arith.MulFOp(poly, r).result, _f32(coefficient)).result
+        r2 = arith.MulFOp(r, r).result
+        y = arith.AddFOp(arith.AddFOp(arith.MulFOp(poly, r2).result, r).result,
+                         _f32(1.0)).result
+        # n = 128 (x near the top) has no float 2^n: scale by 2^127, then by 2.
+        big = arith.CmpFOp(arith.CmpFPredicate.OGT, n, _f32(127.5)).result
+        n_scale = arith.SelectOp(big, arith.SubFOp(n, _f32(1.0)).result, n).result
+        exponent = arith.AddIOp(arith.FPToSIOp(i32, n_scale).result,
+                                arith.ConstantOp(i32, 127).result).result
+        bits = arith.ShLIOp(exponent, arith.ConstantOp(i32, 23).result).result
+        scaled = arith.MulFOp(y, arith.BitcastOp(f32, bits).result).result
+        scaled = arith.SelectOp(big, arith.MulFOp(scaled, _f32(2.0)).result, scaled).result
+        overflow = arith.CmpFOp(arith.CmpFPredicate.OGT, x, _f32(OVERFLOW)).result
+        result = arith.SelectOp(overflow, _f32(float("inf")), scaled).result
+    op.results[0].replace_all_uses_with(result)
+    op.erase()
+
+
+@register
+@dataclass
+class FastExpPass(Pass):
+    """Expand every scalar f32 math.exp into a vectorizable polynomial."""
+
+    ARGUMENT = "fusion-fast-exp"
+
+    def run(self, module: ir.Operation) -> None:
+        for op in walk_ops(module, lambda op: op.name == "math.exp"
+                           and str(op.results[0].type) == "f32"):
+            expand_exp(op)

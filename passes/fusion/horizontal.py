@@ -1,0 +1,195 @@
+"""--fusion-horizontal: independent, launch-bound kernels share one launch.
+
+Runs after groups are formed. Kernels whose predicted run time (their roofline floor) is
+below the device's launch overhead gain nothing from running alone: a launch costs more than
+their work. Such kernels, when no data flows between them, are merged into one group of
+kind `horizontal` (its parts keep their own roots; nothing is shared but the launch). A
+kernel is only merged with kernels within `window` groups of it, and a merged group holds at
+most `max-ops` ops, so the pass is linear in the number of groups; dependence is tracked as
+bitsets of ancestor groups.
+
+Before:
+    %a = fusion.group vertical (%x = %in0 ...) { ... }    // 3 us of work, 4 us launch
+    %b = fusion.group single (%y = %in1 ...) { ... }      // independent of %a
+After:
+    %r:2 = fusion.group horizontal (%x = %in0, %y = %in1) attributes {fusion.launches_saved = 1} {
+      ... both bodies ...
+      fusion.yield %a', %b'
+    }
+
+Options: device (nvidia-h200 | cpu), window, max-ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlir.ir as ir
+
+from fusec.passes import cost_model
+from fusec.passes.fusion.form_singletons import function_bodies
+from fusec.passes.fusion.analysis import (
+    CONTRACTION, describe, fast_emitter_refusal, short_location)
+from fusec.passes.grouping import CLONED_INTO_GROUPS, defining_op, form_group, op_key
+from fusec.passes.inline_groups import inline_group
+from fusec.passes.fusion.producer_fusion import group_attributes, group_bytes, record_group
+from fusec.passes.registry import Pass, PassError, register
+
+
+def _group_floor_s(group: ir.Operation, device: cost_model.Device) -> float:
+    """The roofline floor of one group, from its IR."""
+    flops, contraction = 0, False
+    for i, op in enumerate(group.regions[0].blocks[0].operations):
+        op = op.operation
+        if op.name in ("fusion.yield",) or op.name in CLONED_INTO_GROUPS:
+            continue
+        facts = describe(op, i)
+        flops += facts.flops
+        contraction |= facts.category == CONTRACTION
+    return cost_model.roofline_s(group_bytes(group), flops, device, contraction)
+
+
+def _op_count(group: ir.Operation) -> int:
+    return sum(1 for op in group.regions[0].blocks[0].operations
+               if op.operation.name != "fusion.yield"
+               and op.operation.name not in CLONED_INTO_GROUPS)
+
+
+def _ancestors(block: ir.Block) -> tuple[list[ir.Operation], list[int]]:
+    """The block's groups in order, and for each the bitset of groups it depends on
+    (through any chain of ops outside groups)."""
+    groups: list[ir.Operation] = []
+    index: dict[int, int] = {}
+    reach: dict[int, int] = {}  # op key -> bitset of groups it depends on (or is)
+    for op in block.operations:
+        op = op.operation
+        bits = 0
+        for operand in op.operands:
+            producer = defining_op(operand)
+            if producer is not None:
+                bits |= reach.get(op_key(producer), 0)
+        key = op_key(op)
+        if op.name == "fusion.group":
+            index[key] = len(groups)
+            groups.append(op)
+            reach[key] = bits | (1 << index[key])
+        else:
+            reach[key] = bits
+    ancestors = [reach[op_key(g)] & ~(1 << i) for i, g in enumerate(groups)]
+    return groups, ancestors
+
+
+def _merge(members: list[ir.Operation], device: cost_model.Device) -> ir.Operation | None:
+    """Inline `members` and wrap all their ops in one horizontal group."""
+    refused: list[str] = []
+    kinds: list[str] = []
+    for g in members:
+        kinds.append(ir.StringAttr(g.attributes["kind"]).value)
+        if "fusion.refused" in g.attributes:
+            refused += [ir.StringAttr(a).value for a in g.attributes["fusion.refused"]]
+    ops: list[ir.Operation] = []
+    for g in members:
+        body_ops = [op.operation for op in g.regions[0].blocks[0].operations][:-1]
+        inline_group(g)
+        ops += [op for op in body_ops if op.name not in CLONED_INTO_GROUPS]
+    try:
+        group = form_group(ops, "horizontal")
+    except PassError:
+        return None  # cannot happen for independent members; leave the ops ungrouped
+    attrs = group_attributes(group, device)
+    i64 = ir.IntegerType.get_signless(64)
+    attrs["fusion.launches_saved"] = ir.IntegerAttr.get(i64, len(members) - 1)
+    attrs["fusion.parts"] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in kinds])
+    record_group(group, attrs, device,
+                 f"{len(members)} independent launch-bound kernels in one launch", refused)
+    return group
+
+
+def fast_emitter_refusal_in(group: ir.Operation) -> str | None:
+    """The first op of `group` the GPU fast emitter would refuse, with why (None: none)."""
+    for op in group.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "fusion.yield":
+            continue
+        why = fast_emitter_refusal(op)
+        if why is not None:
+            return f"{op.name}@{short_location(op)}: {why}"
+    return None
+
+
+def _record_refusal(group: ir.Operation, text: str) -> None:
+    old = [ir.StringAttr(a).value for a in group.attributes["fusion.refused"]] \
+        if "fusion.refused" in group.attributes else []
+    group.attributes["fusion.refused"] = ir.ArrayAttr.get(
+        [ir.StringAttr.get(r) for r in old + [text]])
+
+
+def _has_partner(i: int, candidates: list[bool], ancestors: list[int], window: int) -> bool:
+    """Whether another launch-bound group within `window` of group `i` is independent of it
+    (so that a refusal to merge them is worth recording)."""
+    for j in range(max(0, i - window), min(len(candidates), i + window + 1)):
+        if j != i and candidates[j] and not (ancestors[j] >> i) & 1 \
+                and not (ancestors[i] >> j) & 1:
+            return True
+    return False
+
+
+def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: cost_model.Device,
+                    window: int, max_ops: int) -> list[list[int]]:
+    """Buckets of group indices to merge: launch-bound, independent, within the window."""
+    # A serial loop nest (fusion.serial, a lowered tm_tensor op) runs on one thread: merged
+    # with a tiled part, every tile would run it again.
+    small = [_group_floor_s(g, device) < device.launch_s and
+             ir.StringAttr(g.attributes["kind"]).value != "horizontal" and
+             "fusion.serial" not in g.attributes for g in groups]
+    candidates = list(small)
+    for i, g in enumerate(groups):
+        # A horizontal group has one output per part: on the GPU, one the fast emitter
+        # refuses is split per output again by code generation (no launch saved).
+        why = fast_emitter_refusal_in(g) if small[i] else None
+        if why is None or cost_model.multi_output_kernel_ok(False, device):
+            continue
+        small[i] = False
+        if _has_partner(i, candidates, ancestors, window):
+            _record_refusal(g, f"group@{short_location(g)}: horizontal: fast-emitter: {why}; "
+                            f"a multi-output kernel of it would be split per output on "
+                            f"{device.name}")
+    sizes = [_op_count(g) for g in groups]
+    taken: set[int] = set()
+    buckets: list[list[int]] = []
+    for i in range(len(groups)):
+        if not small[i] or i in taken:
+            continue
+        bucket, mask, ops = [i], 1 << i, sizes[i]
+        for j in range(i + 1, min(len(groups), i + 1 + window)):
+            if not small[j] or j in taken or ops + sizes[j] > max_ops:
+                continue
+            # independent both ways: j does not depend on the bucket (the bucket, being
+            # earlier, cannot depend on j)
+            if ancestors[j] & mask:
+                continue
+            bucket.append(j)
+            mask |= 1 << j
+            ops += sizes[j]
+        if len(bucket) > 1:
+            buckets.append(bucket)
+            taken.update(bucket)
+    return buckets
+
+
+@register
+@dataclass
+class FuseHorizontalPass(Pass):
+    """Merge independent launch-bound groups into one horizontal group."""
+
+    ARGUMENT = "fusion-horizontal"
+    device: str = "cpu"  # the default target of `fusec` too; nvidia-h200 for the GPU
+    window: int = 8
+    max_ops: int = 128
+
+    def run(self, module: ir.Operation) -> None:
+        device = cost_model.device_named(self.device)
+        for block in function_bodies(module):
+            groups, ancestors = _ancestors(block)
+            for bucket in plan_horizontal(groups, ancestors, device, self.window, self.max_ops):
+                _merge([groups[i] for i in bucket], device)

@@ -1,0 +1,60 @@
+"""--fusion-gpu-kernels: shape the fusion stage's groups into what the GPU builds, before tiling.
+
+The first pass of target cuda's `tiled` stage. On the entry function, in order (each
+rewrite's docstring in compiler/targets/cuda/rewrites.py says why; `gpu_rewrites` lists them): size-1
+transposes become reshapes, static slices become gathers, matmul-rooted groups are split into
+[prologue] + one cuBLASLt call (`fusion.path = "gemm"`, its reason in `fusion.why`, the fused
+epilogue in `fusion.gemm_epilogue`) + [epilogue], groups the emitter cannot take whole are
+cut at reshapes and multi-output ones split per output, groups that read nothing are folded,
+layout groups around cuBLASLt calls become its strided operand/result layouts, and a dense
+view of a buffer becomes a view group (`fusion.path = "view"`). Groups with a `fusion.path`
+are not kernels of ours: `--fusion-tile{device=nvidia-h200}` leaves them alone.
+
+The gemm notes (one line per cuBLASLt decision) are kept on the function as
+`fusion.gemm_notes`; `fusion.gpu_kernels` marks a function done (code generation runs the
+tiled stage itself on a function without it).
+
+Refuses (a located error) a model that needs what only the CPU artifact provides: state kept
+between calls (an RNG seed) or Python-number results.
+
+Option: `gemm` (true: the cuBLASLt path and the rewrites; false: one kernel per group, none of
+the rewrites).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusec.passes.registry import Pass, register
+from fusec.passes.targets import kernel_builder
+from mlir import ir
+
+DONE_ATTR = "fusion.gpu_kernels"
+GPU_DEVICE = "nvidia-h200"  # the device whose kernel builder (passes/targets.py) is asked
+NOTES_ATTR = "fusion.gemm_notes"
+
+
+@register
+@dataclass
+class GpuKernelsPass(Pass):
+    """Form the GPU's kernels and library calls from the fusion stage's groups."""
+
+    ARGUMENT = "fusion-gpu-kernels"
+    gemm: bool = True
+
+    def run(self, module: ir.Operation) -> None:
+        # The rewrites are the device's code generator's, registered by its target.
+        builder = kernel_builder(GPU_DEVICE)
+        for func in module.regions[0].blocks[0].operations:
+            func = func.operation
+            if func.name != "func.func" or DONE_ATTR in func.attributes:
+                continue
+            if "sym_visibility" in func.attributes:
+                continue  # kernels outlined by an earlier stage, not a model function
+            builder.refuse_host_features(func)
+            notes: list[str] = []
+            if self.gemm:
+                with func.location:  # the rewrites create ops
+                    notes = builder.rewrites(func, True)
+            func.attributes[NOTES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in notes])
+            func.attributes[DONE_ATTR] = ir.UnitAttr.get()

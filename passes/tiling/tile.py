@@ -1,0 +1,838 @@
+"""--fusion-tile: tile each group's root op with `scf.forall` and fuse the group into it.
+
+Loop-level fusion. In every `fusion.group`, the *root* is the last tileable op (a linalg op
+or `tensor.pad`) whose result the group yields. The root is tiled over its outer parallel
+dims with `scf.forall`, and the group's other tileable ops are fused into the tile loop
+as producers (consumers first), so that intermediates are computed tile by tile and never
+leave the tile. The rewriting is upstream MLIR's: a transform-dialect script built per group
+(`transform.structured.tile_using_forall`, `transform.structured.fuse_into_containing_op`)
+run by the transform interpreter. Tile sizes come from `cpu_tile_sizes` (policy, a pure
+function) and are recorded on the group as `fusion.tile_sizes`; the number of tiles as
+`fusion.grid`. A group with nothing to tile is left alone (`fusion.grid = 1`).
+
+Options: `threads` (0: this machine's cores), `tiles-per-thread` (load balance),
+`min-tile-kb` (the least work, in KB of the root's iteration space, worth a tile),
+`max-tile-kb` (the most output per tile: about a core's L2), `device` (cpu: the sizes
+above; a GPU description such as nvidia-h200: one block's tile from
+`cost_model.gpu_tile_sizes`), `fit` (tile each group and check its capacity at once,
+`capacity.tile_to_fit`: a tile over the device's limits is re-tiled with fewer rows, or the
+group split, the reason recorded on the group).
+
+A matmul-rooted group on the CPU gets a row tile (the loop of its result's rows, the
+matmul's M) of whole microkernel row blocks (`--fusion-cpu-matmul`'s mr = 6), at least 24
+rows where M allows, and dividing M (`matmul_row_tile`); not with `min-tile-kb=0`, the
+finest tiles the GPU fallback path asks for (one thread per tile).
+
+A group may carry `fusion.max_tile_rows = N` (set by the capacity fit, or by hand): its
+tiles then hold at most N rows (the product of the split dims' tile sizes), the inner split
+dims shrunk first.
+
+On a GPU description the tile is what one block runs, and what CUDA code generation builds:
+- the group's kind (`fusion.tile_kind`: elementwise, row, contraction; row also for a group
+  that reads a broadcast) and the block's threads (`fusion.block`, the cost model's launch
+  shape for that tile) are recorded, for a group of one tile too;
+- groups that are library calls or buffer views (`fusion.path`, set by
+  `--fusion-gpu-kernels`) are not tiled;
+- the CUDA tile emitter is asked whether it builds each tiled group
+  (the device's `tile_refusal`, passes/targets.py); a tiling it refuses is undone, its reason in
+  `fusion.untiled`, and a group neither emitter builds is tiled as the fallback path runs it,
+  a tile per thread (its `tile_for_fallback`, `fusion.tile_kind = "thread"`).
+
+Before:
+    %0 = fusion.group single (%arg1 = %a : tensor<64x128xf32>) -> tensor<64x128xf32> {
+      %1 = linalg.exp ins(%arg1 : ...) outs(%e : ...) -> tensor<64x128xf32>
+      fusion.yield %1 : tensor<64x128xf32>
+    }
+After:
+    %0 = fusion.group single (...) -> tensor<64x128xf32> attributes {fusion.grid = 8 : i64,
+                                                       fusion.tile_sizes = array<i64: 8, 0>} {
+      %1 = scf.forall (%i) in (8) shared_outs(%o = %e) -> (tensor<64x128xf32>) {
+        ... linalg.exp on tensor<8x128xf32> slices ...
+      }
+      fusion.yield %1 : tensor<64x128xf32>
+    }
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from fusec.passes import cost_model
+from fusec.passes.fusion.analysis import CONTRACTION, describe
+from fusec.passes.grouping import defining_op, is_compute, memory_element_type, op_key, walk_ops
+from fusec.passes.inline_groups import groups_in
+from fusec.passes.registry import Pass, PassError, register
+from fusec.passes.targets import kernel_builder
+from mlir import ir
+from mlir.dialects import linalg, tensor
+from mlir.dialects.transform import interpreter
+
+TILE_TAG = "fusion.tile_op"
+MAX_TILE_ROWS_ATTR = "fusion.max_tile_rows"
+# Set by CUDA code generation's kernel formation (`--fusion-gpu-kernels`) on groups that are a
+# library call (cuBLASLt) or a view of a buffer, not a kernel of ours.
+LIBRARY_PATH_ATTR = "fusion.path"
+UNTILED_ATTR = "fusion.untiled"  # why a group on a GPU is built untiled
+# Producers the tile loop must not fuse (their result leaves the kernel and the tiles read
+# only part of it), each with the reason: computed whole before the loop.
+WHOLE_ATTR = "fusion.whole"
+# Ops that the transform dialect can tile and fuse (they implement TilingInterface).
+TILEABLE_TENSOR_OPS = frozenset({"tensor.pad"})
+RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
+
+
+def cpu_tile_sizes(ranges: list[int], iterators: list[str], elem_bytes: int,
+                   tileable_dims: int | Collection[int], threads: int, tiles_per_thread: int = 4,
+                   min_tile_bytes: int = 16 * 1024,
+                   max_tile_bytes: int = 256 * 1024) -> list[int]:
+    """Tile sizes (0 = not tiled) for a root op with loop `ranges` and `iterators`.
+
+    Policy for a CPU with `threads` cores: aim for `threads * tiles_per_thread` tiles so that
+    the thread pool balances, but no tile smaller than `min_tile_bytes` of the root's
+    iteration space (`elem_bytes` per point), since a tile's fixed cost must stay small; and
+    enough tiles that a tile's output (its parallel extent) stays within `max_tile_bytes`,
+    about a core's L2, so that the fused ops' passes over a tile hit cache.
+    Only parallel dims among `tileable_dims` (a set of dims, or n for the first n) are
+    split, outer dims first; reduction dims are never split, so a row reduction keeps its
+    whole row in one tile. Inner dims are split only when the outer ones are too short.
+    """
+    if isinstance(tileable_dims, int):
+        allowed = set(range(min(tileable_dims, len(ranges))))
+    else:
+        allowed = set(tileable_dims)
+    sizes = [0] * len(ranges)
+    total_bytes = elem_bytes * math.prod(ranges)
+    output_bytes = elem_bytes * math.prod(
+        r for r, kind in zip(ranges, iterators) if kind == "parallel")
+    want = min(threads * tiles_per_thread, total_bytes // max(min_tile_bytes, 1))
+    want = max(want, math.ceil(output_bytes / max(max_tile_bytes, 1)))
+    if want <= 1:
+        return sizes
+    remaining = want
+    for d, (extent, kind) in enumerate(zip(ranges, iterators)):
+        if remaining <= 1:
+            break
+        if kind != "parallel" or d not in allowed:
+            continue
+        if extent >= remaining:
+            sizes[d] = math.ceil(extent / remaining)
+            break
+        sizes[d] = 1
+        remaining = math.ceil(remaining / extent)
+    return sizes
+
+
+# The CPU matmul microkernel's row block (`--fusion-cpu-matmul`, `mr`; codegen_cpu's
+# `matmul_mr`) and the fewest rows a matmul tile should have: a tile of 8 rows is one 6-row
+# block and a 2-row remainder that runs as scalar loops, and every tile re-packs B.
+CPU_MATMUL_ROW_BLOCK = 6
+CPU_MATMUL_MIN_ROWS = 24
+
+
+def matmul_row_tile(extent: int, size: int, row_block: int = CPU_MATMUL_ROW_BLOCK,
+                    min_rows: int = CPU_MATMUL_MIN_ROWS) -> int:
+    """The row tile (0 = whole) for a matmul-rooted kernel whose M loop of `extent` rows the
+    CPU policy split into tiles of `size` rows: the smallest divisor of `extent` of at least
+    `size` and `min_rows` rows, a multiple of `row_block` where one lies below twice that.
+
+    A divisor, because a tile size that does not divide M makes every tile's row count
+    dynamic (`affine.min`), and the microkernel's dynamic remainder runs as scalar loops
+    (measured: gpt2_block 0.25 -> 0.39 ms with 36-row tiles over 64 rows); a static
+    remainder block (64 = 10 x 6 + 4) is vectorized at its own size."""
+    if size <= 0 or size >= extent:
+        return size
+    least = max(size, min(min_rows, extent))
+    divisors = [r for r in range(least, extent + 1) if extent % r == 0]
+    blocked = [r for r in divisors if r % row_block == 0 and r < 2 * least]
+    rows = (blocked or divisors)[0]
+    return 0 if rows >= extent else rows
+
+
+def limit_tile_rows(sizes: list[int], limit: int) -> list[int]:
+    """`sizes` shrunk so that a tile has at most `limit` rows (the product of the split
+    dims' sizes), the innermost split dims first; a size never drops below 1."""
+    sizes = list(sizes)
+    for d in reversed(range(len(sizes))):
+        rows = math.prod(x for x in sizes if x)
+        if rows <= limit:
+            break
+        if sizes[d] > 1:
+            sizes[d] = max(1, limit // (rows // sizes[d]))
+    return sizes
+
+
+def tile_count(ranges: list[int], sizes: list[int]) -> int:
+    """Number of tiles a forall with these tile sizes has."""
+    return math.prod(math.ceil(r / s) for r, s in zip(ranges, sizes) if s)
+
+
+def _is_tileable(op: ir.Operation) -> bool:
+    name = op.name
+    return (name.startswith("linalg.") and name not in ("linalg.yield", "linalg.index")) or (
+        name in TILEABLE_TENSOR_OPS)
+
+
+def _iteration_space(op: ir.Operation) -> tuple[list[int], list[str]] | None:
+    """Static loop ranges and iterator kinds of a tileable op, or None if unknown."""
+    if op.name == "tensor.pad":
+        shape = ir.RankedTensorType(op.results[0].type).shape
+        return list(shape), ["parallel"] * len(shape)
+    if "iterator_types" in op.attributes:
+        kinds = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
+        maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+        return _ranges_from_maps(op, maps), kinds
+    return None
+
+
+def _ranges_from_maps(op: ir.Operation, maps: list[ir.AffineMap]) -> list[int]:
+    """Loop ranges from operand shapes through the indexing maps (dims used directly)."""
+    n = maps[0].n_dims
+    ranges = [0] * n
+    for operand, amap in zip(op.operands, maps):
+        if not isinstance(operand.type, ir.RankedTensorType):
+            continue
+        shape = ir.RankedTensorType(operand.type).shape
+        for expr, extent in zip(amap.results, shape):
+            if isinstance(expr, ir.AffineDimExpr):
+                ranges[ir.AffineDimExpr(expr).position] = extent
+    return ranges
+
+
+def reduction_rank_limit(group: ir.Operation) -> int:
+    """How many leading dims of the root may be tiled without re-running a reduction.
+
+    A reduction's result is usually broadcast back along the reduced dims (softmax,
+    LayerNorm); tiling the root along such a dim would recompute the whole reduction for
+    every tile. The reduction's result rank, less trailing unit dims (torch's keepdim),
+    bounds the dims it is indexed by.
+    """
+    limit = 1 << 30
+    body = group.regions[0].blocks[0]
+    for op in body.operations:
+        op = op.operation
+        if not _is_tileable(op) or "iterator_types" not in op.attributes:
+            continue
+        if not any("reduction" in str(a) for a in op.attributes["iterator_types"]):
+            continue
+        for result in op.results:
+            shape = list(ir.RankedTensorType(result.type).shape)
+            while shape and shape[-1] == 1:
+                shape.pop()
+            limit = min(limit, len(shape))
+    return limit
+
+
+def tileable_dims(group: ir.Operation) -> int | list[int]:
+    """The root's dims that tiles may split: the fusion planner's `fusion.tile_dims` (loops
+    of the group's last op along which nothing is recomputed) when it left them, else the
+    `reduction_rank_limit` leading dims."""
+    if "fusion.tile_dims" in group.attributes:
+        return [ir.IntegerAttr(d).value for d in ir.ArrayAttr(group.attributes["fusion.tile_dims"])]
+    return reduction_rank_limit(group)
+
+
+def find_root(group: ir.Operation) -> ir.Operation | None:
+    """The tileable op whose result the group yields (through reshapes), the last one first."""
+    body = group.regions[0].blocks[0]
+    terminator = list(body.operations)[-1]
+    for value in reversed(list(terminator.operands)):
+        op = defining_op(value)
+        while op is not None and op.name in RESHAPE_OPS:
+            op = defining_op(op.operands[0])
+        if op is not None and _is_tileable(op):
+            return op
+    return None
+
+
+def unshare_fills(group: ir.Operation) -> None:
+    """Give every op whose init is a `linalg.fill` shared with another op a fill of its own.
+
+    torch-mlir's CSE lets two reductions (two max pools in a row, two sums) start from one
+    `fill(-inf)`. Tile-and-fuse fuses that fill into the tile loop once, for its first use;
+    the other op then starts from the loop's output slice instead of the fill (the second
+    pool of a chain read uninitialised memory on the GPU). One fill per use is what the
+    tiles need; a fill costs nothing but its own write.
+    """
+    body = group.regions[0].blocks[0]
+    for op in list(body.operations):
+        op = op.operation
+        if op.name != "linalg.fill":
+            continue
+        uses = [(use.owner, use.operand_number) for use in op.results[0].uses]
+        for owner, number in uses[1:]:
+            owner = owner.operation if hasattr(owner, "operation") else owner
+            if owner.name == "fusion.yield":
+                continue
+            with ir.InsertionPoint(owner):
+                clone = op.clone()
+            owner.operands[number] = clone.results[0]
+
+
+def own_root_inits(root: ir.Operation, group: ir.Operation) -> None:
+    """Give the root fresh init tensors where its init comes from outside the group's ops.
+
+    The root's init becomes the tile loop's shared output, which bufferizes in place into
+    the kernel's result. An init that is a kernel input (read-only) would make bufferization
+    copy it whole before the loop; instead, a `linalg.copy` into a `tensor.empty` (or just the
+    empty tensor, when the payload never reads the init) is fused into the tiles like any
+    producer.
+    """
+    if root.name != "linalg.generic":
+        return
+    n_results = len(root.results)
+    operands = list(root.operands)
+    payload = root.regions[0].blocks[0]
+    n_inputs = len(operands) - n_results
+    for i in range(n_results):
+        init = operands[n_inputs + i]
+        producer = defining_op(init)
+        if producer is not None and _is_tileable(producer) and producer.parent == group:
+            continue
+        if producer is not None and producer.name == "tensor.empty":
+            continue
+        tensor_type = ir.RankedTensorType(init.type)
+        with ir.InsertionPoint(root), root.location:
+            fresh = tensor.EmptyOp(tensor_type.shape, tensor_type.element_type).result
+            if any(True for _ in payload.arguments[n_inputs + i].uses):
+                fresh = linalg.copy(init, outs=[fresh])
+        root.operands[n_inputs + i] = fresh
+
+
+def _fuse_producers(forall: str, producer_tags: list[int]) -> str:
+    """Script lines fusing the tagged producers into the tile loop `forall`, in order."""
+    return "".join(
+        f"""
+    transform.sequence {forall} : !transform.any_op failures(suppress) {{
+    ^bb0(%f: !transform.any_op):
+      %p = transform.structured.match attributes{{{TILE_TAG} = {tag} : i64}} in %arg0
+        : (!transform.any_op) -> !transform.any_op
+      %fused, %new = transform.structured.fuse_into_containing_op %p into %f
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    }}"""
+        for tag in producer_tags
+    )
+
+
+def _sibling_lines(siblings: list[tuple[int, list[int], list[int]]]) -> str:
+    """Script lines tiling each sibling root (tag, producer tags, sizes) like the root and
+    fusing its tile loop into the root's (`loop.fuse_sibling`): one loop, one pass over the
+    tiles, the shared input read once per tile."""
+    lines = ""
+    current = "%forall"
+    for n, (tag, producers, sizes) in enumerate(siblings):
+        lines += f"""
+    %sib{n} = transform.structured.match attributes{{{TILE_TAG} = {tag} : i64}} in %arg0
+      : (!transform.any_op) -> !transform.any_op
+    %stiled{n}, %sforall{n} = transform.structured.tile_using_forall %sib{n}
+      tile_sizes [{", ".join(str(s) for s in sizes)}]
+      : (!transform.any_op) -> (!transform.any_op, !transform.any_op)"""
+        lines += _fuse_producers(f"%sforall{n}", producers)
+        lines += f"""
+    %joined{n} = transform.loop.fuse_sibling %sforall{n} into {current}
+      : (!transform.any_op, !transform.any_op) -> !transform.any_op"""
+        current = f"%joined{n}"
+    return lines
+
+
+def _transform_script(root_tag: int, producer_tags: list[int], sizes: list[int],
+                      siblings: list[tuple[int, list[int], list[int]]] | None = None) -> str:
+    """The transform-dialect script: tile the root, then fuse producers, consumers first;
+    then tile and join the sibling roots (an `input` group's other kernels), if any."""
+    fuse = _fuse_producers("%forall", producer_tags) + _sibling_lines(siblings or [])
+    return f"""
+module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%arg0: !transform.any_op {{transform.readonly}}) {{
+    %root = transform.structured.match attributes{{{TILE_TAG} = {root_tag} : i64}} in %arg0
+      : (!transform.any_op) -> !transform.any_op
+    %tiled, %forall = transform.structured.tile_using_forall %root
+      tile_sizes [{", ".join(str(s) for s in sizes)}]
+      : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    {fuse}
+    transform.yield
+  }}
+}}"""
+
+
+def _element_bytes(op: ir.Operation) -> int:
+    element = ir.ShapedType(op.results[0].type).element_type
+    width = getattr(element, "width", 32) if hasattr(element, "width") else 32
+    return max(1, width // 8)
+
+
+def _kernel_kind(group: ir.Operation) -> str:
+    """contraction (the group holds one: its tiles are the contraction's), row (some op of
+    the group reduces, or reads a broadcast: a tile is whole rows) or elementwise."""
+    ops = [op.operation for op in group.regions[0].blocks[0].operations if _is_tileable(op)]
+    if any(describe(op, i).category == CONTRACTION for i, op in enumerate(ops)):
+        return "contraction"
+    for op in ops:
+        if "iterator_types" in op.attributes and any(
+                "reduction" in str(a) for a in op.attributes["iterator_types"]):
+            return "row"
+    for op in ops:
+        if "indexing_maps" not in op.attributes:
+            continue
+        for amap in (ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]):
+            dims = [e for e in amap.results if isinstance(e, ir.AffineDimExpr)]
+            if dims and not amap.is_permutation:
+                return "row"  # a broadcast operand: rows of the tile share its values
+            # (only constants: one value for every point, no row structure)
+    return "elementwise"
+
+
+def _memory_element_bytes(group: ir.Operation) -> int:
+    """Bytes of the narrowest element type the kernel reads or writes."""
+    element = memory_element_type(group)
+    return max(1, getattr(element, "width", 32) // 8)
+
+
+def _row_dim(root: ir.Operation) -> int | None:
+    """The root's loop that indexes its result's rows (the second-to-last dim): in a
+    matmul-rooted kernel, the matmul's M whether the root is the matmul, an elementwise
+    epilogue or a row reduction after it."""
+    if "indexing_maps" not in root.attributes:
+        return None
+    out_map = ir.AffineMapAttr(list(root.attributes["indexing_maps"])[-len(root.results)]).value
+    results = list(out_map.results)
+    if len(results) < 2 or not isinstance(results[-2], ir.AffineDimExpr):
+        return None
+    return ir.AffineDimExpr(results[-2]).position
+
+
+def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
+                   iterators: list[str], threads: int, tiles_per_thread: int,
+                   min_tile_bytes: int, max_tile_bytes: int,
+                   device: cost_model.Device | None, kind: str) -> list[int]:
+    """The root's tile sizes on `device` (None: the CPU policy) for a kernel of `kind`
+    (`_kernel_kind`), capped by the group's `fusion.max_tile_rows`."""
+    dims = tileable_dims(group)
+    if device is not None and device.threads_per_block > 1:
+        allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
+        sizes = cost_model.gpu_tile_sizes(ranges, iterators, _memory_element_bytes(group),
+                                          allowed, kind, device)
+    else:
+        sizes = cpu_tile_sizes(ranges, iterators, _element_bytes(root), dims, threads,
+                               tiles_per_thread, min_tile_bytes, max_tile_bytes)
+        # Whole microkernel row blocks; not when the caller asked for the finest tiles
+        # (min-tile-kb=0: the GPU fallback path, one thread per tile).
+        microkernel = min_tile_bytes > 0 and kind == "contraction"
+        m = _row_dim(root) if microkernel else None
+        if m is not None:
+            sizes[m] = matmul_row_tile(ranges[m], sizes[m])
+    if MAX_TILE_ROWS_ATTR in group.attributes:
+        sizes = limit_tile_rows(sizes, ir.IntegerAttr(group.attributes[MAX_TILE_ROWS_ATTR]).value)
+    return sizes
+
+
+def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
+               min_tile_bytes: int, max_tile_bytes: int = 256 * 1024,
+               device: cost_model.Device | None = None) -> None:
+    """Tile `group`'s root and fuse its producers; record sizes and grid on the group."""
+    i64 = ir.IntegerType.get_signless(64)
+    group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, 1)
+    _record_op_names(group)
+    unshare_fills(group)
+    _generalize(group)
+    for op in group.regions[0].blocks[0].operations:
+        if op.operation.name == "linalg.generic":
+            materialize_unit_result_dims(op.operation)
+    root = find_root(group)
+    if root is None:
+        return
+    space = _iteration_space(root)
+    if space is None:
+        return
+    ranges, iterators = space
+    own_root_inits(root, group)
+    kind = _kernel_kind(group)
+    sizes = tile_sizes_for(group, root, ranges, iterators, threads, tiles_per_thread,
+                           min_tile_bytes, max_tile_bytes, device, kind)
+    if device is not None and device.threads_per_block > 1:
+        _record_block(group, kind, sizes, ranges, device)
+    if not any(sizes):
+        return
+    body = group.regions[0].blocks[0]
+    others = sibling_roots(group, root, ranges, sizes)
+    tileable = [op.operation for op in body.operations if _is_tileable(op.operation)]
+    tileable_names = [op.name for op in tileable]
+    for i, op in enumerate(tileable):
+        op.attributes[TILE_TAG] = ir.IntegerAttr.get(i64, i)
+
+    roots = [next(i for i, op in enumerate(tileable) if op == target)
+             for target in [root, *others]]
+    kept_whole, outside = inexact_escaping_producers(tileable, roots)
+
+    def producers_of(index: int) -> list[int]:
+        return [i for i in reversed(range(index))
+                if not _feeds_pad(tileable[i]) and i not in outside]
+
+    siblings = [(index, producers_of(index), sizes) for index in roots[1:]]
+    script = _transform_script(roots[0], producers_of(roots[0]), sizes, siblings)
+    transform_module = ir.Module.parse(script)
+    entry = next(iter(transform_module.body.operations))
+    try:
+        interpreter.apply_named_sequence(group, entry, transform_module)
+    except ir.MLIRError as exc:
+        raise PassError(f"tiling the group failed: {exc}", group.location) from None
+    _drop_tags(group)
+    order_parallel_inserts(group)
+    if kept_whole:
+        group.attributes[WHOLE_ATTR] = ir.ArrayAttr.get([
+            ir.StringAttr.get(f"{tileable_names[i]} (op {i}): its result leaves the kernel but "
+                              "the tiles read only part of it (a strided, windowed or "
+                              "shifted access); computed whole before the tile loop")
+            for i in sorted(kept_whole)])
+    fold_reshaped_empties(group)
+    group.attributes["fusion.tile_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
+    group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, tile_count(ranges, sizes))
+
+
+def _record_block(group: ir.Operation, kind: str, sizes: list[int], ranges: list[int],
+                  device: cost_model.Device) -> None:
+    """How one GPU block runs a tile (`fusion.tile_kind`, `fusion.block` threads): the cost
+    model's launch shape, which code generation builds (compiler/targets/cuda/tiles.py)."""
+    points = math.prod(size or extent for size, extent in zip(sizes, ranges))
+    threads = cost_model.gpu_block_threads(kind, points, _memory_element_bytes(group), device)
+    i64 = ir.IntegerType.get_signless(64)
+    group.attributes["fusion.tile_kind"] = ir.StringAttr.get(kind)
+    group.attributes["fusion.block"] = ir.IntegerAttr.get(i64, threads)
+
+
+def sibling_roots(group: ir.Operation, root: ir.Operation, ranges: list[int],
+                  sizes: list[int]) -> list[ir.Operation]:
+    """For an `input` group (independent kernels sharing one read), its other yielded roots,
+    if they all take the root's tiles (same loop ranges, every tiled loop parallel in them
+    too); their inits made their own, like the root's. The root's tile loop then runs all."""
+    if ir.StringAttr(group.attributes["kind"]).value != "input":
+        return []
+    terminator = list(group.regions[0].blocks[0].operations)[-1]
+    found: list[ir.Operation] = []
+    for value in terminator.operands:
+        op = defining_op(value)
+        if op is None or op == root or not _is_tileable(op) or any(op == f for f in found):
+            continue
+        space = _iteration_space(op)
+        if space is None or space[0] != ranges or any(
+                size and kind != "parallel" for size, kind in zip(sizes, space[1])):
+            return []  # tiles that do not line up: the siblings stay whole, beside the loop
+        found.append(op)
+    for op in found:
+        own_root_inits(op, group)
+    return found
+
+
+def _covering_read(consumer: ir.Operation, operand_number: int) -> bool:
+    """Whether `consumer`, run over its whole iteration space, reads every element of its
+    operand `operand_number`, each through a loop dim of the operand's full extent: a
+    projected permutation (identity, transpose, broadcast; a unit dim read at 0) and no
+    stride, window or offset.
+    """
+    if "indexing_maps" not in consumer.attributes:
+        return False  # tensor.pad, a reshape: reads through offsets the maps do not show
+    maps = [ir.AffineMapAttr(m).value for m in consumer.attributes["indexing_maps"]]
+    if operand_number >= len(maps):
+        return False
+    amap = maps[operand_number]
+    ranges = _ranges_from_maps(consumer, maps)
+    shape = ir.RankedTensorType(consumer.operands[operand_number].type).shape
+    seen: set[int] = set()
+    for expr, extent in zip(amap.results, shape):
+        if isinstance(expr, ir.AffineConstantExpr) and ir.AffineConstantExpr(expr).value == 0 \
+                and extent == 1:
+            continue  # torch's keepdim: the one element of a unit dim
+        if not isinstance(expr, ir.AffineDimExpr):
+            return False  # a stride, a window, an offset
+        position = ir.AffineDimExpr(expr).position
+        if position in seen or ranges[position] != extent:
+            return False  # a diagonal, or a part of the dim
+        seen.add(position)
+    return True
+
+
+def inexact_escaping_producers(tileable: list[ir.Operation],
+                               roots: list[int]) -> tuple[set[int], set[int]]:
+    """The producers (indices into `tileable`) that must stay outside the tile loop: those
+    whose result is also used outside it (yielded by the group, or read by an op the loop
+    does not hold) while the tiles compute only part of it (the first set, recorded on the
+    group), and with them those no op of the loop reads as an operand (the second set holds
+    both).
+
+    Fusing a producer into the tile loop computes, per tile, the slice of it the tile reads;
+    a result that leaves the loop is then written only where some tile read it. That is the
+    whole tensor only if the loop's ops, over all tiles, read all of it: every consumer in
+    the loop reads it through a covering map (`_covering_read`) and is itself computed whole
+    (a root, a producer kept outside, or a producer read whole in turn). A stride-2
+    convolution reading a residual sum, a window of a pooling, a shifted slice do not: such
+    a producer is computed whole before the loop (same kernel, exact; not tiled).
+    """
+    in_loop = {i for i in range(max(roots) + 1) if i in roots or not _feeds_pad(tileable[i])}
+    whole: dict[int, bool] = {r: True for r in roots}
+    kept: set[int] = set()
+    outside: set[int] = set()
+    keys = {op_key(op): i for i, op in enumerate(tileable)}
+    for i in reversed(range(max(roots) + 1)):
+        if i in whole or i not in in_loop:
+            continue
+        op = tileable[i]
+        escapes = False
+        exact = True
+        consumers = 0
+        in_payload = False
+        for result in op.results:
+            for use in result.uses:
+                j = keys.get(op_key(use.owner))
+                if j is None and use.owner.name == "tensor.extract":
+                    in_payload = True  # a gather's payload reads it, element by element
+                if j is None or j not in in_loop or j <= i:
+                    escapes = True
+                    continue
+                consumers += 1
+                if not (whole.get(j, False) and _covering_read(tileable[j], use.operand_number)):
+                    exact = False
+        if not consumers or in_payload:
+            # Nothing in the loop reads it as an operand, or a payload's tensor.extract (a
+            # gather's) reads it whole: it stays outside, whole. Asked to fuse, the transform
+            # clones it into that payload, where it wrote the loop's result buffer per
+            # element (fuzz, around-blocks family: a causal mask read by a gather).
+            in_loop.discard(i)
+            whole[i] = True
+            outside.add(i)
+        elif escapes and not exact:
+            kept.add(i)
+            outside.add(i)
+            in_loop.discard(i)
+            whole[i] = True
+        else:
+            whole[i] = exact
+    return kept, outside
+
+
+def order_parallel_inserts(group: ir.Operation) -> None:
+    """Put each `scf.forall`'s `parallel_insert_slice`s in the order of its shared outputs.
+
+    `fuse_into_containing_op` appends a new shared output for a fused producer whose result
+    is also used after the loop, but may place its insert before the others; the
+    canonicalizer's folding of a one-iteration loop pairs inserts with results by position,
+    so the loop's results would come out swapped (a verifier error, or wrong values where
+    the types agree).
+    """
+    for loop in walk_ops(group, lambda op: op.name == "scf.forall"):
+        body = loop.regions[0].blocks[0]
+        outs = list(body.arguments)[-len(loop.results):] if len(loop.results) else []
+        terminator = list(body.operations)[-1].operation
+        inserts = [op.operation for op in terminator.regions[0].blocks[0].operations]
+        ordered = sorted(inserts, key=functools.partial(_shared_out_position, outs))
+        if ordered == inserts:
+            continue
+        last = None
+        for op in ordered:
+            if last is None:
+                op.move_before(terminator.regions[0].blocks[0].operations[0])
+            else:
+                op.move_after(last)
+            last = op
+
+
+def _shared_out_position(outs: list[ir.Value], insert: ir.Operation) -> int:
+    """Which of the loop's shared outputs a `parallel_insert_slice` writes (its dest)."""
+    dest = insert.operands[1]
+    return next((k for k, arg in enumerate(outs) if arg == dest), len(outs))
+
+
+def _feeds_pad(op: ir.Operation) -> bool:
+    """Whether a result of `op` is the source of a tensor.pad.
+
+    Such a producer stays outside the tile loop (computed whole, before it): a fused pad
+    reads its source slice inside an `scf.if` (the guard for an all-padding tile), and
+    fusing the source's producer through that nested use trips an MLIR assertion (`eraseOp`
+    of an op that still has uses) that aborts the process.
+    """
+    return any(use.owner.name == "tensor.pad" and use.operand_number == 0
+               for result in op.results for use in result.uses)
+
+
+SPLIT_FOR_THREADS = ("ops computed outside the tile loop would be computed whole by every "
+                     "thread of the fallback path: one kernel each")
+
+
+def computes_outside_tiles(group: ir.Operation) -> bool:
+    """Whether a tiled group holds compute (a linalg op, a pad) beside its tile loop."""
+    ops = [op.operation for op in group.regions[0].blocks[0].operations]
+    return any(op.name == "scf.forall" for op in ops) and any(_is_tileable(op) for op in ops)
+
+
+def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback) -> list[ir.Operation]:
+    """Tile `group` for the GPU's fallback path (a tile per thread). A tiling that leaves
+    compute beside the tile loop (a producer of a `tensor.pad`, a producer read through a
+    window) would have every GPU thread compute that op whole (a stack buffer per thread the
+    size of the tensor: the launch fails): the group is split into one kernel per op
+    instead (`fusion.split`), each tiled as the emitters or the fallback build it."""
+    backup = group.clone(ip=ir.InsertionPoint(group))
+    tiled = tile_for_fallback(group)
+    if not computes_outside_tiles(tiled):
+        backup.erase()
+        return [tiled]
+    from fusec.passes.tiling.capacity import split_group, tile_accepted
+
+    for old, new in zip(tiled.results, backup.results):
+        old.replace_all_uses_with(new)
+    tiled.erase()
+    parts = []
+    for part in split_group(backup, SPLIT_FOR_THREADS):
+        part = tile_accepted(part, tile, accept)
+        if untiled_on_gpu(part):
+            part = tile_for_fallback(part)
+        parts.append(part)
+    return parts
+
+
+def untiled_on_gpu(part: ir.Operation) -> bool:
+    """Whether a GPU group was left untiled (neither tile emitter's); a group the tiling
+    gave no kind, having nothing to tile, is marked so, with the reason."""
+    if "fusion.tile_kind" not in part.attributes and UNTILED_ATTR not in part.attributes:
+        part.attributes[UNTILED_ATTR] = ir.StringAttr.get(
+            "nothing to tile: no linalg op (a copy or a reshape of its input)")
+    return UNTILED_ATTR in part.attributes
+
+
+GENERALIZE_SCRIPT = """
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%arg0: !transform.any_op {transform.readonly}) {
+    %all = transform.structured.match interface{LinalgOp} in %arg0
+      : (!transform.any_op) -> !transform.any_op
+    %generic = transform.structured.generalize %all : (!transform.any_op) -> !transform.any_op
+    transform.yield
+  }
+}"""
+
+
+def _record_op_names(group: ir.Operation) -> None:
+    """`fusion.ops`: the names of the group's compute ops, before generalization hides them."""
+    names = [op.operation.name for op in group.regions[0].blocks[0].operations
+             if is_compute(op.operation)]
+    group.attributes["fusion.ops"] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in names])
+
+
+def _generalize(group: ir.Operation) -> None:
+    """Rewrite named linalg ops (matmul, conv, fill, ...) as linalg.generic.
+
+    Tile-size policy reads iteration spaces from `indexing_maps`/`iterator_types`, which only
+    linalg.generic spells out; the loops generated later are the same either way.
+    """
+    script = ir.Module.parse(GENERALIZE_SCRIPT)
+    interpreter.apply_named_sequence(group, next(iter(script.body.operations)), script)
+
+
+def materialize_unit_result_dims(op: ir.Operation) -> None:
+    """Give each constant index of a result's indexing map a loop dim of its own.
+
+    torch-mlir writes keepdim reductions as `(d0, d1) -> (d0, 0)` into tensor<Nx1>; the
+    tiling interface only tiles ops whose results are indexed by dims (a projected
+    permutation). A new parallel dim of extent 1 in place of the constant says the same.
+    """
+    maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+    n_results = len(op.results)
+    n_dims = maps[0].n_dims
+    new_maps = []
+    added = 0
+    for i, amap in enumerate(maps):
+        exprs = list(amap.results)
+        if i >= len(maps) - n_results:
+            for k, expr in enumerate(exprs):
+                if isinstance(expr, ir.AffineConstantExpr) and expr.value == 0:
+                    exprs[k] = ir.AffineDimExpr.get(n_dims + added)
+                    added += 1
+        new_maps.append(exprs)
+    if not added:
+        return
+    total = n_dims + added
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get(
+        [ir.AffineMapAttr.get(ir.AffineMap.get(total, 0, exprs)) for exprs in new_maps])
+    parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+    op.attributes["iterator_types"] = ir.ArrayAttr.get(
+        list(op.attributes["iterator_types"]) + [parallel] * added)
+
+
+def fold_reshaped_empties(group: ir.Operation) -> None:
+    """`expand_shape(tensor.empty)` -> `tensor.empty` of the expanded type (and collapse).
+
+    A tile loop whose shared output is a reshaped empty tensor bufferizes to a view of a
+    kernel-local buffer, which then has to be copied into the kernel's result; an empty
+    tensor of the right shape becomes the result buffer itself.
+    """
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in RESHAPE_OPS:
+            producer = defining_op(op.operands[0])
+            if producer is not None and producer.name == "tensor.empty":
+                found.append(op.operation)
+        return ir.WalkResult.ADVANCE
+
+    group.walk(visit)
+    for op in found:
+        result_type = ir.RankedTensorType(op.results[0].type)
+        if not result_type.has_static_shape:
+            continue
+        with ir.InsertionPoint(op), op.location:
+            empty = tensor.EmptyOp(result_type.shape, result_type.element_type)
+        op.results[0].replace_all_uses_with(empty.result)
+        op.erase()
+
+
+def _drop_tags(group: ir.Operation) -> None:
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if TILE_TAG in op.attributes:
+            del op.attributes[TILE_TAG]
+        return ir.WalkResult.ADVANCE
+
+    group.walk(visit)
+
+
+@register
+@dataclass
+class TileGroupsPass(Pass):
+    """Tile each fusion.group's root with scf.forall and fuse the group's producers into it."""
+
+    ARGUMENT = "fusion-tile"
+    threads: int = 0
+    tiles_per_thread: int = 4
+    min_tile_kb: int = 16
+    max_tile_kb: int = 256
+    device: str = "cpu"
+    fit: bool = False
+
+    def run(self, module: ir.Operation) -> None:
+        threads = self.threads or os.cpu_count() or 1
+        device = cost_model.device_named(self.device)
+        gpu = device.threads_per_block > 1
+        # On a GPU, a tile is only worth its loop if code generation builds it: the device's
+        # kernel builder is asked (passes/targets.py; the CUDA target's tile emitter); a tile
+        # it refuses is undone, the reason recorded.
+        accept = tile_for_fallback = None
+        if gpu:
+            builder = kernel_builder(self.device)
+            accept, tile_for_fallback = builder.tile_refusal, builder.tile_for_fallback
+
+        def tile(group: ir.Operation) -> None:
+            tile_group(group, threads, self.tiles_per_thread, self.min_tile_kb * 1024,
+                       self.max_tile_kb * 1024, device)
+
+        # Imported here: capacity builds on placement, which runs after tiling.
+        from fusec.passes.tiling.capacity import tile_accepted, tile_to_fit
+
+        for group in groups_in(module):
+            if gpu and LIBRARY_PATH_ATTR in group.attributes:
+                continue  # a cuBLASLt call or a view of a buffer: no kernel of ours to tile
+            if self.fit:
+                parts = tile_to_fit(group, device, tile, accept=accept)
+            else:
+                parts = [tile_accepted(group, tile, accept)]
+            for part in parts if gpu else []:
+                if untiled_on_gpu(part):
+                    # Neither emitter's: the fallback path's tiles (one per thread).
+                    fallback_tiles(part, tile, accept, tile_for_fallback)
