@@ -40,7 +40,7 @@ def _check_supported(module: ir.Module, filename: str) -> None:
     """
     from fusec.compiler.pipeline import detect_stage
     from fusec.passes import PassError
-    from fusec.passes.check_supported import CheckSupportedPass
+    from fusec.passes.linalg.check_supported import CheckSupportedPass
 
     if detect_stage(module) != "torch":
         return

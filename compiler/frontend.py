@@ -588,7 +588,7 @@ def check_dialects(text: str, context: ir.Context | None = None) -> None:
     that `--fusion-lower-tm-tensor` lowers are accepted (they parse as unregistered ops).
     """
     from fusec.dialects import make_context
-    from fusec.passes.lower_tm_tensor import LOWERED_OPS, YIELD
+    from fusec.passes.fusion.lower_tm_tensor import LOWERED_OPS, YIELD
 
     context = context or make_context()
     names = sorted(set(_GENERIC_OP_NAME.findall(text)))

@@ -1,49 +1,60 @@
-"""fusec's passes, one per file; importing this package registers them all.
+"""fusec's passes, one per file, in one folder per IR stage; importing this package registers
+them all.
 
-`REGISTRY` maps each flag (`--fusion-form-singletons`) to its pass class.
+    passes/linalg/      the `linalg` stage: torch-mlir's output normalised for the planner
+    passes/fusion/      the `fusion` stage: loop kernels, the planner and its fusions
+    passes/tiling/      the `tiled` stage: tile-and-fuse, placement, capacity, GPU kernels
+    passes/bufferized/  the `bufferized` stage: outputs and kernel outlining
+    passes/cpu/         the `cpu` stage: launch plan, tile loops, microkernel, kernel ABI
+    passes/*.py         what they share: the registry, the grouping mechanism, the cost
+                        model, the report, what a target tells the passes (targets.py)
+
+A file is named after its flag (`--fusion-tile` is tiling/tile.py); `REGISTRY` maps each flag
+to its pass class; compiler/pipeline.py lists every stage's passes in order.
 """
 
 from fusec.passes.registry import REGISTRY, Pass, PassError, register, run_pipeline
 
-# One import per pass file; the import registers the pass.
-from fusec.passes import form_singletons  # noqa: F401,E402
+# One import per pass file, stage by stage; the import registers the pass.
 from fusec.passes import inline_groups  # noqa: F401,E402
-from fusec.passes import check_supported  # noqa: F401,E402
-from fusec.passes import drop_asserts  # noqa: F401,E402
-from fusec.passes import guard_indices  # noqa: F401,E402
-from fusec.passes import report_indices  # noqa: F401,E402
-from fusec.passes import globals_to_state  # noqa: F401,E402
-from fusec.passes import scalars_to_tensors  # noqa: F401,E402
-from fusec.passes import fold_empty_iterations  # noqa: F401,E402
-from fusec.passes import form_loop_kernels  # noqa: F401,E402
-from fusec.passes import materialize_outputs  # noqa: F401,E402
-from fusec.passes import distinct_outputs  # noqa: F401,E402
-from fusec.passes import hoist_reshapes  # noqa: F401,E402
-from fusec.passes import outline_kernels  # noqa: F401,E402
-from fusec.passes import tile_groups  # noqa: F401,E402
-from fusec.passes import cpu_loop_order  # noqa: F401,E402
-from fusec.passes import cpu_matmul  # noqa: F401,E402
-from fusec.passes import cpu_tile_loops  # noqa: F401,E402
-from fusec.passes import cpu_plan  # noqa: F401,E402
-from fusec.passes import cpu_abi  # noqa: F401,E402
-from fusec.passes import widen_i1_memrefs  # noqa: F401,E402
-from fusec.passes import copies_to_linalg  # noqa: F401,E402
-from fusec.passes import fast_exp  # noqa: F401,E402
-from fusec.passes import fast_erf  # noqa: F401,E402
-from fusec.passes import fence_broadcast_consumers  # noqa: F401,E402
-from fusec.passes import unfence  # noqa: F401,E402
-from fusec.passes import propagate_reshapes  # noqa: F401,E402
-from fusec.passes import reassociate_reductions  # noqa: F401,E402
-from fusec.passes import float_minmax_to_llvm  # noqa: F401,E402
-from fusec.passes import fuse_vertical  # noqa: F401,E402
-from fusec.passes import fuse_epilogue  # noqa: F401,E402
-from fusec.passes import plan_fusion  # noqa: F401,E402
-from fusec.passes import fuse_horizontal  # noqa: F401,E402
-from fusec.passes import fuse_reduction  # noqa: F401,E402
-from fusec.passes import place_intermediates  # noqa: F401,E402
-from fusec.passes import capacity  # noqa: F401,E402
-from fusec.passes import lower_tm_tensor  # noqa: F401,E402
-from fusec.passes import gpu_kernels  # noqa: F401,E402
-from fusec.passes import normalise_kernels  # noqa: F401,E402
+from fusec.passes.linalg import check_supported  # noqa: F401,E402
+from fusec.passes.linalg import drop_asserts  # noqa: F401,E402
+from fusec.passes.linalg import fold_empty_iterations  # noqa: F401,E402
+from fusec.passes.linalg import globals_to_state  # noqa: F401,E402
+from fusec.passes.linalg import guard_indices  # noqa: F401,E402
+from fusec.passes.linalg import scalars_to_tensors  # noqa: F401,E402
+from fusec.passes.fusion import epilogue  # noqa: F401,E402
+from fusec.passes.fusion import form_loop_kernels  # noqa: F401,E402
+from fusec.passes.fusion import form_singletons  # noqa: F401,E402
+from fusec.passes.fusion import horizontal  # noqa: F401,E402
+from fusec.passes.fusion import input  # noqa: F401,E402
+from fusec.passes.fusion import lower_tm_tensor  # noqa: F401,E402
+from fusec.passes.fusion import materialize_outputs  # noqa: F401,E402
+from fusec.passes.fusion import plan  # noqa: F401,E402
+from fusec.passes.fusion import reduction  # noqa: F401,E402
+from fusec.passes.fusion import vertical  # noqa: F401,E402
+from fusec.passes.tiling import capacity  # noqa: F401,E402
+from fusec.passes.tiling import cpu_loop_order  # noqa: F401,E402
+from fusec.passes.tiling import fence_broadcast_consumers  # noqa: F401,E402
+from fusec.passes.tiling import gpu_kernels  # noqa: F401,E402
+from fusec.passes.tiling import hoist_reshapes  # noqa: F401,E402
+from fusec.passes.tiling import normalise_kernels  # noqa: F401,E402
+from fusec.passes.tiling import place  # noqa: F401,E402
+from fusec.passes.tiling import propagate_reshapes  # noqa: F401,E402
+from fusec.passes.tiling import reassociate_reductions  # noqa: F401,E402
+from fusec.passes.tiling import report_indices  # noqa: F401,E402
+from fusec.passes.tiling import tile  # noqa: F401,E402
+from fusec.passes.tiling import unfence  # noqa: F401,E402
+from fusec.passes.bufferized import distinct_outputs  # noqa: F401,E402
+from fusec.passes.bufferized import outline_kernels  # noqa: F401,E402
+from fusec.passes.cpu import copies_to_linalg  # noqa: F401,E402
+from fusec.passes.cpu import cpu_abi  # noqa: F401,E402
+from fusec.passes.cpu import cpu_matmul  # noqa: F401,E402
+from fusec.passes.cpu import cpu_plan  # noqa: F401,E402
+from fusec.passes.cpu import cpu_tile_loops  # noqa: F401,E402
+from fusec.passes.cpu import fast_erf  # noqa: F401,E402
+from fusec.passes.cpu import fast_exp  # noqa: F401,E402
+from fusec.passes.cpu import float_minmax_to_llvm  # noqa: F401,E402
+from fusec.passes.cpu import widen_i1_memrefs  # noqa: F401,E402
 
 __all__ = ["REGISTRY", "Pass", "PassError", "register", "run_pipeline"]

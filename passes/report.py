@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 import mlir.ir as ir
 
 from fusec.passes import cost_model
-from fusec.passes.fusion_analysis import CONTRACTION, describe
+from fusec.passes.fusion.analysis import CONTRACTION, describe
 from fusec.passes.inline_groups import groups_in
-from fusec.passes.producer_fusion import group_bytes
+from fusec.passes.fusion.producer_fusion import group_bytes
 
 _FREE = ("fusion.yield", "arith.constant", "tensor.empty")
 
@@ -141,7 +141,7 @@ def _str_attr(attrs, name: str) -> str | None:
 
 def _grid_shape(group: ir.Operation) -> list[int]:
     """Tiles per tiled dim: the trip counts of the group's tile loop (empty when untiled)."""
-    from fusec.passes.cpu_tile_loops import forall_bounds
+    from fusec.passes.cpu.cpu_tile_loops import forall_bounds
 
     for op in group.regions[0].blocks[0].operations:
         if op.operation.name == "scf.forall":
@@ -154,7 +154,7 @@ def _grid_shape(group: ir.Operation) -> list[int]:
 
 def tiling_report(group: ir.Operation) -> TilingReport:
     """The loop-level facts recorded on a group by the `tiled` stage."""
-    from fusec.passes.place_intermediates import PLACEMENT_ATTR, placements
+    from fusec.passes.tiling.place import PLACEMENT_ATTR, placements
 
     attrs = group.attributes
     sizes = list(ir.DenseI64ArrayAttr(attrs["fusion.tile_sizes"])) \

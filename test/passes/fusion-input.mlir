@@ -1,9 +1,16 @@
 // RUN: fusec-opt %s '--fusion-plan{device=nvidia-h200}' --split-input-file | filecheck %s
 // RUN: fusec-opt %s '--fusion-plan{device=cpu}' --split-input-file | filecheck %s --check-prefix=CPU
 // RUN: fusec-opt %s '--fusion-plan{device=nvidia-h200}' '--fusion-tile{threads=2}' --split-input-file | filecheck %s --check-prefix=TILE
+// The pass alone, on singleton groups (what the planner gives it): the same merge.
+// RUN: fusec-opt %s --fusion-form-singletons '--fusion-input{device=nvidia-h200}' --split-input-file | filecheck %s --check-prefix=ALONE
 
 // A row sum of %x and an elementwise exp of %x: independent kernels that both stream the
 // 64 MB input. One `input` kernel reads it once.
+// ALONE-LABEL: func.func @sum_and_exp
+// ALONE: fusion.group input
+// ALONE-SAME: fusion.shared_input_bytes = 67108864
+// ALONE-NOT: fusion.group
+// ALONE: return
 // CHECK-LABEL: func.func @sum_and_exp
 // CHECK: %[[G:[0-9]+]]:2 = fusion.group input
 // CHECK-SAME: fusion.parts = [{{.*}}]

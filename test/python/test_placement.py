@@ -14,7 +14,7 @@ import pytest
 from fusec.dialects import make_context
 from fusec.passes import cost_model, run_pipeline
 from fusec.passes.inline_groups import groups_in
-from fusec.passes.place_intermediates import PLACEMENT_ATTR, placements
+from fusec.passes.tiling.place import PLACEMENT_ATTR, placements
 from fusec.passes.report import report_data
 from mlir import ir
 

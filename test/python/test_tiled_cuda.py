@@ -16,7 +16,7 @@ import re
 import pytest
 
 from fusec.passes import cost_model
-from fusec.passes.tile_groups import limit_tile_rows
+from fusec.passes.tiling.tile import limit_tile_rows
 from fusec.tools import fusec as fusec_cli
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")

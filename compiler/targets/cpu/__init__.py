@@ -197,7 +197,7 @@ def stage_cpu(module: ir.Module, options: Any = None) -> ir.Module:
 
 def take_plan(module: ir.Module) -> Plan:
     """The launch plan of a module after the `cpu` stage."""
-    from fusec.passes.cpu_plan import read_plan
+    from fusec.passes.cpu.cpu_plan import read_plan
 
     return read_plan(module.operation)
 

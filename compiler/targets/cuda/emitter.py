@@ -584,7 +584,7 @@ class KernelEmitter:
         over an operand of as many elements. A bias read along one of several row dims
         ((d0, d1) -> (d1) over [17, 17] rows) is not element b: refused (found by
         test/gpu/fuzz_cuda.py)."""
-        from fusec.passes.place_intermediates import loop_ranges
+        from fusec.passes.tiling.place import loop_ranges
 
         ranges = loop_ranges(op) or []
         long = [d for d, e in enumerate(ranges) if e > 1]
@@ -619,7 +619,7 @@ class KernelEmitter:
             # Each block folds its own row: the reduced loop must be the row (cols) and the
             # others the rows. A reduction over values of several rows (a degenerate [1, 3]
             # sum in a [3, 1] group, found by test/gpu/fuzz_cuda.py) is refused.
-            from fusec.passes.place_intermediates import loop_ranges
+            from fusec.passes.tiling.place import loop_ranges
 
             ranges = loop_ranges(op) or []
             iters = iterators(op)

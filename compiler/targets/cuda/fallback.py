@@ -185,7 +185,7 @@ def _distribute_tiles(gfunc: ir.Operation, forall: ir.Operation | None, block: i
 
     Without a forall, thread 0 runs the body. Returns the number of tiles.
     """
-    from fusec.passes.cpu_tile_loops import forall_bounds
+    from fusec.passes.cpu.cpu_tile_loops import forall_bounds
     from mlir.dialects import arith, scf
 
     body = gfunc.regions[0].blocks[0]
@@ -233,7 +233,7 @@ def report_index_errors_on_device(gfunc: ir.Operation) -> bool:
     of `check + 1` into word 0 of the device status (only where it is still 0: the first
     failure wins) and, by the winner, a store of `index` into word 1. Returns whether any."""
     from fusec.passes.grouping import walk_ops
-    from fusec.passes.guard_indices import ERROR_FUNCTION
+    from fusec.passes.linalg.guard_indices import ERROR_FUNCTION
     from mlir.dialects import arith, memref, scf
 
     calls = walk_ops(gfunc, lambda o: o.name == "func.call" and
@@ -267,7 +267,7 @@ def fallback_kernel(group: ir.Operation, symbol: str,
     from fusec.compiler.targets import cpu as codegen_cpu
     from fusec.compiler.targets.cuda.tiles import thread_tiled
     from fusec.passes import run_pipeline
-    from fusec.passes.cpu_tile_loops import tile_loop
+    from fusec.passes.cpu.cpu_tile_loops import tile_loop
 
     mini = _group_module(group)
     # Tiled by the `tiled` stage already (`cuda_tiles.tile_for_fallback`), or tiled here.

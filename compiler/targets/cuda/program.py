@@ -139,7 +139,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
 
     inputs = [add_buffer(a, "input", f"input{i}") for i, a in enumerate(body.arguments)]
     from fusec.compiler.targets.cuda.tiles import TileEmitter, built_from_tile, thread_tiled
-    from fusec.passes.gpu_kernels import DONE_ATTR, NOTES_ATTR
+    from fusec.passes.tiling.gpu_kernels import DONE_ATTR, NOTES_ATTR
 
     if DONE_ATTR not in func.attributes:
         # The fusion stage's IR: run target cuda's `tiled` stage first (kernel formation,

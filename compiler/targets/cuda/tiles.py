@@ -53,7 +53,7 @@ from fusec.compiler.targets.cuda.emitter import (
     is_weight,
 )
 from fusec.passes import cost_model
-from fusec.passes.place_intermediates import loop_ranges
+from fusec.passes.tiling.place import loop_ranges
 
 TILE_KIND_ATTR = "fusion.tile_kind"
 BLOCK_ATTR = "fusion.block"

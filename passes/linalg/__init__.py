@@ -1,0 +1,1 @@
+"""The `linalg` stage's passes: what torch-mlir gives, normalised for the planner (checks, guards, state, scalars)."""
