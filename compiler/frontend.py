@@ -27,6 +27,8 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from fusec.passes import attributes
+
 if TYPE_CHECKING:
     import mlir.ir as ir
     import torch
@@ -69,7 +71,7 @@ def import_torch(
     return module_ir.operation.get_asm(print_generic_op_form=True, enable_debug_info=locations)
 
 
-SIGNATURE_ATTR = "fusion.torch_signature"
+SIGNATURE_ATTR = attributes.TORCH_SIGNATURE
 
 
 def read_torch_signature(module: ir.Module) -> dict:
@@ -649,7 +651,6 @@ def inline_dense_resources(text: str) -> str:
 def parse_module(text: str, context: ir.Context | None = None) -> ir.Module:
     """Parse MLIR text with fusec's MLIR; a parse error becomes a FrontendError with diagnostics."""
     import mlir.ir as ir
-
     from fusec.dialects import make_context
 
     context = context or make_context()

@@ -28,6 +28,7 @@ from fusec.compiler.frontend import read_torch_signature
 # registers what the tiling asks of the GPU (fusec.passes.targets).
 from fusec.compiler.targets import cpu as cpu_target
 from fusec.compiler.targets import cuda as cuda_target
+from fusec.passes import attributes
 from fusec.runtime.plan import apply_torch_signature
 
 STAGES = ("torch", "linalg", "fusion", "tiled", "bufferized", "cpu", "cuda", "so")
@@ -187,7 +188,7 @@ def detect_stage(module: ir.Module) -> str:
         return "cpu"
     if any(name.startswith("memref.") for name in text_ops):
         return "bufferized"
-    if any("fusion.gpu_kernels" in op.attributes for op in module.body.operations):
+    if any(attributes.GPU_KERNELS in op.attributes for op in module.body.operations):
         return "tiled"  # target cuda's: possibly no tile loop at all (library calls only)
     if "fusion.group" in text_ops and "scf.forall" in text_ops:
         return "tiled"
@@ -274,10 +275,10 @@ def index_check_messages(module: ir.Module, filename: str | None = None) -> list
     """The module's index checks (`--fusion-guard-indices`), as the runtime reports them:
     `file:line:col: <message>`, with `{index}` where the bad index goes."""
     attrs = module.operation.attributes
-    if "fusion.index_checks" not in attrs:
+    if attributes.INDEX_CHECKS not in attrs:
         return []
     messages = []
-    for check in attrs["fusion.index_checks"]:
+    for check in attrs[attributes.INDEX_CHECKS]:
         check = ir.DictAttr(check)
         where = format_location(ir.StringAttr(check["loc"]).value, filename)
         text = ir.StringAttr(check["message"]).value

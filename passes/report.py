@@ -16,11 +16,10 @@ import json
 from dataclasses import asdict, dataclass, field
 
 import mlir.ir as ir
-
-from fusec.passes import cost_model
+from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.analysis import CONTRACTION, describe
-from fusec.passes.inline_groups import groups_in
 from fusec.passes.fusion.producer_fusion import group_bytes
+from fusec.passes.inline_groups import groups_in
 
 _FREE = ("fusion.yield", "arith.constant", "tensor.empty")
 
@@ -157,39 +156,39 @@ def tiling_report(group: ir.Operation) -> TilingReport:
     from fusec.passes.tiling.place import PLACEMENT_ATTR, placements
 
     attrs = group.attributes
-    sizes = list(ir.DenseI64ArrayAttr(attrs["fusion.tile_sizes"])) \
-        if "fusion.tile_sizes" in attrs else []
+    sizes = list(ir.DenseI64ArrayAttr(attrs[attributes.TILE_SIZES])) \
+        if attributes.TILE_SIZES in attrs else []
     summary = {}
     if PLACEMENT_ATTR in attrs:
         summary = {n.name: ir.IntegerAttr(n.attr).value for n in ir.DictAttr(attrs[PLACEMENT_ATTR])}
     counts: dict[str, int] = {}
     for _, level in placements(group):
         counts[level] = counts.get(level, 0) + 1
-    occupancy = ir.FloatAttr(attrs["fusion.occupancy"]).value \
-        if "fusion.occupancy" in attrs else None
-    path = _str_attr(attrs, "fusion.path")
-    untiled = _str_attr(attrs, "fusion.untiled")
+    occupancy = ir.FloatAttr(attrs[attributes.OCCUPANCY]).value \
+        if attributes.OCCUPANCY in attrs else None
+    path = _str_attr(attrs, attributes.PATH)
+    untiled = _str_attr(attrs, attributes.UNTILED)
     if path is not None:
         built = {"gemm": "cuBLASLt"}.get(path, path)
-    elif "fusion.fallback" in attrs:
+    elif attributes.FALLBACK in attrs:
         built = "fallback"  # one tile per GPU thread
         untiled = None
     elif untiled is not None:
         built = "untiled"
     else:
-        built = "tile" if "fusion.tile_kind" in attrs else ""
+        built = "tile" if attributes.TILE_KIND in attrs else ""
     return TilingReport(
-        built=built, untiled=untiled, fallback=_str_attr(attrs, "fusion.fallback"),
+        built=built, untiled=untiled, fallback=_str_attr(attrs, attributes.FALLBACK),
         grid_shape=_grid_shape(group), kind=ir.StringAttr(attrs["kind"]).value,
-        retiled=_str_attr(attrs, "fusion.retiled"), split=_str_attr(attrs, "fusion.split"),
-        tile_sizes=sizes, grid=_int_attr(attrs, "fusion.grid") or 1,
-        threads=_int_attr(attrs, "fusion.threads") or _int_attr(attrs, "fusion.block"),
-        registers=_int_attr(attrs, "fusion.registers"),
+        retiled=_str_attr(attrs, attributes.RETILED), split=_str_attr(attrs, attributes.SPLIT),
+        tile_sizes=sizes, grid=_int_attr(attrs, attributes.GRID) or 1,
+        threads=_int_attr(attrs, attributes.THREADS) or _int_attr(attrs, attributes.BLOCK),
+        registers=_int_attr(attrs, attributes.REGISTERS),
         occupancy=occupancy, on_chip_bytes=summary.get("on_chip"),
         shared_bytes=summary.get("shared"), global_bytes=summary.get("global"),
         register_values=summary.get("register"), placements=counts,
-        capacity=ir.StringAttr(attrs["fusion.capacity"]).value
-        if "fusion.capacity" in attrs else None,
+        capacity=ir.StringAttr(attrs[attributes.CAPACITY]).value
+        if attributes.CAPACITY in attrs else None,
     )
 
 
@@ -198,8 +197,8 @@ def refusals_in(module: ir.Operation) -> list[str]:
     found: list[str] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if "fusion.refused" in op.attributes:
-            for entry in op.attributes["fusion.refused"]:
+        if attributes.REFUSED in op.attributes:
+            for entry in op.attributes[attributes.REFUSED]:
                 text = ir.StringAttr(entry).value
                 if text not in found:
                     found.append(text)
@@ -222,10 +221,10 @@ def kernel_report(group: ir.Operation, index: int, device: cost_model.Device) ->
         contraction |= facts.category == CONTRACTION
     hbm = group_bytes(group)
     attrs = group.attributes
-    unfused = attrs["fusion.bytes_unfused"].value if "fusion.bytes_unfused" in attrs else None
+    unfused = attrs[attributes.BYTES_UNFUSED].value if attributes.BYTES_UNFUSED in attrs else None
     tiles = []
-    if "fusion.tile_dims" in attrs:
-        tiles = [ir.IntegerAttr(a).value for a in attrs["fusion.tile_dims"]]
+    if attributes.TILE_DIMS in attrs:
+        tiles = [ir.IntegerAttr(a).value for a in attrs[attributes.TILE_DIMS]]
     return KernelReport(
         index=index, kind=ir.StringAttr(attrs["kind"]).value, ops=ops, hbm_bytes=hbm, flops=flops,
         arithmetic_intensity=cost_model.arithmetic_intensity(flops, hbm),

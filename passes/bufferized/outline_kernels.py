@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusec.passes import attributes
 from fusec.passes.fusion.form_singletons import function_bodies
 from fusec.passes.registry import Pass, register
 from mlir import ir
@@ -57,7 +58,7 @@ def outline_group(group: ir.Operation, name: str, insert_before: ir.Operation) -
     with ir.InsertionPoint(insert_before), group.location:
         kernel = func.FuncOp(name, (arg_types, result_types), visibility="private")
         entry = kernel.add_entry_block()
-    kernel.operation.attributes["fusion.kind"] = group.attributes["kind"]
+    kernel.operation.attributes[attributes.KIND] = group.attributes["kind"]
     mark_arguments_read_only(kernel.operation)
     for i in range(len(group.attributes)):
         attr = group.attributes[i]
@@ -112,7 +113,7 @@ class OutlineKernelsPass(Pass):
             mark_arguments_read_only(host.operation)
             # Bufferization appends the results as arguments; the plan needs the split.
             n_inputs = len(block.arguments)
-            host.operation.attributes["fusion.num_inputs"] = ir.IntegerAttr.get(
+            host.operation.attributes[attributes.NUM_INPUTS] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64), n_inputs)
             for op in list(block.operations):
                 if op.operation.name == "fusion.group":

@@ -56,14 +56,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusec.passes import attributes
 from fusec.passes.grouping import op_key
 from fusec.passes.registry import Pass, register
 from mlir import ir
 from mlir.dialects import scf
 from mlir.dialects.transform import interpreter
 
-TAG = "fusion.cpu_matmul"
-VECTOR_TAG = "fusion.cpu_matmul_vector"
+TAG = attributes.CPU_MATMUL
+VECTOR_TAG = attributes.CPU_MATMUL_VECTOR
 # f32 lanes in the narrowest vector the microkernel is built from (AVX2: 8).
 MIN_VECTOR = 8
 # The largest B column block packed into a stack buffer (K * nr floats).

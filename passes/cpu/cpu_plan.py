@@ -22,16 +22,16 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-
-from fusec.runtime.plan import Buffer, Launch, Plan, State
+from fusec.passes import attributes
 from fusec.passes.cpu.cpu_tile_loops import kernel_functions, tile_loop
-from fusec.passes.linalg.globals_to_state import STATE_ATTRIBUTE
 from fusec.passes.grouping import defining_op, op_key
-from fusec.passes.registry import Pass, PassError, register
+from fusec.passes.linalg.globals_to_state import STATE_ATTRIBUTE
 from fusec.passes.linalg.scalars_to_tensors import SCALAR_RESULTS_ATTRIBUTE
+from fusec.passes.registry import Pass, PassError, register
+from fusec.runtime.plan import Buffer, Launch, Plan, State
 from mlir import ir
 
-PLAN_ATTRIBUTE = "fusion.plan"
+PLAN_ATTRIBUTE = attributes.PLAN
 VIEW_OPS = frozenset({"memref.collapse_shape", "memref.expand_shape", "memref.cast"})
 IGNORED_OPS = frozenset({"memref.dealloc", "func.return", "arith.constant"})
 
@@ -50,7 +50,7 @@ def dtype_name(element: ir.Type) -> str:
 def host_functions(module: ir.Operation) -> list[ir.Operation]:
     """Functions with bodies that are not kernels."""
     return [op.operation for op in module.regions[0].blocks[0].operations
-            if op.operation.name == "func.func" and "fusion.kind" not in op.operation.attributes
+            if op.operation.name == "func.func" and attributes.KIND not in op.operation.attributes
             and len(op.operation.regions[0].blocks)]
 
 
@@ -87,7 +87,7 @@ class _PlanBuilder:
 
     def build(self) -> Plan:
         body = self.host.regions[0].blocks[0]
-        n_inputs = ir.IntegerAttr(self.host.attributes["fusion.num_inputs"]).value
+        n_inputs = ir.IntegerAttr(self.host.attributes[attributes.NUM_INPUTS]).value
         args = list(body.arguments)
         inputs = [self.add_buffer(a, "input", f"input{i}") for i, a in enumerate(args[:n_inputs])]
         outputs = [self.add_buffer(a, "output", f"output{i}")
@@ -137,16 +137,16 @@ class _PlanBuilder:
         kernel = self.kernels[symbol]
         _, grid = tile_loop(kernel)
         attrs = kernel.attributes
-        ops = [ir.StringAttr(a).value for a in ir.ArrayAttr(attrs["fusion.ops"])] if (
-            "fusion.ops" in attrs) else []
+        ops = [ir.StringAttr(a).value for a in ir.ArrayAttr(attrs[attributes.OPS])] if (
+            attributes.OPS in attrs) else []
         info = {}
-        if "fusion.tile_sizes" in attrs:
-            info["tile_sizes"] = list(ir.DenseI64ArrayAttr(attrs["fusion.tile_sizes"]))
-        for name in ("fusion.bytes", "fusion.bytes_saved", "fusion.launches_saved"):
+        if attributes.TILE_SIZES in attrs:
+            info["tile_sizes"] = list(ir.DenseI64ArrayAttr(attrs[attributes.TILE_SIZES]))
+        for name in (attributes.BYTES, attributes.BYTES_SAVED, attributes.LAUNCHES_SAVED):
             if name in attrs and isinstance(attrs[name], ir.IntegerAttr):
                 info[name.removeprefix("fusion.")] = ir.IntegerAttr(attrs[name]).value
         return Launch(symbol, [self.id_of(v, call) for v in call.operands], grid,
-                      ir.StringAttr(attrs["fusion.kind"]).value, ops, info)
+                      ir.StringAttr(attrs[attributes.KIND]).value, ops, info)
 
     def copy(self, op: ir.Operation, outputs: list[int]) -> None:
         source, target = self.id_of(op.operands[0], op), self.id_of(op.operands[1], op)

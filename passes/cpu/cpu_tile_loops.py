@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fusec.passes import attributes
 from fusec.passes.registry import Pass, PassError, register
 from mlir import ir
 from mlir.dialects import arith, scf
@@ -46,7 +47,7 @@ SETUP_OPS = frozenset({
 def kernel_functions(module: ir.Operation) -> list[ir.Operation]:
     """The module's kernel functions (those with a `fusion.kind`), in module order."""
     return [op.operation for op in module.regions[0].blocks[0].operations
-            if op.operation.name == "func.func" and "fusion.kind" in op.operation.attributes]
+            if op.operation.name == "func.func" and attributes.KIND in op.operation.attributes]
 
 
 def _static(op: ir.Operation, name: str) -> list[int] | None:
@@ -182,6 +183,6 @@ class CpuTileLoopsPass(Pass):
         for kernel in kernel_functions(module):
             forall, grid = tile_loop(kernel)
             begin, end = _append_tile_arguments(kernel)
-            kernel.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, grid)
+            kernel.attributes[attributes.GRID] = ir.IntegerAttr.get(i64, grid)
             if forall is not None:
                 forall_to_tile_range(forall, begin, end)

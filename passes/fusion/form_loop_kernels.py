@@ -24,13 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
-
+from fusec.passes import attributes
 from fusec.passes.fusion.form_singletons import function_bodies
 from fusec.passes.grouping import form_group
 from fusec.passes.registry import Pass, register
 
 LOOP_OPS = ("scf.for", "scf.while", "scf.if")
-SERIAL_ATTR = "fusion.serial"
+SERIAL_ATTR = attributes.SERIAL
 
 
 @register
@@ -49,6 +49,6 @@ class FormLoopKernelsPass(Pass):
                     continue
                 group = form_group([op], "single")
                 group.attributes[SERIAL_ATTR] = ir.UnitAttr.get()
-                group.attributes["fusion.reason"] = ir.StringAttr.get(
+                group.attributes[attributes.REASON] = ir.StringAttr.get(
                     f"{op.name} of the model function as a serial kernel (never tiled or "
                     "merged)")

@@ -25,14 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
-
-from fusec.passes import cost_model
+from fusec.passes import attributes, cost_model
+from fusec.passes.fusion.analysis import CONTRACTION, describe, fast_emitter_refusal, short_location
 from fusec.passes.fusion.form_singletons import function_bodies
-from fusec.passes.fusion.analysis import (
-    CONTRACTION, describe, fast_emitter_refusal, short_location)
+from fusec.passes.fusion.producer_fusion import group_attributes, group_bytes, record_group
 from fusec.passes.grouping import CLONED_INTO_GROUPS, defining_op, form_group, op_key
 from fusec.passes.inline_groups import inline_group
-from fusec.passes.fusion.producer_fusion import group_attributes, group_bytes, record_group
 from fusec.passes.registry import Pass, PassError, register
 
 
@@ -85,8 +83,8 @@ def _merge(members: list[ir.Operation], device: cost_model.Device) -> ir.Operati
     kinds: list[str] = []
     for g in members:
         kinds.append(ir.StringAttr(g.attributes["kind"]).value)
-        if "fusion.refused" in g.attributes:
-            refused += [ir.StringAttr(a).value for a in g.attributes["fusion.refused"]]
+        if attributes.REFUSED in g.attributes:
+            refused += [ir.StringAttr(a).value for a in g.attributes[attributes.REFUSED]]
     ops: list[ir.Operation] = []
     for g in members:
         body_ops = [op.operation for op in g.regions[0].blocks[0].operations][:-1]
@@ -98,8 +96,8 @@ def _merge(members: list[ir.Operation], device: cost_model.Device) -> ir.Operati
         return None  # cannot happen for independent members; leave the ops ungrouped
     attrs = group_attributes(group, device)
     i64 = ir.IntegerType.get_signless(64)
-    attrs["fusion.launches_saved"] = ir.IntegerAttr.get(i64, len(members) - 1)
-    attrs["fusion.parts"] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in kinds])
+    attrs[attributes.LAUNCHES_SAVED] = ir.IntegerAttr.get(i64, len(members) - 1)
+    attrs[attributes.PARTS] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in kinds])
     record_group(group, attrs, device,
                  f"{len(members)} independent launch-bound kernels in one launch", refused)
     return group
@@ -118,9 +116,9 @@ def fast_emitter_refusal_in(group: ir.Operation) -> str | None:
 
 
 def _record_refusal(group: ir.Operation, text: str) -> None:
-    old = [ir.StringAttr(a).value for a in group.attributes["fusion.refused"]] \
-        if "fusion.refused" in group.attributes else []
-    group.attributes["fusion.refused"] = ir.ArrayAttr.get(
+    old = [ir.StringAttr(a).value for a in group.attributes[attributes.REFUSED]] \
+        if attributes.REFUSED in group.attributes else []
+    group.attributes[attributes.REFUSED] = ir.ArrayAttr.get(
         [ir.StringAttr.get(r) for r in old + [text]])
 
 
@@ -141,7 +139,7 @@ def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: co
     # with a tiled part, every tile would run it again.
     small = [_group_floor_s(g, device) < device.launch_s and
              ir.StringAttr(g.attributes["kind"]).value != "horizontal" and
-             "fusion.serial" not in g.attributes for g in groups]
+             attributes.SERIAL not in g.attributes for g in groups]
     candidates = list(small)
     for i, g in enumerate(groups):
         # A horizontal group has one output per part: on the GPU, one the fast emitter

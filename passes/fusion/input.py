@@ -45,16 +45,24 @@ import math
 from dataclasses import dataclass
 
 import mlir.ir as ir
-
-from fusec.passes import cost_model
+from fusec.passes import attributes, cost_model
+from fusec.passes.fusion.analysis import (
+    CONTRACTION,
+    FAST_EMITTER_OPS,
+    FILL,
+    RESHAPE,
+    OpFacts,
+    describe,
+    element_bytes,
+    short_location,
+    tensor_bytes,
+    tensor_shape,
+)
 from fusec.passes.fusion.form_singletons import function_bodies
 from fusec.passes.fusion.horizontal import _ancestors
-from fusec.passes.fusion.analysis import (CONTRACTION, FAST_EMITTER_OPS, FILL, RESHAPE,
-                                          OpFacts, describe, element_bytes, short_location,
-                                          tensor_bytes, tensor_shape)
+from fusec.passes.fusion.producer_fusion import group_attributes, group_bytes, record_group
 from fusec.passes.grouping import CLONED_INTO_GROUPS, _value_key, form_group, op_key
 from fusec.passes.inline_groups import inline_group
-from fusec.passes.fusion.producer_fusion import group_attributes, group_bytes, record_group
 from fusec.passes.registry import Pass, register
 
 KIND = "input"
@@ -216,10 +224,10 @@ def _fused_bytes(members: list[Consumer]) -> int:
 def _refuse(consumer: Consumer, other: Consumer, code: str, detail: str) -> None:
     text = f"{other.where}: input: {code}: {detail}"
     attrs = consumer.group.attributes
-    old = [ir.StringAttr(a).value for a in attrs["fusion.refused"]] \
-        if "fusion.refused" in attrs else []
+    old = [ir.StringAttr(a).value for a in attrs[attributes.REFUSED]] \
+        if attributes.REFUSED in attrs else []
     if text not in old:
-        attrs["fusion.refused"] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in old + [text]])
+        attrs[attributes.REFUSED] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in old + [text]])
 
 
 def _merge(members: list[Consumer], shared_bytes: int, device: cost_model.Device,
@@ -229,8 +237,8 @@ def _merge(members: list[Consumer], shared_bytes: int, device: cost_model.Device
     kinds: list[str] = []
     for m in members:
         kinds.append(ir.StringAttr(m.group.attributes["kind"]).value)
-        if "fusion.refused" in m.group.attributes:
-            refused += [ir.StringAttr(a).value for a in m.group.attributes["fusion.refused"]]
+        if attributes.REFUSED in m.group.attributes:
+            refused += [ir.StringAttr(a).value for a in m.group.attributes[attributes.REFUSED]]
     ops: list[ir.Operation] = []
     for m in members:
         body_ops = _body_ops(m.group)[:-1]
@@ -240,8 +248,8 @@ def _merge(members: list[Consumer], shared_bytes: int, device: cost_model.Device
     group = form_group(ops, KIND)
     attrs = group_attributes(group, device)
     i64 = ir.IntegerType.get_signless(64)
-    attrs["fusion.parts"] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in kinds])
-    attrs["fusion.shared_input_bytes"] = ir.IntegerAttr.get(i64, shared_bytes)
+    attrs[attributes.PARTS] = ir.ArrayAttr.get([ir.StringAttr.get(k) for k in kinds])
+    attrs[attributes.SHARED_INPUT_BYTES] = ir.IntegerAttr.get(i64, shared_bytes)
     saved = estimate.bytes_unfused - estimate.bytes_fused
     record_group(group, attrs, device,
                  f"{len(members)} kernels read one input of {shared_bytes} B: read once, saves "

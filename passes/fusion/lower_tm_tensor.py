@@ -58,10 +58,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import mlir.ir as ir
-from mlir.dialects import arith, bufferization, scf, tensor
-
+from fusec.passes import attributes
 from fusec.passes.grouping import defining_op, form_group, op_key, walk_ops
 from fusec.passes.registry import Pass, PassError, register
+from mlir.dialects import arith, bufferization, scf, tensor
 
 # The tm_tensor ops this pass lowers (their region terminator is `tm_tensor.yield`).
 LOWERED_OPS = frozenset({"tm_tensor.scatter", "tm_tensor.scan", "tm_tensor.sort",
@@ -69,7 +69,7 @@ LOWERED_OPS = frozenset({"tm_tensor.scatter", "tm_tensor.scan", "tm_tensor.sort"
 YIELD = "tm_tensor.yield"
 # The unit attribute that marks a group as a serial loop nest (one thread, never tiled or
 # merged with other groups).
-SERIAL_ATTR = "fusion.serial"
+SERIAL_ATTR = attributes.SERIAL
 
 Body = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
 
@@ -434,5 +434,5 @@ def lower_op(op: ir.Operation) -> None:
     if parent is not None and parent.name == "func.func":
         group = form_group(producers + created, "single")
         group.attributes[SERIAL_ATTR] = ir.UnitAttr.get()
-        group.attributes["fusion.reason"] = ir.StringAttr.get(
+        group.attributes[attributes.REASON] = ir.StringAttr.get(
             f"{name} as a serial loop nest (never tiled or merged)")

@@ -43,12 +43,22 @@ import heapq
 from dataclasses import dataclass, field
 
 import mlir.ir as ir
-
-from fusec.passes import cost_model
+from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.analysis import (
-    CONTRACTION, EXPENSIVE, FILL, REDUCTION, RESHAPE, WINDOW, WINDOWED, BlockGraph, OpFacts,
+    CONTRACTION,
+    EXPENSIVE,
+    FILL,
+    REDUCTION,
+    RESHAPE,
+    WINDOW,
+    WINDOWED,
+    BlockGraph,
+    OpFacts,
     analyse_block,
-    element_bytes, describe, tensor_bytes, tensor_shape,
+    describe,
+    element_bytes,
+    tensor_bytes,
+    tensor_shape,
 )
 from fusec.passes.grouping import defining_op, form_group, op_key, walk_ops
 from fusec.passes.registry import PassError
@@ -611,7 +621,7 @@ def group_kind(cand: Candidate, graph: BlockGraph) -> str:
         after = _downstream(cand, graph, contraction[0])
         if any(graph.facts[k].category not in (FILL, RESHAPE) for k in after):
             return "epilogue"
-    if any("fusion.siblings" in graph.ops[k].attributes for k in real):
+    if any(attributes.SIBLINGS in graph.ops[k].attributes for k in real):
         return "reduction"
     return "vertical" if len(real) >= 2 else "single"
 
@@ -675,12 +685,12 @@ def group_attributes(group: ir.Operation, device: cost_model.Device) -> dict[str
     fused_bytes = group_bytes(group)
     est = cost_model.estimate(kernels, fused_bytes, flops, device)
     return {
-        "fusion.bytes_unfused": _i64(est.bytes_unfused),
-        "fusion.bytes_fused": _i64(est.bytes_fused),
-        "fusion.launches_saved": _i64(est.launches_saved),
-        "fusion.flops": _i64(flops),
-        "fusion.time_unfused_ns": _i64(round(est.time_unfused_s * 1e9)),
-        "fusion.time_fused_ns": _i64(round(est.time_fused_s * 1e9)),
+        attributes.BYTES_UNFUSED: _i64(est.bytes_unfused),
+        attributes.BYTES_FUSED: _i64(est.bytes_fused),
+        attributes.LAUNCHES_SAVED: _i64(est.launches_saved),
+        attributes.FLOPS: _i64(flops),
+        attributes.TIME_UNFUSED_NS: _i64(round(est.time_unfused_s * 1e9)),
+        attributes.TIME_FUSED_NS: _i64(round(est.time_fused_s * 1e9)),
     }
 
 
@@ -688,10 +698,10 @@ def record_group(group: ir.Operation, attrs: dict[str, ir.Attribute],
                  device: cost_model.Device, reason: str, refused: list[str]) -> None:
     """Set on a formed group its cost-model `attrs` (`group_attributes`, plus the caller's),
     the device it was planned for, why it was formed, and the fusions refused around it."""
-    attrs["fusion.device"] = ir.StringAttr.get(device.name)
-    attrs["fusion.reason"] = ir.StringAttr.get(reason)
+    attrs[attributes.DEVICE] = ir.StringAttr.get(device.name)
+    attrs[attributes.REASON] = ir.StringAttr.get(reason)
     if refused:
-        attrs["fusion.refused"] = _strings(refused)
+        attrs[attributes.REFUSED] = _strings(refused)
     for name, attr in attrs.items():
         group.attributes[name] = attr
 
@@ -729,19 +739,19 @@ def apply_plan(cands: list[Candidate], graph: BlockGraph, device: cost_model.Dev
             cand.refusals.append(f"group@{where}: not-convex: {exc.message}")
             continue
         attrs = group_attributes(group, device)
-        attrs["fusion.tile_dims"] = ir.ArrayAttr.get([_i64(d) for d in tile_loops])
-        attrs["fusion.parallel_tiles"] = _i64(tiles)
-        attrs["fusion.working_set"] = _i64(working)
-        saved = attrs["fusion.bytes_unfused"].value - attrs["fusion.bytes_fused"].value
+        attrs[attributes.TILE_DIMS] = ir.ArrayAttr.get([_i64(d) for d in tile_loops])
+        attrs[attributes.PARALLEL_TILES] = _i64(tiles)
+        attrs[attributes.WORKING_SET] = _i64(working)
+        saved = attrs[attributes.BYTES_UNFUSED].value - attrs[attributes.BYTES_FUSED].value
         if cand.duplicated:
-            attrs["fusion.duplicated"] = _i64(len(cand.duplicated))
+            attrs[attributes.DUPLICATED] = _i64(len(cand.duplicated))
         record_group(group, attrs, device,
                      f"{len(members)} ops in one kernel: saves "
                      f"{attrs['fusion.launches_saved'].value} launches and {saved} bytes of "
                      f"memory traffic", cand.refusals)
         groups.append(group)
     for key, refusals in planner.lone_refusals:
-        graph.ops[key].attributes["fusion.refused"] = _strings(refusals)
+        graph.ops[key].attributes[attributes.REFUSED] = _strings(refusals)
     for key in sorted(planner.dead | {k for c in cands for k in c.duplicated},
                       key=lambda k: -graph.facts[k].position):
         op = graph.ops[key]

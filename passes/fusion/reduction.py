@@ -29,12 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
-from mlir.dialects import linalg
-
-from fusec.passes.fusion.form_singletons import function_bodies
+from fusec.passes import attributes
 from fusec.passes.fusion.analysis import REDUCTION, describe, short_location
+from fusec.passes.fusion.form_singletons import function_bodies
 from fusec.passes.grouping import defining_op, op_key, walk_ops
 from fusec.passes.registry import Pass, register
+from mlir.dialects import linalg
 
 
 def _is_reduction_generic(op: ir.Operation) -> bool:
@@ -118,7 +118,7 @@ def merge_siblings(a: ir.Operation, b: ir.Operation) -> ir.Operation:
         linalg.YieldOp(yielded)
     merged_op = merged.operation
     siblings = [f"{op.name}@{short_location(op)}" for op in (a, b)]
-    merged_op.attributes["fusion.siblings"] = ir.ArrayAttr.get(
+    merged_op.attributes[attributes.SIBLINGS] = ir.ArrayAttr.get(
         [ir.StringAttr.get(s) for s in siblings])
     for old, new in zip(list(a.results) + list(b.results), merged_op.results):
         old.replace_all_uses_with(new)
@@ -206,10 +206,10 @@ def _find_and_merge(block_ops: list[ir.Operation], positions: dict[int, int], st
 
 def _refuse(op: ir.Operation, other: ir.Operation, reason: str) -> None:
     text = f"{other.name}@{short_location(other)}: sibling-reduction: {reason}"
-    old = [ir.StringAttr(a).value for a in op.attributes["fusion.refused"]] \
-        if "fusion.refused" in op.attributes else []
+    old = [ir.StringAttr(a).value for a in op.attributes[attributes.REFUSED]] \
+        if attributes.REFUSED in op.attributes else []
     if text not in old:
-        op.attributes["fusion.refused"] = ir.ArrayAttr.get(
+        op.attributes[attributes.REFUSED] = ir.ArrayAttr.get(
             [ir.StringAttr.get(t) for t in old + [text]])
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
-
+from fusec.passes import attributes
 from fusec.passes.grouping import walk_ops
 from fusec.passes.registry import Pass, register
 
@@ -35,5 +35,5 @@ class DropAssertsPass(Pass):
         for op in asserts:
             op.erase()
         if asserts:
-            module.attributes["fusion.asserts_dropped"] = ir.IntegerAttr.get(
+            module.attributes[attributes.ASSERTS_DROPPED] = ir.IntegerAttr.get(
                 ir.IntegerType.get_signless(64), len(asserts))

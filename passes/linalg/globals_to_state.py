@@ -33,12 +33,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
-from mlir.dialects import func, scf
-
+from fusec.passes import attributes
 from fusec.passes.grouping import op_key, walk_ops
 from fusec.passes.registry import Pass, PassError, register
+from mlir.dialects import func, scf
 
-STATE_ATTRIBUTE = "fusion.state"
+STATE_ATTRIBUTE = attributes.STATE
 GLOBAL_OPS = ("ml_program.global_load", "ml_program.global_store")
 
 

@@ -44,15 +44,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusec.passes import attributes
 from fusec.passes.grouping import op_key, walk_ops
 from fusec.passes.registry import Pass, register
 from mlir import ir
 from mlir.dialects import arith, func, scf, tensor
 
 ERROR_FUNCTION = "fusec_index_error"
-CHECKS_ATTR = "fusion.index_checks"
-GUARDED_ATTR = "fusion.guarded"
-CHECK_ATTR = "fusion.index_check"  # a read whose report --fusion-report-indices inserts
+CHECKS_ATTR = attributes.INDEX_CHECKS
+GUARDED_ATTR = attributes.GUARDED
+CHECK_ATTR = attributes.INDEX_CHECK  # a read whose report --fusion-report-indices inserts
 # Ops whose results are data: an index computed from them may be anything.
 _DATA_READS = frozenset({"tensor.extract", "memref.load"})
 # Ops whose results are in range by construction (loop positions).

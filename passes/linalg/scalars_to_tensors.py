@@ -40,13 +40,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 import mlir.ir as ir
-from mlir.dialects import arith, linalg, tensor
-
+from fusec.passes import attributes
 from fusec.passes.fusion.form_loop_kernels import LOOP_OPS
 from fusec.passes.grouping import defining_op, op_key, walk_ops
 from fusec.passes.registry import Pass, PassError, register
+from mlir.dialects import arith, linalg, tensor
 
-SCALAR_RESULTS_ATTRIBUTE = "fusion.scalar_results"
+SCALAR_RESULTS_ATTRIBUTE = attributes.SCALAR_RESULTS
 SCALAR_DIALECTS = ("arith", "math")
 
 

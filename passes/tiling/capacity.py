@@ -36,22 +36,29 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from fusec.passes import cost_model
+from fusec.passes import attributes, cost_model
 from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, is_compute
 from fusec.passes.inline_groups import groups_in, inline_group
-from fusec.passes.tiling.place import (KEPT, MEM_ATTR, PLACEMENT_ATTR, REGISTER,
-                                              block_tiled, input_slice_role, place_group,
-                                              value_bytes)
 from fusec.passes.registry import Pass, PassError, register
+from fusec.passes.tiling.place import (
+    KEPT,
+    MEM_ATTR,
+    PLACEMENT_ATTR,
+    REGISTER,
+    block_tiled,
+    input_slice_role,
+    place_group,
+    value_bytes,
+)
 from mlir import ir
 from mlir.passmanager import PassManager
 
-CAPACITY_ATTR = "fusion.capacity"
-RETILED_ATTR = "fusion.retiled"
-SPLIT_ATTR = "fusion.split"
-MAX_TILE_ROWS_ATTR = "fusion.max_tile_rows"  # read by --fusion-tile
-UNTILED_ATTR = "fusion.untiled"  # why a tiling was undone (code generation refused it)
-BLOCK_ATTR = "fusion.block"  # threads per block of a GPU tile (set by --fusion-tile)
+CAPACITY_ATTR = attributes.CAPACITY
+RETILED_ATTR = attributes.RETILED
+SPLIT_ATTR = attributes.SPLIT
+MAX_TILE_ROWS_ATTR = attributes.MAX_TILE_ROWS  # read by --fusion-tile
+UNTILED_ATTR = attributes.UNTILED  # why a tiling was undone (code generation refused it)
+BLOCK_ATTR = attributes.BLOCK  # threads per block of a GPU tile (set by --fusion-tile)
 
 
 def tile_block(group: ir.Operation) -> tuple[ir.Block, bool]:
@@ -143,9 +150,9 @@ def _ancestor_in_block(user, block: ir.Block) -> ir.Operation | None:
 
 def tile_units(group: ir.Operation) -> int:
     """How many rows (tile positions along the tiled dims) one tile has: 1 when untiled."""
-    if "fusion.tile_sizes" not in group.attributes:
+    if attributes.TILE_SIZES not in group.attributes:
         return 1
-    sizes = list(ir.DenseI64ArrayAttr(group.attributes["fusion.tile_sizes"]))
+    sizes = list(ir.DenseI64ArrayAttr(group.attributes[attributes.TILE_SIZES]))
     return math.prod(s for s in sizes if s) or 1
 
 
@@ -159,7 +166,7 @@ def remedy(group: ir.Operation, verdict: cost_model.CapacityVerdict, on_chip: in
                                            math.ceil(value_registers / units), units, device)
     if fit >= 1 and fit < units:
         return f"re-tile: at most {fit} of the tile's {units} rows fit"
-    if "fusion.tile_sizes" not in group.attributes:
+    if attributes.TILE_SIZES not in group.attributes:
         return (f"refused: the group is one untiled tile, over {device.name}'s limits; needs "
                 f"tiling, or a split into two kernels")
     per_row = math.ceil(on_chip / units)
@@ -182,15 +189,15 @@ def check_group(group: ir.Operation, device: cost_model.Device) -> cost_model.Ca
     registers = live_value_registers(block, threads) if gpu else 0
     verdict = cost_model.check_tile(on_chip, registers, threads, device)
     i64 = ir.IntegerType.get_signless(64)
-    group.attributes["fusion.threads"] = ir.IntegerAttr.get(i64, threads)
+    group.attributes[attributes.THREADS] = ir.IntegerAttr.get(i64, threads)
     occupancy = verdict.occupancy
     if gpu:
-        group.attributes["fusion.registers"] = ir.IntegerAttr.get(i64, verdict.registers)
+        group.attributes[attributes.REGISTERS] = ir.IntegerAttr.get(i64, verdict.registers)
     else:
-        grid = ir.IntegerAttr(group.attributes["fusion.grid"]).value \
-            if "fusion.grid" in group.attributes else 1
+        grid = ir.IntegerAttr(group.attributes[attributes.GRID]).value \
+            if attributes.GRID in group.attributes else 1
         occupancy = cost_model.occupancy(grid, device)
-    group.attributes["fusion.occupancy"] = ir.FloatAttr.get_f64(round(occupancy, 4))
+    group.attributes[attributes.OCCUPANCY] = ir.FloatAttr.get_f64(round(occupancy, 4))
     if verdict.over:
         advice = remedy(group, verdict, on_chip, registers, device)
         text = "over: " + "; ".join(verdict.over) + "; " + advice
@@ -252,8 +259,8 @@ def _input_kept_bytes(group: ir.Operation) -> int:
 
 
 def _clear_placement(group: ir.Operation) -> None:
-    for name in (PLACEMENT_ATTR, CAPACITY_ATTR, "fusion.threads", "fusion.registers",
-                 "fusion.occupancy"):
+    for name in (PLACEMENT_ATTR, CAPACITY_ATTR, attributes.THREADS, attributes.REGISTERS,
+                 attributes.OCCUPANCY):
         if name in group.attributes:
             del group.attributes[name]
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusec.passes import attributes
 from fusec.passes.registry import Pass, register
 from mlir import ir
 from mlir.dialects.transform import interpreter
 
-TAG = "fusion.loop_order"
+TAG = attributes.LOOP_ORDER
 
 
 def _uses_dim(expr: ir.AffineExpr, position: int) -> bool:

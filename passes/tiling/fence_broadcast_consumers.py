@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
-
+from fusec.passes import attributes
 from fusec.passes.grouping import defining_op, form_group
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, register
 
-FENCE = "fusion.fence"
+FENCE = attributes.FENCE
 
 
 RESHAPES = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fusec.passes import attributes
 from fusec.passes.registry import Pass, register
 from fusec.passes.targets import kernel_builder
 from mlir import ir
 
-DONE_ATTR = "fusion.gpu_kernels"
+DONE_ATTR = attributes.GPU_KERNELS
 GPU_DEVICE = "nvidia-h200"  # the device whose kernel builder (passes/targets.py) is asked
-NOTES_ATTR = "fusion.gemm_notes"
+NOTES_ATTR = attributes.GEMM_NOTES
 
 
 @register

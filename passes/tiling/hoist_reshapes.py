@@ -77,14 +77,14 @@ def hoist_group_reshapes(group: ir.Operation) -> None:
         return
     body = group.regions[0].blocks[0]
     kind = ir.StringAttr(group.attributes["kind"]).value
-    attributes = {name: group.attributes[name] for name in _attribute_names(group)
+    kept_attributes = {name: group.attributes[name] for name in _attribute_names(group)
                   if name.startswith("fusion.")}
     members = [op.operation for op in list(body.operations)[:-1]
                if op_key(op.operation) not in hoisted]
     inline_group(group)
     compute = [op for op in members if op.name not in FREE_OPS]
     if compute:
-        form_group(compute, kind, attributes)
+        form_group(compute, kind, kept_attributes)
     # form_group cloned what it needed of these into the new group.
     for op in members:
         if op.name in FREE_OPS and not any(True for r in op.results for _ in r.uses):

@@ -40,14 +40,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusec.passes import cost_model
+from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.analysis import tensor_bytes
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, register
 from mlir import ir
 
-MEM_ATTR = "fusion.mem"
-PLACEMENT_ATTR = "fusion.placement"
+MEM_ATTR = attributes.MEM
+PLACEMENT_ATTR = attributes.PLACEMENT
 REGISTER, SHARED, GLOBAL = "register", "shared", "global"
 # Ops through which a value reaches a group output unchanged (views).
 VIEW_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape", "tensor.cast",
@@ -263,7 +263,7 @@ def block_tiled(group: ir.Operation) -> bool:
     (`fusion.path`), a group code generation builds untiled (`fusion.untiled`), or the
     fallback path's tiles, one per thread (`fusion.fallback`)."""
     return not any(name in group.attributes
-                   for name in ("fusion.path", "fusion.untiled", "fusion.fallback"))
+                   for name in (attributes.PATH, attributes.UNTILED, attributes.FALLBACK))
 
 
 def placements(group: ir.Operation) -> list[tuple[ir.Operation, str]]:

@@ -61,7 +61,7 @@ import os
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from fusec.passes import cost_model
+from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.analysis import CONTRACTION, describe
 from fusec.passes.grouping import defining_op, is_compute, memory_element_type, op_key, walk_ops
 from fusec.passes.inline_groups import groups_in
@@ -71,15 +71,15 @@ from mlir import ir
 from mlir.dialects import linalg, tensor
 from mlir.dialects.transform import interpreter
 
-TILE_TAG = "fusion.tile_op"
-MAX_TILE_ROWS_ATTR = "fusion.max_tile_rows"
+TILE_TAG = attributes.TILE_OP
+MAX_TILE_ROWS_ATTR = attributes.MAX_TILE_ROWS
 # Set by CUDA code generation's kernel formation (`--fusion-gpu-kernels`) on groups that are a
 # library call (cuBLASLt) or a view of a buffer, not a kernel of ours.
-LIBRARY_PATH_ATTR = "fusion.path"
-UNTILED_ATTR = "fusion.untiled"  # why a group on a GPU is built untiled
+LIBRARY_PATH_ATTR = attributes.PATH
+UNTILED_ATTR = attributes.UNTILED  # why a group on a GPU is built untiled
 # Producers the tile loop must not fuse (their result leaves the kernel and the tiles read
 # only part of it), each with the reason: computed whole before the loop.
-WHOLE_ATTR = "fusion.whole"
+WHOLE_ATTR = attributes.WHOLE
 # Ops that the transform dialect can tile and fuse (they implement TilingInterface).
 TILEABLE_TENSOR_OPS = frozenset({"tensor.pad"})
 RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
@@ -230,8 +230,8 @@ def tileable_dims(group: ir.Operation) -> int | list[int]:
     """The root's dims that tiles may split: the fusion planner's `fusion.tile_dims` (loops
     of the group's last op along which nothing is recomputed) when it left them, else the
     `reduction_rank_limit` leading dims."""
-    if "fusion.tile_dims" in group.attributes:
-        return [ir.IntegerAttr(d).value for d in ir.ArrayAttr(group.attributes["fusion.tile_dims"])]
+    if attributes.TILE_DIMS in group.attributes:
+        return [ir.IntegerAttr(d).value for d in ir.ArrayAttr(group.attributes[attributes.TILE_DIMS])]
     return reduction_rank_limit(group)
 
 
@@ -433,7 +433,7 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
                device: cost_model.Device | None = None) -> None:
     """Tile `group`'s root and fuse its producers; record sizes and grid on the group."""
     i64 = ir.IntegerType.get_signless(64)
-    group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, 1)
+    group.attributes[attributes.GRID] = ir.IntegerAttr.get(i64, 1)
     _record_op_names(group)
     unshare_fills(group)
     _generalize(group)
@@ -487,8 +487,8 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
                               "shifted access); computed whole before the tile loop")
             for i in sorted(kept_whole)])
     fold_reshaped_empties(group)
-    group.attributes["fusion.tile_sizes"] = ir.DenseI64ArrayAttr.get(sizes)
-    group.attributes["fusion.grid"] = ir.IntegerAttr.get(i64, tile_count(ranges, sizes))
+    group.attributes[attributes.TILE_SIZES] = ir.DenseI64ArrayAttr.get(sizes)
+    group.attributes[attributes.GRID] = ir.IntegerAttr.get(i64, tile_count(ranges, sizes))
 
 
 def _record_block(group: ir.Operation, kind: str, sizes: list[int], ranges: list[int],
@@ -498,8 +498,8 @@ def _record_block(group: ir.Operation, kind: str, sizes: list[int], ranges: list
     points = math.prod(size or extent for size, extent in zip(sizes, ranges))
     threads = cost_model.gpu_block_threads(kind, points, _memory_element_bytes(group), device)
     i64 = ir.IntegerType.get_signless(64)
-    group.attributes["fusion.tile_kind"] = ir.StringAttr.get(kind)
-    group.attributes["fusion.block"] = ir.IntegerAttr.get(i64, threads)
+    group.attributes[attributes.TILE_KIND] = ir.StringAttr.get(kind)
+    group.attributes[attributes.BLOCK] = ir.IntegerAttr.get(i64, threads)
 
 
 def sibling_roots(group: ir.Operation, root: ir.Operation, ranges: list[int],
@@ -693,7 +693,7 @@ def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback) -> list
 def untiled_on_gpu(part: ir.Operation) -> bool:
     """Whether a GPU group was left untiled (neither tile emitter's); a group the tiling
     gave no kind, having nothing to tile, is marked so, with the reason."""
-    if "fusion.tile_kind" not in part.attributes and UNTILED_ATTR not in part.attributes:
+    if attributes.TILE_KIND not in part.attributes and UNTILED_ATTR not in part.attributes:
         part.attributes[UNTILED_ATTR] = ir.StringAttr.get(
             "nothing to tile: no linalg op (a copy or a reshape of its input)")
     return UNTILED_ATTR in part.attributes
@@ -714,7 +714,7 @@ def _record_op_names(group: ir.Operation) -> None:
     """`fusion.ops`: the names of the group's compute ops, before generalization hides them."""
     names = [op.operation.name for op in group.regions[0].blocks[0].operations
              if is_compute(op.operation)]
-    group.attributes["fusion.ops"] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in names])
+    group.attributes[attributes.OPS] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in names])
 
 
 def _generalize(group: ir.Operation) -> None:

@@ -25,6 +25,7 @@ import tempfile
 from typing import Any
 
 import numpy as np
+from fusec.passes import attributes
 from fusec.runtime.plan import Plan
 from mlir import ir
 from mlir.dialects import llvm as llvm_dialect
@@ -226,8 +227,8 @@ def llvm_ir(module: ir.Module) -> str:
 
 def _drop_fusion_attributes(module: ir.Module) -> None:
     # Our attributes mean nothing to LLVM; the translation would warn on unknown ones.
-    if "fusion.plan" in module.operation.attributes:
-        del module.operation.attributes["fusion.plan"]
+    if attributes.PLAN in module.operation.attributes:
+        del module.operation.attributes[attributes.PLAN]
 
 
 # Constant globals at least this large leave the LLVM IR (see `externalize_weights`).

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fusec.passes import cost_model
 
 GROUP_OP = "fusion.group"
@@ -35,19 +33,10 @@ class CudaCodegenError(Exception):
 # ---------------------------------------------------------------- device and launch shapes
 
 
-@dataclass(frozen=True)
-class CudaDevice:
-    """What the launch-shape functions need to know about the GPU."""
-
-    name: str = "H200"
-    sms: int = 132
-    max_threads_per_block: int = 1024
-    max_threads_per_sm: int = 2048
-    vector_bytes: int = 16  # widest global load/store per thread (ld.global.v4.b32)
-    threads_per_block: int = 256  # an elementwise tile's block (the cost model's)
-
-
-H200 = CudaDevice()
+# One description of the GPU, the cost model's (passes/cost_model.py): the planner, the
+# tiling and the launch shapes read the same numbers.
+CudaDevice = cost_model.Device
+H200 = cost_model.H200
 
 
 # The launch shapes are the cost model's (one source of truth with the tiling of the `tiled`

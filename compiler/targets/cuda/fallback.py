@@ -10,6 +10,7 @@ import mlir.ir as ir
 from fusec.compiler.targets.cuda.analysis import value_key
 from fusec.compiler.targets.cuda.device import INDEX_STATUS, INDEX_STATUS_GLOBAL, CudaCodegenError
 from fusec.compiler.targets.cuda.emitter import constant_bytes
+from fusec.passes import attributes
 from fusec.runtime.plan import Launch
 
 # ---------------------------------------------------------------- the fallback path (upstream MLIR)
@@ -90,7 +91,7 @@ def _kernel_arg_roles(main: ir.Operation) -> list[tuple[str, int]]:
     to its out-parameters; reshapes between are views of dense buffers (same pointer).
     """
     body = main.regions[0].blocks[0]
-    n_inputs = ir.IntegerAttr(main.attributes["fusion.num_inputs"]).value
+    n_inputs = ir.IntegerAttr(main.attributes[attributes.NUM_INPUTS]).value
     root: dict[int, tuple[str, int]] = {}
     for i, arg in enumerate(body.arguments):
         root[value_key(arg)] = ("input", i) if i < n_inputs else ("output", i - n_inputs)
@@ -273,19 +274,19 @@ def fallback_kernel(group: ir.Operation, symbol: str,
     # Tiled by the `tiled` stage already (`cuda_tiles.tile_for_fallback`), or tiled here.
     tiling = [] if thread_tiled(group) else codegen_cpu.tiled_passes(fallback_tiling_options())
     run_pipeline(mini, tiling + codegen_cpu.bufferized_passes())
-    kernels = _find_func(mini, lambda f: "fusion.kind" in f.attributes)
+    kernels = _find_func(mini, lambda f: attributes.KIND in f.attributes)
     if len(kernels) != 1:
         raise CudaCodegenError(f"fallback: the group became {len(kernels)} kernels, not one")
     kernel = kernels[0]
-    main = _find_func(mini, lambda f: "fusion.kind" not in f.attributes)[0]
+    main = _find_func(mini, lambda f: attributes.KIND not in f.attributes)[0]
     roles = _kernel_arg_roles(main)
     forall, _ = tile_loop(kernel)
     serial = forall is None
     tile_sizes = []
-    if "fusion.tile_sizes" in kernel.attributes:
-        tile_sizes = list(ir.DenseI64ArrayAttr(kernel.attributes["fusion.tile_sizes"]))
+    if attributes.TILE_SIZES in kernel.attributes:
+        tile_sizes = list(ir.DenseI64ArrayAttr(kernel.attributes[attributes.TILE_SIZES]))
     run_pipeline(mini, fallback_lowering_passes(serial))
-    kernel = _find_func(mini, lambda f: "fusion.kind" in f.attributes)[0]
+    kernel = _find_func(mini, lambda f: attributes.KIND in f.attributes)[0]
     asm_cache: list[str] = []
 
     def asm() -> str:

@@ -27,6 +27,7 @@ from fusec.compiler.targets.cuda.layouts import (
     result_view,
     view_forward,
 )
+from fusec.passes import attributes
 from fusec.runtime.plan import Launch
 
 # cudaDataType values (library_types.h).
@@ -310,7 +311,7 @@ def gemm_launch(group: ir.Operation, operands: list[int], weight_buffer: Any,
         raise CudaCodegenError("a gemm operand is neither a group input nor a weight")
 
     a, b = gemm_operand(mm.operands[0]), gemm_operand(mm.operands[1])
-    fused = str(ir.StringAttr(group.attributes["fusion.gemm_epilogue"]).value).split("+")
+    fused = str(ir.StringAttr(group.attributes[attributes.GEMM_EPILOGUE]).value).split("+")
     fused = [f for f in fused if f != "none"]
     bias = None
     value = mm.results[0]
@@ -347,7 +348,7 @@ def gemm_launch(group: ir.Operation, operands: list[int], weight_buffer: Any,
             "lda": la.ld, "ldb": lb.ld, "ldd": ld.ld, "stride_a": la.batch_stride,
             "stride_b": lb.batch_stride, "stride_d": ld.batch_stride, "offset_a": la.offset,
             "offset_b": lb.offset, "offset_d": ld.offset}
-    info = {"path": "gemm", "why": str(ir.StringAttr(group.attributes["fusion.why"]).value),
+    info = {"path": "gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
             "flops": 2 * batch * m * n * k}
     ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
     kind = str(group.attributes["kind"]).strip('"')

@@ -16,6 +16,7 @@ from fusec.compiler.targets.cuda.body import (
     unary_kind,
 )
 from fusec.compiler.targets.cuda.device import CudaCodegenError
+from fusec.passes import attributes
 
 # ---------------------------------------------------------------- layout views
 #
@@ -29,8 +30,8 @@ from fusec.compiler.targets.cuda.device import CudaCodegenError
 # dense (a reshape, a slice of whole rows) is a plan-level view of its input buffer
 # (`mark_view_groups`: `Buffer.view_of`), no kernel either.
 
-SLICE_OFFSETS = "fusion.slice_offsets"
-VIEW_OFFSET = "fusion.view_offset"
+SLICE_OFFSETS = attributes.SLICE_OFFSETS
+VIEW_OFFSET = attributes.VIEW_OFFSET
 # The byte alignment a view's offset needs: the widest access a kernel makes (16-byte vectors).
 VIEW_ALIGNMENT = 16
 

@@ -36,6 +36,7 @@ from fusec.compiler.targets.cuda.rewrites import (
     unit_transposes_to_reshapes,
 )
 from fusec.compiler.targets.cuda.stages import tiled_passes
+from fusec.passes import attributes
 from fusec.runtime.plan import DTYPE_SIZES, Buffer, Launch, Plan
 
 # ---------------------------------------------------------------- the program
@@ -67,8 +68,8 @@ def _entry_function(module: ir.Module) -> ir.Operation:
 # Entry-function attributes of CPU-only features: the CUDA plan and runtime have no model
 # state (an RNG seed kept between calls) and return no Python scalars yet.
 _CPU_ONLY_FEATURES = {
-    "fusion.state": "keeps state between calls (an RNG seed: torch.rand, dropout, ...)",
-    "fusion.scalar_results": "returns Python numbers (scalar results)",
+    attributes.STATE: "keeps state between calls (an RNG seed: torch.rand, dropout, ...)",
+    attributes.SCALAR_RESULTS: "returns Python numbers (scalar results)",
 }
 
 
@@ -203,8 +204,8 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             return [add_buffer(r, "output" if value_key(r) in returned else "temp",
                                f"{symbol}_out{j}") for j, r in enumerate(op.results)]
 
-        path = str(ir.StringAttr(op.attributes["fusion.path"]).value) \
-            if "fusion.path" in op.attributes else ""
+        path = str(ir.StringAttr(op.attributes[attributes.PATH]).value) \
+            if attributes.PATH in op.attributes else ""
         if path == "view":
             base = buffers[operands[0]]
             offset = ir.IntegerAttr(op.attributes[VIEW_OFFSET]).value * \
@@ -223,12 +224,12 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             continue
         weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
-        if "fusion.ops" in op.attributes:  # recorded by the tiling, before it nests them
-            ops_in = [ir.StringAttr(a).value for a in op.attributes["fusion.ops"]]
+        if attributes.OPS in op.attributes:  # recorded by the tiling, before it nests them
+            ops_in = [ir.StringAttr(a).value for a in op.attributes[attributes.OPS]]
         from_tile = built_from_tile(op)
         if thread_tiled(op):
             # Neither emitter's: the fallback path, from the stage's thread tiles.
-            why = ir.StringAttr(op.attributes["fusion.fallback"]).value
+            why = ir.StringAttr(op.attributes[attributes.FALLBACK]).value
             if not options.fallback:
                 raise CudaCodegenError(why)
             launches.append(fallback_launch(op, symbol, why, operands, weight_buffer,
@@ -277,11 +278,11 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                 # Built from the tile loop of the `tiled` stage, or from the whole group
                 # (the reason the tiling was undone in `untiled`).
                 "tiled": from_tile}
-        if "fusion.untiled" in op.attributes:
-            info["untiled"] = ir.StringAttr(op.attributes["fusion.untiled"]).value
+        if attributes.UNTILED in op.attributes:
+            info["untiled"] = ir.StringAttr(op.attributes[attributes.UNTILED]).value
         if info["tiled"]:  # no sizes: the group is one tile
-            info["tile_sizes"] = list(ir.DenseI64ArrayAttr(op.attributes["fusion.tile_sizes"])) \
-                if "fusion.tile_sizes" in op.attributes else []
+            info["tile_sizes"] = list(ir.DenseI64ArrayAttr(op.attributes[attributes.TILE_SIZES])) \
+                if attributes.TILE_SIZES in op.attributes else []
         launches.append(Launch(symbol=symbol, buffers=args, grid=shape.grid, kind=kind,
                                ops=ops_in, info=info, block=shape.block, shared_bytes=0))
     for v in ret.operands:

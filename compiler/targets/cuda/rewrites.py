@@ -37,6 +37,7 @@ from fusec.compiler.targets.cuda.layouts import (
     result_view,
 )
 from fusec.compiler.targets.cuda.ptx import CudaOptions
+from fusec.passes import attributes
 
 
 def unit_transposes_to_reshapes(func: ir.Operation) -> int:
@@ -175,7 +176,7 @@ def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
     count = 0
     body = func.regions[0].blocks[0]
     for group in [op.operation for op in body.operations if op.operation.name == GROUP_OP]:
-        if "fusion.path" in group.attributes or _emittable(group, options):
+        if attributes.PATH in group.attributes or _emittable(group, options):
             continue
         ops = [o.operation for o in group.regions[0].blocks[0].operations][:-1]
         ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
@@ -186,7 +187,7 @@ def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
         inline_group(group)
         for piece in pieces:
             form_group(piece, kind if len(piece) > 1 else "single",
-                       {"fusion.split": ir.StringAttr.get("reshape")})
+                       {attributes.SPLIT: ir.StringAttr.get("reshape")})
         count += 1
     return count
 
@@ -203,7 +204,7 @@ def split_multi_output_groups(func: ir.Operation, options: CudaOptions) -> int:
     count = 0
     body = func.regions[0].blocks[0]
     for group in [op.operation for op in body.operations if op.operation.name == GROUP_OP]:
-        if len(group.results) < 2 or "fusion.path" in group.attributes or \
+        if len(group.results) < 2 or attributes.PATH in group.attributes or \
                 _emittable(group, options):
             continue
         ops = [o.operation for o in group.regions[0].blocks[0].operations]
@@ -246,7 +247,7 @@ def split_multi_output_groups(func: ir.Operation, options: CudaOptions) -> int:
         sets[0] += dead
         for chosen in sets:
             form_group(chosen, kind if kind != "horizontal" else "vertical",
-                       {"fusion.split": ir.StringAttr.get("output")})
+                       {attributes.SPLIT: ir.StringAttr.get("output")})
         count += 1
     return count
 
@@ -354,7 +355,7 @@ def _merge_operand_producers(group: ir.Operation) -> ir.Operation:
             group.operands[argno] = fill
     if not producers and not extra:
         return group
-    attributes = {name: group.attributes[name] for name in group.attributes}
+    kept_attributes = {name: group.attributes[name] for name in group.attributes}
     kind = str(group.attributes["kind"]).strip('"')
     ops = list(extra)
     for g in producers + [group]:
@@ -363,8 +364,8 @@ def _merge_operand_producers(group: ir.Operation) -> ir.Operation:
     from fusec.passes.grouping import CLONED_INTO_GROUPS
 
     ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
-    attributes.pop("kind", None)
-    return form_group(ops, kind, attributes)
+    kept_attributes.pop("kind", None)
+    return form_group(ops, kind, kept_attributes)
 
 
 def split_matmul_groups(func: ir.Operation) -> list[str]:
@@ -392,14 +393,14 @@ def split_matmul_groups(func: ir.Operation) -> list[str]:
         s = ir.StringAttr.get
         if split.prologue:
             form_group(split.prologue, "vertical" if len(split.prologue) > 1 else "single",
-                       {"fusion.split": s("prologue")})
+                       {attributes.SPLIT: s("prologue")})
         form_group(split.gemm, "epilogue" if split.fused else "single",
-                   {"fusion.path": s("gemm"), "fusion.why": s(split.why),
-                    "fusion.gemm_epilogue": s("+".join(split.fused) or "none"),
-                    "fusion.split_of": s(kind)})
+                   {attributes.PATH: s("gemm"), attributes.WHY: s(split.why),
+                    attributes.GEMM_EPILOGUE: s("+".join(split.fused) or "none"),
+                    attributes.SPLIT_OF: s(kind)})
         if split.epilogue:
             form_group(split.epilogue, "vertical" if len(split.epilogue) > 1 else "single",
-                       {"fusion.split": s("epilogue")})
+                       {attributes.SPLIT: s("epilogue")})
         notes.append(split.why)
     return notes
 
@@ -431,13 +432,13 @@ def regroup(groups: list[ir.Operation], extra: list[ir.Operation], like: ir.Oper
     from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
     from fusec.passes.inline_groups import inline_group
 
-    attributes = {name: like.attributes[name] for name in like.attributes if name != "kind"}
+    kept_attributes = {name: like.attributes[name] for name in like.attributes if name != "kind"}
     kind = _kind(like)
     ops = list(extra)
     for g in groups:
         ops += [o.operation for o in list(g.regions[0].blocks[0].operations)[:-1]]
         inline_group(g)
-    return form_group([o for o in ops if o.name not in CLONED_INTO_GROUPS], kind, attributes)
+    return form_group([o for o in ops if o.name not in CLONED_INTO_GROUPS], kind, kept_attributes)
 
 
 def _matmuls(group: ir.Operation) -> list[ir.Operation]:
@@ -462,7 +463,7 @@ def merge_epilogue_consumers(func: ir.Operation) -> int:
         while _ends_in_epilogue(group):
             consumer = _only_user(group.results[0])
             if consumer is None or consumer.name != GROUP_OP or \
-                    "fusion.path" in consumer.attributes or _matmuls(consumer):
+                    attributes.PATH in consumer.attributes or _matmuls(consumer):
                 break
             arg = next(a for a, v in zip(consumer.regions[0].blocks[0].arguments,
                                          consumer.operands)
@@ -482,7 +483,7 @@ def merge_epilogue_consumers(func: ir.Operation) -> int:
 def _ends_in_epilogue(group: ir.Operation) -> bool:
     """A one-matmul, one-result group (not yet split) whose result is the matmul's or the
     last of what cuBLASLt's epilogue would absorb after it."""
-    if len(_matmuls(group)) != 1 or len(group.results) != 1 or "fusion.path" in group.attributes:
+    if len(_matmuls(group)) != 1 or len(group.results) != 1 or attributes.PATH in group.attributes:
         return False
     mm = _matmuls(group)[0]
     yielded = list(group.regions[0].blocks[0].operations)[-1].operands[0]
@@ -495,7 +496,7 @@ def _ends_in_epilogue(group: ir.Operation) -> bool:
 
 def _is_layout_group(group: ir.Operation) -> bool:
     """A group of one result whose ops all move data without arithmetic (no casts)."""
-    if group.name != GROUP_OP or "fusion.path" in group.attributes or len(group.results) != 1:
+    if group.name != GROUP_OP or attributes.PATH in group.attributes or len(group.results) != 1:
         return False
     ops = group_body_ops(group)
     return bool(ops) and all(layout_source(o) is not None and layout_generic(o) != "cast"
@@ -530,7 +531,7 @@ def absorb_operand_layouts(func: ir.Operation) -> int:
     operands now read further back."""
     count = 0
     for group in groups_of(func):
-        if len(_matmuls(group)) != 1 or "fusion.path" not in group.attributes:
+        if len(_matmuls(group)) != 1 or attributes.PATH not in group.attributes:
             continue  # only cuBLASLt calls read operands through a layout
         for index in (0, 1):
             mm = _matmuls(group)[0]
@@ -607,7 +608,7 @@ def absorb_result_layouts(func: ir.Operation) -> int:
     for key, group in [(op_key(g), g) for g in groups_of(func)]:
         if key in gone:
             continue
-        while "fusion.path" in group.attributes and len(group.results) == 1:
+        while attributes.PATH in group.attributes and len(group.results) == 1:
             consumer = _only_user(group.results[0])
             if consumer is None or not _is_layout_group(consumer):
                 break
@@ -652,7 +653,7 @@ def mark_view_groups(func: ir.Operation) -> int:
             # off that alignment (x[:, 1:] of int64) would be read misaligned. It stays a
             # kernel that copies the slice into a buffer of its own.
             continue
-        group.attributes["fusion.path"] = ir.StringAttr.get("view")
+        group.attributes[attributes.PATH] = ir.StringAttr.get("view")
         group.attributes[VIEW_OFFSET] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                            view.offset)
         count += 1

@@ -52,11 +52,11 @@ from fusec.compiler.targets.cuda.emitter import (
     Scalar,
     is_weight,
 )
-from fusec.passes import cost_model
+from fusec.passes import attributes, cost_model
 from fusec.passes.tiling.place import loop_ranges
 
-TILE_KIND_ATTR = "fusion.tile_kind"
-BLOCK_ATTR = "fusion.block"
+TILE_KIND_ATTR = attributes.TILE_KIND
+BLOCK_ATTR = attributes.BLOCK
 # Ops of a tile body that only name or compute indices and views.
 INDEX_OPS = ("affine.apply", "arith.constant", "tensor.extract_slice", "tensor.empty")
 
@@ -65,8 +65,8 @@ def built_from_tile(group: ir.Operation) -> bool:
     """Whether the `tiled` stage left `group` as a tile for the tile emitter (tiled, or one
     tile, and accepted), rather than untiled (`fusion.untiled`), a library call, or the
     fallback path's thread tiles."""
-    return TILE_KIND_ATTR in group.attributes and "fusion.untiled" not in group.attributes \
-        and "fusion.path" not in group.attributes and not thread_tiled(group)
+    return TILE_KIND_ATTR in group.attributes and attributes.UNTILED not in group.attributes \
+        and attributes.PATH not in group.attributes and not thread_tiled(group)
 
 
 def thread_tiled(group: ir.Operation) -> bool:
@@ -475,7 +475,7 @@ def tile_refusal(group: ir.Operation, device: CudaDevice = H200) -> str | None:
 
 
 THREAD_KIND = "thread"  # `fusion.tile_kind` of a fallback kernel's tiles: one per GPU thread
-FALLBACK_ATTR = "fusion.fallback"  # why a group is the fallback path's (the emitters' refusal)
+FALLBACK_ATTR = attributes.FALLBACK  # why a group is the fallback path's (the emitters' refusal)
 
 
 def tile_for_fallback(group: ir.Operation) -> ir.Operation:
@@ -496,19 +496,19 @@ def tile_for_fallback(group: ir.Operation) -> ir.Operation:
     refusal = group_refusal(group, CudaOptions())
     if refusal is None:
         return group  # the group-level emitter builds it
-    untiled = str(ir.StringAttr(group.attributes["fusion.untiled"]).value) \
-        if "fusion.untiled" in group.attributes else ""
+    untiled = str(ir.StringAttr(group.attributes[attributes.UNTILED]).value) \
+        if attributes.UNTILED in group.attributes else ""
     reason = f"{refusal} (tile emitter: {untiled})" if untiled else refusal
     mini = group_alone(group)
     run_pipeline(mini, codegen_cpu.tiled_passes(fallback_tiling_options()))
     tiled = splice_alone(group, mini)
     if tiled is None:
-        group.attributes["fusion.untiled"] = ir.StringAttr.get(
+        group.attributes[attributes.UNTILED] = ir.StringAttr.get(
             f"{untiled}; the fallback path tiles it when it builds it (its tiling moves "
             f"reshapes out of the group)")
         return group
-    for name in ("fusion.untiled", "fusion.placement", "fusion.capacity", "fusion.threads",
-                 "fusion.occupancy", "fusion.registers"):
+    for name in (attributes.UNTILED, attributes.PLACEMENT, attributes.CAPACITY, attributes.THREADS,
+                 attributes.OCCUPANCY, attributes.REGISTERS):
         if name in tiled.attributes:
             del tiled.attributes[name]
     tiled.attributes[FALLBACK_ATTR] = ir.StringAttr.get(reason)
@@ -517,8 +517,8 @@ def tile_for_fallback(group: ir.Operation) -> ir.Operation:
                                                       FALLBACK_BLOCK)
 
     def drop_mem(op: ir.Operation) -> ir.WalkResult:
-        if "fusion.mem" in op.attributes:  # the CPU's placement, not a GPU thread's
-            del op.attributes["fusion.mem"]
+        if attributes.MEM in op.attributes:  # the CPU's placement, not a GPU thread's
+            del op.attributes[attributes.MEM]
         return ir.WalkResult.ADVANCE
 
     tiled.walk(drop_mem)
