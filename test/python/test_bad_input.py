@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import fusec.runtime as rt
+import fusec.runtime.library as rt_library
 import numpy as np
 import pytest
 from fusec.compiler.diagnostics import FusecError
@@ -403,10 +404,10 @@ ARTIFACT_CASES = [
 def test_runtime_refuses_an_artifact_for_a_newer_cpu(tmp_path, monkeypatch):
     """Kernels built for AVX-512 would die of SIGILL on a CPU without it: refused at load."""
     path = _fake_artifact(tmp_path / "v4.so", cpu="x86-64-v4")
-    monkeypatch.setattr(rt, "host_cpu_flags", lambda: {"sse2", "avx2", "fma"})
+    monkeypatch.setattr(rt_library, "host_cpu_flags", lambda: {"sse2", "avx2", "fma"})
     with pytest.raises(rt.ArtifactError, match=r"built for CPU x86-64-v4, which needs avx512f"):
         rt.load(path)
-    monkeypatch.setattr(rt, "host_cpu_flags", lambda: set(rt.CPU_LEVEL_FLAGS["x86-64-v4"]))
+    monkeypatch.setattr(rt_library, "host_cpu_flags", lambda: set(rt.CPU_LEVEL_FLAGS["x86-64-v4"]))
     assert rt.load(path).target == "cpu"
 
 
