@@ -12,6 +12,7 @@ microseconds per launch) and the host CPU (2 cores here; per-core L2 as the on-c
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 
@@ -541,3 +542,95 @@ def gpu_block_threads(kind: str, tile_points: int, element_bytes: int, device: D
     if kind == "elementwise":
         return elementwise_launch_shape(tile_points, element_bytes, device).block
     return tile_threads(tile_points, device)
+
+
+# --- policy the code generators apply (kept here, beside the rest of the cost model) -----
+
+# The CPU matmul microkernel's shape: 6 rows and two vectors of columns, 12 accumulators, 2 B
+# vectors and a broadcast in AVX2's 16 registers (AVX-512 has 32 registers of twice the width).
+CPU_MATMUL_ROWS = 6
+
+
+def cpu_matmul_columns(f32_lanes: int) -> int:
+    """The microkernel's columns for a CPU with `f32_lanes`-wide vectors: two vectors."""
+    return 2 * f32_lanes
+
+
+# Threads per block of a GPU fallback kernel (a tile per thread).
+FALLBACK_THREADS_PER_BLOCK = 128
+
+
+def gelu_in_gemm_epilogue(out_type: str) -> bool:
+    """Whether cuBLASLt's GELU epilogue may replace torch's: torch's default GELU is the erf
+    form, cuBLASLt's the tanh approximation (up to 4.7e-4 absolute apart, about 1e-4 relative
+    on normal data): above fp32's 1e-5 tolerance, far below bf16/f16 rounding (2^-8). So only
+    when the output is 16-bit."""
+    return out_type != "f32"
+
+
+def cpu_tile_sizes(ranges: list[int], iterators: list[str], elem_bytes: int,
+                   tileable_dims: int | Collection[int], threads: int, tiles_per_thread: int = 4,
+                   min_tile_bytes: int = 16 * 1024,
+                   max_tile_bytes: int = 256 * 1024) -> list[int]:
+    """Tile sizes (0 = not tiled) for a root op with loop `ranges` and `iterators`.
+
+    Policy for a CPU with `threads` cores: aim for `threads * tiles_per_thread` tiles so that
+    the thread pool balances, but no tile smaller than `min_tile_bytes` of the root's
+    iteration space (`elem_bytes` per point), since a tile's fixed cost must stay small; and
+    enough tiles that a tile's output (its parallel extent) stays within `max_tile_bytes`,
+    about a core's L2, so that the fused ops' passes over a tile hit cache.
+    Only parallel dims among `tileable_dims` (a set of dims, or n for the first n) are
+    split, outer dims first; reduction dims are never split, so a row reduction keeps its
+    whole row in one tile. Inner dims are split only when the outer ones are too short.
+    """
+    if isinstance(tileable_dims, int):
+        allowed = set(range(min(tileable_dims, len(ranges))))
+    else:
+        allowed = set(tileable_dims)
+    sizes = [0] * len(ranges)
+    total_bytes = elem_bytes * math.prod(ranges)
+    output_bytes = elem_bytes * math.prod(
+        r for r, kind in zip(ranges, iterators) if kind == "parallel")
+    want = min(threads * tiles_per_thread, total_bytes // max(min_tile_bytes, 1))
+    want = max(want, math.ceil(output_bytes / max(max_tile_bytes, 1)))
+    if want <= 1:
+        return sizes
+    remaining = want
+    for d, (extent, kind) in enumerate(zip(ranges, iterators)):
+        if remaining <= 1:
+            break
+        if kind != "parallel" or d not in allowed:
+            continue
+        if extent >= remaining:
+            sizes[d] = math.ceil(extent / remaining)
+            break
+        sizes[d] = 1
+        remaining = math.ceil(remaining / extent)
+    return sizes
+
+
+# The CPU matmul microkernel's row block (`--fusion-cpu-matmul`'s `mr`, the CPU target's
+# `matmul_mr`: CPU_MATMUL_ROWS) and the fewest rows a matmul tile should have: a tile of 8
+# rows is one 6-row block and a 2-row remainder that runs as scalar loops, and every tile
+# re-packs B.
+CPU_MATMUL_ROW_BLOCK = CPU_MATMUL_ROWS
+CPU_MATMUL_MIN_ROWS = 24
+
+
+def matmul_row_tile(extent: int, size: int, row_block: int = CPU_MATMUL_ROW_BLOCK,
+                    min_rows: int = CPU_MATMUL_MIN_ROWS) -> int:
+    """The row tile (0 = whole) for a matmul-rooted kernel whose M loop of `extent` rows the
+    CPU policy split into tiles of `size` rows: the smallest divisor of `extent` of at least
+    `size` and `min_rows` rows, a multiple of `row_block` where one lies below twice that.
+
+    A divisor, because a tile size that does not divide M makes every tile's row count
+    dynamic (`affine.min`), and the microkernel's dynamic remainder runs as scalar loops
+    (measured: gpt2_block 0.25 -> 0.39 ms with 36-row tiles over 64 rows); a static
+    remainder block (64 = 10 x 6 + 4) is vectorized at its own size."""
+    if size <= 0 or size >= extent:
+        return size
+    least = max(size, min(min_rows, extent))
+    divisors = [r for r in range(least, extent + 1) if extent % r == 0]
+    blocked = [r for r in divisors if r % row_block == 0 and r < 2 * least]
+    rows = (blocked or divisors)[0]
+    return 0 if rows >= extent else rows

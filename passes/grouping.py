@@ -131,7 +131,7 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
                     result_number = ir.OpResult(operand).result_number
                     redirects.append((inner, i, True, clone_index[key], result_number))
                 else:
-                    key = _value_key(operand)
+                    key = value_key(operand)
                     if key not in input_index:
                         input_index[key] = len(inputs)
                         inputs.append(operand)
@@ -186,7 +186,7 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
     return group_op
 
 
-def _value_key(value: ir.Value) -> tuple[int, int]:
+def value_key(value: ir.Value) -> tuple[int, int]:
     """A stable identity for a value: its defining op's key and result number, or for a block
     argument the (negated) key of the op that owns the block and the argument number."""
     producer = defining_op(value)

@@ -19,6 +19,7 @@ import mlir.ir as ir
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.analysis import CONTRACTION, describe
 from fusec.passes.fusion.producer_fusion import group_bytes
+from fusec.passes.grouping import value_key
 from fusec.passes.inline_groups import groups_in
 
 _FREE = ("fusion.yield", "arith.constant", "tensor.empty")
@@ -278,21 +279,6 @@ KIND_COLOURS = {
 }
 
 
-def _value_key(value: ir.Value) -> tuple[int, int]:
-    owner = value.owner
-    if isinstance(owner, ir.Block):
-        # block arguments: keyed by the op that owns the block (negated, to stay apart
-        # from results)
-        return (-op_key_of(owner.owner), ir.BlockArgument(value).arg_number)
-    return (op_key_of(owner), ir.OpResult(value).result_number)
-
-
-def op_key_of(op: ir.Operation | ir.OpView) -> int:
-    from fusec.passes.grouping import op_key
-
-    return op_key(op)
-
-
 # Payload ops too common to say what a generic computes.
 _PAYLOAD_NOISE = frozenset({"linalg.yield", "linalg.index", "arith.constant", "arith.index_cast",
                             "arith.truncf", "arith.extf"})
@@ -329,8 +315,8 @@ def _add_node(name: str, op: ir.Operation, indent: str, lines: list[str],
     """One DOT node for `op`; its results map to it, and edges come from its operands."""
     lines.append(f'{indent}{name} [label="{node_label(op)}"];')
     for r in op.results:
-        node_of[_value_key(r)] = name
-    edges.extend((_value_key(v), name) for v in op.operands)
+        node_of[value_key(r)] = name
+    edges.extend((value_key(v), name) for v in op.operands)
 
 
 def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
@@ -349,7 +335,7 @@ def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
             name = f"f{f_index}_arg{a_index}"
             lines.append(f'  {name} [label="input {a_index}\\n{_type_text(arg.type)}", '
                          'shape=ellipse];')
-            node_of[_value_key(arg)] = name
+            node_of[value_key(arg)] = name
         kernel = 0
         for g_index, op in enumerate(block.operations):
             op = op.operation
@@ -358,7 +344,7 @@ def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
                     for r_index, value in enumerate(op.operands):
                         out = f"f{f_index}_out{r_index}"
                         lines.append(f'  {out} [label="output {r_index}", shape=ellipse];')
-                        edges.append((_value_key(value), out))
+                        edges.append((value_key(value), out))
                     continue
                 if op.name in _FREE:
                     continue
@@ -370,12 +356,12 @@ def fusion_graph_dot(module: ir.Module | ir.Operation) -> str:
             lines.append(f'    label="kernel {kernel}: {kind}"; style=filled; '
                          f'fillcolor="{KIND_COLOURS.get(kind, "#eeeeee")}";')
             for arg, outer in zip(body.arguments, op.operands):
-                node_of[_value_key(arg)] = node_of.get(_value_key(outer), "")
+                node_of[value_key(arg)] = node_of.get(value_key(outer), "")
             for i, inner in enumerate(body.operations):
                 inner = inner.operation
                 if inner.name == "fusion.yield":
                     for result, value in zip(op.results, inner.operands):
-                        node_of[_value_key(result)] = node_of.get(_value_key(value), "")
+                        node_of[value_key(result)] = node_of.get(value_key(value), "")
                     continue
                 if inner.name in _FREE:
                     continue

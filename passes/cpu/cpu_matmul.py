@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusec.passes import attributes
+from fusec.passes import attributes, cost_model
 from fusec.passes.grouping import op_key
 from fusec.passes.registry import Pass, register
 from mlir import ir
@@ -381,7 +381,7 @@ class CpuMatmulPass(Pass):
     """Tile, vectorize and register-block matmul-like generics in bufferized CPU kernels."""
 
     ARGUMENT = "fusion-cpu-matmul"
-    mr: int = 6
+    mr: int = cost_model.CPU_MATMUL_ROWS
     nr: int = 16
 
     def run(self, module: ir.Operation) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from fusec.passes import attributes
 from fusec.passes.cpu.cpu_tile_loops import kernel_functions, tile_loop
-from fusec.passes.grouping import defining_op, op_key
+from fusec.passes.grouping import value_key
 from fusec.passes.linalg.globals_to_state import STATE_ATTRIBUTE
 from fusec.passes.linalg.scalars_to_tensors import SCALAR_RESULTS_ATTRIBUTE
 from fusec.passes.registry import Pass, PassError, register
@@ -54,13 +54,6 @@ def host_functions(module: ir.Operation) -> list[ir.Operation]:
             and len(op.operation.regions[0].blocks)]
 
 
-def _value_key(value: ir.Value) -> tuple:
-    owner = defining_op(value)
-    if owner is None:
-        return ("arg", value.arg_number)
-    return ("op", op_key(owner), value.result_number)
-
-
 class _PlanBuilder:
     """Walks a host function once; values map to plan buffer ids."""
 
@@ -76,11 +69,11 @@ class _PlanBuilder:
         buffer = Buffer(len(self.buffers), role, name, list(memref.shape),
                         dtype_name(memref.element_type))
         self.buffers.append(buffer)
-        self.ids[_value_key(value)] = buffer.id
+        self.ids[value_key(value)] = buffer.id
         return buffer.id
 
     def id_of(self, value: ir.Value, at: ir.Operation) -> int:
-        key = _value_key(value)
+        key = value_key(value)
         if key not in self.ids:
             raise PassError(f"the plan has no buffer for an operand of '{at.name}'", at.location)
         return self.ids[key]
@@ -99,7 +92,7 @@ class _PlanBuilder:
                 self.add_buffer(op.results[0], "temp", f"temp{temps}")
                 temps += 1
             elif op.name in VIEW_OPS:
-                self.ids[_value_key(op.results[0])] = self.id_of(op.operands[0], op)
+                self.ids[value_key(op.results[0])] = self.id_of(op.operands[0], op)
             elif op.name == "func.call":
                 self.launches.append(self.launch(op))
             elif op.name == "memref.copy":

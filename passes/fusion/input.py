@@ -61,7 +61,7 @@ from fusec.passes.fusion.analysis import (
 from fusec.passes.fusion.form_singletons import function_bodies
 from fusec.passes.fusion.horizontal import _ancestors
 from fusec.passes.fusion.producer_fusion import group_attributes, group_bytes, record_group
-from fusec.passes.grouping import CLONED_INTO_GROUPS, _value_key, form_group, op_key
+from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, op_key, value_key
 from fusec.passes.inline_groups import inline_group
 from fusec.passes.registry import Pass, register
 
@@ -268,7 +268,7 @@ def _consumers_by_value(groups: list[ir.Operation]
         for v in group.operands:
             if tensor_shape(v.type) is None:
                 continue
-            entry = found.setdefault(_value_key(v), (v, []))
+            entry = found.setdefault(value_key(v), (v, []))
             if not entry[1] or entry[1][-1] != i:
                 entry[1].append(i)
     return [(key, v, readers) for key, (v, readers) in found.items() if len(readers) > 1]

@@ -58,10 +58,10 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Collection
 from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
+from fusec.passes.cost_model import cpu_tile_sizes, matmul_row_tile
 from fusec.passes.fusion.analysis import CONTRACTION, describe
 from fusec.passes.grouping import defining_op, is_compute, memory_element_type, op_key, walk_ops
 from fusec.passes.inline_groups import groups_in
@@ -83,73 +83,6 @@ WHOLE_ATTR = attributes.WHOLE
 # Ops that the transform dialect can tile and fuse (they implement TilingInterface).
 TILEABLE_TENSOR_OPS = frozenset({"tensor.pad"})
 RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
-
-
-def cpu_tile_sizes(ranges: list[int], iterators: list[str], elem_bytes: int,
-                   tileable_dims: int | Collection[int], threads: int, tiles_per_thread: int = 4,
-                   min_tile_bytes: int = 16 * 1024,
-                   max_tile_bytes: int = 256 * 1024) -> list[int]:
-    """Tile sizes (0 = not tiled) for a root op with loop `ranges` and `iterators`.
-
-    Policy for a CPU with `threads` cores: aim for `threads * tiles_per_thread` tiles so that
-    the thread pool balances, but no tile smaller than `min_tile_bytes` of the root's
-    iteration space (`elem_bytes` per point), since a tile's fixed cost must stay small; and
-    enough tiles that a tile's output (its parallel extent) stays within `max_tile_bytes`,
-    about a core's L2, so that the fused ops' passes over a tile hit cache.
-    Only parallel dims among `tileable_dims` (a set of dims, or n for the first n) are
-    split, outer dims first; reduction dims are never split, so a row reduction keeps its
-    whole row in one tile. Inner dims are split only when the outer ones are too short.
-    """
-    if isinstance(tileable_dims, int):
-        allowed = set(range(min(tileable_dims, len(ranges))))
-    else:
-        allowed = set(tileable_dims)
-    sizes = [0] * len(ranges)
-    total_bytes = elem_bytes * math.prod(ranges)
-    output_bytes = elem_bytes * math.prod(
-        r for r, kind in zip(ranges, iterators) if kind == "parallel")
-    want = min(threads * tiles_per_thread, total_bytes // max(min_tile_bytes, 1))
-    want = max(want, math.ceil(output_bytes / max(max_tile_bytes, 1)))
-    if want <= 1:
-        return sizes
-    remaining = want
-    for d, (extent, kind) in enumerate(zip(ranges, iterators)):
-        if remaining <= 1:
-            break
-        if kind != "parallel" or d not in allowed:
-            continue
-        if extent >= remaining:
-            sizes[d] = math.ceil(extent / remaining)
-            break
-        sizes[d] = 1
-        remaining = math.ceil(remaining / extent)
-    return sizes
-
-
-# The CPU matmul microkernel's row block (`--fusion-cpu-matmul`, `mr`; codegen_cpu's
-# `matmul_mr`) and the fewest rows a matmul tile should have: a tile of 8 rows is one 6-row
-# block and a 2-row remainder that runs as scalar loops, and every tile re-packs B.
-CPU_MATMUL_ROW_BLOCK = 6
-CPU_MATMUL_MIN_ROWS = 24
-
-
-def matmul_row_tile(extent: int, size: int, row_block: int = CPU_MATMUL_ROW_BLOCK,
-                    min_rows: int = CPU_MATMUL_MIN_ROWS) -> int:
-    """The row tile (0 = whole) for a matmul-rooted kernel whose M loop of `extent` rows the
-    CPU policy split into tiles of `size` rows: the smallest divisor of `extent` of at least
-    `size` and `min_rows` rows, a multiple of `row_block` where one lies below twice that.
-
-    A divisor, because a tile size that does not divide M makes every tile's row count
-    dynamic (`affine.min`), and the microkernel's dynamic remainder runs as scalar loops
-    (measured: gpt2_block 0.25 -> 0.39 ms with 36-row tiles over 64 rows); a static
-    remainder block (64 = 10 x 6 + 4) is vectorized at its own size."""
-    if size <= 0 or size >= extent:
-        return size
-    least = max(size, min(min_rows, extent))
-    divisors = [r for r in range(least, extent + 1) if extent % r == 0]
-    blocked = [r for r in divisors if r % row_block == 0 and r < 2 * least]
-    rows = (blocked or divisors)[0]
-    return 0 if rows >= extent else rows
 
 
 def limit_tile_rows(sizes: list[int], limit: int) -> list[int]:

@@ -18,7 +18,7 @@ from fusec.compiler.targets import cpu as codegen_cpu
 from fusec.runtime.plan import Plan
 from fusec.dialects import make_context
 from fusec.passes import run_pipeline
-from fusec.passes.tiling.tile import cpu_tile_sizes
+from fusec.passes.cost_model import cpu_tile_sizes
 from mlir import ir
 
 # Small tiles so that these small tests still have many tiles on a 2-core machine.

@@ -25,7 +25,7 @@ import tempfile
 from typing import Any
 
 import numpy as np
-from fusec.passes import attributes
+from fusec.passes import attributes, cost_model
 from fusec.runtime.plan import Plan
 from mlir import ir
 from mlir.dialects import llvm as llvm_dialect
@@ -167,10 +167,11 @@ def _matmul_passes(options: Any = None) -> list[str]:
     lanes = vector_bits(_option(options, "cpu", None) or default_cpu()) // 32
     if lanes < 8:
         return []  # no 8-lane f32 vectors: the microkernel's unit
-    # Two vectors of columns and 6 rows: 12 accumulators, 2 B vectors and a broadcast fit
-    # AVX2's 16 registers; AVX-512 has 32 registers of twice the width.
-    mr = int(_option(options, "matmul_mr", int(os.environ.get("FUSEC_MATMUL_MR", 6))))
-    nr = int(_option(options, "matmul_nr", int(os.environ.get("FUSEC_MATMUL_NR", 2 * lanes))))
+    # The microkernel's shape is the cost model's (CPU_MATMUL_ROWS, cpu_matmul_columns).
+    mr = int(_option(options, "matmul_mr", int(os.environ.get("FUSEC_MATMUL_MR",
+                                                              cost_model.CPU_MATMUL_ROWS))))
+    nr = int(_option(options, "matmul_nr", int(os.environ.get(
+        "FUSEC_MATMUL_NR", cost_model.cpu_matmul_columns(lanes)))))
     return [f"fusion-cpu-matmul{{mr={mr},nr={nr}}}", "convert-vector-to-scf{full-unroll=true}"]
 
 

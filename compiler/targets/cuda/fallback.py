@@ -10,7 +10,7 @@ import mlir.ir as ir
 from fusec.compiler.targets.cuda.analysis import value_key
 from fusec.compiler.targets.cuda.device import INDEX_STATUS, INDEX_STATUS_GLOBAL, CudaCodegenError
 from fusec.compiler.targets.cuda.emitter import constant_bytes
-from fusec.passes import attributes
+from fusec.passes import attributes, cost_model
 from fusec.runtime.plan import Launch
 
 # ---------------------------------------------------------------- the fallback path (upstream MLIR)
@@ -24,7 +24,7 @@ from fusec.runtime.plan import Launch
 # group whose kernel is not one tile loop runs in one thread. Correct first; the launch
 # shape and the schedule inside a tile are where speed would come from.
 
-FALLBACK_BLOCK = 128  # threads per block of a fallback kernel
+FALLBACK_BLOCK = cost_model.FALLBACK_THREADS_PER_BLOCK  # the cost model's policy
 # Tile intermediates up to this size live in each thread's stack (local memory).
 FALLBACK_STACK_BYTES = 1 << 20
 

@@ -27,7 +27,7 @@ from fusec.compiler.targets.cuda.layouts import (
     result_view,
     view_forward,
 )
-from fusec.passes import attributes
+from fusec.passes import attributes, cost_model
 from fusec.runtime.plan import Launch
 
 # cudaDataType values (library_types.h).
@@ -268,7 +268,8 @@ def absorb_epilogue(mm: ir.Operation, in_type: str, allow_bias: bool
             step = "cast"
         elif kind == "relu" and not {"relu", "gelu"} & set(fused):
             step = "relu"
-        elif kind == "gelu" and not {"relu", "gelu"} & set(fused) and out_type != "f32":
+        elif kind == "gelu" and not {"relu", "gelu"} & set(fused) and \
+                cost_model.gelu_in_gemm_epilogue(out_type):
             step = "gelu"
         else:
             break
