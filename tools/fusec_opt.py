@@ -86,7 +86,8 @@ def _process(text: str, filename: str, elements: list[str], args: argparse.Names
     import mlir.ir as ir
     from fusec.dialects import make_context
     from fusec.passes import PassError, run_pipeline
-    import fusec.compiler.targets.cuda  # noqa: F401 - registers the GPU kernel builder
+
+    _load_targets()
 
     context = make_context()
     context.allow_unregistered_dialects = args.allow_unregistered_dialect
@@ -128,12 +129,19 @@ def _write_output(path: str, text: str) -> None:
         raise
 
 
+def _load_targets() -> None:
+    """Import the targets: the CUDA target registers its kernel builder and its passes."""
+    import fusec.compiler.targets.cuda  # noqa: F401
+
+
 def run(argv: list[str]) -> int:
     args, passes = _parse_args(argv)
     if args.list_passes:
         import dataclasses
 
         import fusec.passes as fp
+
+        _load_targets()
 
         for flag, cls in sorted(fp.REGISTRY.items()):
             print(f"  --{flag:32s} {cls.summary()}")

@@ -175,3 +175,4 @@ def _register() -> None:
 
 
 _register()
+from fusec.compiler.targets.cuda import rewrite_passes  # noqa: E402,F401 - registers the flags

@@ -13,7 +13,6 @@ from fusec.compiler.targets.cuda.body import RESHAPE_OPS
 from fusec.compiler.targets.cuda.device import DTYPES, GROUP_OP, CudaCodegenError
 from fusec.compiler.targets.cuda.emitter import KernelEmitter, constant_bytes, is_weight
 from fusec.compiler.targets.cuda.fallback import fallback_launch
-from fusec.compiler.targets.cuda.folding import fold_constant_groups
 from fusec.compiler.targets.cuda.gemm import GEMM_WORKSPACE_BYTES, gemm_launch
 from fusec.compiler.targets.cuda.layouts import VIEW_OFFSET
 from fusec.compiler.targets.cuda.ptx import (
@@ -23,17 +22,7 @@ from fusec.compiler.targets.cuda.ptx import (
     lower_kernels,
 )
 from fusec.compiler.targets.cuda.rewrites import (
-    absorb_operand_layouts,
-    absorb_result_layouts,
-    erase_dead_groups,
-    extract_slices_to_generics,
     groups_of,
-    mark_view_groups,
-    merge_epilogue_consumers,
-    split_at_reshapes,
-    split_matmul_groups,
-    split_multi_output_groups,
-    unit_transposes_to_reshapes,
 )
 from fusec.compiler.targets.cuda.stages import tiled_passes
 from fusec.passes import attributes
@@ -85,21 +74,16 @@ def refuse_host_features(func: ir.Operation) -> None:
 
 
 def gpu_rewrites(func: ir.Operation, options: CudaOptions) -> list[str]:
-    """The rewrites of the fusion stage's groups for the GPU, in order (each one's docstring
-    says why); returns the gemm notes of `split_matmul_groups`."""
-    unit_transposes_to_reshapes(func)
-    extract_slices_to_generics(func)
-    merge_epilogue_consumers(func)
-    notes = split_matmul_groups(func)
-    split_at_reshapes(func, options)
-    split_multi_output_groups(func, options)
-    fold_constant_groups(func)  # after the splits: they can leave a group that reads nothing
-    # Layout groups around cuBLASLt calls become strided operand / result layouts, and what
-    # is left of them that is a dense view of its input becomes a plan-level view.
-    absorb_operand_layouts(func)
-    erase_dead_groups(func)
-    absorb_result_layouts(func)
-    mark_view_groups(func)
+    """The rewrites of the fusion stage's groups for the GPU, in order (rewrite_passes.REWRITES:
+    each one a pass of its own too; its docstring says why); returns the gemm notes of
+    `split_matmul_groups`."""
+    from fusec.compiler.targets.cuda.rewrite_passes import REWRITES
+
+    notes: list[str] = []
+    for rewrite in REWRITES:
+        result = rewrite.run(func, options)
+        if isinstance(result, list):
+            notes = result
     return notes
 
 

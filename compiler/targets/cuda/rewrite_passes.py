@@ -1,0 +1,87 @@
+"""The CUDA target's group rewrites, each a pass with its flag (the spec is the rewrite's
+docstring, in rewrites.py, folding.py), in the order `--fusion-gpu-kernels` runs them.
+
+`--fusion-gpu-kernels` (the tiled stage's first pass) runs the whole list on every model
+function (`REWRITES`, through program.gpu_rewrites); each flag runs one rewrite alone, for a
+lit test of what it does and what it must not do (test/passes/fusion-gpu-*.mlir), or to
+bisect the list with `fusec-opt`. The target registers them when it is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from mlir import ir
+
+from fusec.compiler.targets.cuda.folding import fold_constant_groups
+from fusec.compiler.targets.cuda.ptx import CudaOptions
+from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
+                                                  erase_dead_groups,
+                                                  extract_slices_to_generics, mark_view_groups,
+                                                  merge_epilogue_consumers, split_at_reshapes,
+                                                  split_matmul_groups,
+                                                  split_multi_output_groups,
+                                                  unit_transposes_to_reshapes)
+from fusec.passes import attributes
+from fusec.passes.registry import REGISTRY, Pass, register
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    flag: str
+    run: Callable[[ir.Operation, CudaOptions], object]
+    summary: str
+
+
+# In order: each one's docstring says why it runs where it does.
+REWRITES = (
+    Rewrite("fusion-gpu-unit-transposes", lambda f, o: unit_transposes_to_reshapes(f),
+            "Transposes that move only size-1 dims become reshapes (no kernel)."),
+    Rewrite("fusion-gpu-slices-to-gathers", lambda f, o: extract_slices_to_generics(f),
+            "Static slices become gathers (one element per GPU thread)."),
+    Rewrite("fusion-gpu-merge-epilogues", lambda f, o: merge_epilogue_consumers(f),
+            "A matmul group absorbs the consumer group that starts with a cuBLASLt epilogue."),
+    Rewrite("fusion-gpu-split-matmuls", lambda f, o: split_matmul_groups(f),
+            "Matmul-rooted groups split into [prologue] + a cuBLASLt call + [epilogue]."),
+    Rewrite("fusion-gpu-split-at-reshapes", split_at_reshapes,
+            "Groups the emitter refuses are cut at reshapes of values they compute."),
+    Rewrite("fusion-gpu-split-outputs", split_multi_output_groups,
+            "Multi-output groups the emitter refuses split into one group per output."),
+    Rewrite("fusion-gpu-fold-constants", lambda f, o: fold_constant_groups(f),
+            "Groups that read nothing are computed at compile time (constants)."),
+    Rewrite("fusion-gpu-absorb-operand-layouts", lambda f, o: absorb_operand_layouts(f),
+            "Layout groups before a cuBLASLt call become its strided operand layouts."),
+    Rewrite("fusion-gpu-erase-dead-groups", lambda f, o: erase_dead_groups(f),
+            "Groups none of whose results is used are erased."),
+    Rewrite("fusion-gpu-absorb-result-layouts", lambda f, o: absorb_result_layouts(f),
+            "A layout group after a cuBLASLt call becomes its strided result layout."),
+    Rewrite("fusion-gpu-mark-views", lambda f, o: mark_view_groups(f),
+            "Layout groups whose result is a dense view of their input become buffer views."),
+)
+
+
+def model_functions(module: ir.Operation) -> list[ir.Operation]:
+    """The module's model functions (not the kernels an earlier stage outlined)."""
+    return [op.operation for op in module.regions[0].blocks[0].operations
+            if op.operation.name == "func.func" and "sym_visibility" not in op.operation.attributes]
+
+
+def _make_pass(rewrite: Rewrite) -> type[Pass]:
+    def run(self, module: ir.Operation) -> None:
+        for func in model_functions(module):
+            with func.location:
+                result = rewrite.run(func, CudaOptions())
+            if isinstance(result, list):  # split_matmul_groups' notes, as the composite keeps
+                func.attributes[attributes.GEMM_NOTES] = ir.ArrayAttr.get(
+                    [ir.StringAttr.get(n) for n in result])
+
+    name = "".join(w.capitalize() for w in rewrite.flag.split("-")[1:]) + "Pass"
+    cls = type(name, (Pass,), {"ARGUMENT": rewrite.flag, "__doc__": rewrite.summary,
+                               "run": run, "__module__": __name__})
+    return register(dataclass(cls))
+
+
+for _rewrite in REWRITES:
+    if _rewrite.flag not in REGISTRY:  # a reload (tests) must not register twice
+        _make_pass(_rewrite)
