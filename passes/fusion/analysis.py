@@ -309,9 +309,10 @@ def _pad_facts(op: ir.Operation) -> tuple[str, list[int], list[bool], list, list
     return PAD, list(res_shape), [True] * rank, maps, [_identity(rank)]
 
 
-# What the GPU fast emitter (compiler/codegen_cuda.py, `KernelEmitter`) takes: linalg.generic,
-# linalg.fill, reshapes and the scalar ops and constants around them. Mirrored here so that
-# the planner can predict its refusals without importing the code generator.
+# What the GPU's group emitter (compiler/targets/cuda/emitter.py, `KernelEmitter`) takes:
+# linalg.generic, linalg.fill, reshapes and the scalar ops and constants around them. The one
+# list: the planner predicts the emitter's refusals from it and the CUDA target's
+# `analyse_group` accepts exactly these (it imports this list; passes import no target).
 FAST_EMITTER_OPS = frozenset({"linalg.generic", "linalg.fill", "tensor.expand_shape",
                                "tensor.collapse_shape", "tensor.empty", "arith.constant"})
 
