@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+import sysconfig
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -213,8 +214,14 @@ def _export_failure(error: Exception) -> FrontendError:
     from fusec.compiler.diagnostics import python_frames
 
     text = str(error)
-    _, user = python_frames(text)
-    where = f"{user[-1][0]}:{user[-1][1]}: " if user else ""
+    frames, user = python_frames(text)
+    # The user's line; in a model from a library (a HuggingFace block), the library's line
+    # that torch stopped at (not torch's own frames).
+    stdlib = sysconfig.get_paths()["stdlib"]
+    outside_torch = [f for f in frames if not f[0].startswith(stdlib)
+                     and not re.search(r"[/\\](torch|torch_mlir|fusec)[/\\]", f[0])]
+    at = user[-1] if user else outside_torch[-1] if outside_torch else None
+    where = f"{at[0]}:{at[1]}: " if at else ""
     if "data-dependent" in text or type(error).__name__ == "GuardOnDataDependentSymNode":
         return FrontendError(
             f"{where}control flow depends on a tensor's value (torch.export cannot trace a "

@@ -417,3 +417,23 @@ def test_frontend_imports_without_torch() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=False
     )
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_control_flow_in_a_library_model_is_located_at_the_librarys_line() -> None:
+    """A model from a library (HF's Mixtral block branches on a tensor's value in
+    transformers' own file) has no frame of the user's: the error points at the library's
+    line torch stopped at, not at torch's frames (it had no location at all)."""
+    from fusec.compiler.frontend import _export_failure
+
+    class GuardOnDataDependentSymNode(Exception):
+        pass
+
+    text = ("Could not guard on data-dependent expression Eq(u0, 4)\n"
+            '  File "/env/lib/python3.11/site-packages/transformers/models/mixtral/'
+            'modeling_mixtral.py", line 80, in forward\n'
+            '  File "/env/lib/python3.11/site-packages/torch/_dynamo/variables/tensor.py", '
+            "line 1200, in evaluate_expr\n")
+    error = _export_failure(GuardOnDataDependentSymNode(text))
+    assert str(error).startswith("/env/lib/python3.11/site-packages/transformers/models/"
+                                 "mixtral/modeling_mixtral.py:80: control flow depends on a "
+                                 "tensor's value"), str(error)
