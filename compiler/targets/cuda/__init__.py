@@ -96,12 +96,14 @@ Its rooms, one path each (imports run down this list, never up):
   gemm.py      matmul-rooted groups as cuBLASLt calls (operands, epilogues, launch tables)
   rewrites.py  the IR-to-IR group rewrites the `tiled` stage runs for the GPU
   folding.py   groups that read nothing, folded at compile time
+  rewrite_passes.py  the rewrites in order (`REWRITES`), each also a flag of its own
   program.py   `generate`: the tiled module -> `CudaProgram` (plan, kernels, PTX, weights)
   artifact.py  `model.so`: the host tables, `write_cuda_artifact`, `build_so`
+  dump.py      what runs on the GPU, readable: `--emit cuda`/`ptx`, `--dump-dir`'s kernels
   stages.py    the target's pass lists (`tiled_passes`, `cuda_passes`)
 
 `fusec.passes` does not import this package: it registers what the planner and the tiling
-ask of the device (`fusec.passes.targets`) when it is imported.
+ask of the device (`fusec.passes.targets`) and its rewrite passes when it is imported.
 """
 
 from __future__ import annotations
