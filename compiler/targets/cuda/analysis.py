@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -46,9 +45,6 @@ def numel_of(shape: Iterable[int]) -> int:
     return math.prod(shape)
 
 
-_MAP_RE = re.compile(r"^\(([^)]*)\)(?:\[[^\]]*\])?\s*->\s*\(([^)]*)\)$")
-
-
 @dataclass(frozen=True)
 class MapInfo:
     """A projection-like affine map: `dims` it reads (positions), constants must be 0."""
@@ -58,20 +54,18 @@ class MapInfo:
 
 
 def parse_map(attr: ir.Attribute) -> MapInfo:
-    text = str(ir.AffineMapAttr(attr).value)
-    m = _MAP_RE.match(text.strip())
-    if not m:
-        raise CudaCodegenError(f"indexing map {text} is not a projection")
-    dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
+    """The projection an indexing map is (from the map itself, not its text): each result a
+    loop dim or the constant 0; anything else is refused."""
+    amap = ir.AffineMapAttr(attr).value
     results = []
-    for r in (x.strip() for x in m.group(2).split(",") if x.strip()):
-        if re.fullmatch(r"d\d+", r):
-            results.append(int(r[1:]))
-        elif r == "0":
+    for expr in amap.results:
+        if isinstance(expr, ir.AffineDimExpr):
+            results.append(expr.position)
+        elif isinstance(expr, ir.AffineConstantExpr) and expr.value == 0:
             results.append(None)
         else:
-            raise CudaCodegenError(f"indexing map {text} is not a projection")
-    return MapInfo(len(dims), tuple(results))
+            raise CudaCodegenError(f"indexing map {amap} is not a projection")
+    return MapInfo(amap.n_dims, tuple(results))
 
 
 # ---------------------------------------------------------------- group analysis
