@@ -45,6 +45,25 @@ def defining_op(value: ir.Value) -> ir.Operation | None:
     return owner.operation if hasattr(owner, "operation") else owner
 
 
+RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
+
+
+def producer_through_reshapes(value: ir.Value) -> ir.Operation | None:
+    """The op that computes `value`, looking through reshapes (None: a block argument)."""
+    op = defining_op(value)
+    while op is not None and op.name in RESHAPE_OPS:
+        op = defining_op(op.operands[0])
+    return op
+
+
+def model_functions(module: ir.Operation) -> list[ir.Operation]:
+    """The module's model functions: its public `func.func`s (not the kernels an earlier
+    stage outlined, nor declarations)."""
+    return [op.operation for op in module.regions[0].blocks[0].operations
+            if op.operation.name == "func.func"
+            and "sym_visibility" not in op.operation.attributes]
+
+
 def op_key(op: ir.Operation | ir.OpView) -> int:
     """A stable identity for an op: its address.
 

@@ -39,6 +39,7 @@ from typing import Callable
 from fusec.passes import attributes, cost_model
 from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, is_compute
 from fusec.passes.inline_groups import groups_in, inline_group
+from fusec.passes.tiling.tile import fold_reshaped_empties
 from fusec.passes.registry import Pass, PassError, register
 from fusec.passes.tiling.place import (
     KEPT,
@@ -286,43 +287,20 @@ def _sole_user(op: ir.Operation) -> ir.Operation | None:
     return users[0] if users and all(u == users[0] for u in users) else None
 
 
-def _reshape_of_empty(op: ir.Operation) -> bool:
-    """A reshape of a `tensor.empty` (an `outs` operand, never read) is replaced by an empty
-    tensor of its own shape, so that it does not become a kernel of its own that would have
-    nothing to compute (and no kernel to build). Returns whether `op` was."""
-    from mlir.dialects import tensor
-
-    if op.name not in ("tensor.expand_shape", "tensor.collapse_shape"):
-        return False
-    source = op.operands[0].owner
-    if not isinstance(source, ir.Operation) and hasattr(source, "operation"):
-        source = source.operation
-    if not isinstance(source, ir.Operation) or source.name != "tensor.empty":
-        return False
-    result = ir.RankedTensorType(op.results[0].type)
-    if not result.has_static_shape:
-        return False
-    with ir.InsertionPoint(op), op.location:
-        empty = tensor.EmptyOp(result.shape, result.element_type)
-    op.results[0].replace_all_uses_with(empty.result)
-    return True
-
-
 def split_group(group: ir.Operation, reason: str) -> list[ir.Operation]:
     """One `single` group per compute op of `group` (a fill goes with the op it initialises),
     each recording `reason`."""
+    # A reshape of an empty tensor (an `outs` operand, never read) would be a part of its own
+    # with nothing to compute: an empty tensor of its shape instead, cloned into its users.
+    fold_reshaped_empties(group)
     body_ops = [op.operation for op in group.regions[0].blocks[0].operations][:-1]
     inline_group(group)
     members: list[list[ir.Operation]] = []
     pending_fills: list[ir.Operation] = []
-    dead: list[ir.Operation] = []
     for op in body_ops:
         if op.name in CLONED_INTO_GROUPS or not is_compute(op):
             continue
         if not any(True for r in op.results for _ in r.uses):
-            continue
-        if _reshape_of_empty(op):
-            dead.append(op)  # now an empty tensor, cloned into each group that uses it
             continue
         user = _sole_user(op)
         if op.name == "linalg.fill" and user is not None and any(user == o for o in body_ops):
@@ -332,8 +310,6 @@ def split_group(group: ir.Operation, reason: str) -> list[ir.Operation]:
         pending_fills = [f for f in pending_fills if not _sole_user(f) == op]
         members.append(mine + [op])
     members += [[f] for f in pending_fills]
-    for op in dead:
-        op.erase()
     parts = []
     for ops in members:
         part = form_group(ops, "single")

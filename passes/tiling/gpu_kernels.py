@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.passes import attributes
+from fusec.passes.grouping import model_functions
 from fusec.passes.registry import Pass, register
 from fusec.passes.targets import kernel_builder
 from mlir import ir
@@ -46,12 +47,9 @@ class GpuKernelsPass(Pass):
     def run(self, module: ir.Operation) -> None:
         # The rewrites are the device's code generator's, registered by its target.
         builder = kernel_builder(GPU_DEVICE)
-        for func in module.regions[0].blocks[0].operations:
-            func = func.operation
-            if func.name != "func.func" or DONE_ATTR in func.attributes:
+        for func in model_functions(module):
+            if DONE_ATTR in func.attributes:
                 continue
-            if "sym_visibility" in func.attributes:
-                continue  # kernels outlined by an earlier stage, not a model function
             builder.refuse_host_features(func)
             notes: list[str] = []
             if self.gemm:

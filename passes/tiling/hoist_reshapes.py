@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusec.passes.grouping import defining_op, form_group, op_key
+from fusec.passes.grouping import (RESHAPE_OPS, defining_op, form_group, op_key,
+                                   producer_through_reshapes)
 from fusec.passes.inline_groups import groups_in, inline_group
 from fusec.passes.registry import Pass, register
 from mlir import ir
 
-RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
 FREE_OPS = frozenset({"arith.constant", "tensor.empty"})
 
 
@@ -64,9 +64,7 @@ def _attribute_names(op: ir.Operation) -> list[str]:
 def _of_constant(reshape: ir.Operation) -> bool:
     """True if `reshape` reshapes a constant (through reshapes): in the host it would be a
     constant buffer, which a CPU plan cannot hold; inside a kernel it is a global."""
-    op = reshape
-    while op is not None and op.name in RESHAPE_OPS:
-        op = defining_op(op.operands[0])
+    op = producer_through_reshapes(reshape.results[0])
     return op is not None and op.name == "arith.constant"
 
 

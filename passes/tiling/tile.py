@@ -63,7 +63,8 @@ from dataclasses import dataclass
 from fusec.passes import attributes, cost_model
 from fusec.passes.cost_model import cpu_tile_sizes, matmul_row_tile
 from fusec.passes.fusion.analysis import CONTRACTION, describe
-from fusec.passes.grouping import defining_op, is_compute, memory_element_type, op_key, walk_ops
+from fusec.passes.grouping import (RESHAPE_OPS, defining_op, is_compute, memory_element_type,
+                                   op_key, producer_through_reshapes, walk_ops)
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, PassError, register
 from fusec.passes.targets import kernel_builder
@@ -82,7 +83,6 @@ UNTILED_ATTR = attributes.UNTILED  # why a group on a GPU is built untiled
 WHOLE_ATTR = attributes.WHOLE
 # Ops that the transform dialect can tile and fuse (they implement TilingInterface).
 TILEABLE_TENSOR_OPS = frozenset({"tensor.pad"})
-RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
 
 
 def limit_tile_rows(sizes: list[int], limit: int) -> list[int]:
@@ -173,9 +173,7 @@ def find_root(group: ir.Operation) -> ir.Operation | None:
     body = group.regions[0].blocks[0]
     terminator = list(body.operations)[-1]
     for value in reversed(list(terminator.operands)):
-        op = defining_op(value)
-        while op is not None and op.name in RESHAPE_OPS:
-            op = defining_op(op.operands[0])
+        op = producer_through_reshapes(value)
         if op is not None and _is_tileable(op):
             return op
     return None

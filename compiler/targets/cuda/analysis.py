@@ -16,6 +16,7 @@ from fusec.compiler.targets.cuda.device import (
     row_launch_shape,
 )
 from fusec.passes.fusion.analysis import FAST_EMITTER_OPS
+from fusec.passes.grouping import producer_through_reshapes
 
 # ---------------------------------------------------------------- small IR helpers
 
@@ -166,12 +167,8 @@ def analyse_group(group: ir.Operation, device: CudaDevice = H200,
         # A group output copied from an input (a weight's reshape beside a [1, 8, 1, 1] sum,
         # found by test/gpu/fuzz_cuda.py) is stored at the domain's positions: it must span
         # the domain, or the copy stops short of its end.
-        source = v
-        while isinstance(source.owner, ir.OpView) and \
-                source.owner.operation.name in ("tensor.expand_shape", "tensor.collapse_shape"):
-            source = source.owner.operands[0]
-        computed = isinstance(source.owner, ir.OpView) and \
-            source.owner.operation.name in ("linalg.generic", "linalg.fill")
+        source = producer_through_reshapes(v)
+        computed = source is not None and source.name in ("linalg.generic", "linalg.fill")
         if not computed and numel_of(tensor_info(v.type)[0]) != numel:
             raise CudaCodegenError(
                 f"a group output copied from an input has {numel_of(tensor_info(v.type)[0])} "

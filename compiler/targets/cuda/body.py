@@ -26,7 +26,7 @@ from fusec.compiler.targets.cuda.device import CudaCodegenError
 # output is 16-bit; in fp32 it stays in the elementwise epilogue kernel.
 
 GEMM_OPS = ("linalg.matmul", "linalg.batch_matmul")
-RESHAPE_OPS = ("tensor.collapse_shape", "tensor.expand_shape")
+from fusec.passes.grouping import RESHAPE_OPS  # noqa: E402,F401 - the rooms import it here
 def defining(value: ir.Value) -> ir.Operation | None:
     from fusec.passes.grouping import defining_op
 

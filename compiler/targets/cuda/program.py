@@ -9,7 +9,6 @@ from pathlib import Path
 
 import mlir.ir as ir
 from fusec.compiler.targets.cuda.analysis import analyse_group, tensor_info, value_key
-from fusec.compiler.targets.cuda.body import RESHAPE_OPS
 from fusec.compiler.targets.cuda.device import DTYPES, GROUP_OP, CudaCodegenError
 from fusec.compiler.targets.cuda.emitter import KernelEmitter, constant_bytes, is_weight
 from fusec.compiler.targets.cuda.fallback import fallback_launch
@@ -26,6 +25,7 @@ from fusec.compiler.targets.cuda.rewrites import (
 )
 from fusec.compiler.targets.cuda.stages import tiled_passes
 from fusec.passes import attributes
+from fusec.passes.grouping import producer_through_reshapes
 from fusec.runtime.plan import DTYPE_SIZES, Buffer, Launch, Plan
 
 # ---------------------------------------------------------------- the program
@@ -93,10 +93,8 @@ def yields_only_empty(group: ir.Operation) -> bool:
     block = group.regions[0].blocks[0]
     terminator = block.operations[len(block.operations) - 1]
     for value in terminator.operands:
-        owner = value.owner
-        while isinstance(owner, ir.OpView) and owner.operation.name in RESHAPE_OPS:
-            owner = owner.operands[0].owner
-        if not isinstance(owner, ir.OpView) or owner.operation.name != "tensor.empty":
+        source = producer_through_reshapes(value)
+        if source is None or source.name != "tensor.empty":
             return False
     return len(terminator.operands) > 0
 

@@ -24,6 +24,7 @@ from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb
                                                   split_multi_output_groups,
                                                   unit_transposes_to_reshapes)
 from fusec.passes import attributes
+from fusec.passes.grouping import model_functions
 from fusec.passes.registry import REGISTRY, Pass, register
 
 
@@ -59,12 +60,6 @@ REWRITES = (
     Rewrite("fusion-gpu-mark-views", lambda f, o: mark_view_groups(f),
             "Layout groups whose result is a dense view of their input become buffer views."),
 )
-
-
-def model_functions(module: ir.Operation) -> list[ir.Operation]:
-    """The module's model functions (not the kernels an earlier stage outlined)."""
-    return [op.operation for op in module.regions[0].blocks[0].operations
-            if op.operation.name == "func.func" and "sym_visibility" not in op.operation.attributes]
 
 
 def _make_pass(rewrite: Rewrite) -> type[Pass]:
