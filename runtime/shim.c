@@ -127,6 +127,8 @@ FUSEC_HIDDEN void fusec_set_error(const char *fmt, ...) {
 
 /* ---------------------------------------------------------------- index checks */
 
+#include "index_check.h"
+
 /* Defined by plan.c: one message per bounds check a kernel makes on an index it read from
  * data (--fusion-guard-indices), each with "{index}" where the bad index goes. */
 extern const int fusec_plan_num_checks;
@@ -150,13 +152,8 @@ static int report_failed_check(void) {
   int check = atomic_exchange(&failed_check, -1);
   if (check < 0) return 0;
   long long index = (long long)atomic_load(&failed_index);
-  const char *message = check < fusec_plan_num_checks ? fusec_plan_checks[check] : "";
-  const char *hole = strstr(message, "{index}");
-  if (hole == NULL)
-    fusec_set_error("index %lld out of range: %s", index, message);
-  else
-    fusec_set_error("%.*s%lld%s", (int)(hole - message), message, index, hole + 7);
-  return 3;
+  return fusec_report_index_error(
+      check < fusec_plan_num_checks ? fusec_plan_checks[check] : "", index);
 }
 
 /* ---------------------------------------------------------------- thread pool (CPU) */

@@ -147,6 +147,8 @@ static void fusec_set_error(const char *fmt, ...) {
   va_end(ap);
 }
 
+#include "index_check.h"
+
 static void fusec_cuda_error(CUresult r, const char *what) {
   const char *name = "CUDA_ERROR_UNKNOWN", *text = "";
   if (cu.GetErrorName) cu.GetErrorName(r, &name);
@@ -647,14 +649,8 @@ static int fusec_index_status_impl(const fusec_cuda_program *p, void *stream) {
   FUSEC_CHECK(cu.MemcpyHtoD(fusec_index_status_ptr, zero, sizeof zero),
               "cuMemcpyHtoD(fusec_index_status)");
   long long check = status[0] - 1;
-  const char *message =
-      check >= 0 && check < p->num_index_checks ? p->index_messages[check] : "";
-  const char *hole = strstr(message, "{index}");
-  if (hole == NULL)
-    fusec_set_error("index %lld out of range: %s", status[1], message);
-  else
-    fusec_set_error("%.*s%lld%s", (int)(hole - message), message, status[1], hole + 7);
-  return 3;
+  return fusec_report_index_error(
+      check >= 0 && check < p->num_index_checks ? p->index_messages[check] : "", status[1]);
 }
 
 /* ------------------------------------------------------------ CUDA graphs
