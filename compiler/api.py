@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from typing import Any
 
 from fusec.compiler.pipeline import CompileOptions
+from fusec.compiler.targets.cpu.options import CpuOptions
+from fusec.compiler.targets.cuda.options import CudaOptions
 
 
 def cache_dir() -> str:
@@ -40,21 +43,24 @@ def compiler_fingerprint() -> str:
 
 def _codegen_environment() -> str:
     """What changes the generated code besides the options: the CPU level the kernels are
-    built for and the environment variables the CPU code generator reads."""
+    built for when the options name none (this machine's)."""
     from fusec.compiler.targets.cpu import default_cpu
 
-    names = ("FUSEC_CPU_MATMUL", "FUSEC_MATMUL_MR", "FUSEC_MATMUL_NR")
-    return default_cpu() + "".join(f";{n}={os.environ.get(n, '')}" for n in names)
+    return default_cpu()
 
 
 def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool = True,
-            arch: str = "sm_90", cache: bool = True, dump_dir: str | None = None,
-            verify: bool = False) -> Any:
+            arch: str | None = None, cache: bool = True, dump_dir: str | None = None,
+            verify: bool = False, cpu: CpuOptions | None = None,
+            cuda: CudaOptions | None = None) -> Any:
     """Compile `model` (a torch.nn.Module with example inputs, given separately or as one
     tuple, or linalg-on-tensors MLIR text) and return the loaded `fusec.runtime.Module`.
 
     The artifact is cached under `cache_dir()`, keyed on the input IR and the options, so a
     second call with the same model and options only loads it.
+
+    `cpu`, `cuda`: the targets' typed options (`CpuOptions`, `CudaOptions`; `fusec --help`
+    lists their fields as flags); `arch` sets `cuda.arch`.
 
     `verify=True` also builds the unfused program and checks, on random inputs, that every
     fused kernel agrees with it (`fusec.compiler.verify`); a mismatch raises
@@ -77,7 +83,11 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
         driver.check_example_inputs(example_inputs, "<torch>")
         with driver.quiet_torch_logs():
             text, filename = import_torch(model, *example_inputs, locations=True), "<torch>"
-    options = CompileOptions(target=target, arch=arch, fusion=fusion, dump_dir=dump_dir)
+    cuda = cuda or CudaOptions()
+    if arch is not None:
+        cuda = dataclasses.replace(cuda, arch=arch)
+    options = CompileOptions(target=target, fusion=fusion, dump_dir=dump_dir,
+                             cpu=cpu or CpuOptions(), cuda=cuda)
     options.target = options.resolved_target()
     key = hashlib.sha256((compiler_fingerprint() + options.cache_key() + _codegen_environment()
                           + text).encode()).hexdigest()[:32]

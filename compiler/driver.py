@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import mlir.ir as ir
 from fusec.compiler.diagnostics import FusecError, format_location, from_mlir_error
 from fusec.compiler.pipeline import CompileOptions, build_so, lower
+from fusec.passes.grouping import model_functions
 from fusec.passes.registry import PassError
 
 
@@ -48,8 +49,7 @@ def _check_supported(module: ir.Module, filename: str) -> None:
         CheckSupportedPass().run(module.operation)
     except PassError as exc:
         raise FusecError(exc.message, format_location(exc.location, filename)) from None
-    public = [op for op in module.body.operations if op.operation.name == "func.func"
-              and "sym_visibility" not in op.operation.attributes]
+    public = model_functions(module.operation)
     if len(public) != 1:
         raise FusecError(f"expected one public func.func (the model) in the module, found "
                          f"{len(public)}", filename)

@@ -28,6 +28,8 @@ from fusec.compiler.frontend import read_torch_signature
 # registers what the tiling asks of the GPU (fusec.passes.targets).
 from fusec.compiler.targets import cpu as cpu_target
 from fusec.compiler.targets import cuda as cuda_target
+from fusec.compiler.targets.cpu.options import CpuOptions
+from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.passes import attributes
 from fusec.runtime.plan import apply_torch_signature
 
@@ -37,15 +39,17 @@ TARGETS = ("cpu", "cuda", "auto")
 
 @dataclass
 class CompileOptions:
-    """What the user chose; every field has a command-line flag of the same name."""
+    """What the user chose; every field has a command-line flag of the same name, and each
+    target's typed options a flag per field (`--cpu-<field>`, `--cuda-<field>`; `--arch` is
+    `--cuda-arch`)."""
 
     target: str = "cpu"  # cpu | cuda | auto (cuda when a GPU is present)
-    arch: str = "sm_90"
     fusion: bool = True  # False: one kernel per op (the unfused baseline)
     dump_dir: str | None = None
     model_name: str = "model"
     verbose: bool = False  # print each stage's name and time on stderr
-    extra: dict = field(default_factory=dict)
+    cpu: CpuOptions = field(default_factory=CpuOptions)
+    cuda: CudaOptions = field(default_factory=CudaOptions)
 
     def resolved_target(self) -> str:
         if self.target not in TARGETS:
@@ -115,7 +119,7 @@ def gpu_tiled_passes(options: CompileOptions) -> list[str]:
     """`tiled` for target cuda: the GPU's kernels formed, each kernel's block tile, placement
     and capacity for the H200 (`targets.cuda.tiled_passes`); the CUDA code generator builds
     the kernels from these tile loops."""
-    return cuda_target.tiled_passes(gemm=bool(options.extra.get("gemm", True)))
+    return cuda_target.tiled_passes(options.cuda)
 
 
 def bufferized_passes(options: CompileOptions) -> list[str]:
@@ -155,7 +159,7 @@ def emit_text(module: ir.Module, options: CompileOptions, stage: str,
     says what `--dump-dir` writes of them)."""
     if options.resolved_target() == "cuda" and stage in ("cuda", "ptx"):
         lower(module, options, stop_after="tiled", filename=filename)
-        cuda_options = dataclasses.replace(cuda_target.options_from(options), cubin=False)
+        cuda_options = dataclasses.replace(options.cuda, cubin=False)
         program = cuda_target.generate(module, cuda_options)
         return program.kernels_mlir if stage == "cuda" else program.ptx
     lower(module, options, stop_after=stage, filename=filename)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from fusec.compiler.diagnostics import FusecError, format_location
 from fusec.compiler.pipeline import CompileOptions, detect_stage, lower
+from fusec.passes.grouping import model_functions
 from mlir import ir
 
 TAG = "fusec.verify_id"
@@ -105,9 +106,8 @@ class VerifyResult:
 
 def _function(module: ir.Module) -> ir.Operation:
     """The public entry function (the model)."""
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and "sym_visibility" not in op.operation.attributes:
-            return op.operation
+    for function in model_functions(module.operation):
+        return function
     raise FusecError("--verify: the module has no public function")
 
 

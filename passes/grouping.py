@@ -60,7 +60,7 @@ def model_functions(module: ir.Operation) -> list[ir.Operation]:
     """The module's model functions: its public `func.func`s (not the kernels an earlier
     stage outlined, nor declarations)."""
     return [op.operation for op in module.regions[0].blocks[0].operations
-            if op.operation.name == "func.func"
+            if op.operation.name == "func.func" and len(op.operation.regions[0].blocks)
             and "sym_visibility" not in op.operation.attributes]
 
 

@@ -10,6 +10,11 @@ for "nvidia-h200"); `--fusion-gpu-kernels` and `--fusion-tile{device=...}` ask i
   returning one note per decision;
 - `tile_refusal(group)`: why code generation would not build this tiled group (None: it does);
 - `tile_for_fallback(group)`: tile a group no emitter builds as the fallback path runs it.
+
+Every target also says what one of its row or elementwise kernels can be made of
+(`KernelOps`, registered by `fusec.compiler.targets.cpu` and `.cuda` when imported): the
+planner's input and horizontal fusion ask `kernel_ops(device)` instead of keeping a copy of
+the emitter's list.
 """
 
 from __future__ import annotations
@@ -47,3 +52,32 @@ def kernel_builder(device: str) -> KernelBuilder:
         raise PassError(f"no code generator is registered for device '{device}' (registered: "
                         f"{known}); import its target, e.g. fusec.compiler.targets.cuda")
     return _BUILDERS[device]
+
+
+@dataclass(frozen=True)
+class KernelOps:
+    """What one row or elementwise kernel of a device's code generator is made of."""
+
+    device: str
+    # Op names such a kernel takes (besides scalar arith/math ops and the group terminator).
+    ops: frozenset[str]
+    # Why the code generator's row/elementwise emitter would refuse an op (None: it takes it).
+    refusal: Callable[[ir.Operation], str | None]
+
+
+_KERNEL_OPS: dict[str, KernelOps] = {}
+
+
+def register_kernel_ops(kernel_ops: KernelOps) -> None:
+    """Make `kernel_ops` the answer for `kernel_ops.device` (a later one replaces it)."""
+    _KERNEL_OPS[kernel_ops.device] = kernel_ops
+
+
+def kernel_ops(device: str) -> KernelOps:
+    """What `device`'s row/elementwise kernels take; a PassError when no target said."""
+    if device not in _KERNEL_OPS:
+        known = ", ".join(sorted(_KERNEL_OPS)) or "none"
+        raise PassError(f"no target has said what a kernel of device '{device}' takes "
+                        f"(registered: {known}); import its target, e.g. "
+                        f"fusec.compiler.targets.cpu")
+    return _KERNEL_OPS[device]

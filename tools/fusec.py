@@ -2,14 +2,15 @@
 
     fusec MODEL.{py,mlir} [-o model.so] [--target cpu|cuda|auto] [--arch sm_90]
           [--emit STAGE] [--dump-dir DIR] [--report[=json]] [--no-fusion] [--check]
-          [--verify] [--debug]
+          [--verify] [--debug] [--cpu-FIELD ...] [--cuda-FIELD ...]
 
 A model.py defines `model()` (a torch.nn.Module) and `example_inputs()`. `--emit STAGE` prints
 the IR after STAGE (linalg, fusion, tiled, bufferized, cpu) and stops; IR given as input
 resumes after the stage it is in. `--check` runs the compiled model on fresh random inputs and
 compares it with PyTorch in float64 (model.py inputs only). `--verify` also builds the unfused
 program and checks, kernel by kernel, that the fused one agrees with it. Errors print as
-`file:line:col: error: ...` with exit code 1.
+`file:line:col: error: ...` with exit code 1. Each target's typed options (CpuOptions,
+CudaOptions) are flags, one per field: `fusec --help` lists them.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
                              "that every fused kernel agrees with it (names the first that "
                              "does not)")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    _add_target_flags(parser)
     parser.error = _usage_error  # type: ignore[method-assign]
     # `--report=json` (the value joined: a bare `--report` never takes the next word, so
     # `fusec --report model.mlir` reads model.mlir as the input).
@@ -75,6 +77,55 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     if args.report_format:
         args.report = args.report_format
     return args
+
+
+# The targets' typed options, a flag per field (`--cpu-threads 8`, `--no-cuda-gemm`); the
+# CUDA architecture is `--arch` above.
+TARGET_FLAGS = {"cpu": "fusec.compiler.targets.cpu.options:CpuOptions",
+                "cuda": "fusec.compiler.targets.cuda.options:CudaOptions"}
+SKIPPED_FIELDS = {("cuda", "arch")}
+
+
+def _target_options_classes() -> dict[str, type]:
+    import importlib
+
+    classes = {}
+    for prefix, where in TARGET_FLAGS.items():
+        module, name = where.split(":")
+        classes[prefix] = getattr(importlib.import_module(module), name)
+    return classes
+
+
+def _add_target_flags(parser: argparse.ArgumentParser) -> None:
+    import dataclasses
+
+    for prefix, cls in _target_options_classes().items():
+        group = parser.add_argument_group(f"{prefix} target options ({cls.__name__}; "
+                                          f"0 or empty: the cost model's choice)")
+        for f in dataclasses.fields(cls):
+            if (prefix, f.name) in SKIPPED_FIELDS:
+                continue
+            flag = f"--{prefix}-{f.name.replace('_', '-')}"
+            dest = f"{prefix}__{f.name}"
+            text = f"{f.metadata.get('help', '')} (default: {f.default!r})".replace("%", "%%")
+            if isinstance(f.default, bool):
+                group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction,
+                                   default=None, help=text)
+            else:
+                group.add_argument(flag, dest=dest, type=type(f.default), default=None,
+                                   metavar=type(f.default).__name__.upper(), help=text)
+
+
+def target_options(args: argparse.Namespace) -> dict:
+    """{"cpu": CpuOptions, "cuda": CudaOptions} from the flags given (defaults elsewhere)."""
+    made = {}
+    for prefix, cls in _target_options_classes().items():
+        given = {key.split("__", 1)[1]: value for key, value in vars(args).items()
+                 if key.startswith(f"{prefix}__") and value is not None}
+        if prefix == "cuda":
+            given["arch"] = args.arch or DEFAULT_ARCH
+        made[prefix] = cls(**given)
+    return made
 
 
 def _usage_error(message: str) -> None:
@@ -118,9 +169,9 @@ def run(argv: list[str]) -> int:
     if args.arch is not None and args.target == "cpu":
         print(f"fusec: note: --arch {args.arch} is for --target cuda; ignored for the CPU",
               file=sys.stderr)
-    options = CompileOptions(target=args.target, arch=args.arch or DEFAULT_ARCH,
-                             fusion=not args.no_fusion, dump_dir=args.dump_dir,
-                             model_name=name, verbose=args.verbose)
+    options = CompileOptions(target=args.target, fusion=not args.no_fusion,
+                             dump_dir=args.dump_dir, model_name=name, verbose=args.verbose,
+                             **target_options(args))
     _check_args(args, options)
     started = time.perf_counter()
     text, inputs, model = driver.load_input(args.input)

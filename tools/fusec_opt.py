@@ -130,7 +130,9 @@ def _write_output(path: str, text: str) -> None:
 
 
 def _load_targets() -> None:
-    """Import the targets: the CUDA target registers its kernel builder and its passes."""
+    """Import the targets: each registers what its kernels take, the CUDA target also its
+    kernel builder and its passes."""
+    import fusec.compiler.targets.cpu  # noqa: F401
     import fusec.compiler.targets.cuda  # noqa: F401
 
 

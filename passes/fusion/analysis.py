@@ -309,34 +309,6 @@ def _pad_facts(op: ir.Operation) -> tuple[str, list[int], list[bool], list, list
     return PAD, list(res_shape), [True] * rank, maps, [_identity(rank)]
 
 
-# What the GPU's group emitter (compiler/targets/cuda/emitter.py, `KernelEmitter`) takes:
-# linalg.generic, linalg.fill, reshapes and the scalar ops and constants around them. The one
-# list: the planner predicts the emitter's refusals from it and the CUDA target's
-# `analyse_group` accepts exactly these (it imports this list; passes import no target).
-FAST_EMITTER_OPS = frozenset({"linalg.generic", "linalg.fill", "tensor.expand_shape",
-                               "tensor.collapse_shape", "tensor.empty", "arith.constant"})
-
-
-def fast_emitter_refusal(op: ir.Operation) -> str | None:
-    """Why the GPU fast emitter would refuse `op` (None: it takes it): an op it has no
-    emission for (transposes, matmuls, slices, pads, convolutions, pooling), a reduction over
-    other than the last loop, or a live `linalg.index` in a payload."""
-    name = op.name
-    if name not in FAST_EMITTER_OPS:
-        if name.startswith(("arith.", "math.")):
-            return None
-        return f"'{name}' is not emitted by the fast emitter"
-    if name != "linalg.generic":
-        return None
-    kinds = ["reduction" in str(a) for a in op.attributes["iterator_types"]]
-    if any(kinds[:-1]):
-        return "a reduction over other than the last loop"
-    if any(inner.operation.name == "linalg.index"
-           for inner in op.regions[0].blocks[0].operations):
-        return "linalg.index in the payload"
-    return None
-
-
 def describe(op: ir.Operation, position: int) -> OpFacts:
     """The facts of one compute op."""
     merged: set[int] = set()

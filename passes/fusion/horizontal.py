@@ -26,12 +26,13 @@ from dataclasses import dataclass
 
 import mlir.ir as ir
 from fusec.passes import attributes, cost_model
-from fusec.passes.fusion.analysis import CONTRACTION, describe, fast_emitter_refusal, short_location
+from fusec.passes.fusion.analysis import CONTRACTION, describe, short_location
 from fusec.passes.fusion.form_singletons import function_bodies
 from fusec.passes.fusion.producer_fusion import group_attributes, group_bytes, record_group
 from fusec.passes.grouping import CLONED_INTO_GROUPS, defining_op, form_group, op_key
 from fusec.passes.inline_groups import inline_group
 from fusec.passes.registry import Pass, PassError, register
+from fusec.passes.targets import kernel_ops
 
 
 def _group_floor_s(group: ir.Operation, device: cost_model.Device) -> float:
@@ -103,13 +104,15 @@ def _merge(members: list[ir.Operation], device: cost_model.Device) -> ir.Operati
     return group
 
 
-def fast_emitter_refusal_in(group: ir.Operation) -> str | None:
-    """The first op of `group` the GPU fast emitter would refuse, with why (None: none)."""
+def emitter_refusal_in(group: ir.Operation, device: cost_model.Device) -> str | None:
+    """The first op of `group` the device's row/elementwise emitter would refuse, with why
+    (None: none); the target says (fusec.passes.targets.kernel_ops)."""
+    refusal = kernel_ops(device.name).refusal
     for op in group.regions[0].blocks[0].operations:
         op = op.operation
         if op.name == "fusion.yield":
             continue
-        why = fast_emitter_refusal(op)
+        why = refusal(op)
         if why is not None:
             return f"{op.name}@{short_location(op)}: {why}"
     return None
@@ -144,8 +147,10 @@ def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: co
     for i, g in enumerate(groups):
         # A horizontal group has one output per part: on the GPU, one the fast emitter
         # refuses is split per output again by code generation (no launch saved).
-        why = fast_emitter_refusal_in(g) if small[i] else None
-        if why is None or cost_model.multi_output_kernel_ok(False, device):
+        if not small[i] or cost_model.multi_output_kernel_ok(False, device):
+            continue
+        why = emitter_refusal_in(g, device)
+        if why is None:
             continue
         small[i] = False
         if _has_partner(i, candidates, ancestors, window):

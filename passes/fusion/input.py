@@ -48,7 +48,6 @@ import mlir.ir as ir
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.analysis import (
     CONTRACTION,
-    FAST_EMITTER_OPS,
     FILL,
     RESHAPE,
     OpFacts,
@@ -64,11 +63,9 @@ from fusec.passes.fusion.producer_fusion import group_attributes, group_bytes, r
 from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, op_key, value_key
 from fusec.passes.inline_groups import inline_group
 from fusec.passes.registry import Pass, register
+from fusec.passes.targets import kernel_ops
 
 KIND = "input"
-# What one row or elementwise kernel is made of, on both targets (the CUDA code generator's
-# fast path; the CPU path tiles such groups row by row).
-ONE_KERNEL_OPS = FAST_EMITTER_OPS | {"fusion.yield"}
 
 
 @dataclass
@@ -127,7 +124,8 @@ def _own_problem(member: Consumer, shape: list[int],
     input, or None."""
     numel = math.prod(shape)
     for op in _body_ops(member.group):
-        if op.name not in ONE_KERNEL_OPS:
+        # What one row or elementwise kernel is made of: the target's answer.
+        if op.name not in kernel_ops(device.name).ops and op.name != "fusion.yield":
             return ("not-one-kernel", f"{member.where} holds '{op.name}': the code generator "
                     f"emits a merged group with it on its one-thread-per-tile fallback")
         for value in list(op.operands) + list(op.results):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import mlir.ir as ir
 from fusec.passes import attributes
-from fusec.passes.grouping import op_key, walk_ops
+from fusec.passes.grouping import model_functions, op_key, walk_ops
 from fusec.passes.registry import Pass, PassError, register
 from mlir.dialects import func, scf
 
@@ -51,11 +51,6 @@ def _globals(module: ir.Operation) -> dict[str, ir.Operation]:
             for op in module.regions[0].blocks[0].operations
             if op.operation.name == "ml_program.global"}
 
-
-def _public_functions(module: ir.Operation) -> list[ir.Operation]:
-    return [op.operation for op in module.regions[0].blocks[0].operations
-            if op.operation.name == "func.func" and len(op.operation.regions[0].blocks)
-            and "sym_visibility" not in op.operation.attributes]
 
 
 def _i64(value: int) -> ir.IntegerAttr:
@@ -180,7 +175,7 @@ class GlobalsToStatePass(Pass):
         globals_ = _globals(module)
         if not globals_:
             return
-        for function in _public_functions(module):
+        for function in model_functions(module):
             _rewrite(function, globals_)
         # Every access is gone: the declarations would only be bufferized into dead globals.
         for op in globals_.values():

@@ -42,7 +42,7 @@ from typing import Callable
 import mlir.ir as ir
 from fusec.passes import attributes
 from fusec.passes.fusion.form_loop_kernels import LOOP_OPS
-from fusec.passes.grouping import defining_op, op_key, walk_ops
+from fusec.passes.grouping import defining_op, model_functions, op_key, walk_ops
 from fusec.passes.registry import Pass, PassError, register
 from mlir.dialects import arith, linalg, tensor
 
@@ -348,8 +348,5 @@ class ScalarsToTensorsPass(Pass):
     ARGUMENT = "fusion-scalars-to-tensors"
 
     def run(self, module: ir.Operation) -> None:
-        for op in module.regions[0].blocks[0].operations:
-            op = op.operation
-            if op.name == "func.func" and len(op.regions[0].blocks) and (
-                    "sym_visibility" not in op.attributes):
-                _Rewriter(op).run()
+        for function in model_functions(module):
+            _Rewriter(function).run()

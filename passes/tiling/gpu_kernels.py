@@ -17,8 +17,9 @@ tiled stage itself on a function without it).
 Refuses (a located error) a model that needs what only the CPU artifact provides: state kept
 between calls (an RNG seed) or Python-number results.
 
-Option: `gemm` (true: the cuBLASLt path and the rewrites; false: one kernel per group, none of
-the rewrites).
+Options: `device` (the GPU whose code generator is asked, passes/targets.py; nvidia-h200),
+`gemm` (true: the cuBLASLt path and the rewrites; false: one kernel per group, none of the
+rewrites).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from fusec.passes.targets import kernel_builder
 from mlir import ir
 
 DONE_ATTR = attributes.GPU_KERNELS
-GPU_DEVICE = "nvidia-h200"  # the device whose kernel builder (passes/targets.py) is asked
 NOTES_ATTR = attributes.GEMM_NOTES
 
 
@@ -42,11 +42,12 @@ class GpuKernelsPass(Pass):
     """Form the GPU's kernels and library calls from the fusion stage's groups."""
 
     ARGUMENT = "fusion-gpu-kernels"
+    device: str = "nvidia-h200"
     gemm: bool = True
 
     def run(self, module: ir.Operation) -> None:
         # The rewrites are the device's code generator's, registered by its target.
-        builder = kernel_builder(GPU_DEVICE)
+        builder = kernel_builder(self.device)
         for func in model_functions(module):
             if DONE_ATTR in func.attributes:
                 continue

@@ -19,8 +19,8 @@ above; a GPU description such as nvidia-h200: one block's tile from
 group split, the reason recorded on the group).
 
 A matmul-rooted group on the CPU gets a row tile (the loop of its result's rows, the
-matmul's M) of whole microkernel row blocks (`--fusion-cpu-matmul`'s mr = 6), at least 24
-rows where M allows, and dividing M (`matmul_row_tile`); not with `min-tile-kb=0`, the
+matmul's M) of whole microkernel row blocks (option `matmul-rows`, the CPU target's
+`--fusion-cpu-matmul{mr}`; 0: the cost model's 6), at least 24 rows where M allows, and dividing M (`matmul_row_tile`); not with `min-tile-kb=0`, the
 finest tiles the GPU fallback path asks for (one thread per tile).
 
 A group may carry `fusion.max_tile_rows = N` (set by the capacity fit, or by hand): its
@@ -337,9 +337,11 @@ def _row_dim(root: ir.Operation) -> int | None:
 def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
                    iterators: list[str], threads: int, tiles_per_thread: int,
                    min_tile_bytes: int, max_tile_bytes: int,
-                   device: cost_model.Device | None, kind: str) -> list[int]:
+                   device: cost_model.Device | None, kind: str,
+                   matmul_rows: int = 0) -> list[int]:
     """The root's tile sizes on `device` (None: the CPU policy) for a kernel of `kind`
-    (`_kernel_kind`), capped by the group's `fusion.max_tile_rows`."""
+    (`_kernel_kind`), capped by the group's `fusion.max_tile_rows`; a CPU matmul's row tile
+    is whole blocks of `matmul_rows` (the microkernel's rows; 0: the cost model's)."""
     dims = tileable_dims(group)
     if device is not None and device.threads_per_block > 1:
         allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
@@ -353,7 +355,8 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
         microkernel = min_tile_bytes > 0 and kind == "contraction"
         m = _row_dim(root) if microkernel else None
         if m is not None:
-            sizes[m] = matmul_row_tile(ranges[m], sizes[m])
+            sizes[m] = matmul_row_tile(ranges[m], sizes[m],
+                                       matmul_rows or cost_model.CPU_MATMUL_ROW_BLOCK)
     if MAX_TILE_ROWS_ATTR in group.attributes:
         sizes = limit_tile_rows(sizes, ir.IntegerAttr(group.attributes[MAX_TILE_ROWS_ATTR]).value)
     return sizes
@@ -361,7 +364,7 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
 
 def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
                min_tile_bytes: int, max_tile_bytes: int = 256 * 1024,
-               device: cost_model.Device | None = None) -> None:
+               device: cost_model.Device | None = None, matmul_rows: int = 0) -> None:
     """Tile `group`'s root and fuse its producers; record sizes and grid on the group."""
     i64 = ir.IntegerType.get_signless(64)
     group.attributes[attributes.GRID] = ir.IntegerAttr.get(i64, 1)
@@ -381,7 +384,7 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     own_root_inits(root, group)
     kind = _kernel_kind(group)
     sizes = tile_sizes_for(group, root, ranges, iterators, threads, tiles_per_thread,
-                           min_tile_bytes, max_tile_bytes, device, kind)
+                           min_tile_bytes, max_tile_bytes, device, kind, matmul_rows)
     if device is not None and device.threads_per_block > 1:
         _record_block(group, kind, sizes, ranges, device)
     if not any(sizes):
@@ -736,6 +739,9 @@ class TileGroupsPass(Pass):
     max_tile_kb: int = 256
     device: str = "cpu"
     fit: bool = False
+    # The CPU matmul microkernel's rows (`--fusion-cpu-matmul{mr}`): a matmul's row tile is
+    # whole blocks of them; 0: the cost model's CPU_MATMUL_ROWS.
+    matmul_rows: int = 0
 
     def run(self, module: ir.Operation) -> None:
         threads = self.threads or os.cpu_count() or 1
@@ -751,7 +757,7 @@ class TileGroupsPass(Pass):
 
         def tile(group: ir.Operation) -> None:
             tile_group(group, threads, self.tiles_per_thread, self.min_tile_kb * 1024,
-                       self.max_tile_kb * 1024, device)
+                       self.max_tile_kb * 1024, device, self.matmul_rows)
 
         # Imported here: capacity builds on placement, which runs after tiling.
         from fusec.passes.tiling.capacity import tile_accepted, tile_to_fit

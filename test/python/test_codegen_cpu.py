@@ -15,14 +15,16 @@ import subprocess
 import numpy as np
 import pytest
 from fusec.compiler.targets import cpu as codegen_cpu
+from fusec.compiler.targets.cpu.options import CpuOptions
 from fusec.runtime.plan import Plan
 from fusec.dialects import make_context
 from fusec.passes import run_pipeline
 from fusec.passes.cost_model import cpu_tile_sizes
 from mlir import ir
 
-# Small tiles so that these small tests still have many tiles on a 2-core machine.
-OPTIONS = {"threads": 4, "min_tile_kb": 1}
+# Small tiles so that these small tests still have many tiles on a 2-core machine; the
+# tiling as given (no capacity fit), what these tests were written against.
+OPTIONS = CpuOptions(threads=4, min_tile_kb=1, fit=False)
 
 
 def compile_ir(text: str, tmp_path, options=OPTIONS, singletons: bool = False):

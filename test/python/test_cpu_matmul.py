@@ -18,6 +18,7 @@ import torch
 
 import fusec
 from fusec.compiler.targets import cpu as codegen_cpu
+from fusec.compiler.targets.cpu.options import CpuOptions
 
 TOLERANCE = 1e-5
 VECTOR_FMA = re.compile(r"llvm\.intr\.fmuladd.*vector<\d+xf32>")
@@ -48,11 +49,11 @@ def rel_err(out: np.ndarray, ref: torch.Tensor) -> float:
 
 
 def compile_and_check(model: torch.nn.Module, shapes: list[tuple[int, ...]], tmp_path,
-                      kernels: int) -> str:
+                      kernels: int, cpu: CpuOptions | None = None) -> str:
     """Compile, run on fresh data, check numerics and kernel count; returns the cpu IR."""
     model = model.eval()
     example = [torch.randn(s) for s in shapes]
-    compiled = fusec.compile(model, *example, cache=False, dump_dir=str(tmp_path))
+    compiled = fusec.compile(model, *example, cache=False, dump_dir=str(tmp_path), cpu=cpu)
     assert len(compiled.kernels) == kernels
     inputs = [torch.randn(s) for s in shapes]  # not the example's tensors
     out = compiled(*[x.numpy() for x in inputs])
@@ -87,18 +88,33 @@ def test_narrow_output_keeps_the_loop_path(tmp_path):
     assert not VECTOR_FMA.search(cpu_ir)
 
 
-def test_pass_can_be_turned_off(tmp_path, monkeypatch):
-    """FUSEC_CPU_MATMUL=0: the plain loop path, same numbers."""
-    monkeypatch.setenv("FUSEC_CPU_MATMUL", "0")
-    cpu_ir = compile_and_check(MatMul(), [(37, 53), (53, 19)], tmp_path, kernels=1)
+def test_pass_can_be_turned_off(tmp_path):
+    """CpuOptions(matmul=False) (`--no-cpu-matmul`): the plain loop path, same numbers."""
+    cpu_ir = compile_and_check(MatMul(), [(37, 53), (53, 19)], tmp_path, kernels=1,
+                               cpu=CpuOptions(matmul=False))
     assert not VECTOR_FMA.search(cpu_ir)
 
 
-def test_microkernel_shape_follows_the_cpu(monkeypatch):
+def test_microkernel_rows_reach_the_tiling(tmp_path):
+    """`matmul_mr` sets the microkernel's rows and the tiling's row blocks alike (the tiling
+    used to keep 6-row blocks whatever the microkernel was); the numbers still agree."""
+    passes = codegen_cpu.tiled_passes(CpuOptions(matmul_mr=8))
+    assert any(p.startswith("fusion-tile{") and "matmul-rows=8" in p for p in passes)
+    assert "fusion-cpu-matmul{mr=8," in " ".join(
+        codegen_cpu._matmul_passes(CpuOptions(arch="x86-64-v3", matmul_mr=8)))
+    # 240 rows in 8 tiles (2 threads x 4): 30-row tiles with 6-row blocks, 40 with 8.
+    cpu_ir = compile_and_check(MatMul(), [(240, 64), (64, 96)], tmp_path, kernels=1,
+                               cpu=CpuOptions(arch="x86-64-v3", matmul_mr=8, threads=2))
+    assert VECTOR_FMA.search(cpu_ir)
+    tiled = (tmp_path / "model.tiled.mlir").read_text()
+    sizes = re.search(r"fusion.tile_sizes = array<i64: (\d+)", tiled)
+    assert sizes and int(sizes.group(1)) == 40, sizes
+
+
+def test_microkernel_shape_follows_the_cpu():
     """AVX-512 targets get 32-column microkernels, AVX2 targets 16, others none."""
-    for name in ("FUSEC_CPU_MATMUL", "FUSEC_MATMUL_MR", "FUSEC_MATMUL_NR"):
-        monkeypatch.delenv(name, raising=False)
-    assert codegen_cpu._matmul_passes({"cpu": "x86-64-v4"})[0] == "fusion-cpu-matmul{mr=6,nr=32}"
-    assert codegen_cpu._matmul_passes({"cpu": "x86-64-v3"})[0] == "fusion-cpu-matmul{mr=6,nr=16}"
-    assert codegen_cpu._matmul_passes({"cpu": "generic"}) == []
-    assert codegen_cpu._matmul_passes({"cpu": "x86-64-v3", "cpu_matmul": False}) == []
+    for arch, expected in (("x86-64-v4", "fusion-cpu-matmul{mr=6,nr=32}"),
+                           ("x86-64-v3", "fusion-cpu-matmul{mr=6,nr=16}")):
+        assert codegen_cpu._matmul_passes(CpuOptions(arch=arch))[0] == expected
+    assert codegen_cpu._matmul_passes(CpuOptions(arch="generic")) == []
+    assert codegen_cpu._matmul_passes(CpuOptions(arch="x86-64-v3", matmul=False)) == []

@@ -10,10 +10,8 @@ Three IR stages, each a flat pass list (`*_passes(options)`, run by `run_pipelin
                 each kernel exported as `void k(void **buffers, int64_t begin, int64_t end)`
 
 then `emit_object` (LLVM IR -> `opt -O3` -> `llc -O3` -> .o) and `take_plan` (the Plan).
-Options are read from `options.extra` (a dict) when present: `threads` (tile count target,
-default this machine's cores), `tiles_per_thread` (4), `min_tile_kb` (16), `max_tile_kb`
-(256), `cpu` (LLVM CPU name for code generation, default `default_cpu()`), `cpu_matmul`
-(matmul microkernels, `--fusion-cpu-matmul`, default on), `matmul_mr`, `matmul_nr`.
+The options are `CpuOptions` (options.py; `CompileOptions.cpu`, `fusec --cpu-<field>`):
+nothing else (no environment variable) changes what this target builds.
 """
 
 from __future__ import annotations
@@ -25,29 +23,45 @@ import tempfile
 from typing import Any
 
 import numpy as np
+from fusec.compiler.targets.cpu.options import CpuOptions
 from fusec.passes import attributes, cost_model
 from fusec.runtime.plan import Plan
 from mlir import ir
 from mlir.dialects import llvm as llvm_dialect
 
 
-def _option(options: Any, name: str, default: Any) -> Any:
-    extra = getattr(options, "extra", None) or (options if isinstance(options, dict) else {})
-    if name in extra:
-        return extra[name]
-    return getattr(options, name, default)
+# What one row or elementwise kernel of this target is made of, for the planner's input
+# fusion (fusec.passes.targets.kernel_ops): the ops the tiling fuses into one row-tiled
+# kernel whatever the shapes (generics, fills, reshapes, constants). Any op can be a CPU
+# kernel of its own, so the emitter refuses none (a multi-output kernel stays one).
+ROW_KERNEL_OPS = frozenset({"linalg.generic", "linalg.fill", "tensor.expand_shape",
+                            "tensor.collapse_shape", "tensor.empty", "arith.constant"})
+
+
+def _register() -> None:
+    from fusec.passes.targets import KernelOps, register_kernel_ops
+
+    register_kernel_ops(KernelOps(device="cpu", ops=ROW_KERNEL_OPS, refusal=lambda op: None))
+
+
+_register()
+
+
+def _cpu_options(options: Any) -> CpuOptions:
+    """The CpuOptions of `options`: a CompileOptions (its `cpu`), CpuOptions, or None."""
+    if options is None:
+        return CpuOptions()
+    if isinstance(options, CpuOptions):
+        return options
+    return options.cpu
 
 
 def tiled_passes(options: Any = None) -> list[str]:
     """fusion -> tiled."""
-    threads = int(_option(options, "threads", 0))
-    per_thread = int(_option(options, "tiles_per_thread", 4))
-    min_kb = int(_option(options, "min_tile_kb", 16))
-    max_kb = int(_option(options, "max_tile_kb", 256))
-    # The pipeline acts on capacity (a group over the limits is re-tiled or split); a caller
-    # that needs one kernel per group back and passes a plain dict of tiling options (the
-    # CUDA fallback) gets that only when it asks for it ("fit": True).
-    fit = bool(_option(options, "fit", not isinstance(options, dict)))
+    cpu = _cpu_options(options)
+    # The pipeline acts on capacity (a group over the limits is re-tiled or split); the CUDA
+    # fallback, which needs one kernel per group back, tiles with `fit` off (FINEST_TILES).
+    fit = "true" if cpu.fit else "false"
     return [
         # Reshapes at group edges are views: out of the kernels, so that roots are tileable.
         "fusion-hoist-reshapes",
@@ -67,8 +81,9 @@ def tiled_passes(options: Any = None) -> list[str]:
         "fusion-hoist-reshapes",
         "canonicalize",
         # fit: a tile over the device's capacity is re-tiled smaller, or its group split.
-        (f"fusion-tile{{threads={threads},tiles-per-thread={per_thread},min-tile-kb={min_kb},"
-         f"max-tile-kb={max_kb},fit={'true' if fit else 'false'}}}"),
+        (f"fusion-tile{{threads={cpu.threads},tiles-per-thread={cpu.tiles_per_thread},"
+         f"min-tile-kb={cpu.min_tile_kb},max-tile-kb={cpu.max_tile_kb},fit={fit},"
+         f"matmul-rows={matmul_shape(cpu)[0]}}}"),
         # Tiling leaves the fused-away producers dead and duplicates slices: clean both.
         "canonicalize",
         "cse",
@@ -158,20 +173,23 @@ def cpu_passes(options: Any = None) -> list[str]:
     ]
 
 
+def matmul_shape(cpu: CpuOptions) -> tuple[int, int]:
+    """The matmul microkernel's (rows, columns): the options', else the cost model's for the
+    target CPU's vector width (`CPU_MATMUL_ROWS`, `cpu_matmul_columns`)."""
+    lanes = vector_bits(cpu.arch or default_cpu()) // 32
+    return (cpu.matmul_mr or cost_model.CPU_MATMUL_ROWS,
+            cpu.matmul_nr or cost_model.cpu_matmul_columns(lanes))
+
+
 def _matmul_passes(options: Any = None) -> list[str]:
-    """`fusion-cpu-matmul` and the lowering of its vector transfers (option `cpu_matmul`,
+    """`fusion-cpu-matmul` and the lowering of its vector transfers (option `matmul`,
     default on; `matmul_mr`, `matmul_nr`: the microkernel's rows and columns)."""
-    # $FUSEC_CPU_MATMUL=0 turns it off too (to measure what it brings).
-    if not _option(options, "cpu_matmul", os.environ.get("FUSEC_CPU_MATMUL", "1") != "0"):
+    cpu = _cpu_options(options)
+    if not cpu.matmul:
         return []
-    lanes = vector_bits(_option(options, "cpu", None) or default_cpu()) // 32
-    if lanes < 8:
+    if vector_bits(cpu.arch or default_cpu()) // 32 < 8:
         return []  # no 8-lane f32 vectors: the microkernel's unit
-    # The microkernel's shape is the cost model's (CPU_MATMUL_ROWS, cpu_matmul_columns).
-    mr = int(_option(options, "matmul_mr", int(os.environ.get("FUSEC_MATMUL_MR",
-                                                              cost_model.CPU_MATMUL_ROWS))))
-    nr = int(_option(options, "matmul_nr", int(os.environ.get(
-        "FUSEC_MATMUL_NR", cost_model.cpu_matmul_columns(lanes)))))
+    mr, nr = matmul_shape(cpu)
     return [f"fusion-cpu-matmul{{mr={mr},nr={nr}}}", "convert-vector-to-scf{full-unroll=true}"]
 
 
@@ -323,20 +341,18 @@ def _host_flags() -> frozenset[str]:
 
 
 def target_cpu(options: Any = None) -> str:
-    """The LLVM CPU the kernels are generated for: `extra["cpu"]`, else `default_cpu()`."""
-    return _option(options, "cpu", None) or default_cpu()
+    """The LLVM CPU the kernels are generated for: the options' `arch`, else `default_cpu()`."""
+    return _cpu_options(options).arch or default_cpu()
 
 
 def default_cpu() -> str:
-    """The CPU to generate code for: $FUSEC_CPU if set, else the highest x86-64 level this
+    """The CPU to generate code for when the options name none: the highest x86-64 level this
     machine runs: x86-64-v4 (AVX-512) or x86-64-v3 (AVX2, FMA), else "generic".
 
     A level, not `native`: the artifact runs on every machine of that level, not only on
     this model. An artifact to run on an older machine than the one that builds it needs
-    FUSEC_CPU (e.g. "x86-64-v3") or `options.extra["cpu"]`.
+    `--cpu-arch` (e.g. x86-64-v3; `CpuOptions.arch`).
     """
-    if os.environ.get("FUSEC_CPU"):
-        return os.environ["FUSEC_CPU"]
     from fusec.runtime import CPU_LEVEL_FLAGS
 
     # The levels the runtime checks at load time, highest first: what is built here runs here.
@@ -403,5 +419,5 @@ def compile_cpu(module: ir.Module, object_path: str, options: Any = None) -> Pla
     """fusion-stage module -> kernels in `object_path` + the plan (all CPU stages)."""
     for stage in (stage_tiled, stage_bufferized, stage_cpu):
         stage(module, options)
-    emit_object(module, object_path, cpu=_option(options, "cpu", None))
+    emit_object(module, object_path, cpu=target_cpu(options))
     return take_plan(module)

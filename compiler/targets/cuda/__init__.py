@@ -85,12 +85,13 @@ Its rooms, one path each (imports run down this list, never up):
   device.py    the device description (`CudaDevice`, `H200`), element tables, the launch
                shapes from the cost model, the index-check status global
   analysis.py  small IR helpers and the group-level analysis (`analyse_group`)
-  body.py      what a payload computes (scalar bodies, unary kinds, casts) and its numpy
-               evaluation
+  body.py      what a payload computes (scalar bodies, unary kinds, casts); the one numpy
+               interpreter of payloads (`evaluate_payload`)
   emitter.py   the group-level kernel emitter (`KernelEmitter`)
   tiles.py     the tile emitter (`TileEmitter`) and what the `tiled` stage asks of it
                (`tile_refusal`, `tile_for_fallback`)
-  ptx.py       `CudaOptions`, the kernels' gpu.module, lowering to PTX / fatbin
+  options.py   `CudaOptions` (typed, frozen: every field a `--cuda-*` flag)
+  ptx.py       the kernels' gpu.module, lowering to PTX / fatbin
   fallback.py  the fallback path (upstream MLIR, a tile per GPU thread)
   layouts.py   strided views: layout ops as cuBLASLt operand layouts and plan-level views
   gemm.py      matmul-rooted groups as cuBLASLt calls (operands, epilogues, launch tables)
@@ -141,7 +142,8 @@ from fusec.compiler.targets.cuda.layouts import (
     merged_stride,
 )
 from fusec.compiler.targets.cuda.program import CudaProgram, generate, gpu_rewrites
-from fusec.compiler.targets.cuda.ptx import CudaOptions, find_cuda_toolkit, lower_kernels
+from fusec.compiler.targets.cuda.options import CudaOptions
+from fusec.compiler.targets.cuda.ptx import find_cuda_toolkit, lower_kernels
 from fusec.compiler.targets.cuda.rewrites import (
     extract_slices_to_generics,
     group_refusal,
@@ -163,17 +165,25 @@ __all__ = [
 
 def _register() -> None:
     """Tell the target-independent passes what this target builds (passes/targets.py)."""
+    from fusec.compiler.targets.cuda.analysis import FAST_EMITTER_OPS, emitter_refusal
     from fusec.compiler.targets.cuda.program import refuse_host_features
     from fusec.compiler.targets.cuda.tiles import tile_for_fallback, tile_refusal
-    from fusec.passes.targets import KernelBuilder, register_kernel_builder
+    from fusec.passes.targets import (
+        KernelBuilder,
+        KernelOps,
+        register_kernel_builder,
+        register_kernel_ops,
+    )
 
+    device = CudaOptions().device
     register_kernel_builder(KernelBuilder(
-        device="nvidia-h200",
+        device=device,
         refuse_host_features=refuse_host_features,
-        rewrites=lambda func, gemm: gpu_rewrites(func, CudaOptions(gemm=gemm)),
+        rewrites=lambda func, gemm: gpu_rewrites(func, CudaOptions(device=device, gemm=gemm)),
         tile_refusal=tile_refusal,
         tile_for_fallback=tile_for_fallback,
     ))
+    register_kernel_ops(KernelOps(device=device, ops=FAST_EMITTER_OPS, refusal=emitter_refusal))
 
 
 _register()

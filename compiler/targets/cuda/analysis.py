@@ -15,8 +15,38 @@ from fusec.compiler.targets.cuda.device import (
     elementwise_launch_shape,
     row_launch_shape,
 )
-from fusec.passes.fusion.analysis import FAST_EMITTER_OPS
 from fusec.passes.grouping import producer_through_reshapes
+
+# ---------------------------------------------------------------- what the group emitter takes
+
+
+# What the group emitter (emitter.py, `KernelEmitter`) takes: linalg.generic, linalg.fill,
+# reshapes and the scalar ops and constants around them. The one list: `analyse_group`
+# accepts exactly these, and the planner predicts the emitter's refusals from them (it asks
+# through fusec.passes.targets.kernel_ops; the target registers this list there).
+FAST_EMITTER_OPS = frozenset({"linalg.generic", "linalg.fill", "tensor.expand_shape",
+                               "tensor.collapse_shape", "tensor.empty", "arith.constant"})
+
+
+def emitter_refusal(op: ir.Operation) -> str | None:
+    """Why the group emitter would refuse `op` (None: it takes it): an op it has no
+    emission for (transposes, matmuls, slices, pads, convolutions, pooling), a reduction over
+    other than the last loop, or a live `linalg.index` in a payload."""
+    name = op.name
+    if name not in FAST_EMITTER_OPS:
+        if name.startswith(("arith.", "math.")):
+            return None
+        return f"'{name}' is not emitted by the fast emitter"
+    if name != "linalg.generic":
+        return None
+    kinds = ["reduction" in str(a) for a in op.attributes["iterator_types"]]
+    if any(kinds[:-1]):
+        return "a reduction over other than the last loop"
+    if any(inner.operation.name == "linalg.index"
+           for inner in op.regions[0].blocks[0].operations):
+        return "linalg.index in the payload"
+    return None
+
 
 # ---------------------------------------------------------------- small IR helpers
 
@@ -107,7 +137,7 @@ def analyse_group(group: ir.Operation, device: CudaDevice = H200,
     body = group.regions[0].blocks[0]
     for op in body.operations:
         name = op.operation.name
-        # One list of what the group emitter takes: the planner's (it predicts the refusals).
+        # One list of what the group emitter takes (the planner asks for it, kernel_ops).
         if name in FAST_EMITTER_OPS or name == "fusion.yield":
             continue
         raise CudaCodegenError(f"'{name}' is not supported by the CUDA code generator yet")

@@ -13,10 +13,10 @@ from typing import Any
 
 import mlir.ir as ir
 from fusec.compiler.frontend import read_torch_signature
-from fusec.compiler.targets.cuda.device import DEFAULT_ARCH, INDEX_STATUS, CudaCodegenError
+from fusec.compiler.targets.cuda.device import INDEX_STATUS, CudaCodegenError
 from fusec.compiler.targets.cuda.gemm import gemm_table
 from fusec.compiler.targets.cuda.program import CudaProgram, generate
-from fusec.compiler.targets.cuda.ptx import CudaOptions
+from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.runtime.plan import Plan, apply_torch_signature, name_user_outputs
 
 # ---------------------------------------------------------------- model.so
@@ -158,11 +158,8 @@ def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:
 
 
 def options_from(compile_options: Any) -> CudaOptions:
-    """CudaOptions from fusec.compiler.pipeline.CompileOptions (its `arch`, `extra`)."""
-    extra = dict(getattr(compile_options, "extra", {}) or {})
-    return CudaOptions(arch=getattr(compile_options, "arch", DEFAULT_ARCH) or DEFAULT_ARCH,
-                       toolkit=extra.get("cuda_toolkit"),
-                       cubin=bool(extra.get("cubin", True)))
+    """The CudaOptions of fusec.compiler.pipeline.CompileOptions (its `cuda`), or of None."""
+    return getattr(compile_options, "cuda", None) or CudaOptions()
 
 
 def build_so(module: ir.Module, compile_options: Any, output: str | os.PathLike,

@@ -47,11 +47,6 @@ class FallbackKernel:
     serial: bool  # one thread runs the whole group (no single tile loop)
 
 
-def fallback_tiling_options() -> dict:
-    """The CPU tiling stage's options, set for a GPU: as many (small) tiles as it allows."""
-    return {"threads": 1 << 24, "tiles_per_thread": 1, "min_tile_kb": 0, "max_tile_kb": 0}
-
-
 def fallback_lowering_passes(serial: bool) -> list[str]:
     """bufferized kernel -> loops over memrefs (no linalg), before it becomes a gpu.func."""
     passes = ["fusion-copies-to-linalg"]
@@ -266,13 +261,14 @@ def fallback_kernel(group: ir.Operation, symbol: str,
                     block: int = FALLBACK_BLOCK) -> FallbackKernel:
     """Compile a group through upstream MLIR (see the section comment) to one `gpu.func`."""
     from fusec.compiler.targets import cpu as codegen_cpu
+    from fusec.compiler.targets.cpu.options import FINEST_TILES
     from fusec.compiler.targets.cuda.tiles import thread_tiled
     from fusec.passes import run_pipeline
     from fusec.passes.cpu.cpu_tile_loops import tile_loop
 
     mini = _group_module(group)
     # Tiled by the `tiled` stage already (`cuda_tiles.tile_for_fallback`), or tiled here.
-    tiling = [] if thread_tiled(group) else codegen_cpu.tiled_passes(fallback_tiling_options())
+    tiling = [] if thread_tiled(group) else codegen_cpu.tiled_passes(FINEST_TILES)
     run_pipeline(mini, tiling + codegen_cpu.bufferized_passes())
     kernels = _find_func(mini, lambda f: attributes.KIND in f.attributes)
     if len(kernels) != 1:

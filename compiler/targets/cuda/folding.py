@@ -5,26 +5,33 @@ from __future__ import annotations
 from typing import Any
 
 import mlir.ir as ir
-from fusec.compiler.targets.cuda.analysis import numel_of, parse_map, tensor_info, value_key
-from fusec.compiler.targets.cuda.body import RESHAPE_OPS, defining, group_body_ops
-from fusec.compiler.targets.cuda.device import GROUP_OP
-from fusec.compiler.targets.cuda.rewrites import (
-    CMPI,
-    FOLD_CASTS,
-    FOLD_DTYPES,
-    FOLD_FLOAT,
-    FOLD_INT,
-    FOLD_MAX_ELEMENTS,
-    groups_of,
-    regroup,
-    use_owner,
+from fusec.compiler.targets.cuda.analysis import numel_of, parse_map, tensor_info
+from fusec.compiler.targets.cuda.body import (
+    CAST_OPS,
+    INT_OPS,
+    RESHAPE_OPS,
+    defining,
+    evaluate_payload,
+    group_body_ops,
 )
+from fusec.compiler.targets.cuda.device import GROUP_OP, CudaCodegenError
+from fusec.compiler.targets.cuda.rewrites import groups_of, regroup, use_owner
+
+# Element types a folded constant may have (numpy dtype names), and the most elements.
+FOLD_DTYPES = {"f32": "float32", "f64": "float64", "i64": "int64", "i32": "int32"}
+FOLD_MAX_ELEMENTS = 1 << 16
+
+
+# What the folding evaluates (index arithmetic, casts, compares, select, float arithmetic:
+# what masks and aranges are made of), with the payload interpreter (body.evaluate_payload).
+FOLDED_OPS = frozenset({"linalg.index", "arith.constant", "arith.cmpi", "arith.select",
+                        *CAST_OPS, *INT_OPS, "arith.addf", "arith.subf", "arith.mulf",
+                        "arith.divf", "arith.maximumf", "arith.minimumf"})
 
 
 def evaluate_generic(op: ir.Operation, inputs: list[Any]) -> Any:
     """A linalg.generic's value (parallel loops, one result) on numpy `inputs`, computed here;
-    None when its body has an op not listed here (index arithmetic, casts, compares, select,
-    float arithmetic: what masks and aranges are made of)."""
+    None when its body has an op not in FOLDED_OPS."""
     import numpy as np
 
     shape, elt = tensor_info(op.results[0].type)
@@ -34,46 +41,11 @@ def evaluate_generic(op: ir.Operation, inputs: list[Any]) -> Any:
             any("parallel" not in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
         return None
     grid = np.indices(shape, dtype=np.int64)
-    block = op.regions[0].blocks[0]
-    env: dict[int, Any] = {}
-    for arg, x, m in zip(block.arguments, inputs, maps):
-        env[value_key(arg)] = np.asarray(x)[tuple(grid[d] if d is not None else 0
-                                                     for d in m.results)]
-    body = [o.operation for o in block.operations]
-    for inner in body[:-1]:
-        name = inner.name
-        args = [env.get(value_key(v)) for v in inner.operands]
-        if any(a is None for a in args):
-            return None
-        if name == "linalg.index":
-            value = grid[ir.IntegerAttr(inner.attributes["dim"]).value]
-        elif name == "arith.constant":
-            attr = inner.attributes["value"]
-            if isinstance(attr, ir.FloatAttr):
-                value = np.float64(attr.value)
-            elif isinstance(attr, ir.IntegerAttr):
-                value = np.int64(attr.value)
-            else:
-                return None
-        elif name in FOLD_CASTS:
-            to = str(inner.results[0].type)
-            value = np.asarray(args[0]).astype(np.float64 if to.startswith("f") else np.int64)
-        elif name in FOLD_INT:
-            value = getattr(np, FOLD_INT[name])(args[0], args[1])
-        elif name in FOLD_FLOAT:
-            value = getattr(np, FOLD_FLOAT[name])(args[0], args[1])
-        elif name == "arith.cmpi":
-            pred = ir.IntegerAttr(inner.attributes["predicate"]).value
-            if pred not in CMPI:
-                return None
-            value = getattr(np, CMPI[pred])(args[0], args[1])
-        elif name == "arith.select":
-            value = np.where(args[0], args[1], args[2])
-        else:
-            return None
-        env[value_key(inner.results[0])] = value
-    result = env.get(value_key(body[-1].operands[0]))
-    if result is None:
+    args = [np.asarray(x)[tuple(grid[d] if d is not None else 0 for d in m.results)]
+            for x, m in zip(inputs, maps)]
+    try:
+        result = evaluate_payload(op, args, index=grid, only=FOLDED_OPS, captured=False)
+    except CudaCodegenError:
         return None
     return np.broadcast_to(np.asarray(result), shape).astype(FOLD_DTYPES[elt])
 

@@ -14,8 +14,8 @@ from fusec.compiler.targets.cuda.emitter import KernelEmitter, constant_bytes, i
 from fusec.compiler.targets.cuda.fallback import fallback_launch
 from fusec.compiler.targets.cuda.gemm import GEMM_WORKSPACE_BYTES, gemm_launch
 from fusec.compiler.targets.cuda.layouts import VIEW_OFFSET
+from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.ptx import (
-    CudaOptions,
     find_cuda_toolkit,
     kernel_module_text,
     lower_kernels,
@@ -25,7 +25,7 @@ from fusec.compiler.targets.cuda.rewrites import (
 )
 from fusec.compiler.targets.cuda.stages import tiled_passes
 from fusec.passes import attributes
-from fusec.passes.grouping import producer_through_reshapes
+from fusec.passes.grouping import model_functions, producer_through_reshapes
 from fusec.runtime.plan import DTYPE_SIZES, Buffer, Launch, Plan
 
 # ---------------------------------------------------------------- the program
@@ -48,10 +48,8 @@ def _entry_function(module: ir.Module) -> ir.Operation:
     funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
     if not funcs:
         raise CudaCodegenError("module has no func.func")
-    for f in funcs:
-        if "sym_visibility" not in f.attributes:
-            return f
-    return funcs[0]
+    public = model_functions(module.operation)
+    return public[0] if public else funcs[0]
 
 
 # Entry-function attributes of CPU-only features: the CUDA plan and runtime have no model
@@ -136,7 +134,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                                    "tile loops): give target cuda the fusion stage's IR")
 
         with module.context, func.location:
-            run_pipeline(module, tiled_passes(options.gemm))
+            run_pipeline(module, tiled_passes(options))
     gemm_notes = [ir.StringAttr(a).value for a in func.attributes[NOTES_ATTR]] \
         if NOTES_ATTR in func.attributes else []
     launches: list[Launch] = []
@@ -222,7 +220,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
         if from_tile:
             # Tiled by the `tiled` stage, which asked the tile emitter first: built as tiled.
             try:
-                emitter: KernelEmitter = TileEmitter(op, symbol, options.device,
+                emitter: KernelEmitter = TileEmitter(op, symbol, options.description,
                                                      options.elementwise_unroll,
                                                      options.row_elements_per_thread)
                 kernels.append(emitter.build())
@@ -237,7 +235,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             geometry = emitter.geo
         try:
             if not from_tile:
-                geometry = analyse_group(op, options.device, options.row_elements_per_thread,
+                geometry = analyse_group(op, options.description, options.row_elements_per_thread,
                                          options.elementwise_unroll)
                 kernels.append(KernelEmitter(op, symbol, geometry, weights).build())
         except CudaCodegenError as refusal:

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import mlir.ir as ir
 from fusec.compiler.targets.cuda.device import (
-    DEFAULT_ARCH,
-    DEFAULT_FEATURES,
-    H200,
     INDEX_STATUS,
     INDEX_STATUS_GLOBAL,
     KERNEL_MODULE,
     CudaCodegenError,
-    CudaDevice,
 )
+from fusec.compiler.targets.cuda.options import CudaOptions
 from mlir.passmanager import PassManager
 
 # ---------------------------------------------------------------- lowering to PTX
@@ -45,23 +41,6 @@ def find_cuda_toolkit() -> str | None:
         if c and (Path(c) / "nvvm" / "libdevice" / "libdevice.10.bc").exists():
             return c
     return None
-
-
-@dataclass
-class CudaOptions:
-    arch: str = DEFAULT_ARCH
-    features: str = DEFAULT_FEATURES
-    opt_level: int = 3
-    toolkit: str | None = None  # None: find_cuda_toolkit()
-    cubin: bool = True  # also build a fatbin (cubin + PTX) when ptxas is found
-    device: CudaDevice = H200
-    row_elements_per_thread: int = 0  # 0: ROW_BYTES_PER_THREAD's worth (row_launch_shape)
-    elementwise_unroll: int = 0  # chunks per thread per tile; 0: elementwise_launch_shape's
-    # Groups the emitter refuses go through upstream MLIR (`fallback_kernel`); False: refuse.
-    fallback: bool = True
-    # Matmul-rooted groups: the matmul through cuBLASLt (split_matmul_groups); False: one
-    # kernel per group (the fallback's one thread per output element).
-    gemm: bool = True
 
 
 def kernel_module_text(kernels: list[str], options: CudaOptions) -> str:

@@ -15,7 +15,7 @@ from typing import Callable
 from mlir import ir
 
 from fusec.compiler.targets.cuda.folding import fold_constant_groups
-from fusec.compiler.targets.cuda.ptx import CudaOptions
+from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
                                                   erase_dead_groups,
                                                   extract_slices_to_generics, mark_view_groups,

@@ -36,7 +36,7 @@ from fusec.compiler.targets.cuda.layouts import (
     matrix_layout,
     result_view,
 )
-from fusec.compiler.targets.cuda.ptx import CudaOptions
+from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.passes import attributes
 
 
@@ -93,7 +93,7 @@ def _cone(value: ir.Value, members: dict[int, ir.Operation]) -> set[int]:
 def group_refusal(group: ir.Operation, options: CudaOptions) -> str | None:
     """Why the group-level emitter does not take `group` as it is (None: it does)."""
     try:
-        geometry = analyse_group(group, options.device, options.row_elements_per_thread,
+        geometry = analyse_group(group, options.description, options.row_elements_per_thread,
                                  options.elementwise_unroll)
         weights = [w for w in group.regions[0].blocks[0].operations if is_weight(w)]
         KernelEmitter(group, "fusec_probe", geometry, weights).build()
@@ -658,20 +658,3 @@ def mark_view_groups(func: ir.Operation) -> int:
                                                            view.offset)
         count += 1
     return count
-
-
-# Element types a folded constant may have (numpy dtype names).
-FOLD_DTYPES = {"f32": "float32", "f64": "float64", "i64": "int64", "i32": "int32"}
-FOLD_INT = {"arith.addi": "add", "arith.subi": "subtract", "arith.muli": "multiply",
-             "arith.maxsi": "maximum", "arith.minsi": "minimum"}
-FOLD_FLOAT = {"arith.addf": "add", "arith.subf": "subtract", "arith.mulf": "multiply",
-               "arith.divf": "divide", "arith.maximumf": "maximum", "arith.minimumf": "minimum"}
-FOLD_CASTS = ("arith.index_cast", "arith.extsi", "arith.trunci", "arith.sitofp", "arith.extf",
-               "arith.truncf")
-FOLD_MAX_ELEMENTS = 1 << 16
-
-
-CMPI = {0: "equal", 1: "not_equal", 2: "less", 3: "less_equal", 4: "greater",
-         5: "greater_equal", 6: "less", 7: "less_equal", 8: "greater", 9: "greater_equal"}
-
-

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from fusec.compiler.targets.cuda.options import CudaOptions
+
 # ---------------------------------------------------------------- pipeline entry points
 
 
-def tiled_passes(gemm: bool = True) -> list[str]:
+def tiled_passes(options: CudaOptions | None = None) -> list[str]:
     """Target cuda's `tiled` stage: the GPU's kernels and library calls formed from the
     fusion stage's groups (`--fusion-gpu-kernels`), then each kernel's block tile from the
-    cost model (`--fusion-tile` for the H200, acting on capacity: re-tiled or split, the
-    reason recorded; a tile the tile emitter refuses is undone, the reason in
+    cost model (`--fusion-tile` for the options' device, acting on capacity: re-tiled or
+    split, the reason recorded; a tile the tile emitter refuses is undone, the reason in
     `fusion.untiled`), where each value lives (`--fusion-place`) and whether a tile fits
     (`--fusion-capacity`)."""
-    return [f"fusion-gpu-kernels{{gemm={'true' if gemm else 'false'}}}",
+    options = options or CudaOptions()
+    device = options.device
+    gemm = "true" if options.gemm else "false"
+    return [f"fusion-gpu-kernels{{device={device},gemm={gemm}}}",
             "fusion-normalise-kernels",
-            "fusion-tile{device=nvidia-h200,fit=true}",
+            f"fusion-tile{{device={device},fit=true}}",
             # The index checks' reports (deferred by the linalg stage), now the tiles exist.
             "fusion-report-indices",
-            "fusion-place{device=nvidia-h200}",
-            "fusion-capacity{device=nvidia-h200}"]
+            f"fusion-place{{device={device}}}",
+            f"fusion-capacity{{device={device}}}"]
 
 
 def cuda_passes(options: Any) -> list[str]:

@@ -481,14 +481,15 @@ FALLBACK_ATTR = attributes.FALLBACK  # why a group is the fallback path's (the e
 def tile_for_fallback(group: ir.Operation) -> ir.Operation:
     """A group the `tiled` stage left untiled that the group-level emitter does not build
     either goes to the fallback path (upstream MLIR, one GPU thread per tile): tile it here as
-    the fallback does (`fallback_tiling_options`: the CPU path's tiled stage, finest tiles),
+    the fallback does (`FINEST_TILES`: the CPU path's tiled stage, finest tiles),
     so that the stage shows the tiles the kernel runs, `fusion.tile_kind = "thread"`. When
     that tiling does not leave one group (reshapes hoisted out of it), the group stays
     untiled and the fallback tiles it when it builds it (said in `fusion.untiled`). Returns
     the group now in its place."""
     from fusec.compiler.targets import cpu as codegen_cpu
-    from fusec.compiler.targets.cuda.fallback import FALLBACK_BLOCK, fallback_tiling_options
-    from fusec.compiler.targets.cuda.ptx import CudaOptions
+    from fusec.compiler.targets.cpu.options import FINEST_TILES
+    from fusec.compiler.targets.cuda.fallback import FALLBACK_BLOCK
+    from fusec.compiler.targets.cuda.options import CudaOptions
     from fusec.compiler.targets.cuda.rewrites import group_refusal
     from fusec.passes import run_pipeline
     from fusec.passes.grouping import group_alone, splice_alone
@@ -500,7 +501,7 @@ def tile_for_fallback(group: ir.Operation) -> ir.Operation:
         if attributes.UNTILED in group.attributes else ""
     reason = f"{refusal} (tile emitter: {untiled})" if untiled else refusal
     mini = group_alone(group)
-    run_pipeline(mini, codegen_cpu.tiled_passes(fallback_tiling_options()))
+    run_pipeline(mini, codegen_cpu.tiled_passes(FINEST_TILES))
     tiled = splice_alone(group, mini)
     if tiled is None:
         group.attributes[attributes.UNTILED] = ir.StringAttr.get(

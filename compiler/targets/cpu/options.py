@@ -1,0 +1,46 @@
+"""The CPU target's options: one frozen dataclass, hashed into the cache key, every field a
+`fusec` flag (`--cpu-<field>`, underscores as dashes; tools/fusec.py makes them).
+
+Nothing else configures the CPU code generator: no environment variable is read while its
+pass lists are built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class CpuOptions:
+    """How the CPU target tiles and generates code (0 or "": the cost model's choice)."""
+
+    threads: int = field(default=0, metadata={"help": (
+        "Tile count the tiling aims at (`--fusion-tile{threads}`); 0: this machine's "
+        "cores.")})
+    tiles_per_thread: int = field(default=4, metadata={"help": (
+        "Tiles per thread, so that uneven tiles balance (`tiles-per-thread`).")})
+    min_tile_kb: int = field(default=16, metadata={"help": (
+        "The least work worth a tile, in KB of the root's iteration space (`min-tile-kb`).")})
+    max_tile_kb: int = field(default=256, metadata={"help": (
+        "The most output per tile, in KB: about a core's L2 (`max-tile-kb`).")})
+    fit: bool = field(default=True, metadata={"help": (
+        "Act on capacity: a tile over the limits is re-tiled smaller or its group "
+        "split.")})
+    arch: str = field(default="", metadata={"help": (
+        "LLVM CPU the kernels are built for (e.g. x86-64-v3 to run on an AVX2 machine); "
+        "\"\": the highest x86-64 level this machine runs (`default_cpu`).")})
+    matmul: bool = field(default=True, metadata={"help": (
+        "Matmuls as register-blocked FMA microkernels (`--fusion-cpu-matmul`); False: "
+        "loops.")})
+    matmul_mr: int = field(default=0, metadata={"help": (
+        "The microkernel's rows; 0: the cost model's (CPU_MATMUL_ROWS). The tiling "
+        "reads them too (a matmul's row tile is whole blocks of them).")})
+    matmul_nr: int = field(default=0, metadata={"help": (
+        "The microkernel's columns; 0: the cost model's for the CPU's vector width "
+        "(cpu_matmul_columns).")})
+
+
+# The CUDA fallback's tiling of a group through the CPU path's `tiled` stage: as many (small)
+# tiles as it allows, one GPU thread each; capacity is the GPU tiling's business (no fit).
+FINEST_TILES = CpuOptions(threads=1 << 24, tiles_per_thread=1, min_tile_kb=0, max_tile_kb=0,
+                          fit=False)

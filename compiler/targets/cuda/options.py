@@ -1,0 +1,59 @@
+"""The CUDA target's options: one frozen dataclass, hashed into the cache key, every field a
+`fusec` flag (`--cuda-<field>`, underscores as dashes; tools/fusec.py makes them; the
+architecture is `--arch`).
+
+The `tiled` stage's passes get the fields they act on as pass options (`stages.py`), so the
+IR of a stage is what these options made it, and `fusec-opt` reproduces it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fusec.compiler.diagnostics import FusecError
+from fusec.compiler.targets.cuda.device import DEFAULT_ARCH, DEFAULT_FEATURES
+from fusec.passes import cost_model
+
+
+@dataclass(frozen=True)
+class CudaOptions:
+    """What the CUDA target builds, for which GPU (0: the cost model's choice)."""
+
+    arch: str = field(default=DEFAULT_ARCH, metadata={"help": (
+        "The PTX target: sm_90, sm_90a, sm_80... (the flag is `--arch`).")})
+    features: str = field(default=DEFAULT_FEATURES, metadata={"help": (
+        "NVVM target features (the PTX ISA version).")})
+    opt_level: int = field(default=3, metadata={"help": "NVVM optimisation level."})
+    device: str = field(default="nvidia-h200", metadata={"help": (
+        "The device description the tiling, placement and launch shapes use "
+        "(cost_model.DEVICES).")})
+    toolkit: str = field(default="", metadata={"help": (
+        "A CUDA toolkit folder (bin/ptxas, nvvm/libdevice); \"\": found "
+        "(find_cuda_toolkit).")})
+    cubin: bool = field(default=True, metadata={"help": (
+        "Also build a fatbin (cubin + PTX) when ptxas is found; False: PTX only (the "
+        "driver JITs).")})
+    row_elements_per_thread: int = field(default=0, metadata={"help": (
+        "Row kernels: elements per thread (0: ROW_BYTES_PER_THREAD's worth, "
+        "row_launch_shape).")})
+    elementwise_unroll: int = field(default=0, metadata={"help": (
+        "Elementwise kernels: chunks per thread per tile (0: "
+        "elementwise_launch_shape's).")})
+    fallback: bool = field(default=True, metadata={"help": (
+        "Groups the group emitter refuses go through upstream MLIR (`fallback_kernel`); "
+        "False: refuse them (a located error).")})
+    gemm: bool = field(default=True, metadata={"help": (
+        "Matmul-rooted groups: the matmul through cuBLASLt (split_matmul_groups); "
+        "False: one kernel per group (the fallback's one thread per output element).")})
+
+    def __post_init__(self) -> None:
+        if self.device not in cost_model.DEVICES or \
+                cost_model.DEVICES[self.device].threads_per_block <= 1:
+            known = ", ".join(sorted(n for n, d in cost_model.DEVICES.items()
+                                     if d.threads_per_block > 1))
+            raise FusecError(f"--cuda-device: unknown GPU '{self.device}' (known: {known})")
+
+    @property
+    def description(self) -> cost_model.Device:
+        """The device description named by `device`."""
+        return cost_model.device_named(self.device)

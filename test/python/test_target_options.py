@@ -1,0 +1,72 @@
+"""The targets' typed options: frozen, hashed into the cache key, a flag per field, and
+reaching the passes they configure (no environment variable does)."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+from fusec.compiler.diagnostics import FusecError
+from fusec.compiler.pipeline import CompileOptions, STAGE_PASSES
+from fusec.compiler.targets import cpu as cpu_target
+from fusec.compiler.targets.cpu.options import CpuOptions
+from fusec.compiler.targets.cuda.options import CudaOptions
+from fusec.tools import fusec as cli
+
+
+def test_options_are_frozen_and_keyed():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        CpuOptions().threads = 3  # type: ignore[misc]
+    keys = {CompileOptions().cache_key(),
+            CompileOptions(cpu=CpuOptions(matmul_mr=8)).cache_key(),
+            CompileOptions(cuda=CudaOptions(gemm=False)).cache_key(),
+            CompileOptions(cuda=CudaOptions(arch="sm_80")).cache_key()}
+    assert len(keys) == 4
+
+
+def test_every_field_is_a_flag():
+    args = cli._parse_args(["m.mlir", "--cpu-matmul-mr", "8", "--no-cpu-fit",
+                            "--cpu-arch", "x86-64-v3", "--no-cuda-gemm", "--arch", "sm_80",
+                            "--cuda-elementwise-unroll", "2"])
+    made = cli.target_options(args)
+    assert made["cpu"] == CpuOptions(matmul_mr=8, fit=False, arch="x86-64-v3")
+    assert made["cuda"] == CudaOptions(gemm=False, arch="sm_80", elementwise_unroll=2)
+    assert cli.target_options(cli._parse_args(["m.mlir"])) == {"cpu": CpuOptions(),
+                                                                "cuda": CudaOptions()}
+    help_text = subprocess.run([sys.executable, "-m", "fusec.tools.fusec", "--help"],
+                               capture_output=True, text=True, check=True).stdout
+    for cls, prefix in ((CpuOptions, "cpu"), (CudaOptions, "cuda")):
+        for f in dataclasses.fields(cls):
+            if (prefix, f.name) != ("cuda", "arch"):
+                assert f"--{prefix}-{f.name.replace('_', '-')}" in help_text
+
+
+def test_options_reach_the_passes():
+    cuda = CompileOptions(target="cuda", cuda=CudaOptions(gemm=False))
+    tiled = STAGE_PASSES["tiled"](cuda)
+    assert tiled[0] == "fusion-gpu-kernels{device=nvidia-h200,gemm=false}"
+    assert "fusion-tile{device=nvidia-h200,fit=true}" in tiled
+    cpu = STAGE_PASSES["tiled"](CompileOptions(cpu=CpuOptions(threads=3, max_tile_kb=64,
+                                                              fit=False)))
+    (tile,) = [p for p in cpu if p.startswith("fusion-tile{")]
+    assert "threads=3," in tile and "max-tile-kb=64," in tile and "fit=false" in tile
+    assert not any(p.startswith("fusion-cpu-matmul")
+                   for p in STAGE_PASSES["cpu"](CompileOptions(cpu=CpuOptions(matmul=False))))
+    assert cpu_target.target_cpu(CompileOptions(cpu=CpuOptions(arch="x86-64-v3"))) == \
+        "x86-64-v3"
+
+
+def test_no_environment_variable_changes_the_passes(monkeypatch):
+    before = [STAGE_PASSES[s](CompileOptions()) for s in ("tiled", "cpu")]
+    for name in ("FUSEC_CPU", "FUSEC_CPU_MATMUL", "FUSEC_MATMUL_MR", "FUSEC_MATMUL_NR"):
+        monkeypatch.setenv(name, "0")
+    assert [STAGE_PASSES[s](CompileOptions()) for s in ("tiled", "cpu")] == before
+
+
+def test_unknown_gpu_is_refused():
+    with pytest.raises(FusecError, match="unknown GPU 'a100'.*nvidia-h200"):
+        CudaOptions(device="a100")
+    with pytest.raises(FusecError, match="unknown GPU 'cpu'"):
+        CudaOptions(device="cpu")
