@@ -95,6 +95,8 @@ Its rooms, one path each (imports run down this list, never up):
   fallback.py  the fallback path (upstream MLIR, a tile per GPU thread)
   layouts.py   strided views: layout ops as cuBLASLt operand layouts and plan-level views
   gemm.py      matmul-rooted groups as cuBLASLt calls (operands, epilogues, launch tables)
+  wgmma.py     the tensor-core GEMM family (TMA + mbarrier pipeline + wgmma, sm_90a);
+               standalone so far (bench/tc_gemm.py), not chosen by the planner yet
   rewrites.py  the IR-to-IR group rewrites the `tiled` stage runs for the GPU
   folding.py   groups that read nothing, folded at compile time
   rewrite_passes.py  the rewrites in order (`REWRITES`), each also a flag of its own

@@ -1,0 +1,153 @@
+"""The tensor-core GEMM family (compiler/targets/cuda/wgmma.py) on the H200, standalone.
+
+    python bench/tc_gemm.py build DIR     (here: PTX per problem + ptxas -v; no GPU needed)
+    python bench/tc_gemm.py run DIR       (on the H200: numerics and time against torch.mm)
+
+`run` encodes the TMA maps with the driver (`cuTensorMapEncodeTiled`, through ctypes, as a
+runtime would), loads the PTX with `cuModuleLoadData` and launches with `cuLaunchKernel`;
+numerics by relative norm error against float64 on fresh random inputs; times are medians
+of CUDA-event timings, with torch.mm (cuBLAS) and F.linear in the same process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# (M, N, K, B layout): the issue's two plain shapes, both B layouts, and ragged ones (partial
+# M, N and K tiles, through TMA's zero fill and the epilogue's guards).
+PROBLEMS = [(8192, 8192, 8192, "nk"), (8192, 4096, 4096, "nk"), (8192, 4096, 4096, "kn"),
+            (1000, 520, 264, "nk"), (512, 384, 136, "kn"), (128, 128, 64, "nk")]
+
+
+def build(folder: Path) -> None:
+    from fusec.compiler.targets.cuda import wgmma
+
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = []
+    tile = wgmma.GemmTile()
+    for m, n, k, layout in PROBLEMS:
+        problem = wgmma.GemmProblem(m, n, k, b_layout=layout)
+        name = f"gemm_{m}x{n}x{k}_{layout}"
+        ptx = wgmma.lower(wgmma.gpu_module_text([wgmma.kernel_text(name, problem, tile)]))
+        (folder / f"{name}.ptx").write_text(ptx)
+        done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(folder / f"{name}.ptx"),
+                               "-o", str(folder / f"{name}.cubin")],
+                              capture_output=True, text=True)
+        resources = [line for line in done.stderr.splitlines() if "Used" in line or "spill" in line]
+        manifest.append({"name": name, "m": m, "n": n, "k": k, "layout": layout,
+                         "bm": tile.bm, "bn": tile.bn, "bk": tile.bk, "stages": tile.stages,
+                         "shared_bytes": tile.shared_bytes(2), "ptxas": resources})
+        print(name, resources)
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def _encode(cuda, pointer: int, rows: int, cols: int, box_rows: int, box_cols: int) -> bytes:
+    """A 2-D bf16 tensor map (dims innermost first), 128-byte swizzle, L2 promotion 256 B,
+    out-of-range elements read as zeros."""
+    out = (ctypes.c_uint8 * 128)()
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    strides = (ctypes.c_uint64 * 1)(cols * 2)
+    box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
+    elem = (ctypes.c_uint32 * 2)(1, 1)
+    bf16, interleave_none, swizzle_128b, l2_256b, oob_zero = 9, 0, 3, 3, 0
+    err = cuda.cuTensorMapEncodeTiled(out, bf16, 2, ctypes.c_void_p(pointer), dims, strides,
+                                      box, elem, interleave_none, swizzle_128b, l2_256b,
+                                      oob_zero)
+    if err:
+        raise RuntimeError(f"cuTensorMapEncodeTiled: error {err}")
+    return bytes(out)
+
+
+def run(folder: Path, only: str | None = None) -> None:
+    """Every problem in a process of its own (a fault in one does not hide the others)."""
+    if only is None:
+        results = []
+        for entry in json.loads((folder / "manifest.json").read_text()):
+            done = subprocess.run([sys.executable, __file__, "run", str(folder), entry["name"]],
+                                  capture_output=True, text=True)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            row = json.loads(lines[-1]) if lines else {
+                "name": entry["name"], "error": (done.stderr or done.stdout)[-600:]}
+            print(json.dumps(row), flush=True)
+            results.append(row)
+        (folder / "results.json").write_text(json.dumps(results, indent=1))
+        return
+    import torch
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    results = []
+    for entry in json.loads((folder / "manifest.json").read_text()):
+        if entry["name"] != only:
+            continue
+        m, n, k, layout = entry["m"], entry["n"], entry["k"], entry["layout"]
+        bm, bn, bk = entry["bm"], entry["bn"], entry["bk"]
+        ptx = (folder / f"{entry['name']}.ptx").read_bytes() + b"\0"
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        assert cuda.cuModuleLoadData(ctypes.byref(module), ptx) == 0
+        assert cuda.cuModuleGetFunction(ctypes.byref(function), module,
+                                        entry["name"].encode()) == 0
+        assert cuda.cuFuncSetAttribute(function, 8, entry["shared_bytes"]) == 0
+        torch.manual_seed(m + n + k)
+        a = torch.randn(m, k, device="cuda").bfloat16()
+        b = torch.randn(n, k, device="cuda").bfloat16() if layout == "nk" else \
+            torch.randn(k, n, device="cuda").bfloat16()
+        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        map_a = _encode(cuda, a.data_ptr(), m, k, bm, bk)
+        map_b = _encode(cuda, b.data_ptr(), n, k, bn, bk) if layout == "nk" else \
+            _encode(cuda, b.data_ptr(), k, n, bk, 64)
+        maps = torch.frombuffer(bytearray(map_a + map_b), dtype=torch.uint8).cuda()
+        args = [ctypes.c_void_p(maps.data_ptr()), ctypes.c_void_p(maps.data_ptr() + 128),
+                ctypes.c_void_p(d.data_ptr())]
+        params = (ctypes.c_void_p * 3)(*[ctypes.addressof(x) for x in args])
+        grid = (-(-n // bn), -(-m // bm))
+        stream = torch.cuda.current_stream().cuda_stream
+
+        def launch() -> None:
+            err = cuda.cuLaunchKernel(function, grid[0], grid[1], 1, 128, 1, 1,
+                                      entry["shared_bytes"], ctypes.c_void_p(stream), params,
+                                      None)
+            assert err == 0, err
+
+        launch()
+        torch.cuda.synchronize()
+        bt = b.double().t() if layout == "nk" else b.double()
+        ref = a.double() @ bt
+        err = float((d.double() - ref).norm() / ref.norm())
+        mm = (lambda: a @ b.t()) if layout == "nk" else (lambda: a @ b)
+        lin = (lambda: torch.nn.functional.linear(a, b)) if layout == "nk" else mm
+        torch_err = float((mm().double() - ref).norm() / ref.norm())
+        times = {"fusec": _time(launch), "torch_mm": _time(mm), "linear": _time(lin)}
+        flops = 2 * m * n * k
+        row = {"name": entry["name"], "rel_err": err, "torch_rel_err": torch_err,
+               "ms": times, "tflops": {key: flops / (t * 1e-3) / 1e12 for key, t in
+                                        times.items()},
+               "fusec_vs_torch_mm": times["torch_mm"] / times["fusec"],
+               "ptxas": entry["ptxas"]}
+        results.append(row)
+        print(json.dumps(row), flush=True)
+
+
+def _time(fn, reps: int = 30) -> float:
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return sorted(times)[len(times) // 2]
+
+
+if __name__ == "__main__":
+    mode, where = sys.argv[1], Path(sys.argv[2])
+    build(where) if mode == "build" else run(where, sys.argv[3] if len(sys.argv) > 3 else None)

@@ -1,0 +1,336 @@
+"""CUDA target: the tensor-core GEMM family for sm_90a (TMA + mbarrier pipeline + wgmma).
+
+One kernel computes a BM x BN tile of D = A @ B per CTA with one warpgroup (128
+threads), written with the upstream `nvgpu` and `nvvm` dialects:
+
+    thread 0: for s < STAGES: expect_tx(bar[s]); TMA A[m0:, k_s] and B[n0:, k_s] -> stage s
+    for i < K / BK:                          (every thread)
+        wait(bar[i % STAGES], phase (i / STAGES) % 2)
+        acc = wgmma(A stage, B stage, acc)   (BK / 16 wgmma.m64nBNk16 per 64 rows, async)
+        wgmma.wait_group 1                   (the previous tile's MMAs are done: its stage
+        thread 0: refill that stage with k-tile i - 1 + STAGES          is free again)
+    wgmma.wait_group 0; acc -> shared memory (f32); one rounding to the output type, one
+    coalesced store (rows and columns past M, N are not written; TMA fills out-of-range
+    loads with zeros, so K, M and N need not be multiples of the tile). The fused epilogue
+    (bias, residual, activations on the f32 values before the rounding) is the next step.
+
+Operands: A is M x K row-major (K contiguous); B is either N x K (K contiguous, a Linear's
+weight: `b_layout="nk"`) or K x N (N contiguous: `"kn"`, wgmma's transposed B). Both are
+read through TMA descriptors the host encodes (`cuTensorMapEncodeTiled`, 128-byte swizzle)
+and passes as pointers to the 128-byte maps in device memory; D is a bare pointer.
+
+The shared memory of the pipeline is the kernel's placement of its operand tiles
+(`#gpu.address_space<workgroup>`, dynamic shared memory); the accumulator lives in
+registers until the epilogue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusec.compiler.targets.cuda.device import CudaCodegenError
+
+# Element types wgmma takes from shared memory with f32 accumulation.
+MMA_INPUTS = {"bf16": 2, "f16": 2}
+OUTPUTS = {"bf16": 2, "f16": 2, "f32": 4}
+WARPGROUP = 128
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """One CTA's tile and pipeline depth (the cost model chooses; these are the defaults)."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 64
+    stages: int = 4
+
+    def stage_bytes(self, element_bytes: int) -> int:
+        return (self.bm + self.bn) * self.bk * element_bytes
+
+    def shared_bytes(self, element_bytes: int) -> int:
+        """Dynamic shared memory: the stages, or the f32 accumulator tile if larger (the
+        epilogue reuses the stages' memory), plus nothing else (mbarriers are static)."""
+        return max(self.stages * self.stage_bytes(element_bytes), self.bm * self.bn * 4)
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    m: int
+    n: int
+    k: int
+    in_type: str = "bf16"
+    out_type: str = "bf16"
+    b_layout: str = "nk"  # "nk": B is N x K (K contiguous); "kn": K x N
+
+
+def refusal(problem: GemmProblem, tile: GemmTile = GemmTile()) -> str | None:
+    """Why this family cannot build `problem` (None: it can)."""
+    if problem.in_type not in MMA_INPUTS:
+        return f"operands of type {problem.in_type} (wgmma here takes bf16, f16)"
+    if problem.out_type not in OUTPUTS:
+        return f"output of type {problem.out_type}"
+    if problem.b_layout not in ("nk", "kn"):
+        return f"B layout '{problem.b_layout}'"
+    eb = MMA_INPUTS[problem.in_type]
+    # TMA: global strides are multiples of 16 bytes.
+    inner_b = problem.k if problem.b_layout == "nk" else problem.n
+    if (problem.k * eb) % 16 or (inner_b * eb) % 16:
+        return "a row of A or B is not a multiple of 16 bytes (TMA strides)"
+    if problem.n % 4:
+        return "N is not a multiple of 4 (the epilogue's vector stores)"
+    if tile.bk * eb != 128 or tile.bm % 64 or tile.bn % 8 or tile.bn > 256:
+        return f"tile {tile} (BK must fill one 128-byte swizzle row, BM a multiple of 64)"
+    if problem.b_layout == "kn" and tile.bn % 64:
+        return "a K x N B needs BN a multiple of 64 (128-byte boxes)"
+    return None
+
+
+def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile()) -> str:
+    """The kernel as a `gpu.func` (text), for a gpu.module whose target is sm_90a."""
+    why = refusal(problem, tile)
+    if why is not None:
+        raise CudaCodegenError(f"tensor-core GEMM: {why}")
+    p, t = problem, tile
+    eb = MMA_INPUTS[p.in_type]
+    el, out = p.in_type, p.out_type
+    k_tiles = -(-p.k // t.bk)
+    stages = min(t.stages, k_tiles)
+    a_bytes = t.bm * t.bk * eb
+    b_bytes = t.bn * t.bk * eb
+    stage_bytes = a_bytes + b_bytes
+    ws = "#gpu.address_space<workgroup>"
+    bar = f"!nvgpu.mbarrier.group<memorySpace = {ws}, num_barriers = {stages}>"
+    tm_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{t.bm}x{t.bk}x{el}, 3>, "
+            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+    if p.b_layout == "nk":
+        b_box = f"{t.bn}x{t.bk}"
+        b_loads = [("%n0", 0)]  # one box: BN rows (N) x BK (K)
+    else:
+        b_box = f"{t.bk}x64"  # BK rows (K) x 64 columns (N): 128 bytes each
+        b_loads = [(f"%n0_{j}", j * t.bk * 64 * eb) for j in range(t.bn // 64)]
+    tm_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{b_box}x{el}, 3>, "
+            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+    a_tile = f"memref<{t.bm}x{t.bk}x{el}, {ws}>"
+    b_tile = f"memref<{b_box}x{el}, {ws}>"
+    # The MMA's view of the B stage is K x N whatever the layout: wgmma's B operand is K-major
+    # (its bytes are the N x K box, K contiguous) unless transposed (the K x N boxes).
+    b_mma = f"memref<{t.bk}x{t.bn}x{el}, {ws}>"
+    acc = f"!nvgpu.warpgroup.accumulator<fragmented = vector<{t.bm}x{t.bn}xf32>>"
+    transpose = "transposeB, " if p.b_layout == "kn" else ""
+    lines: list[str] = []
+    emit = lines.append
+
+    def load_stage(indent: str, stage: str, ktile: str) -> None:
+        """Thread 0: expect the stage's bytes, then its TMA loads (coordinates innermost
+        first)."""
+        emit(f"{indent}%sa_{{u}} = arith.muli {stage}, %c_stage_bytes : index")
+        emit(f"{indent}%k0_{{u}} = arith.muli {ktile}, %c_bk : index")
+        emit(f"{indent}%va_{{u}} = memref.view %smem[%sa_{{u}}][] : memref<?xi8, {ws}> "
+             f"to {a_tile}")
+        emit(f"{indent}nvgpu.mbarrier.arrive.expect_tx %bar[{stage}], %c_tx : {bar}")
+        emit(f"{indent}nvgpu.tma.async.load %tma_a[%k0_{{u}}, %m0], %bar[{stage}] to "
+             f"%va_{{u}} : {tm_a}, {bar} -> {a_tile}")
+        for j, (n_coord, offset) in enumerate(b_loads):
+            emit(f"{indent}%sb{j}_{{u}} = arith.addi %sa_{{u}}, %c_b_off{j} : index")
+            emit(f"{indent}%vb{j}_{{u}} = memref.view %smem[%sb{j}_{{u}}][] : "
+                 f"memref<?xi8, {ws}> to {b_tile}")
+            coords = (f"%k0_{{u}}, {n_coord}" if p.b_layout == "nk"
+                      else f"{n_coord}, %k0_{{u}}")
+            emit(f"{indent}nvgpu.tma.async.load %tma_b[{coords}], %bar[{stage}] to "
+                 f"%vb{j}_{{u}} : {tm_b}, {bar} -> {b_tile}")
+
+    counter = [0]
+
+    def flush(start: int) -> None:
+        counter[0] += 1
+        for i in range(start, len(lines)):
+            lines[i] = lines[i].replace("{u}", str(counter[0]))
+
+    # The maps arrive as pointers (the descriptor type has no kernel-argument lowering
+    # before outlining); the casts fold away once nvgpu's types are LLVM's.
+    emit(f"gpu.func @{name}(%map_a: !llvm.ptr, %map_b: !llvm.ptr, "
+         f"%d: memref<{p.m}x{p.n}x{out}>) kernel attributes "
+         f"{{known_block_size = array<i32: {WARPGROUP}, 1, 1>}} {{")
+    emit(f"  %tma_a = builtin.unrealized_conversion_cast %map_a : !llvm.ptr to {tm_a}")
+    emit(f"  %tma_b = builtin.unrealized_conversion_cast %map_b : !llvm.ptr to {tm_b}")
+    consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c32": 32, "c_bk": t.bk,
+              "c_bm": t.bm, "c_bn": t.bn, "c_stages": stages, "c_k_tiles": k_tiles,
+              "c_stage_bytes": stage_bytes, "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n,
+              "c_ticks": 10000000}
+    for j, (_, offset) in enumerate(b_loads):
+        consts[f"c_b_off{j}"] = a_bytes + offset
+    for cname, value in consts.items():
+        emit(f"  %{cname} = arith.constant {value} : index")
+    emit("  %tid = gpu.thread_id x")
+    emit("  %bx = gpu.block_id x")
+    emit("  %by = gpu.block_id y")
+    emit("  %m0 = arith.muli %by, %c_bm : index")
+    emit("  %n0 = arith.muli %bx, %c_bn : index")
+    for j in range(1, len(b_loads)):
+        emit(f"  %c_n64_{j} = arith.constant {64 * j} : index")
+        emit(f"  %n0_{j} = arith.addi %n0, %c_n64_{j} : index")
+    if p.b_layout == "kn":
+        emit("  %n0_0 = arith.addi %n0, %c0 : index")
+    emit(f"  %smem = gpu.dynamic_shared_memory : memref<?xi8, {ws}>")
+    emit(f"  %bar = nvgpu.mbarrier.create -> {bar}")
+    emit("  %first = arith.cmpi eq, %tid, %c0 : index")
+    emit("  scf.if %first {")
+    for s in range(stages):
+        emit(f"    %cs{s} = arith.constant {s} : index")
+        emit(f"    nvgpu.mbarrier.init %bar[%cs{s}], %c1 : {bar}")
+    emit("    nvgpu.tma.prefetch.descriptor %tma_a : " + tm_a)
+    emit("    nvgpu.tma.prefetch.descriptor %tma_b : " + tm_b)
+    emit("  }")
+    emit("  gpu.barrier")
+    # Prologue: the first `stages` k-tiles in flight.
+    emit("  scf.if %first {")
+    emit(f"    scf.for %ps = %c0 to %c_stages step %c1 {{")
+    start = len(lines)
+    load_stage("      ", "%ps", "%ps")
+    flush(start)
+    emit("    }")
+    emit("  }")
+    # The MMAs of one k-tile. nvgpu's wgmma expansion steps B's descriptor for an N-major
+    # (transposed) B only, so a K-major B is given one call per 64 rows and 16 of K, each at
+    # its own shared-memory offset (+32 bytes per 16 of K inside the 128-byte swizzle row,
+    # +64 rows of 128 bytes per m64 block of A): one wgmma instruction per call, no stepping.
+    if p.b_layout == "nk":
+        parts = [(mh, kk) for mh in range(t.bm // 64) for kk in range(t.bk // 16)]
+        accs = [f"!nvgpu.warpgroup.accumulator<fragmented = vector<64x{t.bn}xf32>>"] * \
+            (t.bm // 64)
+    else:
+        parts = [(None, None)]
+        accs = [acc]
+    groups = len(parts)  # commit groups per k-tile
+    for h, ty in enumerate(accs):
+        emit(f"  %acc0_{h} = nvgpu.warpgroup.mma.init.accumulator -> {ty}")
+    names = ", ".join(f"%a{h} = %acc0_{h}" for h in range(len(accs)))
+    emit(f"  %acc:{len(accs)} = scf.for %i = %c0 to %c_k_tiles step %c1 iter_args({names}) "
+         f"-> ({', '.join(accs)}) {{")
+    emit("    %s = arith.remui %i, %c_stages : index")
+    emit("    %round = arith.divui %i, %c_stages : index")
+    emit("    %parity_i = arith.remui %round, %c2 : index")
+    emit("    %parity_w = arith.index_cast %parity_i : index to i32")
+    emit("    %parity = arith.trunci %parity_w : i32 to i1")
+    emit(f"    nvgpu.mbarrier.try_wait.parity %bar[%s], %parity, %c_ticks : {bar}")
+    emit("    %off_a = arith.muli %s, %c_stage_bytes : index")
+    emit("    %off_b = arith.addi %off_a, %c_b_off0 : index")
+    current = [f"%a{h}" for h in range(len(accs))]
+    for q, (mh, kk) in enumerate(parts):
+        if mh is None:
+            a_ty, b_ty, frag = a_tile, b_mma, f"vector<{t.bm}x{t.bn}xf32>"
+            emit(f"    %ta{q} = memref.view %smem[%off_a][] : memref<?xi8, {ws}> to {a_ty}")
+            emit(f"    %tb{q} = memref.view %smem[%off_b][] : memref<?xi8, {ws}> to {b_ty}")
+            h = 0
+        else:
+            a_ty = f"memref<64x16x{el}, {ws}>"
+            b_ty = f"memref<16x{t.bn}x{el}, {ws}>"
+            frag = f"vector<64x{t.bn}xf32>"
+            emit(f"    %c_pa{q} = arith.constant {mh * 64 * t.bk * eb + kk * 16 * eb} : index")
+            emit(f"    %c_pb{q} = arith.constant {kk * 16 * eb} : index")
+            emit(f"    %oa{q} = arith.addi %off_a, %c_pa{q} : index")
+            emit(f"    %ob{q} = arith.addi %off_b, %c_pb{q} : index")
+            emit(f"    %ta{q} = memref.view %smem[%oa{q}][] : memref<?xi8, {ws}> to {a_ty}")
+            emit(f"    %tb{q} = memref.view %smem[%ob{q}][] : memref<?xi8, {ws}> to {b_ty}")
+            h = mh
+        emit(f"    %da{q} = nvgpu.warpgroup.generate.descriptor %ta{q}, %tma_a : {a_ty}, {tm_a} "
+             f"-> !nvgpu.warpgroup.descriptor<tensor = {a_ty}>")
+        emit(f"    %db{q} = nvgpu.warpgroup.generate.descriptor %tb{q}, %tma_b : {b_ty}, {tm_b} "
+             f"-> !nvgpu.warpgroup.descriptor<tensor = {b_ty}>")
+        # Each call commits one group; up to a k-tile's groups stay in flight (nvgpu's
+        # default waits for all but one after every call, which serialises the calls).
+        emit(f"    %mma{q} = nvgpu.warpgroup.mma %da{q}, %db{q}, {current[h]} "
+             f"{{{transpose}waitGroup = {len(parts)} : i64}} : "
+             f"<tensor = {a_ty}>, <tensor = {b_ty}>, <fragmented = {frag}> -> "
+             f"<fragmented = {frag}>")
+        current[h] = f"%mma{q}"
+    # The previous k-tile's MMAs are done (at most this tile's groups are in flight): its
+    # stage takes the tile STAGES ahead of it.
+    emit(f"    nvvm.wgmma.wait.group.sync.aligned {groups}")
+    emit("    %has_prev = arith.cmpi uge, %i, %c1 : index")
+    emit("    %prev = arith.subi %i, %c1 : index")
+    emit("    %refill = arith.addi %prev, %c_stages : index")
+    emit("    %in_range = arith.cmpi ult, %refill, %c_k_tiles : index")
+    emit("    %do0 = arith.andi %has_prev, %in_range : i1")
+    emit("    %do = arith.andi %do0, %first : i1")
+    emit("    scf.if %do {")
+    emit("      %rs = arith.remui %prev, %c_stages : index")
+    start = len(lines)
+    load_stage("      ", "%rs", "%refill")
+    flush(start)
+    emit("    }")
+    emit(f"    scf.yield {', '.join(current)} : {', '.join(accs)}")
+    emit("  }")
+    emit("  nvvm.wgmma.wait.group.sync.aligned 0")
+    emit("  gpu.barrier")
+    # The accumulator through shared memory (f32), then the epilogue and the store.
+    emit(f"  %accs = memref.view %smem[%c0][] : memref<?xi8, {ws}> to "
+         f"memref<{t.bm}x{t.bn}xf32, {ws}>")
+    for h, ty in enumerate(accs):
+        rows = t.bm // len(accs)
+        emit(f"  %c_acc_off{h} = arith.constant {h * rows * t.bn * 4} : index")
+        emit(f"  %accs{h} = memref.view %smem[%c_acc_off{h}][] : memref<?xi8, {ws}> to "
+             f"memref<{rows}x{t.bn}xf32, {ws}>")
+        emit(f"  nvgpu.warpgroup.mma.store %acc#{h}, %accs{h} : <fragmented = "
+             f"vector<{rows}x{t.bn}xf32>> to memref<{rows}x{t.bn}xf32, {ws}>")
+    emit("  gpu.barrier")
+    lanes = t.bn // 4  # threads per row (float4 each)
+    rows_per_pass = WARPGROUP // lanes
+    emit(f"  %c_lanes = arith.constant {lanes} : index")
+    emit(f"  %c_rows_step = arith.constant {rows_per_pass} : index")
+    emit("  %lane = arith.remui %tid, %c_lanes : index")
+    emit("  %row0 = arith.divui %tid, %c_lanes : index")
+    emit("  %col = arith.muli %lane, %c4 : index")
+    emit("  %gcol = arith.addi %n0, %col : index")
+    emit("  %col_ok = arith.cmpi ult, %gcol, %c_n : index")
+    emit("  scf.for %r = %row0 to %c_bm step %c_rows_step {")
+    emit("    %grow = arith.addi %m0, %r : index")
+    emit("    %row_ok = arith.cmpi ult, %grow, %c_m : index")
+    emit("    %ok = arith.andi %row_ok, %col_ok : i1")
+    emit("    scf.if %ok {")
+    emit(f"      %v = vector.load %accs[%r, %col] : memref<{t.bm}x{t.bn}xf32, {ws}>, "
+         f"vector<4xf32>")
+    # The epilogue proper (bias, residual, activation: the planner's elementwise chain) goes
+    # here, on %v in f32, before the one rounding; today the kernel stores A @ B.
+    stored = "%v"
+    if out != "f32":
+        emit(f"      %vo = arith.truncf %v : vector<4xf32> to vector<4x{out}>")
+        stored = "%vo"
+    emit(f"      vector.store {stored}, %d[%grow, %gcol] : memref<{p.m}x{p.n}x{out}>, "
+         f"vector<4x{out}>")
+    emit("    }")
+    emit("  }")
+    emit("  gpu.return")
+    emit("}")
+    return "\n".join(lines)
+
+
+def gpu_module_text(kernels: list[str], opt_level: int = 3) -> str:
+    target = f'#nvvm.target<O = {opt_level}, chip = "sm_90a", features = "+ptx80">'
+    return ("module attributes {gpu.container_module} {\n"
+            f"  gpu.module @fusec_tc [{target}] {{\n" + "\n".join(kernels) + "\n  }\n}\n")
+
+
+# gpu.module -> NVVM for the nvgpu ops (TMA, mbarriers, wgmma) and the vector epilogue.
+LOWERING = ("builtin.module(gpu.module(convert-nvgpu-to-nvvm,expand-strided-metadata,"
+            "lower-affine,convert-scf-to-cf,"
+            "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},convert-nvvm-to-llvm,"
+            "convert-math-to-llvm,canonicalize,cse),reconcile-unrealized-casts,"
+            "gpu-module-to-binary{format=isa})")
+
+
+def lower(text: str) -> str:
+    """gpu.module text -> PTX (for sm_90a)."""
+    from fusec.dialects import make_context
+    from mlir import ir
+    from mlir.dialects import gpu
+    from mlir.passmanager import PassManager
+
+    with make_context():
+        module = ir.Module.parse(text)
+        PassManager.parse(LOWERING).run(module.operation)
+        for op in module.body.operations:
+            if op.operation.name == "gpu.binary":
+                return bytes(gpu.ObjectAttr(op.attributes["objects"][0]).object).decode()
+    raise CudaCodegenError("gpu-module-to-binary produced no gpu.binary")

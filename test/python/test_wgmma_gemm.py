@@ -1,0 +1,60 @@
+"""The tensor-core GEMM family (compiler/targets/cuda/wgmma.py), built here without a GPU:
+the kernel lowers to sm_90a PTX with one wgmma per 64 rows x 16 of K per k-tile and TMA
+loads, ptxas takes it without spills, and what the family cannot build is refused with the
+reason. Numerics and time are measured on the H200 (bench/tc_gemm.py, RESULTS.md run 42)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+from fusec.compiler.targets.cuda import wgmma
+from fusec.compiler.targets.cuda.device import CudaCodegenError
+
+
+def _ptx(problem: wgmma.GemmProblem, tile: wgmma.GemmTile = wgmma.GemmTile()) -> str:
+    return wgmma.lower(wgmma.gpu_module_text([wgmma.kernel_text("k", problem, tile)]))
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_kernel_lowers_to_wgmma_and_tma(layout, tmp_path):
+    ptx = _ptx(wgmma.GemmProblem(1000, 520, 264, b_layout=layout))
+    assert ".target sm_90a" in ptx
+    # BM=128 (two m64 blocks) x BK=64 (four k16 steps): 8 wgmma m64n128k16 per k-tile (LLVM
+    # may unroll the k loop: a multiple of 8).
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.f32\.bf16\.bf16", ptx)
+    assert set(mmas) == {"m64n128k16"} and len(mmas) % 8 == 0, mmas
+    assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+    # wgmma's imm-trans-b (the last immediate) follows B's layout: K-major for a Linear's
+    # N x K weight, N-major (transposed) for a K x N matrix.
+    flags = set(re.findall(r"p, 1,\s*1, 0,\s*(\d);", ptx))
+    assert flags == ({"0"} if layout == "nk" else {"1"}), flags
+    # Rows and columns past M, N are not stored (the epilogue's guards).
+    assert "setp.lt.u64" in ptx or "setp.gt.u64" in ptx or "setp.ge.u64" in ptx
+    if shutil.which("ptxas"):
+        out = subprocess.run(["ptxas", "-arch=sm_90a", "-v", "-", "-o", str(tmp_path / "k")],
+                             input=ptx, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert "0 bytes spill stores" in out.stderr
+
+
+def test_pipeline_depth_follows_k():
+    """A K of one tile gets one stage (one barrier), not four."""
+    text = wgmma.kernel_text("k", wgmma.GemmProblem(128, 128, 64))
+    assert "num_barriers = 1" in text
+    text = wgmma.kernel_text("k", wgmma.GemmProblem(128, 128, 4096))
+    assert "num_barriers = 4" in text
+
+
+@pytest.mark.parametrize("problem,reason", [
+    (wgmma.GemmProblem(64, 64, 64, in_type="f32"), "operands of type f32"),
+    (wgmma.GemmProblem(64, 64, 60), "multiple of 16 bytes"),
+    (wgmma.GemmProblem(64, 66, 64), "N is not a multiple of 4"),
+    (wgmma.GemmProblem(64, 64, 64, b_layout="mk"), "B layout"),
+])
+def test_refusals_name_the_reason(problem, reason):
+    assert reason in wgmma.refusal(problem)
+    with pytest.raises(CudaCodegenError, match=reason):
+        wgmma.kernel_text("k", problem)
