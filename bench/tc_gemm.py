@@ -80,7 +80,6 @@ def run(folder: Path, only: str | None = None) -> None:
 
     cuda = ctypes.CDLL("libcuda.so.1")
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
-    results = []
     for entry in json.loads((folder / "manifest.json").read_text()):
         if entry["name"] != only:
             continue
@@ -128,7 +127,6 @@ def run(folder: Path, only: str | None = None) -> None:
                                         times.items()},
                "fusec_vs_torch_mm": times["torch_mm"] / times["fusec"],
                "ptxas": entry["ptxas"]}
-        results.append(row)
         print(json.dumps(row), flush=True)
 
 

@@ -40,6 +40,15 @@ class KernelBuilder:
 _BUILDERS: dict[str, KernelBuilder] = {}
 
 
+def _registered(table: dict, device: str, missing: str, target: str):
+    """`table[device]`; a PassError saying what is `missing` and which target to import."""
+    if device not in table:
+        known = ", ".join(sorted(table)) or "none"
+        raise PassError(f"{missing} for device '{device}' (registered: {known}); import its "
+                        f"target, e.g. fusec.compiler.targets.{target}")
+    return table[device]
+
+
 def register_kernel_builder(builder: KernelBuilder) -> None:
     """Make `builder` the one the passes ask for `builder.device` (a later one replaces it)."""
     _BUILDERS[builder.device] = builder
@@ -47,11 +56,7 @@ def register_kernel_builder(builder: KernelBuilder) -> None:
 
 def kernel_builder(device: str) -> KernelBuilder:
     """The registered builder of `device`; a PassError when no target registered one."""
-    if device not in _BUILDERS:
-        known = ", ".join(sorted(_BUILDERS)) or "none"
-        raise PassError(f"no code generator is registered for device '{device}' (registered: "
-                        f"{known}); import its target, e.g. fusec.compiler.targets.cuda")
-    return _BUILDERS[device]
+    return _registered(_BUILDERS, device, "no code generator is registered", "cuda")
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,4 @@ def register_kernel_ops(kernel_ops: KernelOps) -> None:
 
 def kernel_ops(device: str) -> KernelOps:
     """What `device`'s row/elementwise kernels take; a PassError when no target said."""
-    if device not in _KERNEL_OPS:
-        known = ", ".join(sorted(_KERNEL_OPS)) or "none"
-        raise PassError(f"no target has said what a kernel of device '{device}' takes "
-                        f"(registered: {known}); import its target, e.g. "
-                        f"fusec.compiler.targets.cpu")
-    return _KERNEL_OPS[device]
+    return _registered(_KERNEL_OPS, device, "no target has said what a kernel takes", "cpu")

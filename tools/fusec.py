@@ -81,19 +81,14 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 # The targets' typed options, a flag per field (`--cpu-threads 8`, `--no-cuda-gemm`); the
 # CUDA architecture is `--arch` above.
-TARGET_FLAGS = {"cpu": "fusec.compiler.targets.cpu.options:CpuOptions",
-                "cuda": "fusec.compiler.targets.cuda.options:CudaOptions"}
 SKIPPED_FIELDS = {("cuda", "arch")}
 
 
 def _target_options_classes() -> dict[str, type]:
-    import importlib
+    from fusec.compiler.targets.cpu.options import CpuOptions
+    from fusec.compiler.targets.cuda.options import CudaOptions
 
-    classes = {}
-    for prefix, where in TARGET_FLAGS.items():
-        module, name = where.split(":")
-        classes[prefix] = getattr(importlib.import_module(module), name)
-    return classes
+    return {"cpu": CpuOptions, "cuda": CudaOptions}
 
 
 def _add_target_flags(parser: argparse.ArgumentParser) -> None:

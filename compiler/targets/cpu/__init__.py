@@ -83,7 +83,7 @@ def tiled_passes(options: Any = None) -> list[str]:
         # fit: a tile over the device's capacity is re-tiled smaller, or its group split.
         (f"fusion-tile{{threads={cpu.threads},tiles-per-thread={cpu.tiles_per_thread},"
          f"min-tile-kb={cpu.min_tile_kb},max-tile-kb={cpu.max_tile_kb},fit={fit},"
-         f"matmul-rows={matmul_shape(cpu)[0]}}}"),
+         f"matmul-rows={matmul_rows(cpu)}}}"),
         # Tiling leaves the fused-away producers dead and duplicates slices: clean both.
         "canonicalize",
         "cse",
@@ -173,24 +173,25 @@ def cpu_passes(options: Any = None) -> list[str]:
     ]
 
 
-def matmul_shape(cpu: CpuOptions) -> tuple[int, int]:
-    """The matmul microkernel's (rows, columns): the options', else the cost model's for the
-    target CPU's vector width (`CPU_MATMUL_ROWS`, `cpu_matmul_columns`)."""
-    lanes = vector_bits(cpu.arch or default_cpu()) // 32
-    return (cpu.matmul_mr or cost_model.CPU_MATMUL_ROWS,
-            cpu.matmul_nr or cost_model.cpu_matmul_columns(lanes))
+def matmul_rows(cpu: CpuOptions) -> int:
+    """The matmul microkernel's rows: the options', else the cost model's CPU_MATMUL_ROWS
+    (the tiling's row blocks too)."""
+    return cpu.matmul_mr or cost_model.CPU_MATMUL_ROWS
 
 
 def _matmul_passes(options: Any = None) -> list[str]:
     """`fusion-cpu-matmul` and the lowering of its vector transfers (option `matmul`,
-    default on; `matmul_mr`, `matmul_nr`: the microkernel's rows and columns)."""
+    default on; `matmul_mr`, `matmul_nr`: the microkernel's rows and columns, else the cost
+    model's for the target CPU's vector width)."""
     cpu = _cpu_options(options)
     if not cpu.matmul:
         return []
-    if vector_bits(cpu.arch or default_cpu()) // 32 < 8:
+    lanes = vector_bits(target_cpu(cpu)) // 32
+    if lanes < 8:
         return []  # no 8-lane f32 vectors: the microkernel's unit
-    mr, nr = matmul_shape(cpu)
-    return [f"fusion-cpu-matmul{{mr={mr},nr={nr}}}", "convert-vector-to-scf{full-unroll=true}"]
+    nr = cpu.matmul_nr or cost_model.cpu_matmul_columns(lanes)
+    return [f"fusion-cpu-matmul{{mr={matmul_rows(cpu)},nr={nr}}}",
+            "convert-vector-to-scf{full-unroll=true}"]
 
 
 def _run(module: ir.Module, passes: list[str]) -> ir.Module:

@@ -108,7 +108,7 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile()) ->
         b_loads = [("%n0", 0)]  # one box: BN rows (N) x BK (K)
     else:
         b_box = f"{t.bk}x64"  # BK rows (K) x 64 columns (N): 128 bytes each
-        b_loads = [(f"%n0_{j}", j * t.bk * 64 * eb) for j in range(t.bn // 64)]
+        b_loads = [(f"%n0_{j}" if j else "%n0", j * t.bk * 64 * eb) for j in range(t.bn // 64)]
     tm_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{b_box}x{el}, 3>, "
             f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
     a_tile = f"memref<{t.bm}x{t.bk}x{el}, {ws}>"
@@ -121,31 +121,23 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile()) ->
     lines: list[str] = []
     emit = lines.append
 
-    def load_stage(indent: str, stage: str, ktile: str) -> None:
+    def load_stage(indent: str, stage: str, ktile: str, u: str) -> None:
         """Thread 0: expect the stage's bytes, then its TMA loads (coordinates innermost
-        first)."""
-        emit(f"{indent}%sa_{{u}} = arith.muli {stage}, %c_stage_bytes : index")
-        emit(f"{indent}%k0_{{u}} = arith.muli {ktile}, %c_bk : index")
-        emit(f"{indent}%va_{{u}} = memref.view %smem[%sa_{{u}}][] : memref<?xi8, {ws}> "
+        first); `u` makes the SSA names of this copy unique."""
+        emit(f"{indent}%sa_{u} = arith.muli {stage}, %c_stage_bytes : index")
+        emit(f"{indent}%k0_{u} = arith.muli {ktile}, %c_bk : index")
+        emit(f"{indent}%va_{u} = memref.view %smem[%sa_{u}][] : memref<?xi8, {ws}> "
              f"to {a_tile}")
         emit(f"{indent}nvgpu.mbarrier.arrive.expect_tx %bar[{stage}], %c_tx : {bar}")
-        emit(f"{indent}nvgpu.tma.async.load %tma_a[%k0_{{u}}, %m0], %bar[{stage}] to "
-             f"%va_{{u}} : {tm_a}, {bar} -> {a_tile}")
-        for j, (n_coord, offset) in enumerate(b_loads):
-            emit(f"{indent}%sb{j}_{{u}} = arith.addi %sa_{{u}}, %c_b_off{j} : index")
-            emit(f"{indent}%vb{j}_{{u}} = memref.view %smem[%sb{j}_{{u}}][] : "
+        emit(f"{indent}nvgpu.tma.async.load %tma_a[%k0_{u}, %m0], %bar[{stage}] to "
+             f"%va_{u} : {tm_a}, {bar} -> {a_tile}")
+        for j, (n_coord, _) in enumerate(b_loads):
+            emit(f"{indent}%sb{j}_{u} = arith.addi %sa_{u}, %c_b_off{j} : index")
+            emit(f"{indent}%vb{j}_{u} = memref.view %smem[%sb{j}_{u}][] : "
                  f"memref<?xi8, {ws}> to {b_tile}")
-            coords = (f"%k0_{{u}}, {n_coord}" if p.b_layout == "nk"
-                      else f"{n_coord}, %k0_{{u}}")
+            coords = f"%k0_{u}, {n_coord}" if p.b_layout == "nk" else f"{n_coord}, %k0_{u}"
             emit(f"{indent}nvgpu.tma.async.load %tma_b[{coords}], %bar[{stage}] to "
-                 f"%vb{j}_{{u}} : {tm_b}, {bar} -> {b_tile}")
-
-    counter = [0]
-
-    def flush(start: int) -> None:
-        counter[0] += 1
-        for i in range(start, len(lines)):
-            lines[i] = lines[i].replace("{u}", str(counter[0]))
+                 f"%vb{j}_{u} : {tm_b}, {bar} -> {b_tile}")
 
     # The maps arrive as pointers (the descriptor type has no kernel-argument lowering
     # before outlining); the casts fold away once nvgpu's types are LLVM's.
@@ -154,7 +146,7 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile()) ->
          f"{{known_block_size = array<i32: {WARPGROUP}, 1, 1>}} {{")
     emit(f"  %tma_a = builtin.unrealized_conversion_cast %map_a : !llvm.ptr to {tm_a}")
     emit(f"  %tma_b = builtin.unrealized_conversion_cast %map_b : !llvm.ptr to {tm_b}")
-    consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c32": 32, "c_bk": t.bk,
+    consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c_bk": t.bk,
               "c_bm": t.bm, "c_bn": t.bn, "c_stages": stages, "c_k_tiles": k_tiles,
               "c_stage_bytes": stage_bytes, "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n,
               "c_ticks": 10000000}
@@ -170,8 +162,6 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile()) ->
     for j in range(1, len(b_loads)):
         emit(f"  %c_n64_{j} = arith.constant {64 * j} : index")
         emit(f"  %n0_{j} = arith.addi %n0, %c_n64_{j} : index")
-    if p.b_layout == "kn":
-        emit("  %n0_0 = arith.addi %n0, %c0 : index")
     emit(f"  %smem = gpu.dynamic_shared_memory : memref<?xi8, {ws}>")
     emit(f"  %bar = nvgpu.mbarrier.create -> {bar}")
     emit("  %first = arith.cmpi eq, %tid, %c0 : index")
@@ -185,10 +175,8 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile()) ->
     emit("  gpu.barrier")
     # Prologue: the first `stages` k-tiles in flight.
     emit("  scf.if %first {")
-    emit(f"    scf.for %ps = %c0 to %c_stages step %c1 {{")
-    start = len(lines)
-    load_stage("      ", "%ps", "%ps")
-    flush(start)
+    emit("    scf.for %ps = %c0 to %c_stages step %c1 {")
+    load_stage("      ", "%ps", "%ps", "1")
     emit("    }")
     emit("  }")
     # The MMAs of one k-tile. nvgpu's wgmma expansion steps B's descriptor for an N-major
@@ -256,9 +244,7 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile()) ->
     emit("    %do = arith.andi %do0, %first : i1")
     emit("    scf.if %do {")
     emit("      %rs = arith.remui %prev, %c_stages : index")
-    start = len(lines)
-    load_stage("      ", "%rs", "%refill")
-    flush(start)
+    load_stage("      ", "%rs", "%refill", "2")
     emit("    }")
     emit(f"    scf.yield {', '.join(current)} : {', '.join(accs)}")
     emit("  }")
