@@ -20,7 +20,12 @@ from pathlib import Path
 # (M, N, K, B layout): the issue's two plain shapes, both B layouts, and ragged ones (partial
 # M, N and K tiles, through TMA's zero fill and the epilogue's guards).
 PROBLEMS = [(8192, 8192, 8192, "nk"), (8192, 4096, 4096, "nk"), (8192, 4096, 4096, "kn"),
-            (1000, 520, 264, "nk"), (512, 384, 136, "kn"), (128, 128, 64, "nk")]
+            (1000, 520, 264, "nk"), (512, 384, 136, "kn"), (128, 128, 64, "nk"),
+            # GPT-2's projections (B8 T1024 d768): out-proj, c_fc, c_proj.
+            (8192, 768, 768, "nk"), (8192, 3072, 768, "nk"), (8192, 768, 3072, "nk")]
+# Pipeline depths built for each problem: 4 stages (128 KB of shared memory: one CTA per
+# SM) and 3 (96 KB: two CTAs per SM, one's epilogue beside the other's main loop).
+STAGES = (4, 3)
 
 
 def build(folder: Path) -> None:
@@ -28,10 +33,10 @@ def build(folder: Path) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     manifest = []
-    tile = wgmma.GemmTile()
-    for m, n, k, layout in PROBLEMS:
+    for (m, n, k, layout), stages in [(p, s) for p in PROBLEMS for s in STAGES]:
+        tile = wgmma.GemmTile(stages=stages)
         problem = wgmma.GemmProblem(m, n, k, b_layout=layout)
-        name = f"gemm_{m}x{n}x{k}_{layout}"
+        name = f"gemm_{m}x{n}x{k}_{layout}_s{stages}"
         ptx = wgmma.lower(wgmma.gpu_module_text([wgmma.kernel_text(name, problem, tile)]))
         (folder / f"{name}.ptx").write_text(ptx)
         done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(folder / f"{name}.ptx"),
@@ -91,6 +96,8 @@ def run(folder: Path, only: str | None = None) -> None:
         assert cuda.cuModuleGetFunction(ctypes.byref(function), module,
                                         entry["name"].encode()) == 0
         assert cuda.cuFuncSetAttribute(function, 8, entry["shared_bytes"]) == 0
+        # All of the SM's unified L1/shared memory as shared (two CTAs of 97 KB fit).
+        assert cuda.cuFuncSetAttribute(function, 9, 100) == 0
         torch.manual_seed(m + n + k)
         a = torch.randn(m, k, device="cuda").bfloat16()
         b = torch.randn(n, k, device="cuda").bfloat16() if layout == "nk" else \
@@ -99,11 +106,12 @@ def run(folder: Path, only: str | None = None) -> None:
         map_a = _encode(cuda, a.data_ptr(), m, k, bm, bk)
         map_b = _encode(cuda, b.data_ptr(), n, k, bn, bk) if layout == "nk" else \
             _encode(cuda, b.data_ptr(), k, n, bk, 64)
-        maps = torch.frombuffer(bytearray(map_a + map_b), dtype=torch.uint8).cuda()
-        args = [ctypes.c_void_p(maps.data_ptr()), ctypes.c_void_p(maps.data_ptr() + 128),
-                ctypes.c_void_p(d.data_ptr())]
-        params = (ctypes.c_void_p * 3)(*[ctypes.addressof(x) for x in args])
-        grid = (-(-n // bn), -(-m // bm))
+        # The maps are by-value (grid-constant) parameters: the launch copies their bytes.
+        maps = [(ctypes.c_uint8 * 128).from_buffer_copy(x) for x in (map_a, map_b)]
+        d_arg = ctypes.c_void_p(d.data_ptr())
+        params = (ctypes.c_void_p * 3)(ctypes.addressof(maps[0]), ctypes.addressof(maps[1]),
+                                       ctypes.addressof(d_arg))
+        grid = (-(-n // bn) * -(-m // bm), 1)
         stream = torch.cuda.current_stream().cuda_stream
 
         def launch() -> None:

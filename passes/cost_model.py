@@ -568,6 +568,80 @@ def gelu_in_gemm_epilogue(out_type: str) -> bool:
     return out_type != "f32"
 
 
+# ---------------------------------------------------------------- GEMM: ours or the library's
+#
+# Measured on the H200 (bench/RESULTS.md runs 45-48, bf16, one process): the tensor-core
+# family of compiler/targets/cuda/wgmma.py (128 x 128 tiles, one warpgroup) reaches
+# 598-649 TFLOP/s with 4 stages (one CTA per SM) and 631-688 with 3 (two CTAs per SM) on
+# 8192-sized problems, against cuBLAS's 663-776; on small and ragged ones it is 1.7-2.4x
+# faster than cuBLAS, whose call overhead and tile choice dominate there. The model: our
+# kernel runs whole waves of one tile's MMAs at TC_GEMM_EFFICIENCY of the contraction peak
+# per SM (`matmul_flops_per_s`, below the H200's real peak: cuBLAS passes it); the library
+# runs at LIBRARY_GEMM_EFFICIENCY with no wave quantisation (it picks its tile) plus
+# LIBRARY_CALL_S of host-side call overhead; both at least their HBM time.
+TC_GEMM_EFFICIENCY = 0.90  # one CTA per SM: ~611 TFLOP/s
+LIBRARY_GEMM_EFFICIENCY = 1.05  # ~713 TFLOP/s, the middle of cuBLAS's 663-776
+LIBRARY_CALL_S = 3e-6
+# Our epilogue's arithmetic runs on the CTA's 128 threads while its tensor cores wait, with
+# one or two CTAs per SM to issue it: a fraction of the scalar peak (`flops_per_s`).
+# Measured: linear + bias + GELU(tanh) * 0.5 at 4096x4096x1024 (about 25 weighted ops per
+# element, TC_EPILOGUE_OP_WEIGHTS) took ~30 us more than the plain GEMM: ~0.2 of the peak.
+TC_EPILOGUE_ISSUE = 0.2
+# Weighted ops of an epilogue payload op (transcendentals run on the SFU or libdevice; casts
+# are folded into loads and stores): what `tc_epilogue_s` counts.
+TC_EPILOGUE_OP_WEIGHTS = {"math": 4.0, "arith.extf": 0.0, "arith.truncf": 0.5,
+                          "arith.divf": 4.0}
+
+
+def tc_epilogue_s(elements: int, weighted_ops: float, device: Device) -> float:
+    """Predicted time our GEMM spends on its fused epilogue's arithmetic."""
+    return elements * weighted_ops / (device.flops_per_s * TC_EPILOGUE_ISSUE)
+
+
+# Two CTAs per SM (3 stages, 97 KB of shared memory each) against one (4 stages, 129 KB):
+# the two share the SM, each at half speed, but one's epilogue and pipeline fill run beside
+# the other's main loop: measured (RESULTS.md run 47) 0.93-0.95x the time per wave-pair on
+# 8192-sized problems, and worse where the tiles make fewer than two full waves.
+TWO_CTA_WAVE_FACTOR = 0.94
+
+
+def tc_gemm_ctas_per_sm(tiles: int, device: Device) -> int:
+    """1 (4 stages) or 2 (3 stages) CTAs of our GEMM per SM, by whole waves."""
+    units = device.parallel_units
+    one = -(-tiles // units)
+    two = 2 * -(-tiles // (2 * units)) * TWO_CTA_WAVE_FACTOR
+    return 2 if two < one else 1
+
+
+def tc_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device, tile_m: int = 128,
+              tile_n: int = 128, tile_k: int = 64) -> float:
+    """Predicted time of our tensor-core GEMM kernel (with its epilogue's traffic in
+    `bytes_moved`): whole waves of whole tiles, or the HBM time, plus one launch."""
+    tiles = -(-m // tile_m) * -(-n // tile_n)
+    units = device.parallel_units
+    if tc_gemm_ctas_per_sm(tiles, device) == 2:
+        waves = 2 * -(-tiles // (2 * units)) * TWO_CTA_WAVE_FACTOR
+    else:
+        waves = -(-tiles // units)
+    per_tile = 2 * tile_m * tile_n * (-(-k // tile_k) * tile_k) / (
+        device.matmul_flops_per_s * TC_GEMM_EFFICIENCY / units)
+    return device.launch_s + max(waves * per_tile, bytes_moved / device.hbm_bytes_per_s)
+
+
+def library_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device) -> float:
+    """Predicted time of one cuBLASLt call (its own epilogue included)."""
+    flops = 2 * m * n * k
+    return device.launch_s + LIBRARY_CALL_S + max(
+        flops / (device.matmul_flops_per_s * LIBRARY_GEMM_EFFICIENCY),
+        bytes_moved / device.hbm_bytes_per_s)
+
+
+def prefer_tc_gemm(ours_s: float, library_s: float) -> bool:
+    """Our kernel (with the epilogue it fuses) against the library's call plus the kernels
+    that it leaves: ours when predicted faster."""
+    return ours_s < library_s
+
+
 def cpu_tile_sizes(ranges: list[int], iterators: list[str], elem_bytes: int,
                    tileable_dims: int | Collection[int], threads: int, tiles_per_thread: int = 4,
                    min_tile_bytes: int = 16 * 1024,

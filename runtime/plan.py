@@ -74,6 +74,9 @@ class Launch:
     # library call, cuBLASLt; `gemm` holds its parameters, compiler/codegen_cuda.gemm_launch).
     launch_kind: str = "kernel"
     gemm: dict[str, Any] = field(default_factory=dict)
+    # GPU only: tensor-map parameters the runtime encodes for this launch (the tensor-core
+    # GEMM family's operands), FUSEC_MAP_FIELDS numbers each (runtime/shim_cuda.c).
+    maps: list[list[int]] = field(default_factory=list)
 
 
 @dataclass

@@ -17,7 +17,10 @@
  *   int fusec_run_graph(void **inputs, void **outputs, void *stream);
  *       the same launches through a CUDA graph, captured once and replayed while the pointers
  *       are the same (fusec_graph_captures_count() says how many captures were made).
- * Gemm launches call cuBLASLt (opened at run time, see fusec_load_cublaslt).
+ * Gemm launches call cuBLASLt (opened at run time, see fusec_load_cublaslt). Kernels that read
+ * operands through TMA (the tensor-core GEMM family) take 128-byte tensor maps by value
+ * (`__grid_constant__` parameters): the shim encodes them (cuTensorMapEncodeTiled) from the
+ * launch's `maps` table and the run's pointers, again only when a pointer changes.
  *   const char *fusec_last_error(void);   thread-local; "" after a success
  *   int fusec_num_threads(void);          1 (the host thread only queues launches)
  * Return codes: 0 ok, 1 invalid arguments, 2 driver or resource failure.
@@ -53,7 +56,15 @@ typedef struct {
   int num_buffers;
   const int *buffers;  /* plan buffer ids, in kernel argument order (gemm: A, B, D[, bias]) */
   const long long *gemm; /* kernel -2: FUSEC_GEMM_FIELDS numbers (codegen_cuda.gemm_table) */
+  int num_maps;        /* kernel >= 0: tensor-map parameters (FUSEC_MAP_FIELDS numbers each) */
+  const long long *maps;
 } fusec_cuda_launch;
+
+/* One 2-D tensor map parameter (tc_gemm.map_table): the kernel parameter it replaces (its
+ * buffer's position in `buffers`), CUtensorMapDataType, the global dims (innermost first),
+ * the outer stride (bytes), the box (innermost first), CUtensorMapSwizzle, and the byte
+ * offset of the matrix in its buffer. */
+#define FUSEC_MAP_FIELDS 9
 
 typedef struct {
   int role;            /* 0 input, 1 output, 2 temp, 3 constant (weights, uploaded once) */
@@ -98,6 +109,7 @@ typedef struct CUgraphExec_st *CUgraphExec;
 #define CU_STREAM_NON_BLOCKING 1
 #define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#define CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT 9
 #define CUDA_ERROR_NOT_FOUND 500
 
 static struct {
@@ -126,6 +138,9 @@ static struct {
   CUresult (*GraphLaunch)(CUgraphExec, CUstream);
   CUresult (*GraphExecDestroy)(CUgraphExec);
   CUresult (*GraphDestroy)(CUgraph);
+  CUresult (*TensorMapEncodeTiled)(void *, int, unsigned, void *, const uint64_t *,
+                                   const uint64_t *, const unsigned *, const unsigned *, int,
+                                   int, int, int);
 } cu;
 
 /* ------------------------------------------------------------ state and errors */
@@ -136,6 +151,13 @@ static CUcontext fusec_context;
 static CUmodule fusec_module;
 static CUfunction *fusec_functions;
 static CUdeviceptr *fusec_temps;
+/* Per launch with tensor maps: the encoded maps (64-byte aligned, as CUtensorMap is) and the
+ * global address each was encoded for. */
+typedef struct {
+  _Alignas(64) unsigned char bytes[128];
+  CUdeviceptr address;
+} fusec_tensor_map;
+static fusec_tensor_map **fusec_maps;
 /* The kernels' index-check status (codegen_cuda.INDEX_STATUS: [check + 1, index]; 0: none). */
 static CUdeviceptr fusec_index_status_ptr;
 static __thread char fusec_error[1024];
@@ -198,6 +220,8 @@ static int fusec_load_driver(void) {
   FUSEC_SYM(GraphLaunch, "cuGraphLaunch");
   FUSEC_SYM(GraphExecDestroy, "cuGraphExecDestroy");
   FUSEC_SYM(GraphDestroy, "cuGraphDestroy");
+  /* CUDA 12 drivers and later; only kernels with tensor maps need it. */
+  *(void **)&cu.TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
   return 0;
 }
 
@@ -503,7 +527,17 @@ static int fusec_setup(const fusec_cuda_program *p) {
   }
   fusec_functions = calloc((size_t)p->num_symbols + 1, sizeof *fusec_functions);
   fusec_temps = calloc((size_t)p->num_buffers + 1, sizeof *fusec_temps);
-  if (!fusec_functions || !fusec_temps) {
+  fusec_maps = calloc((size_t)p->num_launches + 1, sizeof *fusec_maps);
+  for (int k = 0; fusec_maps && k < p->num_launches; ++k)
+    if (p->launches[k].num_maps) {
+      fusec_maps[k] = aligned_alloc(64, sizeof(fusec_tensor_map) * p->launches[k].num_maps);
+      if (!fusec_maps[k]) {
+        fusec_set_error("out of host memory");
+        return 2;
+      }
+      memset(fusec_maps[k], 0, sizeof(fusec_tensor_map) * p->launches[k].num_maps);
+    }
+  if (!fusec_functions || !fusec_temps || !fusec_maps) {
     fusec_set_error("out of host memory");
     return 2;
   }
@@ -514,11 +548,17 @@ static int fusec_setup(const fusec_cuda_program *p) {
   }
   for (int k = 0; k < p->num_launches; ++k) {
     const fusec_cuda_launch *l = &p->launches[k];
-    if (l->kernel >= 0 && l->shared > 48 * 1024)
+    if (l->kernel >= 0 && l->shared > 48 * 1024) {
       FUSEC_CHECK(cu.FuncSetAttribute(fusec_functions[l->kernel],
                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                       (int)l->shared),
                   "cuFuncSetAttribute(max dynamic shared memory)");
+      /* All of the unified L1 / shared memory as shared: the occupancy the compiler planned
+       * with (two tensor-core GEMM CTAs of 97 KB per SM) needs more than the default. */
+      FUSEC_CHECK(cu.FuncSetAttribute(fusec_functions[l->kernel],
+                                      CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
+                  "cuFuncSetAttribute(shared memory carveout)");
+    }
   }
   for (int b = 0; b < p->num_buffers; ++b) {
     const fusec_cuda_buffer *buf = &p->buffers[b];
@@ -544,6 +584,40 @@ static CUdeviceptr fusec_buffer_pointer(const fusec_cuda_program *p, int id, voi
   return b->role == 0   ? (CUdeviceptr)(uintptr_t)inputs[b->slot]
          : b->role == 1 ? (CUdeviceptr)(uintptr_t)outputs[b->slot]
                         : fusec_temps[id];
+}
+
+/* Tensor map j of launch k for this run's pointers (encoded again only when its address
+ * changed since the last run). */
+static int fusec_encode_map(const fusec_cuda_launch *l, int k, int j, const CUdeviceptr *ptrs) {
+  const long long *f = &l->maps[j * FUSEC_MAP_FIELDS];
+  fusec_tensor_map *m = &fusec_maps[k][j];
+  CUdeviceptr address = ptrs[f[0]] + (CUdeviceptr)f[8];
+  if (m->address == address) return 0;
+  if (!cu.TensorMapEncodeTiled) {
+    fusec_set_error("launch %d reads through TMA and this driver has no cuTensorMapEncodeTiled "
+                    "(CUDA 12 or later is needed)", k);
+    return 2;
+  }
+  if (address % 16) {
+    fusec_set_error("launch %d: tensor-map operand %d at %#llx is not 16-byte aligned (TMA)", k,
+                    (int)f[0], (unsigned long long)address);
+    return 1;
+  }
+  const uint64_t dims[2] = {(uint64_t)f[2], (uint64_t)f[3]};
+  const uint64_t strides[1] = {(uint64_t)f[4]};
+  const unsigned box[2] = {(unsigned)f[5], (unsigned)f[6]};
+  const unsigned element_strides[2] = {1, 1};
+  /* interleave none (0), L2 promotion 256 B (3), out-of-range elements read as zeros (0) */
+  CUresult r = cu.TensorMapEncodeTiled(m->bytes, (int)f[1], 2, (void *)(uintptr_t)address, dims,
+                                       strides, box, element_strides, 0, (int)f[7], 3, 0);
+  if (r != 0) {
+    char what[128];
+    snprintf(what, sizeof what, "cuTensorMapEncodeTiled (launch %d, map %d)", k, j);
+    fusec_cuda_error(r, what);
+    return 2;
+  }
+  m->address = address;
+  return 0;
 }
 
 static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **outputs,
@@ -579,6 +653,26 @@ static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **o
       continue;
     }
     const char *name = p->symbols[l->kernel];
+    for (int i = 0; l->num_maps && i < l->num_buffers; ++i) {
+      /* A launch with tensor maps reads and writes its other buffers 16 bytes at a time: the
+       * compiler checked the views' offsets, here the caller's pointers. */
+      const fusec_cuda_buffer *root = &p->buffers[l->buffers[i]];
+      while (root->view_of >= 0) root = &p->buffers[root->view_of];
+      if (root->role < 2) {
+        void *given = root->role == 0 ? inputs[root->slot] : outputs[root->slot];
+        if ((uintptr_t)given % 16) {
+          fusec_set_error("%s %d is not 16-byte aligned (launch %d, %s, reads and writes it "
+                          "16 bytes at a time)", root->role == 0 ? "input" : "output",
+                          root->slot, k, p->symbols[l->kernel]);
+          return 1;
+        }
+      }
+    }
+    for (int j = 0; j < l->num_maps; ++j) {
+      int rc = fusec_encode_map(l, k, j, ptrs);
+      if (rc) return rc;
+      params[l->maps[j * FUSEC_MAP_FIELDS]] = fusec_maps[k][j].bytes;
+    }
     snprintf(what, sizeof what, "cuLaunchKernel(%s, launch %d, grid %u, block %u)", name, k,
              l->grid, l->block);
     FUSEC_CHECK(cu.LaunchKernel(fusec_functions[l->kernel], l->grid, 1, 1, l->block, 1, 1,

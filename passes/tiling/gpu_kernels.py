@@ -44,6 +44,7 @@ class GpuKernelsPass(Pass):
     ARGUMENT = "fusion-gpu-kernels"
     device: str = "nvidia-h200"
     gemm: bool = True
+    tc_gemm: bool = True
 
     def run(self, module: ir.Operation) -> None:
         # The rewrites are the device's code generator's, registered by its target.
@@ -55,6 +56,6 @@ class GpuKernelsPass(Pass):
             notes: list[str] = []
             if self.gemm:
                 with func.location:  # the rewrites create ops
-                    notes = builder.rewrites(func, True)
+                    notes = builder.rewrites(func, True, self.tc_gemm)
             func.attributes[NOTES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in notes])
             func.attributes[DONE_ATTR] = ir.UnitAttr.get()

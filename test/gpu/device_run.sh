@@ -2,6 +2,8 @@
 # One device call (the `device` tool's run, repo root, artifacts carried in .device-carry/cuda):
 #   bash test/gpu/device_run.sh quick    tests + sanitizer + the matmul / transformer rows
 #                                        + the input-fusion kernel (test/gpu/input_fusion.py)
+#                                        + the tensor-core GEMM family (test/gpu/tc_gemm.py,
+#                                        bench/tc_gemm.py) where built
 #   bash test/gpu/device_run.sh full     tests + sanitizer + the whole benchmark (max-autotune)
 set -o pipefail
 mkdir -p /tmp/pkg && ln -sfn "$PWD" /tmp/pkg/fusec && export PYTHONPATH=/tmp/pkg
@@ -19,6 +21,20 @@ compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/gpu/sanitize_e
 compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/gpu/sanitize_one.py \
     .device-carry/cuda 2>&1 | tee "$OUT/sanitizer_one.log" | tail -14
 python3 test/gpu/input_fusion.py run .device-carry/cuda 2>&1 | tee "$OUT/input_fusion.log" | tail -4
+# The tensor-core GEMM family (test/gpu/tc_gemm.py build): numerics and time through the
+# pipeline, the sanitizers on the small cases, the kernel alone against torch.mm.
+if [ -d .device-carry/cuda/tc ]; then
+  python3 test/gpu/tc_gemm.py run .device-carry/cuda 2>&1 | tee "$OUT/tc_gemm.log" | tail -12
+  compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/gpu/tc_gemm.py check \
+      .device-carry/cuda ragged_relu_f16 kn_scale_shift attn_out_residual 2>&1 \
+      | tee "$OUT/tc_memcheck.log" | tail -4
+  compute-sanitizer --tool racecheck --error-exitcode 9 python3 test/gpu/tc_gemm.py check \
+      .device-carry/cuda ragged_relu_f16 kn_scale_shift 2>&1 | tee "$OUT/tc_racecheck.log" \
+      | tail -4
+fi
+if [ -d .device-carry/cuda/tcraw ]; then
+  python3 bench/tc_gemm.py run .device-carry/cuda/tcraw 2>&1 | tee "$OUT/tc_raw.log" | tail -8
+fi
 if [ "$mode" = quick ]; then
   python3 bench/gpu.py run .device-carry/cuda "$OUT" --only linear_gelu linear_gelu_bf16 \
       transformer_b1 --reps 50 2>&1 | grep -v Warning | tee "$OUT/bench.log" | tail -12

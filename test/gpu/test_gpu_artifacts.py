@@ -55,9 +55,13 @@ def test_numerics(name: str) -> None:
     elif key in ("ew", "ln", "rms", "softmax"):
         assert paths == ["fast"]  # the planner fuses every memory-bound workload into one
     elif key == "lg":
-        # cuBLASLt with the bias fused; GELU fused too in 16-bit, else one elementwise kernel.
+        # fp32: cuBLASLt with the bias fused, GELU in one elementwise kernel. bf16: one
+        # kernel: cuBLASLt with bias and GELU fused at 8192x4096x4096 (predicted faster
+        # than ours), our tensor-core GEMM with the whole chain at 37x96x96.
         bf16 = bench.ALL[name][4] == torch.bfloat16
-        assert paths == (["gemm"] if bf16 else ["gemm", "fast"]), paths
+        expected = ["gemm", "fast"] if not bf16 else \
+            ["tc_gemm"] if bench.ALL[name][1] < 1024 else ["gemm"]
+        assert paths == expected, paths
     elif key == "tel":
         # Head split / merge read and written in place by cuBLASLt, biases (+ ReLU) in its
         # epilogues: fewer launches than Inductor's 10 kernels.

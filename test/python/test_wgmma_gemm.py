@@ -27,6 +27,12 @@ def test_kernel_lowers_to_wgmma_and_tma(layout, tmp_path):
     mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.f32\.bf16\.bf16", ptx)
     assert set(mmas) == {"m64n128k16"} and len(mmas) % 8 == 0, mmas
     assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+    # The two tensor maps are by-value grid constants (128 bytes, 64-byte aligned), read in
+    # place (cvta.param), not pointers.
+    assert ptx.count(".param .align 64 .b8 k_param_") == 2 and "cvta.param" in ptx
+    # TMA writes the dynamic shared region: PTX's extern one, at the swizzle's alignment.
+    assert ".extern .shared .align 1024 .b8 __dynamic_shmem__0[];" in ptx
+    assert re.search(r"\.param \.u64 \.ptr[^\n]*k_param_2", ptx)
     # wgmma's imm-trans-b (the last immediate) follows B's layout: K-major for a Linear's
     # N x K weight, N-major (transposed) for a K x N matrix.
     flags = set(re.findall(r"p, 1,\s*1, 0,\s*(\d);", ptx))

@@ -66,6 +66,9 @@ def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
         if launch.launch_kind == "gemm":
             lines.append(f"static const long long fusec_launch{k}_gemm[] = {{"
                          + ", ".join(str(v) for v in gemm_table(launch, None)) + "};")
+        if launch.maps:
+            lines.append(f"static const long long fusec_launch{k}_maps[] = {{"
+                         + ", ".join(str(v) for m in launch.maps for v in m) + "};")
     lines.append("static const fusec_cuda_launch fusec_launches[] = {")
     for k, launch in enumerate(plan.launches):
         gemm = "0"
@@ -73,8 +76,9 @@ def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
             kernel, gemm = -2, f"fusec_launch{k}_gemm"
         else:
             kernel = -1 if launch.symbol == "__copy__" else symbols.index(launch.symbol)
+        maps = f"{len(launch.maps)}, fusec_launch{k}_maps" if launch.maps else "0, 0"
         lines.append(f"  {{{kernel}, {launch.grid}, {launch.block}, {launch.shared_bytes}, "
-                     f"{len(launch.buffers)}, fusec_launch{k}_buffers, {gemm}}},")
+                     f"{len(launch.buffers)}, fusec_launch{k}_buffers, {gemm}, {maps}}},")
     lines.append("};")
     roles = {"input": 0, "output": 1, "temp": 2, "constant": 3}
     for bid, data in program.constants.items():
@@ -177,7 +181,7 @@ def build_so(module: ir.Module, compile_options: Any, output: str | os.PathLike,
 
         write_dump(program, compile_options.dump_dir,
                    getattr(compile_options, "model_name", "model"),
-                   options_from(compile_options).arch)
+                   program.plan.metadata.get("arch", options_from(compile_options).arch))
     return _metadata(program.plan)
 
 

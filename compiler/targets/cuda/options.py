@@ -45,6 +45,10 @@ class CudaOptions:
     gemm: bool = field(default=True, metadata={"help": (
         "Matmul-rooted groups: the matmul through cuBLASLt (split_matmul_groups); "
         "False: one kernel per group (the fallback's one thread per output element).")})
+    tc_gemm: bool = field(default=True, metadata={"help": (
+        "Matmuls with bf16/f16 operands: our tensor-core GEMM kernel (TMA + wgmma, the "
+        "elementwise chain after it fused) where the cost model predicts it faster than "
+        "cuBLASLt (sm_90/sm_90a only); False: always cuBLASLt.")})
 
     def __post_init__(self) -> None:
         if self.device not in cost_model.DEVICES or \

@@ -13,10 +13,12 @@ from fusec.compiler.targets.cuda.device import DTYPES, GROUP_OP, CudaCodegenErro
 from fusec.compiler.targets.cuda.emitter import KernelEmitter, constant_bytes, is_weight
 from fusec.compiler.targets.cuda.fallback import fallback_launch
 from fusec.compiler.targets.cuda.gemm import GEMM_WORKSPACE_BYTES, gemm_launch
+from fusec.compiler.targets.cuda.tc_gemm import tc_gemm_launch
 from fusec.compiler.targets.cuda.layouts import VIEW_OFFSET
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.ptx import (
     find_cuda_toolkit,
+    kernel_arch,
     kernel_module_text,
     lower_kernels,
 )
@@ -203,6 +205,15 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             launches.append(gemm_launch(op, operands, weight_buffer, result_buffers, asm))
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             continue
+        if path == "tc_gemm":
+            text, launch = tc_gemm_launch(
+                op, symbol, operands, weight_buffer, result_buffers, asm,
+                lambda b: buffers[b].view_of is not None and buffers[b].view_offset % 16 != 0,
+                options.description)
+            kernels.append(text)
+            launch.info["bytes"] = sum(buffers[b].nbytes for b in launch.buffers)
+            launches.append(launch)
+            continue
         weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
         if attributes.OPS in op.attributes:  # recorded by the tiling, before it nests them
             ops_in = [ir.StringAttr(a).value for a in op.attributes[attributes.OPS]]
@@ -283,8 +294,9 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             outputs[k] = copy.id
             launches.append(Launch(symbol="__copy__", buffers=[bid, copy.id], grid=0))
         bound.add(bid)
+    arch = kernel_arch(kernels, options)
     plan = Plan(target="cuda", buffers=buffers, launches=launches, inputs=inputs,
-                outputs=outputs, metadata={"arch": options.arch})
+                outputs=outputs, metadata={"arch": arch})
     if gemm_notes:
         plan.metadata["gemm"] = gemm_notes
     if any(k.launch_kind == "gemm" for k in launches):

@@ -43,8 +43,24 @@ def find_cuda_toolkit() -> str | None:
     return None
 
 
+def has_tensor_core_kernels(text: str) -> bool:
+    """Whether kernels of the tensor-core GEMM family (wgmma.py) are in `text`."""
+    from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS
+
+    return GRID_CONSTANT_MAPS in text
+
+
+def kernel_arch(kernels: list[str], options: CudaOptions) -> str:
+    """The chip the kernel module is built for: the options' arch, or its arch-specific
+    variant (sm_90 -> sm_90a: wgmma and TMA) when a kernel of the tensor-core family is in
+    it. Such an image runs on sm_90 devices only."""
+    if options.arch == "sm_90" and any(has_tensor_core_kernels(k) for k in kernels):
+        return "sm_90a"
+    return options.arch
+
+
 def kernel_module_text(kernels: list[str], options: CudaOptions) -> str:
-    target = (f'#nvvm.target<O = {options.opt_level}, chip = "{options.arch}", '
+    target = (f'#nvvm.target<O = {options.opt_level}, chip = "{kernel_arch(kernels, options)}", '
               f'features = "{options.features}">')
     # The index-check status (see INDEX_STATUS), once, when a kernel records failures in it.
     status = [INDEX_STATUS_GLOBAL] if any(f"@{INDEX_STATUS}" in k for k in kernels) else []
@@ -60,26 +76,41 @@ def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
     binary_opts = f"format={fmt}"
     if toolkit:
         binary_opts += f" toolkit={toolkit}"
-    pipeline = (
+    # The tensor-core family's ops (TMA, mbarriers, wgmma: nvgpu, and the nvvm ops they
+    # become) lower first; its vector views of shared memory need their strided metadata
+    # expanded. Modules without such kernels get exactly the passes they always had.
+    tc = has_tensor_core_kernels(text)
+    to_llvm = (
         "builtin.module("
         # fpowi with a constant exponent (x.pow(2)) becomes multiplications, not a
         # libdevice call per element.
-        "gpu.module(canonicalize,math-expand-ops{ops=fpowi},"
+        f"gpu.module({'convert-nvgpu-to-nvvm,expand-strided-metadata,' if tc else ''}"
+        "canonicalize,math-expand-ops{ops=fpowi},"
         # math on bf16/f16 (erf, exp, ...) runs in f32: libdevice has no bf16 functions.
         "math-extend-to-supported-types,convert-scf-to-cf,"
         # Bare pointers: a static memref argument is one device pointer, as the shim passes.
         "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},"
+        f"{'convert-nvvm-to-llvm,' if tc else ''}"
         # What NVVM's patterns leave of math (integer math.absi: T5's relative position
         # buckets) becomes LLVM intrinsics NVPTX selects (abs.s64); float math is libdevice's
         # by now.
         "convert-math-to-llvm),"
-        "reconcile-unrealized-casts,"
-        f"gpu-module-to-binary{{{binary_opts}}})")
+        "reconcile-unrealized-casts)")
+    to_binary = f"builtin.module(gpu-module-to-binary{{{binary_opts}}})"
+    pipeline = f"{to_llvm[:-1]},{to_binary[len('builtin.module('):]}"
     with context:
         module = ir.Module.parse(text)
-        pm = PassManager.parse(pipeline)
         try:
-            pm.run(module.operation)
+            PassManager.parse(to_llvm).run(module.operation)
+            if tc:  # the tensor maps become by-value parameters (see wgmma.py)
+                from fusec.compiler.targets.cuda.wgmma import (
+                    extern_dynamic_shared_memory,
+                    mark_grid_constant_maps,
+                )
+
+                mark_grid_constant_maps(module)
+                extern_dynamic_shared_memory(module)
+            PassManager.parse(to_binary).run(module.operation)
         except Exception as e:  # noqa: BLE001 - re-raised with the reproducer
             path = Path(tempfile.gettempdir()) / "fusec_cuda_failed.mlir"
             path.write_text(text)

@@ -368,11 +368,24 @@ def _merge_operand_producers(group: ir.Operation) -> ir.Operation:
     return form_group(ops, kind, kept_attributes)
 
 
-def split_matmul_groups(func: ir.Operation) -> list[str]:
-    """Split every matmul-rooted group of `func` (in place) as `plan_gemm_split` says.
+def tc_gemm_enabled(options: CudaOptions | None) -> bool:
+    """Whether our tensor-core GEMM family is a candidate (the options and the arch)."""
+    from fusec.compiler.targets.cuda.tc_gemm import TC_ARCHES
+
+    return options is not None and options.tc_gemm and options.arch in TC_ARCHES
+
+
+def split_matmul_groups(func: ir.Operation, options: CudaOptions | None = None) -> list[str]:
+    """Split every matmul-rooted group of `func` (in place): [prologue] + the matmul as a
+    cuBLASLt call (`plan_gemm_split`: with the epilogue cuBLASLt fuses) or as our
+    tensor-core GEMM (`tc_gemm.plan_tc_split`: with the whole elementwise chain after it),
+    whichever the cost model predicts faster (`tc_gemm.choose`, the reason in `fusion.why`)
+    + [epilogue: what neither took].
 
     Returns one line per matmul group: what was done, or why it stays one kernel.
     """
+    from fusec.compiler.targets.cuda.tc_gemm import TcSplit, choose, plan_tc_split
+
     from fusec.passes.grouping import form_group
     from fusec.passes.inline_groups import inline_group
 
@@ -385,6 +398,18 @@ def split_matmul_groups(func: ir.Operation) -> list[str]:
             continue
         group = _merge_operand_producers(group)
         split = plan_gemm_split(group)
+        path = "gemm"
+        if tc_gemm_enabled(options):
+            tc = plan_tc_split(group)
+            if isinstance(tc, TcSplit):
+                ours, why = choose(tc, split, options.description)
+                if ours:
+                    split, path = tc.split, "tc_gemm"
+                    split.why = why
+                elif not isinstance(split, str):
+                    split.why += f"; {why}"
+            elif not isinstance(split, str) and _sixteen_bit(group):
+                split.why += f"; not our tensor-core GEMM: {tc}"
         if isinstance(split, str):
             notes.append(f"not cuBLASLt: {split}")
             continue
@@ -395,7 +420,7 @@ def split_matmul_groups(func: ir.Operation) -> list[str]:
             form_group(split.prologue, "vertical" if len(split.prologue) > 1 else "single",
                        {attributes.SPLIT: s("prologue")})
         form_group(split.gemm, "epilogue" if split.fused else "single",
-                   {attributes.PATH: s("gemm"), attributes.WHY: s(split.why),
+                   {attributes.PATH: s(path), attributes.WHY: s(split.why),
                     attributes.GEMM_EPILOGUE: s("+".join(split.fused) or "none"),
                     attributes.SPLIT_OF: s(kind)})
         if split.epilogue:
@@ -403,6 +428,19 @@ def split_matmul_groups(func: ir.Operation) -> list[str]:
                        {attributes.SPLIT: s("epilogue")})
         notes.append(split.why)
     return notes
+
+
+def _library_call(group: ir.Operation) -> bool:
+    """A cuBLASLt call's group (the only groups that read and write through strided layouts;
+    our tensor-core GEMM reads through TMA maps of what it was planned with)."""
+    return attributes.PATH in group.attributes and \
+        ir.StringAttr(group.attributes[attributes.PATH]).value == "gemm"
+
+
+def _sixteen_bit(group: ir.Operation) -> bool:
+    """The group's matmul reads 16-bit floats (through its casts): our family's operands."""
+    mm = _matmuls(group)[0]
+    return gemm_operand(mm.operands[0]).element in ("bf16", "f16")
 
 
 def groups_of(func: ir.Operation) -> list[ir.Operation]:
@@ -445,22 +483,27 @@ def _matmuls(group: ir.Operation) -> list[ir.Operation]:
     return [o for o in group_body_ops(group) if o.name in GEMM_OPS]
 
 
-def merge_epilogue_consumers(func: ir.Operation) -> int:
+def merge_epilogue_consumers(func: ir.Operation, options: CudaOptions | None = None) -> int:
     """Merge into each one-matmul group the group that consumes its only result when that
     consumer starts with what cuBLASLt's epilogue runs (a bias add, ReLU, a cast, GELU, or a
-    reshape on the way): the planner may leave a bias add in a group of its own, which then
-    costs a kernel. The
-    split that follows keeps the rest of the consumer as the epilogue kernel. Returns how
-    many."""
+    reshape on the way), or, where our tensor-core GEMM is a candidate for the matmul
+    (`tc_gemm.tc_operands`), with any elementwise op (a residual add, a scale, an
+    activation: what its epilogue runs). The planner may leave a bias add in a group of its
+    own, which then costs a kernel. The split that follows keeps the rest of the consumer
+    as the epilogue kernel. Returns how many."""
+    from fusec.compiler.targets.cuda.tc_gemm import elementwise, tc_operands
     from fusec.passes.grouping import op_key
 
+    tc = tc_gemm_enabled(options)
     count = 0
     gone: set[int] = set()
     for key, group in [(op_key(g), g) for g in groups_of(func)]:
         if key in gone:
             continue
+        candidate = tc and len(_matmuls(group)) == 1 and \
+            not isinstance(tc_operands(_matmuls(group)[0]), str)
         # Again after each merge: bias, then ReLU, may each have been left a group.
-        while _ends_in_epilogue(group):
+        while _ends_in_epilogue(group, candidate):
             consumer = _only_user(group.results[0])
             if consumer is None or consumer.name != GROUP_OP or \
                     attributes.PATH in consumer.attributes or _matmuls(consumer):
@@ -472,7 +515,8 @@ def merge_epilogue_consumers(func: ir.Operation) -> int:
             if user is None or (user.name not in RESHAPE_OPS and (
                     user.name != "linalg.generic" or (
                         bias_add(user, arg) is None and
-                        unary_kind(user) not in ("relu", "cast", "gelu")))):
+                        unary_kind(user) not in ("relu", "cast", "gelu") and
+                        not (candidate and elementwise(user))))):
                 break
             gone.add(op_key(consumer))
             group = regroup([group, consumer], [], group)
@@ -480,9 +524,10 @@ def merge_epilogue_consumers(func: ir.Operation) -> int:
     return count
 
 
-def _ends_in_epilogue(group: ir.Operation) -> bool:
+def _ends_in_epilogue(group: ir.Operation, tc_candidate: bool = False) -> bool:
     """A one-matmul, one-result group (not yet split) whose result is the matmul's or the
-    last of what cuBLASLt's epilogue would absorb after it."""
+    last of what cuBLASLt's epilogue would absorb after it (`tc_candidate`: or of what our
+    tensor-core GEMM's would, `tc_gemm.tc_chain`)."""
     if len(_matmuls(group)) != 1 or len(group.results) != 1 or attributes.PATH in group.attributes:
         return False
     mm = _matmuls(group)[0]
@@ -491,7 +536,15 @@ def _ends_in_epilogue(group: ir.Operation) -> bool:
         return True
     in_type = gemm_operand(mm.operands[0]).element
     absorbed, _, _ = absorb_epilogue(mm, in_type, allow_bias=True)
-    return bool(absorbed) and value_key(absorbed[-1].results[0]) == value_key(yielded)
+    if absorbed and value_key(absorbed[-1].results[0]) == value_key(yielded):
+        return True
+    if tc_candidate:
+        from fusec.compiler.targets.cuda.tc_gemm import tc_chain
+
+        shape = list(ir.RankedTensorType(mm.results[0].type).shape)
+        chain, _, _ = tc_chain(mm, math.prod(shape[:-1]), shape[-1])
+        return bool(chain) and value_key(chain[-1].results[0]) == value_key(yielded)
+    return False
 
 
 def _is_layout_group(group: ir.Operation) -> bool:
@@ -531,7 +584,7 @@ def absorb_operand_layouts(func: ir.Operation) -> int:
     operands now read further back."""
     count = 0
     for group in groups_of(func):
-        if len(_matmuls(group)) != 1 or attributes.PATH not in group.attributes:
+        if len(_matmuls(group)) != 1 or not _library_call(group):
             continue  # only cuBLASLt calls read operands through a layout
         for index in (0, 1):
             mm = _matmuls(group)[0]
@@ -608,7 +661,7 @@ def absorb_result_layouts(func: ir.Operation) -> int:
     for key, group in [(op_key(g), g) for g in groups_of(func)]:
         if key in gone:
             continue
-        while attributes.PATH in group.attributes and len(group.results) == 1:
+        while _library_call(group) and len(group.results) == 1:
             consumer = _only_user(group.results[0])
             if consumer is None or not _is_layout_group(consumer):
                 break

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fusec.compiler.targets.cuda.options import CudaOptions
+from fusec.compiler.targets.cuda.tc_gemm import TC_ARCHES
 
 # ---------------------------------------------------------------- pipeline entry points
 
@@ -19,7 +20,8 @@ def tiled_passes(options: CudaOptions | None = None) -> list[str]:
     options = options or CudaOptions()
     device = options.device
     gemm = "true" if options.gemm else "false"
-    return [f"fusion-gpu-kernels{{device={device},gemm={gemm}}}",
+    tc = "true" if options.tc_gemm and options.arch in TC_ARCHES else "false"
+    return [f"fusion-gpu-kernels{{device={device},gemm={gemm},tc-gemm={tc}}}",
             "fusion-normalise-kernels",
             f"fusion-tile{{device={device},fit=true}}",
             # The index checks' reports (deferred by the linalg stage), now the tiles exist.

@@ -1,0 +1,716 @@
+"""CUDA target: the tensor-core GEMM family in the plan (the kernel itself: wgmma.py).
+
+A matmul-rooted group becomes our tensor-core kernel, not a cuBLASLt call, when
+
+- its operands are what wgmma reads through TMA (`tc_operands`): bf16 or f16, A stored
+  M x K with K contiguous, B stored N x K or K x N, 16-byte aligned strides and offsets,
+  one matrix (no batch); the layout ops between the operands and their buffers (casts to
+  f32, a weight's transpose, reshapes, slices) are absorbed as for cuBLASLt;
+- and the cost model predicts it faster (`cost_model.prefer_tc_gemm`): our kernel with the
+  whole elementwise chain after the matmul fused (`tc_chain`) against cuBLASLt with the
+  epilogue it can fuse plus the kernel the rest of the chain would need.
+
+The chain (`ChainEpilogue`) runs on the accumulator's f32 values in registers before the one
+store: any elementwise `linalg.generic` whose other operands are group inputs or weights
+read through projections (a bias row, a residual, a per-row scale), or are computed from
+them by elementwise generics, broadcasts or transposes that nothing else reads (a bias's
+cast to f32), and reshapes that keep the last dim (rows split into batch x sequence). The
+payloads are the group's own ops, emitted as they are (a 16-bit payload stays 16-bit, as
+the fast emitter's). What stops the chain stays in a kernel after it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import mlir.ir as ir
+from fusec.compiler.targets.cuda import wgmma
+from fusec.compiler.targets.cuda.analysis import parse_map, tensor_info, value_key
+from fusec.compiler.targets.cuda.body import GEMM_OPS, RESHAPE_OPS, defining, single_use
+from fusec.compiler.targets.cuda.device import (
+    DTYPES,
+    ELEMENT_BYTES,
+    PAYLOAD_DIALECTS,
+    CudaCodegenError,
+)
+from fusec.compiler.targets.cuda.emitter import constant_bytes, id_of, is_weight
+from fusec.compiler.targets.cuda.gemm import GemmOperand, GemmSplit, gemm_operand
+from fusec.compiler.targets.cuda.layouts import MatrixLayout, matrix_layout
+from fusec.passes import attributes, cost_model
+from fusec.runtime.plan import Launch
+
+# Architectures with wgmma and TMA (the kernel module is then built for sm_90a).
+TC_ARCHES = ("sm_90", "sm_90a")
+# CUtensorMapDataType values (cuda.h) and CU_TENSOR_MAP_SWIZZLE_128B.
+TENSOR_MAP_TYPES = {"bf16": 9, "f16": 6}
+SWIZZLE_128B = 3
+TILE = wgmma.GemmTile()
+
+
+@dataclass
+class TcOperands:
+    mm: ir.Operation
+    a: GemmOperand
+    b: GemmOperand
+    la: MatrixLayout
+    lb: MatrixLayout
+    m: int
+    n: int
+    k: int
+
+
+def _zero_init(mm: ir.Operation) -> bool:
+    fill = defining(mm.operands[2])
+    if fill is None or fill.name != "linalg.fill" or not single_use(mm.operands[2]):
+        return False
+    zero = defining(fill.operands[0])
+    return zero is not None and zero.name == "arith.constant" and \
+        float(ir.FloatAttr(zero.attributes["value"]).value) == 0.0
+
+
+def tc_operands(mm: ir.Operation) -> TcOperands | str:
+    """What the kernel reads for `mm`, or why it cannot read it."""
+    if not _zero_init(mm):
+        return "the matmul does not start from a zero fill"
+    a_shape = list(ir.RankedTensorType(mm.operands[0].type).shape)
+    b_shape = list(ir.RankedTensorType(mm.operands[1].type).shape)
+    if math.prod(a_shape[:-2]) != 1:
+        return "a batched matmul"
+    a, b = gemm_operand(mm.operands[0]), gemm_operand(mm.operands[1])
+    if a.element != b.element or a.element not in wgmma.MMA_INPUTS:
+        return f"operands of type {a.element} x {b.element} (wgmma here takes bf16, f16)"
+    eb = wgmma.MMA_INPUTS[a.element]
+    la, lb = matrix_layout(a.view, eb), matrix_layout(b.view, eb)
+    if la is None or lb is None:
+        return "an operand is not one strided matrix"
+    if la.transposed:
+        return "A is stored K x M (the kernel reads A with K contiguous)"
+    if any((x * eb) % 16 for x in (la.ld, la.offset, lb.ld, lb.offset)):
+        return "an operand's row stride or offset is not a multiple of 16 bytes (TMA)"
+    m, k = a_shape[-2:]
+    n = b_shape[-1]
+    return TcOperands(mm, a, b, la, lb, m, n, k)
+
+
+def tile_for(m: int, n: int, device: cost_model.Device = cost_model.H200) -> wgmma.GemmTile:
+    """The tile and pipeline depth: 4 stages (one CTA per SM) or 3 (two), the cost
+    model's choice by whole waves."""
+    base = wgmma.GemmTile()
+    tiles = -(-m // base.bm) * -(-n // base.bn)
+    stages = 3 if cost_model.tc_gemm_ctas_per_sm(tiles, device) == 2 else 4
+    return wgmma.GemmTile(base.bm, base.bn, base.bk, stages)
+
+
+def _problem(ops: TcOperands, out_type: str) -> wgmma.GemmProblem:
+    return wgmma.GemmProblem(ops.m, ops.n, ops.k, ops.a.element, out_type,
+                             "nk" if ops.lb.transposed else "kn")
+
+
+# ---------------------------------------------------------------- the epilogue chain
+
+
+def _users(value: ir.Value) -> list[ir.Operation]:
+    return [u.owner.operation if hasattr(u.owner, "operation") else u.owner for u in value.uses]
+
+
+def _payload_ok(op: ir.Operation) -> bool:
+    """Every live payload op is arith/math without regions, reading block arguments, its
+    own results or scalar constants (no linalg.index, no init read)."""
+    block = op.regions[0].blocks[0]
+    inits = len(op.results)
+    init_keys = {value_key(a) for a in list(block.arguments)[len(block.arguments) - inits:]}
+    inner = {value_key(r) for o in block.operations for r in o.results}
+    args = {value_key(a) for a in block.arguments}
+    for o in block.operations:
+        o = o.operation
+        if o.name == "linalg.yield":
+            continue
+        if not o.name.startswith(PAYLOAD_DIALECTS) or len(o.regions):
+            return False
+        for v in o.operands:
+            key = value_key(v)
+            if key in init_keys:
+                return False
+            if key in inner or key in args:
+                continue
+            producer = defining(v)
+            if producer is None or producer.name != "arith.constant" or \
+                    isinstance(producer.attributes["value"], ir.DenseElementsAttr):
+                return False
+    yielded = list(block.operations)[-1].operands
+    return all(value_key(v) not in init_keys for v in yielded)
+
+
+def elementwise(op: ir.Operation) -> bool:
+    """An all-parallel one-result generic whose payload the epilogue can run."""
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return False
+    its = [str(ir.StringAttr(a).value) if isinstance(a, ir.StringAttr) else str(a)
+           for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    if any("parallel" not in t for t in its):
+        return False
+    try:
+        maps = [parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    except CudaCodegenError:
+        return False
+    out = maps[-1]
+    return out.results == tuple(range(out.num_dims)) and _payload_ok(op)
+
+
+def _splat(op: ir.Operation | None) -> bool:
+    return op is not None and op.name == "arith.constant" and \
+        isinstance(op.attributes["value"], ir.DenseElementsAttr) and \
+        ir.DenseElementsAttr(op.attributes["value"]).is_splat
+
+
+def _source_ops(value: ir.Value, members: set[int], banned: set[int], depth: int = 0
+                ) -> list[ir.Operation] | None:
+    """The ops computing `value` in the epilogue from group inputs and weights (none for an
+    input, a weight or a splat); None if it cannot be computed there (it depends on the
+    epilogue's own values, `members`, or on an op in `banned`)."""
+    if value_key(value) in members:
+        return None
+    if isinstance(value.owner, ir.Block):
+        return [] if str(ir.RankedTensorType(value.type).element_type) in DTYPES else None
+    op = defining(value)
+    if op is None or depth > 8 or id_of(op) in banned:
+        return None
+    if is_weight(op) or _splat(op):
+        return []
+    if op.name in ("linalg.broadcast", "linalg.transpose"):
+        inputs = [op.operands[0]]
+    elif elementwise(op):
+        inputs = list(op.operands)[:len(op.operands) - 1]
+    else:
+        return None
+    found = [op]
+    for v in inputs:
+        inner = _source_ops(v, members, banned, depth + 1)
+        if inner is None:
+            return None
+        found += inner
+    return found
+
+
+def _rows_reshape(op: ir.Operation, m: int, n: int) -> bool:
+    """A reshape that only regroups the rows (the last dim stays N)."""
+    shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    return bool(shape) and shape[-1] == n and math.prod(shape[:-1]) == m
+
+
+def tc_chain(mm: ir.Operation, m: int, n: int
+             ) -> tuple[list[ir.Operation], list[ir.Operation], str]:
+    """The epilogue ops after `mm` the kernel runs (in block order: a DAG of elementwise ops
+    and row reshapes over the matmul's result, with one result leaving it), the ops
+    computing their other operands, and why it stops where it does."""
+    banned: set[int] = set()
+    for _ in range(4):
+        chain, sources, why = _grow_chain(mm, m, n, banned)
+        inside = {id_of(o) for o in chain + sources}
+        shared = {id_of(o) for o in sources
+                  if any(id_of(u) not in inside for u in _users(o.results[0]))}
+        if not shared:
+            return chain, sources, why
+        banned |= shared
+    return [], [], "an epilogue operand is also read elsewhere"
+
+
+def _epilogue_outputs(mm: ir.Operation, chain: list[ir.Operation]) -> list[ir.Value]:
+    inside = {id_of(o) for o in chain}
+    values = [mm.results[0]] + [o.results[0] for o in chain]
+    return [v for v in values if any(id_of(u) not in inside for u in _users(v))]
+
+
+def _grow_chain(mm: ir.Operation, m: int, n: int, banned: set[int]
+                ) -> tuple[list[ir.Operation], list[ir.Operation], str]:
+    members = {value_key(mm.results[0])}
+    chain: list[ir.Operation] = []
+    why = ""
+    after = False
+    for op in mm.block.operations:
+        op = op.operation
+        if not after:
+            after = op == mm
+            continue
+        if op.name == "fusion.yield":
+            break
+        reads = [v for v in op.operands if value_key(v) in members]
+        if not reads:
+            continue
+        if op.name in RESHAPE_OPS:
+            if _rows_reshape(op, m, n):
+                chain.append(op)
+                members.add(value_key(op.results[0]))
+            else:
+                why = why or f"{op.name} moves the last dim"
+            continue
+        if not elementwise(op):
+            why = why or f"{op.name} is not elementwise"
+            continue
+        maps = [parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        ok = True
+        for v, mp in zip(list(op.operands)[:len(op.operands) - 1], maps):
+            if value_key(v) in members:
+                ok = ok and mp.results == tuple(range(mp.num_dims))
+            else:
+                ok = ok and _source_ops(v, members, banned) is not None
+        if not ok:
+            why = why or "an operand of an op after it is computed where the epilogue cannot"
+            continue
+        chain.append(op)
+        members.add(value_key(op.results[0]))
+    # One value leaves the epilogue, of one of the kernel's store types: drop ops from the
+    # end until it does.
+    while True:
+        outs = _epilogue_outputs(mm, chain)
+        last = outs[0] if len(outs) == 1 else None
+        if last is not None and str(ir.RankedTensorType(last.type).element_type) in \
+                wgmma.OUTPUTS and (not chain or value_key(last) ==
+                                   value_key(chain[-1].results[0])):
+            break
+        if not chain:
+            break
+        chain.pop()
+        why = "more than one value leaves the epilogue" if len(outs) > 1 else \
+            "the epilogue's result is not a store type"
+    members = {value_key(mm.results[0])} | {value_key(o.results[0]) for o in chain}
+    sources: list[ir.Operation] = []
+    seen: set[int] = set()
+    for op in chain:
+        if op.name != "linalg.generic":
+            continue
+        for v in list(op.operands)[:len(op.operands) - 1]:
+            if value_key(v) in members:
+                continue
+            for src in _source_ops(v, members, banned) or []:
+                if id_of(src) not in seen:
+                    seen.add(id_of(src))
+                    sources.append(src)
+    return chain, sources, why
+
+
+def out_type_of(mm: ir.Operation, chain: list[ir.Operation]) -> str:
+    last = chain[-1].results[0] if chain else mm.results[0]
+    return str(ir.RankedTensorType(last.type).element_type)
+
+
+# ---------------------------------------------------------------- planning
+
+
+@dataclass
+class TcSplit:
+    split: GemmSplit
+    operands: TcOperands
+    chain: list[ir.Operation]  # the epilogue ops the kernel runs, in order
+
+    @property
+    def result(self) -> ir.Value:
+        return self.chain[-1].results[0] if self.chain else self.operands.mm.results[0]
+
+
+def plan_tc_split(group: ir.Operation) -> TcSplit | str:
+    """The split of `group` with our tensor-core kernel, or why it is not one."""
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, walk_ops
+
+    body = group.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations][:-1]
+    mms = [o for o in ops if o.name in GEMM_OPS]
+    if len(mms) != 1:
+        return f"{len(mms)} matmuls in the group"
+    found = tc_operands(mms[0])
+    if isinstance(found, str):
+        return found
+    chain, sources, _ = tc_chain(mms[0], found.m, found.n)
+    problem = _problem(found, out_type_of(mms[0], chain))
+    why = wgmma.refusal(problem, TILE)
+    if why is not None:
+        return why
+    fill = defining(mms[0].operands[2])
+    gemm = found.a.ops + found.b.ops + [fill, mms[0]] + sources + chain
+    gemm_keys = {id_of(o) for o in gemm}
+    by_key = {id_of(o): o for o in ops}
+    needed: set[int] = set()
+    stack = list(gemm)
+    while stack:
+        op = stack.pop()
+        for inner in walk_ops(op):
+            for v in inner.operands:
+                p = defining(v)
+                if p is None:
+                    continue
+                k = id_of(p)
+                if k in by_key and k not in gemm_keys and k not in needed \
+                        and p.name not in CLONED_INTO_GROUPS:
+                    needed.add(k)
+                    stack.append(p)
+    prologue = [o for o in ops if id_of(o) in needed]
+    epilogue = [o for o in ops if id_of(o) not in needed and id_of(o) not in gemm_keys
+                and o.name not in CLONED_INTO_GROUPS]
+    fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
+    return TcSplit(GemmSplit(prologue, gemm, epilogue, fused, ""), found, chain)
+
+
+def _step_name(op: ir.Operation) -> str:
+    from fusec.compiler.targets.cuda.body import unary_kind
+    from fusec.compiler.targets.cuda.gemm import bias_add
+
+    ins = list(op.operands)[:len(op.operands) - 1]
+    if len(ins) == 2 and any(bias_add(op, v) is not None for v in ins):
+        return "bias"
+    kind = unary_kind(op) if len(ins) == 1 else None
+    if kind:
+        return kind
+    names = [o.operation.name.split(".")[-1] for o in op.regions[0].blocks[0].operations
+             if o.operation.name != "linalg.yield"]
+    return "(" + ",".join(names) + ")" if len(names) > 1 else (names[0] if names else "copy")
+
+
+def _bytes(values: list[ir.Value]) -> int:
+    total = 0
+    for v in values:
+        shape, elt = tensor_info(v.type)
+        total += math.prod(shape) * ELEMENT_BYTES.get(elt, 4)
+    return total
+
+
+def _external(ops: list[ir.Operation]) -> list[ir.Value]:
+    """Values the ops read from outside themselves (inputs, weights), once each."""
+    inside = {value_key(r) for o in ops for r in o.results}
+    seen: dict[int, ir.Value] = {}
+    for o in ops:
+        n_in = len(o.operands) - (len(o.results) if o.name.startswith("linalg.") else 0)
+        for v in list(o.operands)[:n_in]:
+            key = value_key(v)
+            if key in inside or key in seen:
+                continue
+            p = defining(v)
+            if p is not None and (p.name in ("tensor.empty",) or _splat(p)):
+                continue
+            seen[key] = v
+    return list(seen.values())
+
+
+def epilogue_ops(chain: list[ir.Operation]) -> float:
+    """Weighted payload ops per output element of the epilogue (cost_model's weights)."""
+    total = 0.0
+    weights = cost_model.TC_EPILOGUE_OP_WEIGHTS
+    for op in chain:
+        if op.name != "linalg.generic":
+            continue
+        for inner in op.regions[0].blocks[0].operations:
+            name = inner.operation.name
+            if name in ("linalg.yield", "arith.constant"):
+                continue
+            total += weights.get(name, weights.get(name.split(".")[0], 1.0))
+    return total
+
+
+def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
+           ) -> tuple[bool, str]:
+    """Ours or cuBLASLt for one matmul group (the cost model's prediction both ways), and
+    the reason, for the IR."""
+    found = tc.operands
+    m, n, k = found.m, found.n, found.k
+    generics = [o for o in tc.chain if o.name == "linalg.generic"]
+    ab = _bytes([found.a.source, found.b.source])
+    ours = cost_model.tc_gemm_s(m, n, k, ab + _bytes(_external(generics)) +
+                                _bytes([tc.result]), device, TILE.bm, TILE.bn, TILE.bk) + \
+        cost_model.tc_epilogue_s(m * n, epilogue_ops(tc.chain), device)
+    fused = "+".join(tc.split.fused)
+    ctas = cost_model.tc_gemm_ctas_per_sm(-(-m // TILE.bm) * -(-n // TILE.bn), device)
+    ours_text = (f"our tensor-core GEMM ({ctas} CTA{'s' if ctas > 1 else ''} per SM)"
+                 f"{' with the fused epilogue ' + fused if fused else ''}")
+    if isinstance(library, str):
+        return True, (f"matmul-rooted group: {ours_text} (predicted {ours * 1e6:.1f} us; "
+                      f"not cuBLASLt: {library})")
+    lib_keys = {id_of(o) for o in library.gemm}
+    absorbed = [o for o in generics if id_of(o) in lib_keys]
+    lib_out = absorbed[-1].results[0] if absorbed else found.mm.results[0]
+    lib = cost_model.library_gemm_s(m, n, k, ab + _bytes([lib_out]), device)
+    rest = [o for o in generics if id_of(o) not in lib_keys]
+    if rest:
+        rest_in = [v for v in _external(rest) if value_key(v) != value_key(lib_out)]
+        lib += cost_model.kernel_s(_bytes([lib_out, tc.result]) + _bytes(rest_in), 0, device)
+    lib_text = f"{lib * 1e6:.1f} us" + (" with the kernel after it" if rest else "")
+    if cost_model.prefer_tc_gemm(ours, lib):
+        return True, (f"matmul-rooted group: {ours_text} (predicted {ours * 1e6:.1f} us, "
+                      f"cuBLASLt {lib_text})")
+    return False, f"cuBLASLt predicted {lib_text}, our tensor-core GEMM {ours * 1e6:.1f} us"
+
+
+# ---------------------------------------------------------------- code generation
+
+
+@dataclass
+class ChainEpilogue:
+    """The epilogue of one tc_gemm group: its chain's payloads on the accumulator values,
+    the other operands read from kernel parameters (flat memrefs, after D)."""
+
+    mm: ir.Operation
+    chain: list[ir.Operation]
+    m: int
+    n: int
+    bases: list[ir.Value] = field(default_factory=list)  # kernel parameters after D
+    counter: int = 0
+    # Parameters known 16-byte aligned (runtime/shim_cuda.c checks the inputs and outputs
+    # of such launches; a view's offset is known here): their loads may merge.
+    aligned: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.base_index: dict[int, int] = {}
+        for op in self.chain:
+            if op.name != "linalg.generic":
+                continue
+            for v in list(op.operands)[:len(op.operands) - 1]:
+                self._collect(v)
+
+    def _collect(self, value: ir.Value) -> None:
+        if value_key(value) in {value_key(r) for o in [self.mm] + self.chain for r in o.results}:
+            return
+        op = None if isinstance(value.owner, ir.Block) else defining(value)
+        if op is None or is_weight(op):
+            if value_key(value) not in self.base_index:
+                self.base_index[value_key(value)] = len(self.bases)
+                self.bases.append(value)
+            return
+        if _splat(op):
+            return
+        inputs = [op.operands[0]] if op.name in ("linalg.broadcast", "linalg.transpose") \
+            else list(op.operands)[:len(op.operands) - 1]
+        for v in inputs:
+            self._collect(v)
+
+    def arguments(self) -> list[str]:
+        out = []
+        for i, v in enumerate(self.bases):
+            shape, elt = tensor_info(v.type)
+            out.append(f"%e{i}: memref<{max(1, math.prod(shape))}x{elt}>")
+        return out
+
+    def setup(self, emit: Callable[[str], None]) -> None:
+        for i in sorted(self.aligned):
+            shape, elt = tensor_info(self.bases[i].type)
+            emit(f"%e{i}a = memref.assume_alignment %e{i}, 16 : "
+                 f"memref<{max(1, math.prod(shape))}x{elt}>")
+
+    # -- emission helpers
+
+    def fresh(self, hint: str) -> str:
+        self.counter += 1
+        return f"%ep_{hint}{self.counter}"
+
+    def begin(self) -> None:
+        self.consts: dict[tuple[str, str], str] = {}
+        self.memo: dict[tuple, str] = {}
+        self.row_dims: dict[tuple, list[str]] = {}
+
+    def apply(self, emit: Callable[[str], None], row: str, col: str,
+              lanes: list[str]) -> list[str]:
+        self.emit = emit
+        mm_elt = str(ir.RankedTensorType(self.mm.results[0].type).element_type)
+        out = []
+        for j, lane in enumerate(lanes):
+            colj = col if j == 0 else self._index_op("addi", col, self._const(j, "index"))
+            value = lane
+            if mm_elt != "f32":
+                value = self._emit_op(f"arith.truncf {lane} : f32 to {mm_elt}")
+            self.env = {value_key(self.mm.results[0]): value}
+            for op in self.chain:
+                if op.name in RESHAPE_OPS:
+                    self.env[value_key(op.results[0])] = self.env[value_key(op.operands[0])]
+                    continue
+                shape = list(ir.RankedTensorType(op.results[0].type).shape)
+                idx = self._domain_index(row, colj, shape)
+                self.env[value_key(op.results[0])] = self._generic(op, idx, in_chain=True)
+            out.append(self.env[value_key(self.chain[-1].results[0] if self.chain
+                                          else self.mm.results[0])])
+        return out
+
+    def _const(self, value: Any, type_: str) -> str:
+        key = (str(value), type_)
+        if key not in self.consts:
+            name = self.fresh("c")
+            self.emit(f"{name} = arith.constant {value} : {type_}")
+            self.consts[key] = name
+        return self.consts[key]
+
+    def _emit_op(self, text: str) -> str:
+        name = self.fresh("v")
+        self.emit(f"{name} = {text}")
+        return name
+
+    def _index_op(self, op: str, a: str, b: str) -> str:
+        key = (op, a, b)
+        if key not in self.memo:
+            self.memo[key] = self._emit_op(f"arith.{op} {a}, {b} : index")
+        return self.memo[key]
+
+    def _domain_index(self, row: str, col: str, shape: list[int]) -> list[str]:
+        """Index names for each dim of `shape` at output (row, col): leading dims from the
+        row (row-major), the last dim the column."""
+        lead = shape[:-1]
+        key = (row, tuple(lead))
+        if key not in self.row_dims:
+            names = []
+            for i, d in enumerate(lead):
+                inner = math.prod(lead[i + 1:])
+                x = row if inner == 1 else self._index_op("divui", row,
+                                                          self._const(inner, "index"))
+                if i > 0:
+                    x = self._index_op("remui", x, self._const(d, "index"))
+                names.append(x if d != 1 else self._const(0, "index"))
+            self.row_dims[key] = names
+        return self.row_dims[key] + [col]
+
+    def _read(self, value: ir.Value, idx: list[str]) -> str:
+        """`value` at index `idx` (one name per dim of its shape)."""
+        key = (value_key(value), tuple(idx))
+        if key in self.memo:
+            return self.memo[key]
+        op = None if isinstance(value.owner, ir.Block) else defining(value)
+        shape, elt = tensor_info(value.type)
+        if op is not None and _splat(op):
+            attr = ir.DenseElementsAttr(op.attributes["value"]).get_splat_value()
+            name = self._emit_op(f'"arith.constant"() {{value = {attr}}} : () -> {elt}')
+        elif op is None or is_weight(op):
+            arg = self.base_index[value_key(value)]
+            offset = self._offset(shape, idx)
+            ref = f"%e{arg}a" if arg in self.aligned else f"%e{arg}"
+            name = self._emit_op(f"memref.load {ref}[{offset}] : "
+                                 f"memref<{max(1, math.prod(shape))}x{elt}>")
+        elif op.name == "linalg.broadcast":
+            dims = set(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+            name = self._read(op.operands[0], [x for d, x in enumerate(idx) if d not in dims])
+        elif op.name == "linalg.transpose":
+            perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+            inner = [""] * len(perm)
+            for i, p in enumerate(perm):
+                inner[p] = idx[i]
+            name = self._read(op.operands[0], inner)
+        else:
+            name = self._generic(op, idx)
+        self.memo[key] = name
+        return name
+
+    def _offset(self, shape: list[int], idx: list[str]) -> str:
+        terms = []
+        stride = 1
+        for d in range(len(shape) - 1, -1, -1):
+            if shape[d] != 1 and idx[d] != self._const(0, "index"):
+                terms.append(idx[d] if stride == 1 else
+                             self._index_op("muli", idx[d], self._const(stride, "index")))
+            stride *= shape[d]
+        if not terms:
+            return self._const(0, "index")
+        total = terms[0]
+        for t in terms[1:]:
+            total = self._index_op("addi", total, t)
+        return total
+
+    def _generic(self, op: ir.Operation, idx: list[str], in_chain: bool = False) -> str:
+        """The elementwise generic `op` at domain index `idx`; operands that are the
+        epilogue's own values (`in_chain`) come from this lane's `env`."""
+        maps = [parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        block = op.regions[0].blocks[0]
+        ins = list(op.operands)[:len(op.operands) - 1]
+        env: dict[int, str] = {}
+        for arg, v, mp in zip(block.arguments, ins, maps):
+            if in_chain and value_key(v) in self.env:
+                env[value_key(arg)] = self.env[value_key(v)]
+            else:
+                env[value_key(arg)] = self._read(
+                    v, [idx[r] if r is not None else self._const(0, "index")
+                        for r in mp.results])
+        for inner in block.operations:
+            inner = inner.operation
+            if inner.name == "linalg.yield":
+                return env[value_key(inner.operands[0])]
+            operands = []
+            for v in inner.operands:
+                key = value_key(v)
+                if key not in env:  # a captured scalar constant
+                    c = defining(v)
+                    env[key] = self._emit_op(
+                        f'"arith.constant"() {{value = {c.attributes["value"]}}} : () -> '
+                        f'{v.type}')
+                operands.append(env[key])
+            attrs = inner.attributes
+            text = ", ".join(f"{attrs[i].name} = {attrs[i].attr}" for i in range(len(attrs)))
+            text = f" {{{text}}}" if text else ""
+            in_types = ", ".join(str(v.type) for v in inner.operands)
+            out_types = ", ".join(str(r.type) for r in inner.results)
+            names = [self.fresh("p") for _ in inner.results]
+            self.emit(f'{", ".join(names)} = "{inner.name}"({", ".join(operands)}){text} : '
+                      f"({in_types}) -> ({out_types})")
+            for r, nm in zip(inner.results, names):
+                env[value_key(r)] = nm
+        raise CudaCodegenError("a payload without linalg.yield")
+
+
+def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
+                   weight_buffer: Any, result_buffers: Any, module_asm: Any,
+                   misaligned: Callable[[int], bool] = lambda b: False,
+                   device: cost_model.Device = cost_model.H200) -> tuple[str, Launch]:
+    """The kernel text and the launch of one tc_gemm group (formed by split_matmul_groups);
+    `misaligned(buffer)`: a plan buffer that is a view at an offset not a multiple of 16."""
+    body = group.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations]
+    mm = next(o for o in ops if o.name in GEMM_OPS)
+    found = tc_operands(mm)
+    if isinstance(found, str):
+        raise CudaCodegenError(f"tensor-core GEMM group: {found}")
+    chain, _, _ = tc_chain(mm, found.m, found.n)
+    yielded = ops[-1].operands[0]
+    last = chain[-1].results[0] if chain else mm.results[0]
+    if value_key(last) != value_key(yielded) or len(group.results) != 1:
+        raise CudaCodegenError("tensor-core GEMM group: its result is not its chain's end")
+    out_type = out_type_of(mm, chain)
+    problem = _problem(found, out_type)
+    epilogue = ChainEpilogue(mm, chain, found.m, found.n)
+    args = {value_key(a): i for i, a in enumerate(body.arguments)}
+
+    def buffer_of(value: ir.Value) -> int:
+        key = value_key(value)
+        if key in args:
+            return operands[args[key]]
+        producer = defining(value)
+        if producer is not None and is_weight(producer):
+            shape, elt = tensor_info(value.type)
+            return weight_buffer(shape, elt, constant_bytes(producer, module_asm))
+        raise CudaCodegenError("a tensor-core GEMM operand is neither a group input nor a "
+                               "weight")
+
+    results = result_buffers()
+    buffers = [buffer_of(found.a.source), buffer_of(found.b.source), results[0]] + \
+        [buffer_of(v) for v in epilogue.bases]
+    if misaligned(results[0]):
+        raise CudaCodegenError("tensor-core GEMM group: its result is a misaligned view")
+    epilogue.aligned = {i for i, b in enumerate(buffers[3:]) if not misaligned(b)}
+    t = tile_for(found.m, found.n, device)
+    text = wgmma.kernel_text(symbol, problem, t, epilogue)
+    eb = wgmma.MMA_INPUTS[found.a.element]
+    dtype = TENSOR_MAP_TYPES[found.a.element]
+    maps = [[0, dtype, found.k, found.m, found.la.ld * eb, t.bk, t.bm, SWIZZLE_128B,
+             found.la.offset * eb]]
+    if problem.b_layout == "nk":
+        maps.append([1, dtype, found.k, found.n, found.lb.ld * eb, t.bk, t.bn, SWIZZLE_128B,
+                     found.lb.offset * eb])
+    else:
+        maps.append([1, dtype, found.n, found.k, found.lb.ld * eb, 64, t.bk, SWIZZLE_128B,
+                     found.lb.offset * eb])
+    fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
+    info = {"path": "tc_gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
+            "flops": 2 * found.m * found.n * found.k, "epilogue": fused,
+            "tile": [t.bm, t.bn, t.bk, t.stages], "b_layout": problem.b_layout}
+    kind = str(group.attributes["kind"]).strip('"')
+    ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
+    launch = Launch(symbol=symbol, buffers=buffers, grid=wgmma.grid(problem, t), kind=kind,
+                    ops=ops_in, info=info, block=wgmma.WARPGROUP,
+                    shared_bytes=t.shared_bytes(eb), launch_kind="kernel", maps=maps)
+    return text, launch
+
+
+__all__ = ["TC_ARCHES", "ChainEpilogue", "TcSplit", "choose", "plan_tc_split", "tc_chain",
+           "tc_gemm_launch", "tc_operands"]

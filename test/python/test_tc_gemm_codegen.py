@@ -1,0 +1,157 @@
+"""Our tensor-core GEMM family through the whole CUDA pipeline, built here without a GPU
+(numerics and time on the H200: test/gpu/tc_gemm.py): which matmuls the planner gives it,
+what it fuses after them, what the artifact tells the runtime (tensor maps, grid, shared
+memory), and that the kernel lowers to sm_90a wgmma without spills."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from fusec.compiler import driver  # noqa: E402
+from fusec.compiler.frontend import import_torch  # noqa: E402
+from fusec.compiler.pipeline import CompileOptions  # noqa: E402
+from fusec.compiler.targets.cuda.options import CudaOptions  # noqa: E402
+
+
+class Wrap(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _build(fn, shapes, dtype=torch.bfloat16, tc=True, tmp_path=None, **cuda):
+    args = [torch.randn(s).to(dtype) for s in shapes]
+    with driver.quiet_torch_logs():
+        text = import_torch(Wrap(fn).eval(), *args)
+    options = CompileOptions(target="cuda", model_name="m",
+                             cuda=CudaOptions(tc_gemm=tc, cubin=False, **cuda))
+    out = tmp_path / ("tc.so" if tc else "lib.so")
+    return driver.compile_text(text, "<test>", options, str(out)), out
+
+
+def test_linear_bias_gelu_residual_is_one_kernel(tmp_path):
+    """bias, the cast to bf16, torch's erf GELU and a residual add run on the accumulator:
+    one launch (cuBLASLt takes bias + cast + GELU and leaves the add: two)."""
+    fn = lambda x, w, b, r: F.gelu(F.linear(x, w, b)) + r  # noqa: E731
+    shapes = [(300, 256), (384, 256), (384,), (300, 384)]
+    meta, so = _build(fn, shapes, tmp_path=tmp_path)
+    kernels = meta["kernels"]
+    assert [k["info"]["path"] for k in kernels] == ["tc_gemm"]
+    info = kernels[0]["info"]
+    assert info["epilogue"] == ["bias", "cast", "gelu", "addf"]
+    assert "our tensor-core GEMM" in info["why"] and "cuBLASLt" in info["why"]
+    launch = meta["plan"]["launches"][0]
+    # A (300 x 256, K contiguous) and the N x K weight through 128-byte-swizzled TMA maps:
+    # [parameter, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, inner dim, outer dim, row stride bytes,
+    #  box inner, box outer, CU_TENSOR_MAP_SWIZZLE_128B, byte offset].
+    assert launch["maps"] == [[0, 9, 256, 300, 512, 64, 128, 3, 0],
+                              [1, 9, 256, 384, 512, 64, 128, 3, 0]]
+    assert launch["grid"] == 3 * 3 and launch["block"] == 128
+    assert launch["shared_bytes"] == 4 * (128 + 128) * 64 * 2
+    # A, B, D, then the bias and the residual the epilogue reads.
+    assert len(launch["buffers"]) == 5
+    assert meta["plan"]["metadata"]["arch"] == "sm_90a"
+    lib_meta, _ = _build(fn, shapes, tc=False, tmp_path=tmp_path)
+    assert [k["info"]["path"] for k in lib_meta["kernels"]] == ["gemm", "fast"]
+
+
+def test_without_the_family_cublaslt_and_an_epilogue_kernel(tmp_path):
+    fn = lambda x, w, b, r: F.linear(x, w, b) + r  # noqa: E731
+    meta, _ = _build(fn, [(300, 256), (384, 256), (384,), (300, 384)], tc=False,
+                     tmp_path=tmp_path)
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["gemm", "fast"]
+    assert meta["plan"]["metadata"]["arch"] == "sm_90"
+    # Not for other architectures either: sm_80 has no wgmma.
+    meta, _ = _build(fn, [(300, 256), (384, 256), (384,), (300, 384)], tmp_path=tmp_path,
+                     arch="sm_80")
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["gemm", "fast"]
+
+
+def test_dag_epilogue_and_k_by_n_operand(tmp_path):
+    """silu(x @ w) reads x @ w twice (x * sigmoid(x)): the epilogue is a DAG, one kernel.
+    w stored K x N is wgmma's transposed B: a box of 64 columns x BK rows."""
+    fn = lambda x, w: F.silu(x @ w)  # noqa: E731
+    meta, _ = _build(fn, [(256, 192), (192, 320)], tmp_path=tmp_path)
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm"]
+    launch = meta["plan"]["launches"][0]
+    assert launch["info"]["b_layout"] == "kn"
+    assert launch["maps"][1] == [1, 9, 320, 192, 640, 64, 64, 3, 0]
+
+
+@pytest.mark.parametrize("fn,shapes,dtype,reason", [
+    (lambda x, w: F.linear(x, w), [(64, 128), (96, 128)], torch.float32, None),
+    (lambda a, b: torch.bmm(a, b), [(4, 64, 128), (4, 128, 96)], torch.bfloat16,
+     "a batched matmul"),
+    (lambda a, b: a.t() @ b, [(128, 64), (128, 96)], torch.bfloat16, "A is stored K x M"),
+    (lambda a, b: a @ b, [(64, 100), (100, 96)], torch.bfloat16,
+     "an operand's row stride or offset is not a multiple of 16 bytes"),
+])
+def test_what_stays_cublaslt(fn, shapes, dtype, reason, tmp_path):
+    meta, _ = _build(fn, shapes, dtype=dtype, tmp_path=tmp_path)
+    gemm = [k for k in meta["kernels"] if k["info"].get("path") in ("gemm", "tc_gemm")]
+    assert [k["info"]["path"] for k in gemm] == ["gemm"]
+    if reason is None:  # fp32: not a candidate, and the reason is not cluttered with ours
+        assert "tensor-core" not in gemm[0]["info"]["why"]
+    else:
+        assert f"not our tensor-core GEMM: {reason}" in gemm[0]["info"]["why"]
+
+
+def test_kernel_ptx_has_the_epilogue_and_no_spills(tmp_path):
+    fn = lambda x, w, b, r: torch.relu(F.linear(x, w, b)) * 0.5 + r  # noqa: E731
+    args = [torch.randn(s).to(torch.float16) for s in [(200, 128), (136, 128), (136,),
+                                                        (200, 136)]]
+    with driver.quiet_torch_logs():
+        text = import_torch(Wrap(fn).eval(), *args)
+    options = CompileOptions(target="cuda", model_name="m", dump_dir=str(tmp_path / "d"),
+                             cuda=CudaOptions(cubin=False))
+    meta = driver.compile_text(text, "<test>", options, str(tmp_path / "m.so"))
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm"]
+    ptx = (tmp_path / "d" / "m.ptx").read_text()
+    assert ".target sm_90a" in ptx
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16", ptx)
+    assert ptx.count("cp.async.bulk.tensor.2d") >= 2
+    # Each thread's four values: 8-byte loads of the residual (aligned parameters, merged),
+    # one 8-byte store per pass of the unrolled epilogue; the bias (the same columns in
+    # every pass: the loads are unconditional, clamped) loaded once, out of the loop.
+    from fusec.compiler.targets.cuda.wgmma import EPILOGUE_UNROLL
+
+    assert len(re.findall(r"ld\.global\.v4\.b16", ptx)) == 1
+    assert len(re.findall(r"ld\.global\.v2\.b32", ptx)) == EPILOGUE_UNROLL
+    stores = re.findall(r"st\.global\.(\S+)", ptx)
+    assert stores == ["v2.b32"] * EPILOGUE_UNROLL, stores
+    assert not re.search(r"(ld|st)\.global\.b16", ptx)
+    if shutil.which("ptxas"):
+        out = subprocess.run(["ptxas", "-arch=sm_90a", "-v", "-", "-o", str(tmp_path / "k")],
+                             input=ptx, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert "0 bytes spill stores" in out.stderr
+
+
+def test_two_kernels_share_one_aligned_dynamic_shared_region(tmp_path):
+    """Regression (H200, a GPT-2 block with three of these kernels in one module:
+    CUDA_ERROR_MISALIGNED_ADDRESS): the dynamic shared memory TMA writes into must be PTX's
+    `.extern .shared` region, 1024-byte aligned (the 128-byte swizzle's atom), not the
+    zero-sized static variable MLIR's lowering declares, which lands wherever the static
+    layout puts it once several kernels share it."""
+    fn = lambda x, w1, w2: F.linear(torch.relu(F.linear(x, w1)), w2) + x  # noqa: E731
+    args_shapes = [(256, 128), (192, 128), (128, 192)]
+    args = [torch.randn(s).to(torch.bfloat16) for s in args_shapes]
+    with driver.quiet_torch_logs():
+        text = import_torch(Wrap(fn).eval(), *args)
+    options = CompileOptions(target="cuda", model_name="m", dump_dir=str(tmp_path / "d"),
+                             cuda=CudaOptions(cubin=False))
+    meta = driver.compile_text(text, "<test>", options, str(tmp_path / "m.so"))
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm", "tc_gemm"]
+    ptx = (tmp_path / "d" / "m.ptx").read_text()
+    decls = re.findall(r"^.*\.shared.*__dynamic_shmem__\w*.*$", ptx, re.M)
+    assert decls == [".extern .shared .align 1024 .b8 __dynamic_shmem__0[];"], decls
