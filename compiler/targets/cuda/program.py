@@ -17,6 +17,7 @@ from fusec.compiler.targets.cuda.tc_gemm import tc_gemm_launch
 from fusec.compiler.targets.cuda.layouts import VIEW_OFFSET
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.ptx import (
+    fatbin_from_ptx,
     find_cuda_toolkit,
     kernel_arch,
     kernel_module_text,
@@ -307,7 +308,9 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
     fatbin = None
     toolkit = options.toolkit or find_cuda_toolkit()
     if options.cubin and toolkit and (Path(toolkit) / "bin" / "ptxas").exists():
-        fatbin = lower_kernels(text, options, context, "fatbin")
+        fatbin = fatbin_from_ptx(ptx, arch, options)
+        if fatbin is None:  # no fatbinary: MLIR's own serializer
+            fatbin = lower_kernels(text, options, context, "fatbin")
     seconds = time.perf_counter() - start
     plan.metadata["compile_seconds"] = round(seconds, 4)
     plan.metadata["image"] = "fatbin" if fatbin else "ptx"

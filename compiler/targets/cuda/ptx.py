@@ -125,3 +125,31 @@ def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
     raise CudaCodegenError("gpu-module-to-binary produced no gpu.binary")
 
 
+def fatbin_from_ptx(ptx: str, arch: str, options: CudaOptions) -> bytes | None:
+    """The fatbin (cubin + PTX) of `ptx` with the toolkit's ptxas and fatbinary: what
+    `gpu-module-to-binary{format=fatbin}` makes, without running LLVM's NVPTX back end a
+    second time (half of a CUDA compile's time for a module with the tensor-core family's
+    unrolled epilogues). None where the toolkit lacks either tool."""
+    import subprocess
+
+    toolkit = options.toolkit or find_cuda_toolkit()
+    if not toolkit:
+        return None
+    ptxas, fatbinary = Path(toolkit) / "bin" / "ptxas", Path(toolkit) / "bin" / "fatbinary"
+    if not (ptxas.exists() and fatbinary.exists()):
+        return None
+    sm = arch.removeprefix("sm_")
+    with tempfile.TemporaryDirectory(prefix="fusec_fatbin_") as tmp:
+        src, cubin, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin", Path(tmp) / "k.fatbin"
+        src.write_text(ptx)
+        for cmd in ([str(ptxas), f"-arch={arch}", f"-O{options.opt_level}", str(src), "-o",
+                     str(cubin)],
+                    [str(fatbinary), "-64", f"--create={out}",
+                     f"--image3=kind=elf,sm={sm},file={cubin}",
+                     f"--image3=kind=ptx,sm={sm},file={src}"]):
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise CudaCodegenError(f"{Path(cmd[0]).name} failed: "
+                                       f"{(done.stderr or done.stdout).strip()[:2000]}")
+        return out.read_bytes()
+
