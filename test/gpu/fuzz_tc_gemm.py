@@ -1,0 +1,197 @@
+"""Fuzzing the tensor-core GEMM family through the whole pipeline: random matmuls (shapes on
+and off the 128 x 128 x 64 tile, ragged M, N and K, both B layouts, bf16 and f16) with random
+epilogue chains after them (bias, residual, row and column broadcasts, scalars, activations,
+values read twice, row reshapes, a cast to f32), built here, run on the H200.
+
+    python test/gpu/fuzz_tc_gemm.py build DIR [--examples N] [--seed S]   here
+    python3 test/gpu/fuzz_tc_gemm.py run DIR                              on the H200
+
+`build` writes DIR/tcfz/pNNN.so (the planner's choice: our kernel where predicted faster,
+cuBLASLt otherwise; both must be right) and index.json (each program's source, shapes,
+dtype, input seed, kernels and paths). `run` draws each program's inputs from its seed
+(torch's CPU generator: the values `build` compiled against), computes the float64
+reference and torch's own 16-bit result on the GPU, runs the artifact and compares by
+relative norm error with the tolerance (2e-2, or ten times torch's own 16-bit error when
+that is larger). Exit 1 on any
+mismatch. Under `compute-sanitizer` for memcheck / racecheck.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Epilogue steps: (source with {y} the value so far, the extra inputs it reads: "bias" [N],
+# "res" [M, N], "row" [M, 1]).
+STEPS = [
+    ("{y} + bias", ["bias"]),
+    ("{y} + res", ["res"]),
+    ("res - {y}", ["res"]),
+    ("{y} * row", ["row"]),
+    ("{y} * bias", ["bias"]),
+    ("{y} * 0.125", []),
+    ("torch.relu({y})", []),
+    ("F.gelu({y})", []),
+    ("F.gelu({y}, approximate='tanh')", []),
+    ("F.silu({y})", []),
+    ("torch.sigmoid({y})", []),
+    ("torch.tanh({y})", []),
+    ("torch.clamp({y}, -0.5, 0.75)", []),
+    ("{y} * {y}", []),
+    ("{y} + torch.exp(-{y} * {y})", []),
+]
+
+
+def draw(rng: np.random.Generator, index: int) -> dict:
+    """One program: its source, input shapes and dtype."""
+    # A third of the shapes on whole tiles, the rest ragged (TMA needs K * 2 bytes % 16).
+    if rng.random() < 0.33:
+        m, n, k = (int(rng.integers(1, 5)) * 128, int(rng.integers(1, 4)) * 128,
+                   int(rng.integers(1, 5)) * 64)
+    else:
+        m = int(rng.integers(1, 700))
+        n = int(rng.integers(1, 130)) * 4
+        k = int(rng.integers(1, 80)) * 8
+    dtype = "bfloat16" if rng.random() < 0.7 else "float16"
+    layout = "nk" if rng.random() < 0.7 else "kn"
+    lines = ["y = F.linear(x, w)" if layout == "nk" else "y = x @ w"]
+    inputs = {"x": (m, k), "w": (n, k) if layout == "nk" else (k, n)}
+    for _ in range(int(rng.integers(0, 5))):
+        step, extra = STEPS[int(rng.integers(0, len(STEPS)))]
+        lines.append("y = " + step.format(y="y"))
+        for name in extra:
+            inputs[name] = {"bias": (n,), "res": (m, n), "row": (m, 1)}[name]
+    if m % 4 == 0 and rng.random() < 0.2:  # rows split into batch x sequence
+        lines.append(f"y = y.reshape(4, {m // 4}, {n})")
+    if rng.random() < 0.15:
+        lines.append("y = y.float()")
+    names = list(inputs)
+    src = (f"def program({', '.join(names)}):\n" + "".join(f"    {line}\n" for line in lines) +
+           "    return y\n")
+    return {"name": f"p{index:03d}", "source": src, "inputs": [inputs[k_] for k_ in names],
+            "dtype": dtype}
+
+
+def _function(source: str):
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+
+    scope = {"torch": torch, "F": F}
+    exec(source, scope)  # noqa: S102 - our own generated program
+    return scope["program"]
+
+
+def make_inputs(spec: dict, device: str) -> list:
+    """The program's inputs, from its seed (torch's CPU generator: the same values here and
+    on the H200), unit variance, the weight scaled by 1 / sqrt(K)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(spec["seed"])
+    dtype = getattr(torch, spec["dtype"])
+    xs = []
+    for j, shape in enumerate(spec["inputs"]):
+        scale = 1.0 / np.sqrt(shape[-1]) if j == 1 else 1.0
+        xs.append((torch.randn(shape, generator=gen) * scale).to(dtype).to(device))
+    return xs
+
+
+def build(out_dir: Path, examples: int, seed: int) -> None:
+    import torch
+
+    from fusec.compiler import driver
+    from fusec.compiler.frontend import import_torch
+    from fusec.compiler.pipeline import CompileOptions
+
+    folder = out_dir / "tcfz"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    index = []
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *args):
+            return self.fn(*args)
+
+    for i in range(examples):
+        spec = draw(rng, i)
+        spec["seed"] = seed * 1000 + i
+        fn = _function(spec["source"])
+        xs = make_inputs(spec, "cpu")
+        entry = dict(spec)
+        try:
+            with driver.quiet_torch_logs():
+                text = import_torch(Wrap(fn).eval(), *xs)
+            meta = driver.compile_text(text, f"<{spec['name']}>",
+                                       CompileOptions(target="cuda", model_name=spec["name"]),
+                                       str(folder / f"{spec['name']}.so"))
+            entry["paths"] = [k["info"].get("path") for k in meta["kernels"]]
+            entry["epilogue"] = [k["info"].get("epilogue") for k in meta["kernels"]
+                                 if k["info"].get("path") == "tc_gemm"]
+        except Exception as e:  # noqa: BLE001 - a refusal is a result, recorded
+            entry["refused"] = str(e).splitlines()[0][:300]
+        index.append(entry)
+        print(spec["name"], entry.get("paths", entry.get("refused")), flush=True)
+    (folder / "index.json").write_text(json.dumps(index, indent=1))
+    tc = sum(1 for e in index if "tc_gemm" in e.get("paths", []))
+    print(f"built {len(index)} programs, {tc} with our tensor-core GEMM, "
+          f"{sum('refused' in e for e in index)} refused")
+
+
+def run(out_dir: Path) -> int:
+    import torch
+
+    from fusec import runtime
+
+    folder = out_dir / "tcfz"
+    index = json.loads((folder / "index.json").read_text())
+    bad = 0
+    ran = 0
+    worst = 0.0
+    for entry in index:
+        if "refused" in entry:
+            continue
+        xs = make_inputs(entry, "cuda")
+        fn = _function(entry["source"])
+        ref = fn(*[x.double() for x in xs]).double()
+        own = fn(*xs).double()
+        norm = float(ref.norm())
+        own_err = float((own - ref).norm()) / norm if norm > 0 else 0.0
+        tolerance = max(2e-2, 10 * own_err)
+        model = runtime.load(str(folder / f"{entry['name']}.so"))
+        out = model(*xs)
+        out = out[0] if isinstance(out, (list, tuple)) else out
+        torch.cuda.synchronize()
+        err = float((out.double() - ref).norm()) / norm if norm > 0 else \
+            float(out.double().norm())
+        ran += 1
+        worst = max(worst, err / tolerance)
+        if not err <= tolerance:
+            bad += 1
+            print(f"MISMATCH {entry['name']} err {err:.3e} > {tolerance:.1e} "
+                  f"paths {entry['paths']}\n{entry['source']}", flush=True)
+    tc = sum(1 for e in index if "tc_gemm" in e.get("paths", []))
+    print(f"tc fuzz: {ran} programs run ({tc} with our tensor-core GEMM), {bad} mismatches, "
+          f"worst error / tolerance {worst:.2f}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["build", "run"])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    if args.mode == "build":
+        build(args.dir, args.examples, args.seed)
+        sys.exit(0)
+    sys.exit(run(args.dir))
