@@ -593,6 +593,18 @@ TC_EPILOGUE_OP_WEIGHTS = {"math": 4.0, "arith.extf": 0.0, "arith.truncf": 0.5,
                           "arith.divf": 4.0}
 
 
+# Row passes of our GEMM's epilogue unrolled per loop iteration: all 32 for a light
+# epilogue (its loads must all be in flight at once: it is memory-latency bound), 8 for one
+# with more than TC_EPILOGUE_LIGHT_OPS weighted ops per element (compute bound, its loads
+# hidden behind the arithmetic; all 32 cost ~0.35 s of ptxas and LLVM time per kernel: a
+# GPT-2 block compiled in 2.0 s instead of 1.6).
+TC_EPILOGUE_LIGHT_OPS = 8.0
+
+
+def tc_epilogue_unroll(weighted_ops: float) -> int:
+    return 32 if weighted_ops <= TC_EPILOGUE_LIGHT_OPS else 8
+
+
 def tc_epilogue_s(elements: int, weighted_ops: float, device: Device) -> float:
     """Predicted time our GEMM spends on its fused epilogue's arithmetic."""
     return elements * weighted_ops / (device.flops_per_s * TC_EPILOGUE_ISSUE)

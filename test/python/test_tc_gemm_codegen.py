@@ -49,6 +49,9 @@ def test_linear_bias_gelu_residual_is_one_kernel(tmp_path):
     assert [k["info"]["path"] for k in kernels] == ["tc_gemm"]
     info = kernels[0]["info"]
     assert info["epilogue"] == ["bias", "cast", "gelu", "addf"]
+    # erf's GELU makes the epilogue compute-bound: 8 row passes per loop iteration, not all
+    # 32 (cost_model.tc_epilogue_unroll; compile time); a bias + ReLU stays fully unrolled.
+    assert info["epilogue_unroll"] == 8
     assert "our tensor-core GEMM" in info["why"] and "cuBLASLt" in info["why"]
     launch = meta["plan"]["launches"][0]
     # A (300 x 256, K contiguous) and the N x K weight through 128-byte-swizzled TMA maps:
@@ -116,6 +119,7 @@ def test_kernel_ptx_has_the_epilogue_and_no_spills(tmp_path):
                              cuda=CudaOptions(cubin=False))
     meta = driver.compile_text(text, "<test>", options, str(tmp_path / "m.so"))
     assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm"]
+    assert meta["kernels"][0]["info"]["epilogue_unroll"] == 32
     ptx = (tmp_path / "d" / "m.ptx").read_text()
     assert ".target sm_90a" in ptx
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16", ptx)

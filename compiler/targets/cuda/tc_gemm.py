@@ -689,7 +689,8 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
         raise CudaCodegenError("tensor-core GEMM group: its result is a misaligned view")
     epilogue.aligned = {i for i, b in enumerate(buffers[3:]) if not misaligned(b)}
     t = tile_for(found.m, found.n, device)
-    text = wgmma.kernel_text(symbol, problem, t, epilogue)
+    unroll = cost_model.tc_epilogue_unroll(epilogue_ops(chain))
+    text = wgmma.kernel_text(symbol, problem, t, epilogue, unroll)
     eb = wgmma.MMA_INPUTS[found.a.element]
     dtype = TENSOR_MAP_TYPES[found.a.element]
     maps = [[0, dtype, found.k, found.m, found.la.ld * eb, t.bk, t.bm, SWIZZLE_128B,
@@ -703,7 +704,8 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
     info = {"path": "tc_gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
             "flops": 2 * found.m * found.n * found.k, "epilogue": fused,
-            "tile": [t.bm, t.bn, t.bk, t.stages], "b_layout": problem.b_layout}
+            "tile": [t.bm, t.bn, t.bk, t.stages], "b_layout": problem.b_layout,
+            "epilogue_unroll": unroll}
     kind = str(group.attributes["kind"]).strip('"')
     ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
     launch = Launch(symbol=symbol, buffers=buffers, grid=wgmma.grid(problem, t), kind=kind,

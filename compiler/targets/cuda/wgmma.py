@@ -124,8 +124,9 @@ def grid(problem: GemmProblem, tile: GemmTile = GemmTile()) -> int:
 
 
 def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
-                epilogue: Epilogue | None = None) -> str:
-    """The kernel as a `gpu.func` (text), for a gpu.module whose target is sm_90a."""
+                epilogue: Epilogue | None = None, unroll: int = EPILOGUE_UNROLL) -> str:
+    """The kernel as a `gpu.func` (text), for a gpu.module whose target is sm_90a;
+    `unroll`: row passes of the epilogue per loop iteration (at most EPILOGUE_UNROLL)."""
     why = refusal(problem, tile)
     if why is not None:
         raise CudaCodegenError(f"tensor-core GEMM: {why}")
@@ -321,7 +322,7 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     # store), so that the loads of all of them are in flight together: with one or two CTAs
     # per SM there are no other warps to hide a global load's latency behind.
     passes = t.bm // rows_per_pass
-    unroll = max(u for u in range(1, EPILOGUE_UNROLL + 1) if passes % u == 0)
+    unroll = max(u for u in range(1, min(unroll, passes) + 1) if passes % u == 0)
     emit(f"  %c_group_rows = arith.constant {rows_per_pass * unroll} : index")
     emit(f"  %c_last_row = arith.constant {p.m - 1} : index")
     emit(f"  %c_last_col = arith.constant {p.n - 4} : index")
