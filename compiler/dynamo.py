@@ -1,0 +1,147 @@
+"""`torch.compile(model, backend="fusec")`: fusec as a TorchDynamo backend.
+
+Registered by entry point (pyproject.toml, group `torch_dynamo_backends`), so that the string
+"fusec" works once the package is installed; `fusec_backend` itself may be passed too.
+Dynamo hands over each captured FX graph with example inputs of static shapes; the graph is
+compiled once per set of shapes and dtypes (Dynamo's guards call the backend again when they
+change) through `fusec.compile`, for the inputs' device (CUDA tensors: target cuda; CPU
+tensors: target cpu) unless `options={"target": ...}` says otherwise, and the compiled
+callable runs the artifact on the caller's tensors (no copy of CUDA tensors; CPU results
+are numpy arrays viewed as tensors, no copy).
+
+What fusec cannot compile runs as Dynamo gave it (eager), and says so: a warning per
+distinct reason, and `fallbacks()` lists every graph that fell back with the reason (the
+first line of fusec's error). Dynamo's own graph breaks are Dynamo's: each piece between
+them is a graph of its own here.
+
+Options (`torch.compile(..., options={...})`): "target" ("cpu", "cuda", "auto"), "graph"
+(CUDA graph replay of each call, for CUDA), "fusion" (False: one kernel per op), "cpu" /
+"cuda" (CpuOptions / CudaOptions), "fallback" (False: raise instead of running eagerly).
+
+Known limitation: the graph is exported again (`torch.export`, non-strict) by fusec's
+frontend rather than imported as Dynamo gave it, and its parameters are inlined as
+constants of the artifact (what `fusec.compile` does).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+OPTION_NAMES = ("target", "graph", "fusion", "cpu", "cuda", "fallback")
+
+
+@dataclass(frozen=True)
+class Fallback:
+    graph: str  # the FX graph's name and its op count
+    reason: str
+
+
+_FALLBACKS: list[Fallback] = []
+_WARNED: set[str] = set()
+
+
+def fallbacks() -> list[Fallback]:
+    """Every graph that ran eagerly instead of through fusec, with the reason."""
+    return list(_FALLBACKS)
+
+
+def reset() -> None:
+    _FALLBACKS.clear()
+    _WARNED.clear()
+
+
+def _fell_back(gm: Any, reason: str) -> Callable[..., Any]:
+    nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function" or n.op == "call_method"
+                or n.op == "call_module")
+    entry = Fallback(f"{type(gm).__name__} ({nodes} ops)", reason)
+    _FALLBACKS.append(entry)
+    if reason not in _WARNED:
+        _WARNED.add(reason)
+        warnings.warn(f"fusec: a graph of {nodes} ops runs eagerly: {reason}", stacklevel=3)
+    return gm.forward
+
+
+def _to_torch(value: Any) -> Any:
+    """A CPU artifact's numpy output as a tensor (no copy; bfloat16 through its bits)."""
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype.name == "bfloat16":
+            return torch.from_numpy(value.view(np.uint16)).view(torch.bfloat16)
+        return torch.from_numpy(value)
+    return torch.tensor(value)
+
+
+def fusec_backend(gm: Any, example_inputs: list[Any], options: dict | None = None,
+                  **_: Any) -> Callable[..., Any]:
+    """The Dynamo backend: `gm` compiled by fusec for `example_inputs`' shapes."""
+    import torch
+
+    from fusec import compile as fusec_compile
+    from fusec.compiler.diagnostics import FusecError
+
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise ValueError(f"fusec backend: unknown option(s) {', '.join(unknown)} (known: "
+                         f"{', '.join(OPTION_NAMES)})")
+    allow_fallback = options.get("fallback", True)
+
+    def refuse(reason: str) -> Callable[..., Any]:
+        if not allow_fallback:
+            raise FusecError(f"fusec backend: {reason}")
+        return _fell_back(gm, reason)
+
+    if not all(isinstance(x, torch.Tensor) for x in example_inputs):
+        kinds = sorted({type(x).__name__ for x in example_inputs
+                        if not isinstance(x, torch.Tensor)})
+        return refuse(f"inputs that are not tensors ({', '.join(kinds)}: dynamic shapes? "
+                      "use torch.compile(..., dynamic=False))")
+    if not example_inputs:
+        return refuse("a graph without tensor inputs")
+    if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
+        # The artifact computes the forward pass only: a backward through it would not
+        # reach the parameters.
+        return refuse("autograd: fusec compiles inference graphs (run the model under "
+                      "torch.no_grad() or torch.inference_mode())")
+    devices = {x.device.type for x in example_inputs}
+    target = options.get("target") or ("cuda" if "cuda" in devices else "cpu")
+    if len(devices) > 1:
+        return refuse(f"inputs on several devices ({', '.join(sorted(devices))})")
+    if target == "cuda" and devices != {"cuda"}:
+        return refuse("target cuda needs CUDA tensors")
+    kwargs = {k: options[k] for k in ("fusion", "cpu", "cuda") if k in options}
+    gm.eval()  # Dynamo's graph has the ops it traced; the flag only silences a note.
+    try:
+        module = fusec_compile(gm, *[x.detach() for x in example_inputs], target=target,
+                               **kwargs)
+    except FusecError as error:
+        return refuse(str(error).splitlines()[0])
+    except Exception as error:  # noqa: BLE001 - the graph still runs, eagerly, and says why
+        return refuse(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+    # Dynamo's graphs return a tuple (or list) of tensors; fusec's artifact returns one
+    # value or a tuple: the wrapper returns what the graph would.
+    result = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    as_tuple, as_list = isinstance(result, tuple), isinstance(result, list)
+    graph = bool(options.get("graph", False)) and target == "cuda"
+
+    def run(*args: Any) -> Any:
+        inputs = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+        if target == "cuda":
+            outs = module(*inputs, graph=graph)
+        else:
+            outs = module(*[a.detach() for a in inputs])
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        outs = [_to_torch(o) for o in outs]
+        if as_list:
+            return outs
+        if as_tuple:
+            return tuple(outs)
+        return outs[0]
+
+    return run
