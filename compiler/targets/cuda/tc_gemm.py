@@ -173,12 +173,17 @@ def _source_ops(value: ir.Value, members: set[int], banned: set[int], depth: int
     if value_key(value) in members:
         return None
     if isinstance(value.owner, ir.Block):
-        return [] if str(ir.RankedTensorType(value.type).element_type) in DTYPES else None
+        # Not bools: a bool buffer holds bytes (device.MEMORY_ELEMENT), which the epilogue's
+        # loads do not widen.
+        element = str(ir.RankedTensorType(value.type).element_type)
+        return [] if element in DTYPES and element != "i1" else None
     op = defining(value)
     if op is None or depth > 8 or id_of(op) in banned:
         return None
-    if is_weight(op) or _splat(op):
+    if _splat(op):
         return []
+    if is_weight(op):
+        return [] if str(ir.RankedTensorType(value.type).element_type) != "i1" else None
     if op.name in ("linalg.broadcast", "linalg.transpose"):
         inputs = [op.operands[0]]
     elif elementwise(op):
