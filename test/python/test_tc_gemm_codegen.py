@@ -161,3 +161,12 @@ def test_two_kernels_share_one_aligned_dynamic_shared_region(tmp_path):
     ptx = (tmp_path / "d" / "m.ptx").read_text()
     decls = re.findall(r"^.*\.shared.*__dynamic_shmem__\w*.*$", ptx, re.M)
     assert decls == [".extern .shared .align 1024 .b8 __dynamic_shmem__0[];"], decls
+
+
+def test_an_epilogue_op_that_yields_a_captured_constant(tmp_path):
+    """Regression (review): clamp_min(y, nan) imports as a generic whose body only yields a
+    constant defined outside it; the epilogue emitted only constants that an op reads, and
+    the yield's lookup failed (KeyError) at compile time."""
+    fn = lambda x, w: torch.clamp_min(F.linear(x, w), float("nan"))  # noqa: E731
+    meta, _ = _build(fn, [(300, 256), (384, 256)], tmp_path=tmp_path)
+    assert "tc_gemm" in [k["info"]["path"] for k in meta["kernels"]]

@@ -74,11 +74,19 @@ def tc_operands(mm: ir.Operation) -> TcOperands | str:
     """What the kernel reads for `mm`, or why it cannot read it."""
     if not _zero_init(mm):
         return "the matmul does not start from a zero fill"
+    acc = str(ir.RankedTensorType(mm.results[0].type).element_type)
+    if acc not in ("f32", "bf16", "f16"):
+        return f"a matmul accumulating in {acc} (the kernel accumulates in f32)"
     a_shape = list(ir.RankedTensorType(mm.operands[0].type).shape)
     b_shape = list(ir.RankedTensorType(mm.operands[1].type).shape)
     if math.prod(a_shape[:-2]) != 1:
         return "a batched matmul"
     a, b = gemm_operand(mm.operands[0]), gemm_operand(mm.operands[1])
+    for operand in (a, b):
+        producer = defining(operand.source)
+        if producer is not None and producer.name == "arith.constant" and \
+                not is_weight(producer):
+            return "an operand is a splat constant (no buffer for TMA to read)"
     if a.element != b.element or a.element not in wgmma.MMA_INPUTS:
         return f"operands of type {a.element} x {b.element} (wgmma here takes bf16, f16)"
     eb = wgmma.MMA_INPUTS[a.element]
@@ -628,19 +636,20 @@ class ChainEpilogue:
                 env[value_key(arg)] = self._read(
                     v, [idx[r] if r is not None else self._const(0, "index")
                         for r in mp.results])
+        def name_of(v: ir.Value) -> str:
+            key = value_key(v)
+            if key not in env:  # a captured scalar constant (`_payload_ok` allows no other)
+                c = defining(v)
+                env[key] = self._emit_op(
+                    f'"arith.constant"() {{value = {c.attributes["value"]}}} : () -> {v.type}')
+            return env[key]
+
         for inner in block.operations:
             inner = inner.operation
             if inner.name == "linalg.yield":
-                return env[value_key(inner.operands[0])]
-            operands = []
-            for v in inner.operands:
-                key = value_key(v)
-                if key not in env:  # a captured scalar constant
-                    c = defining(v)
-                    env[key] = self._emit_op(
-                        f'"arith.constant"() {{value = {c.attributes["value"]}}} : () -> '
-                        f'{v.type}')
-                operands.append(env[key])
+                # May yield a captured constant itself (clamp_min(x, nan) yields NaN).
+                return name_of(inner.operands[0])
+            operands = [name_of(v) for v in inner.operands]
             attrs = inner.attributes
             text = ", ".join(f"{attrs[i].name} = {attrs[i].attr}" for i in range(len(attrs)))
             text = f" {{{text}}}" if text else ""
