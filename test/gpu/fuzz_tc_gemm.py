@@ -19,6 +19,7 @@ mismatch. Under `compute-sanitizer` for memcheck / racecheck.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -102,8 +103,6 @@ def make_inputs(spec: dict, device: str) -> list:
 
 
 def build(out_dir: Path, examples: int, seed: int) -> None:
-    import torch
-
     from fusec.compiler import driver
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
@@ -112,14 +111,11 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     index = []
-
-    class Wrap(torch.nn.Module):
-        def __init__(self, fn):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, *args):
-            return self.fn(*args)
+    # bench/gpu.py's Wrap: a function as a module, for fusec's frontend.
+    spec = importlib.util.spec_from_file_location("fusec_bench_gpu", ROOT / "bench" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    Wrap = bench.Wrap
 
     for i in range(examples):
         spec = draw(rng, i)

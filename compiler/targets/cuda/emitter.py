@@ -676,15 +676,8 @@ class KernelEmitter:
                           f"{self.reciprocal(operands[1], type_)} : {type_}")
                 env[value_key(inner.results[0])] = name
                 continue
-            attrs = inner.attributes
-            attr_text = ", ".join(f"{attrs[i].name} = {attrs[i].attr}" for i in range(len(attrs)))
-            attr_text = f" {{{attr_text}}}" if attr_text else ""
-            in_types = ", ".join(str(v.type) for v in inner.operands)
-            out_types = ", ".join(str(r.type) for r in inner.results)
             names = [self.fresh("p") for _ in inner.results]
-            lhs = f"{', '.join(names)} = " if names else ""
-            self.emit(f'{lhs}"{inner.operation.name}"({", ".join(operands)}){attr_text} : '
-                      f"({in_types}) -> ({out_types})")
+            self.emit(payload_op_text(inner.operation, operands, names))
             for r, n in zip(inner.results, names):
                 env[value_key(r)] = n
             if operands and all(o in self.uniform for o in operands):
@@ -833,6 +826,17 @@ class KernelEmitter:
         if shape.guarded:
             self.indent -= 1
             self.emit("}")
+
+
+def payload_op_text(op: ir.Operation, operands: list[str], names: list[str]) -> str:
+    """A payload op in generic form, its operands and results renamed (SSA names)."""
+    attrs = op.attributes
+    attr_text = ", ".join(f"{attrs[i].name} = {attrs[i].attr}" for i in range(len(attrs)))
+    attr_text = f" {{{attr_text}}}" if attr_text else ""
+    in_types = ", ".join(str(v.type) for v in op.operands)
+    out_types = ", ".join(str(r.type) for r in op.results)
+    lhs = f"{', '.join(names)} = " if names else ""
+    return f'{lhs}"{op.name}"({", ".join(operands)}){attr_text} : ({in_types}) -> ({out_types})'
 
 
 def id_of(op: ir.Operation) -> int:

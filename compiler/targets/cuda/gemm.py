@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import mlir.ir as ir
 from fusec.compiler.targets.cuda.analysis import parse_map, tensor_info, value_key
@@ -150,10 +150,36 @@ class GemmSplit:
     why: str
 
 
-def plan_gemm_split(group: ir.Operation) -> GemmSplit | str:
-    """The split of `group`, or the reason it is not a cuBLASLt group."""
+def split_around(ops: list[ir.Operation], gemm: list[ir.Operation]
+                 ) -> tuple[list[ir.Operation], list[ir.Operation]]:
+    """The group's `ops` other than the `gemm` kernel's: the prologue (what the gemm ops
+    need, transitively, inside the group) and the epilogue (the rest), in block order."""
     from fusec.passes.grouping import CLONED_INTO_GROUPS, walk_ops
 
+    gemm_keys = {id_of(o) for o in gemm}
+    by_key = {id_of(o): o for o in ops}
+    needed: set[int] = set()
+    stack = list(gemm)
+    while stack:
+        op = stack.pop()
+        for inner in walk_ops(op):
+            for v in inner.operands:
+                p = defining(v)
+                if p is None:
+                    continue
+                k = id_of(p)
+                if k in by_key and k not in gemm_keys and k not in needed \
+                        and p.name not in CLONED_INTO_GROUPS:
+                    needed.add(k)
+                    stack.append(p)
+    prologue = [o for o in ops if id_of(o) in needed]
+    epilogue = [o for o in ops if id_of(o) not in needed and id_of(o) not in gemm_keys
+                and o.name not in CLONED_INTO_GROUPS]
+    return prologue, epilogue
+
+
+def plan_gemm_split(group: ir.Operation) -> GemmSplit | str:
+    """The split of `group`, or the reason it is not a cuBLASLt group."""
     body = group.regions[0].blocks[0]
     ops = [o.operation for o in body.operations][:-1]
     mms = [o for o in ops if o.name in GEMM_OPS]
@@ -178,26 +204,7 @@ def plan_gemm_split(group: ir.Operation) -> GemmSplit | str:
     if absorbed is None:
         absorbed, fused, out_type = absorb_epilogue(mm, a.element, allow_bias=False)
     gemm = core + absorbed
-    gemm_keys = {id_of(o) for o in gemm}
-    # Prologue: what the gemm ops need, transitively, inside the group.
-    by_key = {id_of(o): o for o in ops}
-    needed: set[int] = set()
-    stack = [o for o in gemm]
-    while stack:
-        op = stack.pop()
-        for inner in walk_ops(op):
-            for v in inner.operands:
-                p = defining(v)
-                if p is None:
-                    continue
-                k = id_of(p)
-                if k in by_key and k not in gemm_keys and k not in needed \
-                        and p.name not in CLONED_INTO_GROUPS:
-                    needed.add(k)
-                    stack.append(p)
-    prologue = [o for o in ops if id_of(o) in needed]
-    epilogue = [o for o in ops if id_of(o) not in needed and id_of(o) not in gemm_keys
-                and o.name not in CLONED_INTO_GROUPS]
+    prologue, epilogue = split_around(ops, gemm)
     why = "matmul-rooted group: cuBLASLt"
     if fused:
         why += f" with the fused epilogue {'+'.join(fused)}"
@@ -288,6 +295,25 @@ def _gemm_epilogue_code(fused: list[str]) -> str:
     return act or "default"
 
 
+def operand_buffers(group: ir.Operation, operands: list[int], weight_buffer: Any,
+                    module_asm: Any, what: str) -> Callable[[ir.Value], int]:
+    """The plan buffer of a value a library or GEMM launch reads: a group input's, or a
+    weight's (its bytes uploaded once, `weight_buffer`)."""
+    args = {value_key(a): i for i, a in enumerate(group.regions[0].blocks[0].arguments)}
+
+    def buffer_of(value: ir.Value) -> int:
+        key = value_key(value)
+        if key in args:
+            return operands[args[key]]
+        producer = defining(value)
+        if producer is not None and is_weight(producer):
+            shape, elt = tensor_info(value.type)
+            return weight_buffer(shape, elt, constant_bytes(producer, module_asm))
+        raise CudaCodegenError(f"a {what} operand is neither a group input nor a weight")
+
+    return buffer_of
+
+
 def gemm_launch(group: ir.Operation, operands: list[int], weight_buffer: Any,
                 result_buffers: Any, module_asm: Any) -> Launch:
     """The cuBLASLt launch of a gemm group (formed by `split_matmul_groups`).
@@ -299,18 +325,7 @@ def gemm_launch(group: ir.Operation, operands: list[int], weight_buffer: Any,
     body = group.regions[0].blocks[0]
     ops = [o.operation for o in body.operations]
     mm = next(o for o in ops if o.name in GEMM_OPS)
-    args = {value_key(a): i for i, a in enumerate(body.arguments)}
-
-    def buffer_of(value: ir.Value) -> int:
-        key = value_key(value)
-        if key in args:
-            return operands[args[key]]
-        producer = defining(value)
-        if producer is not None and is_weight(producer):
-            shape, elt = tensor_info(value.type)
-            return weight_buffer(shape, elt, constant_bytes(producer, module_asm))
-        raise CudaCodegenError("a gemm operand is neither a group input nor a weight")
-
+    buffer_of = operand_buffers(group, operands, weight_buffer, module_asm, "gemm")
     a, b = gemm_operand(mm.operands[0]), gemm_operand(mm.operands[1])
     fused = str(ir.StringAttr(group.attributes[attributes.GEMM_EPILOGUE]).value).split("+")
     fused = [f for f in fused if f != "none"]

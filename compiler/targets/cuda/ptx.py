@@ -102,14 +102,10 @@ def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
         module = ir.Module.parse(text)
         try:
             PassManager.parse(to_llvm).run(module.operation)
-            if tc:  # the tensor maps become by-value parameters (see wgmma.py)
-                from fusec.compiler.targets.cuda.wgmma import (
-                    extern_dynamic_shared_memory,
-                    mark_grid_constant_maps,
-                )
+            if tc:  # grid-constant maps, aligned dynamic shared memory (see wgmma.py)
+                from fusec.compiler.targets.cuda.wgmma import finish_lowered_kernels
 
-                mark_grid_constant_maps(module)
-                extern_dynamic_shared_memory(module)
+                finish_lowered_kernels(module)
             PassManager.parse(to_binary).run(module.operation)
         except Exception as e:  # noqa: BLE001 - re-raised with the reproducer
             path = Path(tempfile.gettempdir()) / "fusec_cuda_failed.mlir"

@@ -35,8 +35,18 @@ from fusec.compiler.targets.cuda.device import (
     PAYLOAD_DIALECTS,
     CudaCodegenError,
 )
-from fusec.compiler.targets.cuda.emitter import constant_bytes, id_of, is_weight
-from fusec.compiler.targets.cuda.gemm import GemmOperand, GemmSplit, gemm_operand
+from fusec.compiler.targets.cuda.emitter import (
+    id_of,
+    is_weight,
+    payload_op_text,
+)
+from fusec.compiler.targets.cuda.gemm import (
+    GemmOperand,
+    GemmSplit,
+    gemm_operand,
+    operand_buffers,
+    split_around,
+)
 from fusec.compiler.targets.cuda.layouts import MatrixLayout, matrix_layout
 from fusec.passes import attributes, cost_model
 from fusec.runtime.plan import Launch
@@ -325,8 +335,6 @@ class TcSplit:
 
 def plan_tc_split(group: ir.Operation) -> TcSplit | str:
     """The split of `group` with our tensor-core kernel, or why it is not one."""
-    from fusec.passes.grouping import CLONED_INTO_GROUPS, walk_ops
-
     body = group.regions[0].blocks[0]
     ops = [o.operation for o in body.operations][:-1]
     mms = [o for o in ops if o.name in GEMM_OPS]
@@ -342,25 +350,7 @@ def plan_tc_split(group: ir.Operation) -> TcSplit | str:
         return why
     fill = defining(mms[0].operands[2])
     gemm = found.a.ops + found.b.ops + [fill, mms[0]] + sources + chain
-    gemm_keys = {id_of(o) for o in gemm}
-    by_key = {id_of(o): o for o in ops}
-    needed: set[int] = set()
-    stack = list(gemm)
-    while stack:
-        op = stack.pop()
-        for inner in walk_ops(op):
-            for v in inner.operands:
-                p = defining(v)
-                if p is None:
-                    continue
-                k = id_of(p)
-                if k in by_key and k not in gemm_keys and k not in needed \
-                        and p.name not in CLONED_INTO_GROUPS:
-                    needed.add(k)
-                    stack.append(p)
-    prologue = [o for o in ops if id_of(o) in needed]
-    epilogue = [o for o in ops if id_of(o) not in needed and id_of(o) not in gemm_keys
-                and o.name not in CLONED_INTO_GROUPS]
+    prologue, epilogue = split_around(ops, gemm)
     fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
     return TcSplit(GemmSplit(prologue, gemm, epilogue, fused, ""), found, chain)
 
@@ -650,14 +640,8 @@ class ChainEpilogue:
                 # May yield a captured constant itself (clamp_min(x, nan) yields NaN).
                 return name_of(inner.operands[0])
             operands = [name_of(v) for v in inner.operands]
-            attrs = inner.attributes
-            text = ", ".join(f"{attrs[i].name} = {attrs[i].attr}" for i in range(len(attrs)))
-            text = f" {{{text}}}" if text else ""
-            in_types = ", ".join(str(v.type) for v in inner.operands)
-            out_types = ", ".join(str(r.type) for r in inner.results)
             names = [self.fresh("p") for _ in inner.results]
-            self.emit(f'{", ".join(names)} = "{inner.name}"({", ".join(operands)}){text} : '
-                      f"({in_types}) -> ({out_types})")
+            self.emit(payload_op_text(inner, operands, names))
             for r, nm in zip(inner.results, names):
                 env[value_key(r)] = nm
         raise CudaCodegenError("a payload without linalg.yield")
@@ -683,18 +667,8 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     out_type = out_type_of(mm, chain)
     problem = _problem(found, out_type)
     epilogue = ChainEpilogue(mm, chain, found.m, found.n)
-    args = {value_key(a): i for i, a in enumerate(body.arguments)}
-
-    def buffer_of(value: ir.Value) -> int:
-        key = value_key(value)
-        if key in args:
-            return operands[args[key]]
-        producer = defining(value)
-        if producer is not None and is_weight(producer):
-            shape, elt = tensor_info(value.type)
-            return weight_buffer(shape, elt, constant_bytes(producer, module_asm))
-        raise CudaCodegenError("a tensor-core GEMM operand is neither a group input nor a "
-                               "weight")
+    buffer_of = operand_buffers(group, operands, weight_buffer, module_asm,
+                                "tensor-core GEMM")
 
     results = result_buffers()
     buffers = [buffer_of(found.a.source), buffer_of(found.b.source), results[0]] + \

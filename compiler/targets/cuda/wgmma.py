@@ -448,6 +448,13 @@ def mark_grid_constant_maps(module) -> int:
     return count
 
 
+def finish_lowered_kernels(module) -> None:
+    """What the family's kernels need between NVVM and the binary, which no pass does: the
+    maps as grid constants, the dynamic shared memory extern and aligned."""
+    mark_grid_constant_maps(module)
+    extern_dynamic_shared_memory(module)
+
+
 def lower(text: str) -> str:
     """gpu.module text -> PTX (for sm_90a)."""
     from fusec.dialects import make_context
@@ -458,8 +465,7 @@ def lower(text: str) -> str:
     with make_context():
         module = ir.Module.parse(text)
         PassManager.parse(f"builtin.module({TO_NVVM})").run(module.operation)
-        mark_grid_constant_maps(module)
-        extern_dynamic_shared_memory(module)
+        finish_lowered_kernels(module)
         PassManager.parse(f"builtin.module({TO_BINARY})").run(module.operation)
         for op in module.body.operations:
             if op.operation.name == "gpu.binary":
