@@ -69,6 +69,7 @@ VIEW_OFFSET = "fusion.view_offset"  # GPU: a view's element offset into its buff
 SLICE_OFFSETS = "fusion.slice_offsets"  # GPU: a static slice rewritten as a gather
 GPU_KERNELS = "fusion.gpu_kernels"  # on the function: --fusion-gpu-kernels has run
 GEMM_NOTES = "fusion.gemm_notes"  # on the function: the GPU rewrites' decisions
+NO_MOVEMENT = "fusion.no_movement"  # on the function: the data-movement kernels are off
 FENCE = "fusion.fence"  # --fusion-fence-broadcast-consumers' mark (removed by --fusion-unfence)
 LOOP_ORDER = "fusion.loop_order"  # --fusion-cpu-loop-order has ordered this op's loops
 

@@ -499,6 +499,61 @@ def elementwise_launch_shape(numel: int, element_bytes: int, device: Device = H2
     return ElementwiseShape(block, grid, vec, unroll, tiles, guarded)
 
 
+def builds_concat_in_kernels(device: Device) -> bool:
+    """Whether a concat can share a kernel with its neighbours on `device`: on a GPU, whose
+    data-movement kernels evaluate the output element by element (each element chooses its
+    piece); not on a CPU, whose tiling (upstream tile-and-fuse) cannot slice a concat."""
+    return device.threads_per_block > 1
+
+
+def movement_launch_shape(numel: int, last_dim: int, element_bytes: int, device: Device = H200,
+                          unroll: int = 0) -> ElementwiseShape:
+    """How a data-movement kernel (a gather of the output's elements through reshapes,
+    slices, transposes that keep the last dim, concats, pads) walks its output: as an
+    elementwise kernel does (`elementwise_launch_shape`), but each thread's vector runs along
+    the output's last dimension only, so its width must divide that dimension (a 64-wide
+    head dim of bf16: 8 elements, 16 bytes; an odd one: 1)."""
+    unroll = unroll or elementwise_unroll(element_bytes)
+    vec = vector_width(math.gcd(numel, last_dim), element_bytes, device)
+    chunks = -(-numel // vec)
+    block = min(device.threads_per_block, WARP * -(-chunks // WARP))
+    unroll = unroll if chunks % (block * unroll) == 0 else 1
+    tiles = -(-chunks // (block * unroll))
+    guarded = chunks % (block * unroll) != 0
+    return ElementwiseShape(block, min(tiles, 1 << 20), vec, unroll, tiles, guarded)
+
+
+@dataclass(frozen=True)
+class TransposeTileShape:
+    """A transposing data-movement kernel: each block moves a `tile` x `tile` square of the
+    output's dims (p, l) through shared memory, reading it in vectors of `vec_p` along p (the
+    inputs' contiguous dim), writing it in vectors of `vec_l` along l (the output's last);
+    `grid` blocks (the squares times the other dims), `block` threads."""
+
+    tile: int
+    vec_p: int
+    vec_l: int
+    block: int
+    grid: int
+    shared_bytes: int
+
+
+TRANSPOSE_TILE_BYTES = 128  # a square's side: one 128-byte line of the element type
+
+
+def transpose_tile_shape(p: int, l: int, others: int, element_bytes: int,
+                         device: Device = H200) -> TransposeTileShape:
+    """The square of a transposing data-movement kernel: a 128-byte line on each side (64x64
+    bf16, 32x32 fp32: 8 and 4 KB of shared memory), so both the reads along p and the writes
+    along l move whole lines; 256 threads (fewer where a square has fewer vectors)."""
+    tile = max(1, TRANSPOSE_TILE_BYTES // element_bytes)
+    vec_p = vector_width(math.gcd(p, tile), element_bytes, device)
+    vec_l = vector_width(math.gcd(l, tile), element_bytes, device)
+    block = min(device.threads_per_block, tile * tile // max(vec_p, vec_l))
+    grid = others * -(-p // tile) * -(-l // tile)
+    return TransposeTileShape(tile, vec_p, vec_l, block, grid, tile * tile * element_bytes)
+
+
 MAX_CHUNKS_PER_THREAD = 16  # 64 fp32 values of one row in registers per thread at most
 # Bytes of a row each thread aims to hold: 64 (4 chunks of 16 bytes: 16 fp32 or 32 bf16
 # values). Measured on the H200 (bench/RESULTS.md, run 4): LayerNorm fp32 with 32 bytes per

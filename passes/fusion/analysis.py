@@ -26,12 +26,13 @@ FILL = "fill"
 RESHAPE = "reshape"  # tensor.expand_shape / collapse_shape
 SLICE = "slice"  # tensor.extract_slice with static sizes and unit strides
 PAD = "pad"  # tensor.pad with static shapes
+CONCAT = "concat"  # tensor.concat: each piece's dims follow the result's (one of them offset)
 REDUCTION = "reduction"
 CONTRACTION = "contraction"  # matmul, batch_matmul, generic multiply-accumulate
 WINDOW = "window"  # convolutions and pooling
 OTHER = "other"
 
-CHEAP = frozenset({ELEMENTWISE, TRANSPOSE, FILL, RESHAPE, SLICE, PAD})
+CHEAP = frozenset({ELEMENTWISE, TRANSPOSE, FILL, RESHAPE, SLICE, PAD, CONCAT})
 EXPENSIVE = frozenset({REDUCTION, CONTRACTION, WINDOW})
 
 # A tensor dimension's loop: a loop index; None when the dimension follows no loop (a constant
@@ -309,6 +310,17 @@ def _pad_facts(op: ir.Operation) -> tuple[str, list[int], list[bool], list, list
     return PAD, list(res_shape), [True] * rank, maps, [_identity(rank)]
 
 
+def _concat_facts(op: ir.Operation) -> tuple[str, list[int], list[bool], list, list] | None:
+    """A static concat: every piece's dims follow the result's (along the concat dim, offset
+    by the pieces before it), as a slice's follow its source's."""
+    res_shape = tensor_shape(op.results[0].type)
+    if res_shape is None or any(tensor_shape(v.type) is None for v in op.operands):
+        return None
+    rank = len(res_shape)
+    return (CONCAT, list(res_shape), [True] * rank, [_identity(rank)] * len(op.operands),
+            [_identity(rank)])
+
+
 def describe(op: ir.Operation, position: int) -> OpFacts:
     """The facts of one compute op."""
     merged: set[int] = set()
@@ -321,6 +333,8 @@ def describe(op: ir.Operation, position: int) -> OpFacts:
         facts = _slice_facts(op)
     elif op.name == "tensor.pad":
         facts = _pad_facts(op)
+    elif op.name == "tensor.concat":
+        facts = _concat_facts(op)
     elif op.name.startswith("linalg."):
         facts = _named_facts(op)
     if facts is None:
@@ -358,7 +372,7 @@ def _flops(op: ir.Operation, category: str, ranges: list[int]) -> int:
     points = 1
     for r in ranges:
         points *= r
-    if category in (RESHAPE, FILL, SLICE, TRANSPOSE, PAD):
+    if category in (RESHAPE, FILL, SLICE, TRANSPOSE, PAD, CONCAT):
         return 0
     if category == CONTRACTION:
         return 2 * points

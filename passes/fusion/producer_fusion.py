@@ -68,7 +68,7 @@ GEMM_OPS = frozenset({"linalg.matmul", "linalg.batch_matmul"})
 
 # Categories a group may absorb at all (window ops and unknown ops stay kernels of their own).
 ABSORBABLE = frozenset({"elementwise", "transpose", "fill", "reshape", "slice", "pad", REDUCTION,
-                        CONTRACTION, WINDOW})
+                        CONTRACTION, WINDOW, "concat"})
 
 
 @dataclass
@@ -291,6 +291,10 @@ class Planner:
     def _check_kind(self, cand: Candidate, p: OpFacts, strict_prologue: bool) -> Refusal:
         if p.category not in ABSORBABLE:
             return "not-fusible", f"{p.category} ops stay kernels of their own"
+        if not cost_model.builds_concat_in_kernels(self.device) and "concat" in (
+                p.category, self.graph.facts[cand.root].category):
+            return ("not-fusible", f"a concat stays a kernel of its own on {self.device.name}: "
+                    "its code generator does not tile through it")
         if p.category == CONTRACTION and not self.policy.allow_contraction:
             return "not-fusible", "contractions are fused by --fusion-epilogue"
         if p.category == REDUCTION and not self.policy.allow_reduction:

@@ -45,6 +45,7 @@ class GpuKernelsPass(Pass):
     device: str = "nvidia-h200"
     gemm: bool = True
     tc_gemm: bool = True
+    movement: bool = True
 
     def run(self, module: ir.Operation) -> None:
         # The rewrites are the device's code generator's, registered by its target.
@@ -56,6 +57,8 @@ class GpuKernelsPass(Pass):
             notes: list[str] = []
             if self.gemm:
                 with func.location:  # the rewrites create ops
-                    notes = builder.rewrites(func, True, self.tc_gemm)
+                    notes = builder.rewrites(func, True, self.tc_gemm, self.movement)
+            if not self.movement:  # read by the tiling's fallback decision
+                func.attributes[attributes.NO_MOVEMENT] = ir.UnitAttr.get()
             func.attributes[NOTES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in notes])
             func.attributes[DONE_ATTR] = ir.UnitAttr.get()

@@ -32,6 +32,14 @@ if [ -d .device-carry/cuda/tc ]; then
       .device-carry/cuda ragged_relu_f16 kn_scale_shift 2>&1 | tee "$OUT/tc_racecheck.log" \
       | tail -4
 fi
+# The data-movement family (test/gpu/movement.py build, test/gpu/fuzz_movement.py build).
+if [ -d .device-carry/cuda/mv ]; then
+  python3 test/gpu/movement.py run .device-carry/cuda 2>&1 | tee "$OUT/movement.log" | tail -20
+fi
+if [ -d .device-carry/cuda/mvfz ]; then
+  compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/gpu/fuzz_movement.py run \
+      .device-carry/cuda 2>&1 | tee "$OUT/movement_fuzz.log" | tail -4
+fi
 if [ -d .device-carry/cuda/tcraw ]; then
   python3 bench/tc_gemm.py run .device-carry/cuda/tcraw 2>&1 | tee "$OUT/tc_raw.log" | tail -8
 fi

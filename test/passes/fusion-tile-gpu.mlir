@@ -93,7 +93,7 @@ func.func @row(%x: tensor<64x1024xf32>) -> tensor<64x1024xf32> {
 // CHECK-LABEL: func.func @matmul_bias
 // CHECK: fusion.group epilogue
 // CHECK-SAME: fusion.block = 128
-// CHECK-SAME: fusion.fallback = "'linalg.matmul' is not supported by the CUDA code generator yet (tile emitter: a contraction tile is not a block of the fast emitter)"
+// CHECK-SAME: fusion.fallback = "'linalg.matmul' is not supported by the CUDA code generator yet (data movement: 'linalg.matmul' is not a data-movement op) (tile emitter: a contraction tile is not a block of the fast emitter)"
 // CHECK-SAME: fusion.grid = 65536
 // CHECK-SAME: fusion.tile_kind = "thread"
 // CHECK-SAME: fusion.tile_sizes = array<i64: 1, 1>
@@ -172,13 +172,14 @@ func.func @broadcast_rows(%x: tensor<64x1000xf32>, %b: tensor<1000xf32>) -> tens
 // -----
 
 // A transpose: no block of the tile emitter reads a transposed tile (its threads read and
-// write the same positions), nor does the group-level emitter: the fallback path's tiles, one
-// per thread, both refusals recorded.
+// write the same positions), so the tiling is undone (the reason in `fusion.untiled`) and the
+// group stays whole for the data-movement kernels (movement.py: squares through shared
+// memory); it must not become the fallback's thread tiles.
 // CHECK-LABEL: func.func @transpose
 // CHECK: fusion.group single
-// CHECK-SAME: fusion.fallback = "{{.*}}(tile emitter: access pattern
-// CHECK-SAME: fusion.tile_kind = "thread"
-// CHECK: scf.forall
+// CHECK-SAME: fusion.untiled = "access pattern
+// CHECK-NOT: fusion.fallback
+// CHECK-NOT: scf.forall
 // CHECK: return
 #tin = affine_map<(d0, d1) -> (d1, d0)>
 #tout = affine_map<(d0, d1) -> (d0, d1)>
@@ -284,11 +285,12 @@ func.func @short_reduction(%x: tensor<64x1000xf32>, %w: tensor<64x12xf32>) -> te
 // -----
 
 // A result written through a transposing map: the threads store at their own positions, so a
-// transpose on the way out is refused (by both emitters), the fallback's thread tiles.
+// transpose on the way out is refused by the tile emitter; the group stays untiled for the
+// data-movement kernels, not the fallback's thread tiles.
 // CHECK-LABEL: func.func @transposed_output
 // CHECK: fusion.group single
-// CHECK-SAME: fusion.fallback = "{{.*}}(tile emitter: an output written through {{.*}} (a transpose) in a tile)"
-// CHECK-SAME: fusion.tile_kind = "thread"
+// CHECK-SAME: fusion.untiled = "an output written through {{.*}} (a transpose) in a tile"
+// CHECK-NOT: fusion.tile_kind = "thread"
 #id = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #tr = affine_map<(d0, d1, d2) -> (d0, d2, d1)>
 func.func @transposed_output(%x: tensor<64x32x32xf32>) -> tensor<64x32x32xf32> {

@@ -347,7 +347,7 @@ def test_every_example_compiles_to_ptx(ctx, name: str) -> None:
     for k in kernels:
         assert re.search(rf"\.visible \.entry {k.symbol}\(", program.ptx), k.symbol
         assert k.grid >= 1 and 1 <= k.block <= 1024
-        assert k.info["path"] in ("fast", "fallback")
+        assert k.info["path"] in ("fast", "movement", "fallback")
         if k.info["path"] == "fallback":
             assert k.info["why"]  # the emitter's refusal, kept for the report
         roles = {program.plan.buffers[b].role for b in k.buffers}

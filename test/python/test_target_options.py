@@ -46,11 +46,11 @@ def test_every_field_is_a_flag():
 def test_options_reach_the_passes():
     cuda = CompileOptions(target="cuda", cuda=CudaOptions(gemm=False))
     tiled = STAGE_PASSES["tiled"](cuda)
-    assert tiled[0] == "fusion-gpu-kernels{device=nvidia-h200,gemm=false,tc-gemm=true}"
+    assert tiled[0] == "fusion-gpu-kernels{device=nvidia-h200,gemm=false,tc-gemm=true,movement=true}"
     no_tc = STAGE_PASSES["tiled"](CompileOptions(target="cuda", cuda=CudaOptions(tc_gemm=False)))
-    assert no_tc[0] == "fusion-gpu-kernels{device=nvidia-h200,gemm=true,tc-gemm=false}"
+    assert no_tc[0] == "fusion-gpu-kernels{device=nvidia-h200,gemm=true,tc-gemm=false,movement=true}"
     sm80 = STAGE_PASSES["tiled"](CompileOptions(target="cuda", cuda=CudaOptions(arch="sm_80")))
-    assert sm80[0].endswith("tc-gemm=false}")  # no wgmma before sm_90
+    assert sm80[0].endswith("tc-gemm=false,movement=true}")  # no wgmma before sm_90
     assert "fusion-tile{device=nvidia-h200,fit=true}" in tiled
     cpu = STAGE_PASSES["tiled"](CompileOptions(cpu=CpuOptions(threads=3, max_tile_kb=64,
                                                               fit=False)))

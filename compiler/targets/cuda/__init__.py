@@ -181,8 +181,8 @@ def _register() -> None:
     register_kernel_builder(KernelBuilder(
         device=device,
         refuse_host_features=refuse_host_features,
-        rewrites=lambda func, gemm, tc_gemm: gpu_rewrites(
-            func, CudaOptions(device=device, gemm=gemm, tc_gemm=tc_gemm)),
+        rewrites=lambda func, gemm, tc_gemm, movement: gpu_rewrites(
+            func, CudaOptions(device=device, gemm=gemm, tc_gemm=tc_gemm, movement=movement)),
         tile_refusal=tile_refusal,
         tile_for_fallback=tile_for_fallback,
     ))

@@ -50,6 +50,11 @@ class CudaOptions:
         "elementwise chain after it fused) where the cost model predicts it faster than "
         "cuBLASLt (sm_90/sm_90a only); False: always cuBLASLt.")})
 
+    movement: bool = field(default=True, metadata={"help": (
+        "Groups of data movement (reshapes, slices, transposes, concats, pads, gathers) "
+        "and the elementwise ops around them: the data-movement kernels (movement.py); "
+        "False: the fallback path.")})
+
     def __post_init__(self) -> None:
         if self.device not in cost_model.DEVICES or \
                 cost_model.DEVICES[self.device].threads_per_block <= 1:

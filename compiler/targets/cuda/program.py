@@ -123,6 +123,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
 
     inputs = [add_buffer(a, "input", f"input{i}") for i, a in enumerate(body.arguments)]
     from fusec.compiler.targets.cuda.tiles import TileEmitter, built_from_tile, thread_tiled
+    from fusec.compiler.targets.cuda.movement import movement_kernel
     from fusec.passes.tiling.gpu_kernels import DONE_ATTR, NOTES_ATTR
 
     if DONE_ATTR not in func.attributes:
@@ -251,8 +252,29 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                                          options.elementwise_unroll)
                 kernels.append(KernelEmitter(op, symbol, geometry, weights).build())
         except CudaCodegenError as refusal:
+            moved = None
+            if options.movement:
+                try:
+                    moved = movement_kernel(op, symbol, weights, options.description)
+                except CudaCodegenError as not_moved:
+                    refusal = CudaCodegenError(f"{refusal} (data movement: {not_moved})")
+            if moved is not None:
+                kernels.append(moved.text)
+                args = list(operands)
+                for w in weights:
+                    shape, elt = tensor_info(w.results[0].type)
+                    args.append(weight_buffer(shape, elt, constant_bytes(w, asm)))
+                args += result_buffers()
+                info = dict(moved.info, bytes=sum(buffers[b].nbytes for b in args),
+                            tiled=False)
+                if attributes.UNTILED in op.attributes:
+                    info["untiled"] = ir.StringAttr(op.attributes[attributes.UNTILED]).value
+                launches.append(Launch(symbol=symbol, buffers=args, grid=moved.grid, kind=kind,
+                                       ops=moved.ops, info=info, block=moved.block,
+                                       shared_bytes=0))
+                continue
             if not options.fallback:
-                raise
+                raise refusal
             launches.append(fallback_launch(op, symbol, str(refusal), operands,
                                              weight_buffer, result_buffers, kernels,
                                              kind, ops_in))

@@ -69,6 +69,32 @@ def kernel_module_text(kernels: list[str], options: CudaOptions) -> str:
             + "\n".join(status + kernels) + "\n  }\n}\n")
 
 
+WORKGROUP_ALIGNMENT = 16  # bytes: one vector load or store of shared memory
+
+
+def align_workgroup_buffers(module: ir.Module) -> int:
+    """Align every workgroup attribution's `.shared` global to 16 bytes. MLIR lowers one
+    to a global aligned to its element (2 bytes for bf16), and the data-movement family's
+    transpose squares are read back in 16-byte vectors (`ld.shared.v4`): misaligned
+    otherwise, wherever the static layout puts the buffer. Returns how many changed."""
+    count = 0
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        nonlocal count
+        if op.name == "llvm.mlir.global" and \
+                ir.StringAttr(op.attributes["sym_name"]).value.startswith("__wg_"):
+            old = ir.IntegerAttr(op.attributes["alignment"]).value \
+                if "alignment" in op.attributes else 0
+            if old < WORKGROUP_ALIGNMENT:
+                op.attributes["alignment"] = ir.IntegerAttr.get(
+                    ir.IntegerType.get_signless(64), WORKGROUP_ALIGNMENT)
+                count += 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return count
+
+
 def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
                   fmt: str = "isa") -> bytes:
     """gpu dialect text -> PTX (fmt="isa") or fatbin (fmt="fatbin") bytes."""
@@ -102,6 +128,7 @@ def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
         module = ir.Module.parse(text)
         try:
             PassManager.parse(to_llvm).run(module.operation)
+            align_workgroup_buffers(module)
             if tc:  # grid-constant maps, aligned dynamic shared memory (see wgmma.py)
                 from fusec.compiler.targets.cuda.wgmma import finish_lowered_kernels
 

@@ -91,14 +91,21 @@ def _cone(value: ir.Value, members: dict[int, ir.Operation]) -> set[int]:
 
 
 def group_refusal(group: ir.Operation, options: CudaOptions) -> str | None:
-    """Why the group-level emitter does not take `group` as it is (None: it does)."""
+    """Why neither group-level emitter takes `group` as it is (None: one does): the fast
+    emitter (`KernelEmitter`) or, where it refuses, the data-movement family (movement.py,
+    unless `options.movement` is off)."""
+    from fusec.compiler.targets.cuda.movement import movement_refusal
+
     try:
         geometry = analyse_group(group, options.description, options.row_elements_per_thread,
                                  options.elementwise_unroll)
         weights = [w for w in group.regions[0].blocks[0].operations if is_weight(w)]
         KernelEmitter(group, "fusec_probe", geometry, weights).build()
     except CudaCodegenError as refusal:
-        return str(refusal)
+        if not options.movement:
+            return str(refusal)
+        moved = movement_refusal(group, options.description)
+        return None if moved is None else f"{refusal} (data movement: {moved})"
     return None
 
 
@@ -107,9 +114,11 @@ def _emittable(group: ir.Operation, options: CudaOptions) -> bool:
     return group_refusal(group, options) is None
 
 
-def _pieces_at_reshapes(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
+def _pieces_at_reshapes(ops: list[ir.Operation],
+                        cut_concats: bool = False) -> list[list[ir.Operation]]:
     """`ops` (a group's body, constants left out) cut before every reshape of a value the group
-    computes: the connected pieces of the def-use graph without those edges, in block order."""
+    computes (and, `cut_concats`, around every concat): the connected pieces of the def-use
+    graph without those edges, in block order."""
     keys = {id_of(o): i for i, o in enumerate(ops)}
     parent = list(range(len(ops)))
 
@@ -126,6 +135,8 @@ def _pieces_at_reshapes(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
                 continue
             # Cut into the first reshape of a chain (reshapes of reshapes stay together).
             if op.name in RESHAPE_OPS and producer.name not in RESHAPE_OPS:
+                continue
+            if cut_concats and "tensor.concat" in (op.name, producer.name):
                 continue
             parent[find(i)] = find(keys[id_of(producer)])
     pieces: dict[int, list[ir.Operation]] = {}
@@ -163,7 +174,8 @@ def _convex(pieces: list[list[ir.Operation]]) -> bool:
 
 
 def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
-    """Split each group the emitter refuses at reshapes of values it computes.
+    """Split each group the emitters refuse at reshapes of values it computes (and, with
+    the data-movement kernels off, around its concats).
 
     The fallback tiles a group's root and fuses producers into the tile, but cannot slice a
     producer through a reshape: such a producer is computed whole *by every thread* (batch-1
@@ -180,7 +192,9 @@ def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
             continue
         ops = [o.operation for o in group.regions[0].blocks[0].operations][:-1]
         ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
-        pieces = _pieces_at_reshapes(ops)
+        # Without the data-movement kernels a concat the planner fused (it plans for them)
+        # is the fallback's again, alone, as before they existed.
+        pieces = _pieces_at_reshapes(ops, cut_concats=not options.movement)
         if len(pieces) < 2 or not _convex(pieces):
             continue
         kind = str(group.attributes["kind"]).strip('"')

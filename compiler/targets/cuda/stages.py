@@ -21,7 +21,9 @@ def tiled_passes(options: CudaOptions | None = None) -> list[str]:
     device = options.device
     gemm = "true" if options.gemm else "false"
     tc = "true" if options.tc_gemm and options.arch in TC_ARCHES else "false"
-    return [f"fusion-gpu-kernels{{device={device},gemm={gemm},tc-gemm={tc}}}",
+    movement = "true" if options.movement else "false"
+    return [f"fusion-gpu-kernels{{device={device},gemm={gemm},tc-gemm={tc},"
+            f"movement={movement}}}",
             "fusion-normalise-kernels",
             f"fusion-tile{{device={device},fit=true}}",
             # The index checks' reports (deferred by the linalg stage), now the tiles exist.

@@ -494,7 +494,11 @@ def tile_for_fallback(group: ir.Operation) -> ir.Operation:
     from fusec.passes import run_pipeline
     from fusec.passes.grouping import group_alone, splice_alone
 
-    refusal = group_refusal(group, CudaOptions())
+    func = group.parent
+    while func is not None and func.name != "func.func":
+        func = func.parent
+    movement = func is None or attributes.NO_MOVEMENT not in func.attributes
+    refusal = group_refusal(group, CudaOptions(movement=movement))
     if refusal is None:
         return group  # the group-level emitter builds it
     untiled = str(ir.StringAttr(group.attributes[attributes.UNTILED]).value) \

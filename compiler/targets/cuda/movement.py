@@ -1,0 +1,907 @@
+"""The data-movement kernel family: reshapes, slices, transposes, concats, pads, gathers and
+broadcasts, with the elementwise ops around them, as one kernel at the HBM floor.
+
+A group of such ops is a function of the output's index: every output element is some
+elementwise payload of input elements, each read at an index that the ops between compose
+(an `expand_shape` linearises, a `collapse_shape` delinearises, a slice offsets and strides, a
+transpose permutes, a broadcast drops, a concat, pad or insert_slice chooses a piece; a
+payload's `linalg.index` and `tensor.extract` gather). `MovementEmitter` evaluates that
+function backwards from the output, lazily (only what an output needs is read), for the
+vector of `V` consecutive elements one thread owns, and proves what it can about the lanes:
+
+  * every index is an `Ix`: lane k's value is `name + k * step` (`step` 0: the same for the
+    whole vector; 1: consecutive), or a list of per-lane names where nothing is known; with a
+    known divisor `align` of `name`;
+  * a read whose linear index has step 1 and an aligned base is one vector load (16 bytes);
+    step 0, one scalar load for all lanes; anything else a load per lane ("strided": counted
+    in `stats`, the kernel-shape decision reads it);
+  * a concat / pad / insert_slice whose piece boundaries the vector cannot straddle (or whose
+    choosing index is the same for all lanes) is one `scf.if` for the whole vector; otherwise
+    each lane chooses alone.
+
+Two kernel shapes (the cost model's pure functions give their sizes):
+
+  * **direct** (`cost_model.movement_launch_shape`): each thread writes vectors along the
+    output's last dim, in a grid-stride loop, every load of a pass before its stores (loads
+    are clamped into bounds, stores guarded). Reads are coalesced where the inputs keep the
+    output's last dim contiguous: slices, head split / merge (0, 2, 1, 3), concat, pad,
+    repeat_interleave and expand, embedding gathers.
+  * **transpose** (`cost_model.transpose_tile_shape`): when the inputs' contiguous dim is
+    another output dim p (a 2-D transpose, K^T's (0, 2, 3, 1)), each block moves a 128-byte
+    square of (p, l): read in vectors along p, kept in shared memory (the chunks XOR-swizzled
+    by row so neither phase has bank conflicts), written in vectors along l.
+
+The shape with the fewer strided bytes wins (`movement_kernel`); the reason and the shape go
+into `Launch.info` ("path": "movement", "shape": "direct" | "transpose").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import mlir.ir as ir
+from fusec.compiler.targets.cuda.analysis import iterators, numel_of, parse_map, tensor_info, value_key
+from fusec.compiler.targets.cuda.device import (
+    ELEMENT_BYTES,
+    H200,
+    MEMORY_ELEMENT,
+    PAYLOAD_DIALECTS,
+    INDEX_STATUS,
+    CudaCodegenError,
+    CudaDevice,
+)
+from fusec.compiler.targets.cuda.emitter import Input, KernelEmitter, _attr_value, id_of, \
+    payload_op_text
+from fusec.passes import cost_model
+
+# The group-level ops this family evaluates (besides scalar arith/math ops and constants).
+MOVEMENT_OPS = frozenset({
+    "linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast", "linalg.copy",
+    "tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
+    "tensor.insert_slice", "tensor.concat", "tensor.pad", "tensor.empty", "arith.constant"})
+VECTOR_BYTES = 16
+BIG = 1 << 40  # the alignment of the constant 0
+STATIC_SHARED_BYTES = 48 * 1024  # what a kernel may declare statically
+
+
+@dataclass(frozen=True)
+class Ix:
+    """An index over a thread's lanes: lane k is `name` + k * `step`, or `names[k]`."""
+
+    name: str = ""
+    step: int = 0
+    align: int = 1
+    const: int | None = None
+    names: tuple = ()
+
+    def key(self) -> tuple:
+        return (self.name, self.step, self.names)
+
+
+@dataclass
+class Stats:
+    vector_bytes: int = 0
+    strided_bytes: int = 0
+
+
+@dataclass
+class _Mode:
+    kind: str  # "direct" | "transpose"
+    p: int = -1  # transpose: the output dim read contiguously
+    extra: dict = field(default_factory=dict)
+
+
+def _ints(attr: ir.Attribute) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(attr))
+
+
+class MovementEmitter(KernelEmitter):
+    """One `gpu.func` for a data-movement group (see the module docstring)."""
+
+    def __init__(self, group: ir.Operation, symbol: str, constants: list[ir.Operation] = (),
+                 device: CudaDevice = H200, mode: _Mode | None = None) -> None:
+        super().__init__(group, symbol, None, constants)
+        self.device = device
+        self.mode = mode or _Mode("direct")
+        self.stats = Stats()
+        self.memo: list[dict] = [{}]
+        self.V = 1
+        body = group.regions[0].blocks[0]
+        for op in body.operations:
+            name = op.operation.name
+            if name == "fusion.yield" or name.startswith(PAYLOAD_DIALECTS):
+                continue  # scalars and constants: evaluated where an op reads them
+            if name not in MOVEMENT_OPS:
+                raise CudaCodegenError(f"'{name}' is not a data-movement op")
+            if name == "linalg.generic" and any(i != "parallel" for i in iterators(op)):
+                raise CudaCodegenError("a reduction is not data movement")
+        if not self.outputs:
+            raise CudaCodegenError("a group without results")
+        shapes = {tuple(tensor_info(v.type)[0]) for v in self.outputs}
+        if len(shapes) != 1:
+            raise CudaCodegenError("outputs of different shapes")
+        self.out_shape = list(shapes.pop())
+        if not self.out_shape or numel_of(self.out_shape) == 0:
+            raise CudaCodegenError("a 0-d or empty output")
+        self.eb = max(ELEMENT_BYTES.get(tensor_info(v.type)[1], 4) for v in self.outputs)
+
+    # -- index arithmetic (constants folded, lanes tracked)
+
+    def ix_const(self, c: int) -> Ix:
+        return Ix(self.index(c), 0, abs(c) if c else BIG, c)
+
+    def ix_uniform(self, name: str, align: int = 1) -> Ix:
+        return Ix(name, 0, align)
+
+    def _lane_names(self, a: Ix) -> list[str]:
+        if a.names:
+            return list(a.names)
+        if a.step == 0:
+            return [a.name] * self.V
+        return [a.name if k == 0 else self.arith("addi", a.name, self.index(k * a.step))
+                for k in range(self.V)]
+
+    def ix_add(self, a: Ix, b: Ix) -> Ix:
+        if a.const is not None and b.const is not None:
+            return self.ix_const(a.const + b.const)
+        if b.const == 0:
+            return a
+        if a.const == 0:
+            return b
+        if a.names or b.names:
+            return Ix(names=tuple(self.arith("addi", x, y) for x, y in
+                                  zip(self._lane_names(a), self._lane_names(b))))
+        return Ix(self.arith("addi", a.name, b.name), a.step + b.step, math.gcd(a.align, b.align))
+
+    def ix_mul(self, a: Ix, c: int) -> Ix:
+        if c == 0:
+            return self.ix_const(0)
+        if c == 1:
+            return a
+        if a.const is not None:
+            return self.ix_const(a.const * c)
+        if a.names:
+            return Ix(names=tuple(self.arith("muli", x, self.index(c)) for x in a.names))
+        return Ix(self.arith("muli", a.name, self.index(c)), a.step * c,
+                  min(a.align * c, BIG))
+
+    def _divmod(self, a: Ix, size: int) -> tuple[Ix, Ix]:
+        """(a / size, a % size) for an index with no lanes (or a constant)."""
+        if a.const is not None:
+            return self.ix_const(a.const // size), self.ix_const(a.const % size)
+        q = Ix(self.arith("divui", a.name, self.index(size)), 0,
+               a.align // size if a.align % size == 0 else 1)
+        r = Ix(self.arith("remui", a.name, self.index(size)), 0, math.gcd(a.align, size))
+        return q, r
+
+    def linearize(self, idx: list[Ix], shape: list[int]) -> Ix:
+        total = self.ix_const(0)
+        stride = 1
+        for d in reversed(range(len(shape))):
+            if shape[d] != 1:
+                total = self.ix_add(total, self.ix_mul(idx[d], stride))
+            stride *= shape[d]
+        return total
+
+    def delinearize(self, a: Ix, sizes: list[int]) -> list[Ix]:
+        out: list[Ix | None] = [None] * len(sizes)
+        real = [d for d, s in enumerate(sizes) if s != 1]
+        for d, s in enumerate(sizes):
+            if s == 1:
+                out[d] = self.ix_const(0)
+        if not real:
+            return out
+        if len(real) == 1:
+            out[real[0]] = a
+            return out
+        if a.names:
+            per_lane = [self.delinearize(Ix(n, 0, 1), sizes) for n in a.names]
+            return [Ix(names=tuple(lane[d].name for lane in per_lane)) for d in range(len(sizes))]
+        last = real[-1]
+        if a.step not in (0, 1) or (a.step == 1 and (a.align % self.V or sizes[last] % self.V)):
+            return [Ix(names=tuple(x.name for x in col)) for col in
+                    zip(*[self.delinearize(Ix(n, 0, 1), sizes) for n in self._lane_names(a)])]
+        rest = Ix(a.name, 0, a.align, a.const)
+        for d in reversed(real):
+            if d == real[0]:
+                out[d] = rest
+                break
+            rest, out[d] = self._divmod(rest, sizes[d])
+        if a.step == 1:
+            out[last] = Ix(out[last].name, 1, out[last].align)
+        return out
+
+    def lane(self, a: Ix, k: int) -> Ix:
+        """Lane k of `a`, as an index with no lanes."""
+        if a.names:
+            return Ix(a.names[k], 0, 1)
+        if a.step == 0 or k == 0:
+            return Ix(a.name, 0, a.align, a.const)
+        return Ix(self.arith("addi", a.name, self.index(k * a.step)), 0,
+                  math.gcd(a.align, k * a.step))
+
+    # -- evaluation
+
+    def _find(self, key: tuple) -> Any:
+        for scope in reversed(self.memo):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def at(self, value: ir.Value, idx: list[Ix]) -> list[str]:
+        """The V lanes of `value` at index `idx` (SSA names)."""
+        key = (value_key(value), self.V, tuple(i.key() for i in idx))
+        found = self._find(key)
+        if found is not None:
+            return found
+        rep = self.values.get(value_key(value))
+        if isinstance(rep, Input):
+            result = self.load(rep, tensor_info(value.type)[0], idx)
+        else:
+            result = self.eval_at(value, idx)
+        self.memo[-1][key] = result
+        return result
+
+    def load(self, inp: Input, shape: list[int], idx: list[Ix]) -> list[str]:
+        lin = self.linearize(idx, shape)
+        eb = ELEMENT_BYTES.get(inp.type, 4)
+        if lin.names or lin.step not in (0, 1):
+            self.stats.strided_bytes += self.V * eb
+            names = self._lane_names(lin)
+            return [self.load_vector(inp.index, n, 1)[0] for n in names]
+        if lin.step == 0:
+            self.stats.vector_bytes += eb
+            return [self.load_vector(inp.index, lin.name, 1)[0]] * self.V
+        w = max(1, min(self.V, VECTOR_BYTES // eb))
+        while w > 1 and lin.align % w:
+            w //= 2
+        if w * eb < VECTOR_BYTES and w < self.V:
+            self.stats.strided_bytes += self.V * eb
+        else:
+            self.stats.vector_bytes += self.V * eb
+        out: list[str] = []
+        for j in range(0, self.V, w):
+            off = lin.name if j == 0 else self.arith("addi", lin.name, self.index(j))
+            out += self.load_vector(inp.index, off, w)
+        return out
+
+    def scalar(self, value: ir.Value) -> str:
+        """A scalar the group computes outside any payload (a constant, a fill's value)."""
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            raise CudaCodegenError("a scalar group argument")
+        op = owner.operation
+        if op.name == "arith.constant":
+            return self.const(_attr_value(op.attributes["value"]), str(value.type))
+        if not op.name.startswith(PAYLOAD_DIALECTS) or len(op.regions):
+            raise CudaCodegenError(f"scalar '{op.name}' is not supported")
+        names = [self.fresh("s")]
+        self.emit(payload_op_text(op, [self.scalar(v) for v in op.operands], names))
+        return names[0]
+
+    def eval_at(self, value: ir.Value, idx: list[Ix]) -> list[str]:
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            raise CudaCodegenError("a block argument that is not a group input")
+        op = owner.operation
+        name = op.name
+        shape = tensor_info(value.type)[0]
+        if name == "arith.constant":
+            attr = op.attributes["value"]
+            if not (isinstance(attr, ir.DenseElementsAttr) and attr.is_splat):
+                raise CudaCodegenError("a tensor constant that is not a weight")
+            splat = attr.get_splat_value()
+            return [self.const(_attr_value(splat), str(splat.type))] * self.V
+        if name == "tensor.empty":
+            raise CudaCodegenError("reads an uninitialised tensor (tensor.empty)")
+        if name == "linalg.fill":
+            return [self.scalar(op.operands[0])] * self.V
+        if name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            groups = [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)]
+                      for g in ir.ArrayAttr(op.attributes["reassociation"])]
+            src = op.operands[0]
+            src_shape = tensor_info(src.type)[0]
+            if name == "tensor.expand_shape":
+                src_idx = [self.linearize([idx[d] for d in g], [shape[d] for d in g])
+                           for g in groups]
+            else:
+                src_idx = [None] * len(src_shape)
+                for r, g in enumerate(groups):
+                    for d, ix in zip(g, self.delinearize(idx[r], [src_shape[d] for d in g])):
+                        src_idx[d] = ix
+            return self.at(src, src_idx)
+        if name == "tensor.extract_slice":
+            return self.at(op.operands[0], self.slice_index(op, idx))
+        if name == "linalg.transpose":
+            perm = _ints(op.attributes["permutation"])
+            src_idx: list[Ix | None] = [None] * len(perm)
+            for j, p in enumerate(perm):
+                src_idx[p] = idx[j]
+            return self.at(op.operands[0], src_idx)
+        if name == "linalg.broadcast":
+            dims = set(_ints(op.attributes["dimensions"]))
+            return self.at(op.operands[0], [ix for j, ix in enumerate(idx) if j not in dims])
+        if name == "linalg.copy":
+            return self.at(op.operands[0], idx)
+        if name == "linalg.generic":
+            return self.eval_generic(op, ir.OpResult(value).result_number, idx)
+        if name == "tensor.concat":
+            dim = ir.IntegerAttr(op.attributes["dim"]).value
+            pieces, start = [], 0
+            for piece in op.operands:
+                size = tensor_info(piece.type)[0][dim]
+                pieces.append((piece, start, start + size))
+                start += size
+            return self.choose_piece(dim, idx, pieces)
+        if name == "tensor.pad":
+            return self.eval_pad(op, idx)
+        if name == "tensor.insert_slice":
+            return self.eval_insert(op, idx)
+        raise CudaCodegenError(f"'{name}' is not a data-movement op")
+
+    def slice_index(self, op: ir.Operation, idx: list[Ix]) -> list[Ix]:
+        if len(op.operands) != 1:
+            raise CudaCodegenError("a slice with dynamic offsets, sizes or strides")
+        offsets, sizes, strides = (_ints(op.attributes[a]) for a in
+                                   ("static_offsets", "static_sizes", "static_strides"))
+        result = tensor_info(op.results[0].type)[0]
+        # Unit dims read at their offset; the others map in order (a rank-reducing slice
+        # drops unit dims only).
+        kept = [j for j, size in enumerate(result) if size != 1]
+        real = [d for d, size in enumerate(sizes) if size != 1]
+        if [result[j] for j in kept] != [sizes[d] for d in real]:
+            raise CudaCodegenError("a rank-reducing slice this emitter cannot map")
+        where = dict(zip(real, kept))
+        src_idx = []
+        for d in range(len(sizes)):
+            i = idx[where[d]] if d in where else self.ix_const(0)
+            src_idx.append(self.ix_add(self.ix_mul(i, strides[d]), self.ix_const(offsets[d])))
+        return src_idx
+
+    # -- choosing a piece (concat, pad, insert_slice)
+
+    def _uniform_range(self, ix: Ix, lo: int, hi: int) -> bool:
+        """Whether `lo <= ix < hi` has one answer for all lanes."""
+        if ix.names:
+            return False
+        if ix.step == 0:
+            return True
+        return ix.step == 1 and ix.align % self.V == 0 and lo % self.V == 0 and hi % self.V == 0
+
+    def branch(self, cond: str, then: Callable[[], list[str]], other: Callable[[], list[str]],
+               types: list[str]) -> list[str]:
+        """`scf.if cond` yielding V values: `then()` and `other()` each in a scope of its own."""
+        res = self.fresh("r")
+        arity = f":{len(types)}" if len(types) > 1 else ""
+        self.emit(f"{res}{arity} = scf.if {cond} -> ({', '.join(types)}) {{")
+        for k, fn in enumerate((then, other)):
+            if k:
+                self.emit("} else {")
+            self.indent += 1
+            self.memo.append({})
+            vals = fn()
+            self.memo.pop()
+            self.emit(f"scf.yield {', '.join(vals)} : {', '.join(types)}")
+            self.indent -= 1
+        self.emit("}")
+        return [f"{res}#{k}" for k in range(len(types))] if len(types) > 1 else [res]
+
+    def per_lane(self, fn: Callable[[list[Ix]], list[str]], idx: list[Ix]) -> list[str]:
+        """Evaluate `fn` once per lane (V = 1 inside), where the lanes choose apart."""
+        v, out = self.V, []
+        lanes = [[self.lane(ix, k) for ix in idx] for k in range(v)]
+        self.V = 1
+        try:
+            for k in range(v):
+                out += fn(lanes[k])
+        finally:
+            self.V = v
+        return out
+
+    def choose_piece(self, dim: int, idx: list[Ix],
+                     pieces: list[tuple[ir.Value, int, int]]) -> list[str]:
+        ix = idx[dim]
+        if not all(self._uniform_range(ix, lo, hi) for _, lo, hi in pieces):
+            return self.per_lane(lambda one: self.choose_piece(dim, one, pieces), idx)
+        if ix.const is not None:
+            for piece, lo, hi in pieces:
+                if lo <= ix.const < hi:
+                    return self.at(piece, self._shifted(idx, dim, lo))
+        types = [str(ir.RankedTensorType(pieces[0][0].type).element_type)] * self.V
+
+        def pick(k: int) -> list[str]:
+            piece, lo, hi = pieces[k]
+            if k == len(pieces) - 1:
+                return self.at(piece, self._shifted(idx, dim, lo))
+            cond = self.arith("cmpi ult,", ix.name, self.index(hi))
+            return self.branch(cond, lambda: self.at(piece, self._shifted(idx, dim, lo)),
+                               lambda: pick(k + 1), types)
+
+        return pick(0)
+
+    def _shifted(self, idx: list[Ix], dim: int, by: int) -> list[Ix]:
+        out = list(idx)
+        if by:
+            out[dim] = self.ix_add(idx[dim], self.ix_const(-by))
+        return out
+
+    def eval_pad(self, op: ir.Operation, idx: list[Ix]) -> list[str]:
+        if len(op.operands) != 1:
+            raise CudaCodegenError("a pad with dynamic sizes")
+        low, high = _ints(op.attributes["static_low"]), _ints(op.attributes["static_high"])
+        block = op.regions[0].blocks[0]
+        yielded = block.operations[len(block.operations) - 1].operands[0]
+        if isinstance(yielded.owner, ir.Block):
+            raise CudaCodegenError("a pad whose value depends on the index")
+        if yielded.owner.operation.parent.name == "tensor.pad":
+            raise CudaCodegenError("a pad that computes its value")
+        src = op.operands[0]
+        src_shape = tensor_info(src.type)[0]
+        bounds = [(d, low[d], low[d] + src_shape[d]) for d in range(len(src_shape))
+                  if low[d] or high[d]]
+        return self._guarded(idx, bounds, src, [-lo for lo in low],
+                             lambda: [self.scalar(yielded)] * self.V,
+                             str(ir.RankedTensorType(src.type).element_type))
+
+    def eval_insert(self, op: ir.Operation, idx: list[Ix]) -> list[str]:
+        if len(op.operands) != 2:
+            raise CudaCodegenError("an insert_slice with dynamic offsets, sizes or strides")
+        offsets, sizes, strides = (_ints(op.attributes[a]) for a in
+                                   ("static_offsets", "static_sizes", "static_strides"))
+        src, dest = op.operands[0], op.operands[1]
+        src_shape = tensor_info(src.type)[0]
+        if any(s != 1 for s in strides) or len(src_shape) != len(sizes):
+            raise CudaCodegenError("a strided or rank-changing insert_slice")
+        dest_shape = tensor_info(dest.type)[0]
+        bounds = [(d, offsets[d], offsets[d] + sizes[d]) for d in range(len(sizes))
+                  if offsets[d] or sizes[d] != dest_shape[d]]
+        return self._guarded(idx, bounds, src, [-o for o in offsets],
+                             lambda: self.at(dest, idx),
+                             str(ir.RankedTensorType(src.type).element_type))
+
+    def _guarded(self, idx: list[Ix], bounds: list[tuple[int, int, int]], src: ir.Value,
+                 shift: list[int], outside: Callable[[], list[str]], elt: str) -> list[str]:
+        """`src` at `idx + shift` where every (dim, lo, hi) of `bounds` holds, else
+        `outside()`."""
+        if not all(self._uniform_range(idx[d], lo, hi) for d, lo, hi in bounds):
+            return self.per_lane(lambda one: self._guarded(one, bounds, src, shift,
+                                                           outside, elt), idx)
+
+        def inside() -> list[str]:
+            return self.at(src, [self.ix_add(ix, self.ix_const(s)) if s else ix
+                                 for ix, s in zip(idx, shift)])
+
+        if not bounds:
+            return inside()
+        if all(idx[d].const is not None for d, _, _ in bounds):
+            ok = all(lo <= idx[d].const < hi for d, lo, hi in bounds)
+            return inside() if ok else outside()
+        cond = None
+        for d, lo, hi in bounds:
+            for c in ([self.arith("cmpi uge,", idx[d].name, self.index(lo))] if lo > 0 else []) + \
+                    [self.arith("cmpi ult,", idx[d].name, self.index(hi))]:
+                cond = c if cond is None else self.arith("andi", cond, c, "i1")
+        return self.branch(cond, inside, outside, [elt] * self.V)
+
+    # -- generics
+
+    def eval_generic(self, op: ir.Operation, result: int, idx: list[Ix]) -> list[str]:
+        maps = [parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        n_out = len(op.results)
+        n_in = len(op.operands) - n_out
+        out_map = maps[n_in + result]
+        dom: list[Ix | None] = [None] * out_map.num_dims
+        for j, d in enumerate(out_map.results):
+            if d is not None:
+                dom[d] = idx[j]
+        if any(d is None for d in dom):
+            raise CudaCodegenError("an output map that does not cover the loops")
+
+        def operand_at(i: int) -> list[str]:
+            m = maps[i]
+            return self.at(op.operands[i], [dom[d] if d is not None else self.ix_const(0)
+                                            for d in m.results])
+
+        block = op.regions[0].blocks[0]
+        yield_op = block.operations[len(block.operations) - 1]
+        wanted = yield_op.operands[result]
+        env: dict[int, Any] = {}
+        for i, arg in enumerate(block.arguments):
+            env[value_key(arg)] = (lambda i=i: operand_at(i))
+        needed = _needed(block, [wanted])
+
+        def get(v: ir.Value) -> Any:
+            key = value_key(v)
+            if key in env:
+                got = env[key]
+                if callable(got):
+                    got = env[key] = got()
+                return got
+            # Defined in the group, outside the payload: a scalar (an index constant: an Ix).
+            owner = v.owner
+            if isinstance(v.type, ir.IndexType) and not isinstance(owner, ir.Block) and \
+                    owner.operation.name == "arith.constant":
+                return self.ix_const(ir.IntegerAttr(owner.operation.attributes["value"]).value)
+            return [self.scalar(v)] * self.V
+
+        for inner in block.operations:
+            inner = inner.operation
+            if inner.name == "linalg.yield" or id_of(inner) not in needed:
+                continue
+            env_out = self.eval_payload_op(inner, dom, get)
+            for r, val in zip(inner.results, env_out):
+                env[value_key(r)] = val
+        got = get(wanted)
+        return self._lane_names(got) if isinstance(got, Ix) else got
+
+    def eval_payload_op(self, inner: ir.Operation, dom: list[Ix],
+                        get: Callable[[ir.Value], Any]) -> list[Any]:
+        name = inner.name
+        index_type = ir.IndexType.get(inner.context)
+        if name == "linalg.index":
+            return [dom[ir.IntegerAttr(inner.attributes["dim"]).value]]
+        if name == "tensor.extract":
+            where = [get(v) for v in inner.operands[1:]]
+            where = [w if isinstance(w, Ix) else self._as_ix(w) for w in where]
+            return [self.at(inner.operands[0], where)]
+        if name == "scf.if" and _reports_index_error(inner):
+            self.report_index_error(inner, get)
+            return []
+        if name == "affine.apply":
+            amap = ir.AffineMapAttr(inner.attributes["map"]).value
+            operands = [get(v) for v in inner.operands]
+            if not all(isinstance(o, Ix) for o in operands) or len(amap.results) != 1:
+                raise CudaCodegenError("an affine.apply of values that are not indices")
+            return [self.eval_affine(amap.results[0], operands, amap.n_dims)]
+        if not name.startswith(PAYLOAD_DIALECTS) or len(inner.regions):
+            raise CudaCodegenError(f"payload op '{name}' is not supported")
+        if name == "arith.constant" and inner.results[0].type == index_type:
+            return [self.ix_const(ir.IntegerAttr(inner.attributes["value"]).value)]
+        args = [get(v) for v in inner.operands]
+        if name in ("arith.addi", "arith.muli", "arith.subi") and \
+                all(isinstance(a, Ix) for a in args):
+            a, b = args
+            if name == "arith.addi":
+                return [self.ix_add(a, b)]
+            if name == "arith.subi" and b.const is not None:
+                return [self.ix_add(a, self.ix_const(-b.const))]
+            if name == "arith.muli" and (a.const is not None or b.const is not None):
+                return [self.ix_mul(b, a.const) if a.const is not None else self.ix_mul(a, b.const)]
+        lanes = [self._lane_names(a) if isinstance(a, Ix) else a for a in args]
+        uniform = all(len(set(lane)) == 1 for lane in lanes)
+        count = 1 if uniform else self.V
+        results: list[list[str]] = [[] for _ in inner.results]
+        for k in range(count):
+            names = [self.fresh("p") for _ in inner.results]
+            self.emit(payload_op_text(inner, [lane[k] for lane in lanes], names))
+            for r, n in enumerate(names):
+                results[r].append(n)
+        out: list[Any] = []
+        for r, res in zip(inner.results, results):
+            lane_vals = res * self.V if uniform else res
+            out.append(self._as_ix(lane_vals) if r.type == index_type else lane_vals)
+        return out
+
+    def report_index_error(self, branch: ir.Operation, get: Callable[[ir.Value], Any]) -> None:
+        """The index check of a gather (`scf.if %bad { func.call @fusec_index_error(check,
+        index) }`, fusec.passes.linalg.guard_indices): per lane, where the index is out of
+        range, a compare-and-swap of `check + 1` into word 0 of the device status (the first
+        failure wins) and, by the winner, the index into word 1 (as the fallback path's
+        `report_index_errors_on_device`; the runtime reads the status after the run)."""
+        lanes = self._lane_names(get(branch.operands[0])) if isinstance(
+            get(branch.operands[0]), Ix) else get(branch.operands[0])
+        region = [o.operation for o in branch.regions[0].blocks[0].operations]
+        status_type = "memref<2xi64>"
+        for k in range(1 if len(set(lanes)) == 1 else self.V):
+            self.emit(f"scf.if {lanes[k]} {{")
+            self.indent += 1
+            local: dict[int, str] = {}
+
+            def name_of(v: ir.Value) -> str:
+                if value_key(v) in local:
+                    return local[value_key(v)]
+                got = get(v)
+                return self._lane_names(got)[k] if isinstance(got, Ix) else got[k]
+
+            for op in region:
+                if op.name == "scf.yield":
+                    continue
+                if op.name == "func.call":
+                    check, bad = (name_of(v) for v in op.operands)
+                    status = self.fresh("st")
+                    self.emit(f"{status} = memref.get_global @{INDEX_STATUS} : {status_type}")
+                    mark = self.arith("addi", check, self.const(1, "i64"), "i64")
+                    old = self.fresh("st")
+                    cur = self.fresh("st")
+                    self.emit(f"{old} = memref.generic_atomic_rmw {status}[{self.index(0)}] : "
+                              f"{status_type} {{")
+                    self.emit(f"^bb0({cur}: i64):")
+                    free = self.arith("cmpi eq,", cur, self.const(0, "i64"), "i64")
+                    chosen = self.fresh("st")
+                    self.emit(f"  {chosen} = arith.select {free}, {mark}, {cur} : i64")
+                    self.emit(f"  memref.atomic_yield {chosen} : i64")
+                    self.emit("}")
+                    won = self.arith("cmpi eq,", old, self.const(0, "i64"), "i64")
+                    self.emit(f"scf.if {won} {{")
+                    self.emit(f"  memref.store {bad}, {status}[{self.index(1)}] : {status_type}")
+                    self.emit("}")
+                    continue
+                if not op.name.startswith(PAYLOAD_DIALECTS) or len(op.regions):
+                    raise CudaCodegenError(f"'{op.name}' in an index check")
+                names = [self.fresh("p") for _ in op.results]
+                self.emit(payload_op_text(op, [name_of(v) for v in op.operands], names))
+                for r, n in zip(op.results, names):
+                    local[value_key(r)] = n
+            self.indent -= 1
+            self.emit("}")
+
+    def eval_affine(self, expr: ir.AffineExpr, operands: list[Ix], n_dims: int) -> Ix:
+        """An affine expression of indices (dims, then symbols, bound to `operands`)."""
+        if isinstance(expr, ir.AffineConstantExpr):
+            return self.ix_const(expr.value)
+        if isinstance(expr, ir.AffineDimExpr):
+            return operands[expr.position]
+        if isinstance(expr, ir.AffineSymbolExpr):
+            return operands[n_dims + expr.position]
+        if isinstance(expr, ir.AffineAddExpr):
+            return self.ix_add(self.eval_affine(expr.lhs, operands, n_dims),
+                               self.eval_affine(expr.rhs, operands, n_dims))
+        if isinstance(expr, ir.AffineMulExpr):
+            lhs, rhs = expr.lhs, expr.rhs
+            if isinstance(lhs, ir.AffineConstantExpr):
+                lhs, rhs = rhs, lhs
+            if isinstance(rhs, ir.AffineConstantExpr):
+                return self.ix_mul(self.eval_affine(lhs, operands, n_dims), rhs.value)
+        if isinstance(expr, (ir.AffineFloorDivExpr, ir.AffineModExpr)) and \
+                isinstance(expr.rhs, ir.AffineConstantExpr) and expr.rhs.value > 0:
+            a = self.eval_affine(expr.lhs, operands, n_dims)
+            size = expr.rhs.value
+            pick = 0 if isinstance(expr, ir.AffineFloorDivExpr) else 1
+            if a.names or a.step:
+                lanes = [self._divmod(self.lane(a, k), size)[pick].name for k in range(self.V)]
+                return self._as_ix(lanes)
+            return self._divmod(a, size)[pick]
+        raise CudaCodegenError(f"affine expression {expr} is not supported")
+
+    def _as_ix(self, lanes: list[str]) -> Ix:
+        if len(set(lanes)) == 1:
+            return Ix(lanes[0], 0, 1)
+        return Ix(names=tuple(lanes))
+
+    # -- stores
+
+    def store_lanes(self, arg: int, offset: str, lanes: list[str]) -> None:
+        eb = ELEMENT_BYTES.get(self.arg_types[arg][1], 4)
+        w = max(1, min(len(lanes), VECTOR_BYTES // eb))
+        for j in range(0, len(lanes), w):
+            off = offset if j == 0 else self.arith("addi", offset, self.index(j))
+            self.store_vector(arg, off, lanes[j:j + w])
+
+    # -- kernels
+
+    def build(self) -> str:
+        self.prologue: list[str] = []
+        self.emit("%tid = gpu.thread_id x")
+        self.emit("%bid = gpu.block_id x")
+        if self.mode.kind == "direct":
+            block, grid, shared = self.emit_direct()
+        else:
+            block, grid, shared = self.emit_transpose()
+        self.block, self.grid, self.shared_bytes = block, grid, shared
+        header_args = ", ".join(f"%arg{i}: {self.memref(i)}" for i in range(len(self.arg_types)))
+        workgroup = ""
+        if self.workgroup:
+            workgroup = " workgroup(" + ", ".join(f"{n} : {t}" for n, t in self.workgroup) + ")"
+        head = [f"    gpu.func @{self.symbol}({header_args}){workgroup} kernel attributes "
+                f"{{known_block_size = array<i32: {block}, 1, 1>, "
+                f"known_grid_size = array<i32: {grid}, 1, 1>}} {{"]
+        head += ["      " + line for line in self.prologue]
+        return "\n".join(head + self.lines + ["      gpu.return", "    }"])
+
+    def emit_direct(self) -> tuple[int, int, int]:
+        numel = numel_of(self.out_shape)
+        shape = cost_model.movement_launch_shape(numel, self.out_shape[-1], self.eb,
+                                                 self.device)
+        self.shape = shape
+        self.V = shape.vec
+        tile_elems = shape.block * shape.unroll * shape.vec
+        self.emit(f"scf.for %tile = %bid to {self.index(shape.tiles)} "
+                  f"step {self.index(shape.grid)} {{")
+        self.indent += 1
+        base = self.arith("addi", self.arith("muli", "%tile", self.index(tile_elems)),
+                          self.arith("muli", "%tid", self.index(shape.vec)))
+        chunks = []
+        for c in range(shape.unroll):
+            off = base if c == 0 else self.arith("addi", base,
+                                                 self.index(c * shape.block * shape.vec))
+            cond = None
+            if shape.guarded:
+                cond = self.arith("cmpi ult,", off, self.index(numel))
+                off = self.arith("minui", off, self.index(numel - shape.vec))
+            idx = self.delinearize(Ix(off, 1, shape.vec), self.out_shape)
+            chunks.append((off, cond, [self.at(v, idx) for v in self.outputs]))
+        for off, cond, values in chunks:
+            if cond:
+                self.emit(f"scf.if {cond} {{")
+                self.indent += 1
+            for i, lanes in enumerate(values):
+                self.store_lanes(self.num_inputs + i, off, lanes)
+            if cond:
+                self.indent -= 1
+                self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+        return shape.block, shape.grid, 0
+
+    def emit_transpose(self) -> tuple[int, int, int]:
+        elts = [tensor_info(v.type)[1] for v in self.outputs]
+        if any(e in MEMORY_ELEMENT for e in elts):
+            raise CudaCodegenError("a transposing kernel of bools")
+        out = self.out_shape
+        p_dim, l_dim = self.mode.p, len(out) - 1
+        others = [d for d in range(len(out)) if d not in (p_dim, l_dim)]
+        P, L = out[p_dim], out[l_dim]
+        shape = cost_model.transpose_tile_shape(P, L, numel_of([out[d] for d in others]),
+                                                self.eb, self.device)
+        self.shape = shape
+        if len(elts) * shape.shared_bytes > STATIC_SHARED_BYTES:
+            raise CudaCodegenError(f"{len(elts)} outputs' squares exceed static shared memory")
+        t, vp, vl, block = shape.tile, shape.vec_p, shape.vec_l, shape.block
+        squares = []  # one square of shared memory per output
+        for i, elt in enumerate(elts):
+            squares.append((f"%tile_smem{i}",
+                            f"memref<{t}x{t}x{elt}, #gpu.address_space<workgroup>>", elt))
+            self.workgroup.append(squares[-1][:2])
+        # Block -> (other dims..., square along p, square along l), the last fastest.
+        coords = self.delinearize(Ix("%bid", 0, 1), [out[d] for d in others] +
+                                  [-(-P // t), -(-L // t)])
+        other_ix = dict(zip(others, coords[:-2]))
+        p0 = self.ix_mul(coords[-2], t)
+        l0 = self.ix_mul(coords[-1], t)
+        nch = t // vl
+
+        def swizzled(row: str, chunk: str) -> str:
+            key = self.arith("remui", self.arith("divui", row, self.index(vp)), self.index(nch))
+            return self.arith("xori", chunk, key)
+
+        # Phase 1: read along p (vectors of vp), write the square's rows p into shared memory.
+        self.V = vp
+        chunks_p = t // vp
+        rows1 = block // chunks_p
+        pc = self.arith("remui", "%tid", self.index(chunks_p))
+        lr0 = self.arith("divui", "%tid", self.index(chunks_p))
+        pending = []
+        for j in range(max(1, t // rows1)):
+            lr = lr0 if j == 0 else self.arith("addi", lr0, self.index(j * rows1))
+            p = self.arith("addi", p0.name, self.arith("muli", pc, self.index(vp)))
+            p = self.arith("minui", p, self.index(P - vp))
+            l_ = self.arith("minui", self.arith("addi", l0.name, lr), self.index(L - 1))
+            idx = [other_ix.get(d) for d in range(len(out))]
+            idx[p_dim] = Ix(p, 1, vp)
+            idx[l_dim] = Ix(l_, 0, 1)
+            pending.append((lr, [self.at(v, idx) for v in self.outputs]))
+        for lr, values in pending:
+            chunk = self.arith("divui", lr, self.index(vl))
+            within = self.arith("remui", lr, self.index(vl))
+            for k in range(vp):
+                row = self.arith("addi", self.arith("muli", pc, self.index(vp)), self.index(k))
+                col = self.arith("addi", self.arith("muli", swizzled(row, chunk),
+                                                    self.index(vl)), within)
+                for (smem, smem_type, _), lanes in zip(squares, values):
+                    self.emit(f"memref.store {lanes[k]}, {smem}[{row}, {col}] : {smem_type}")
+        self.emit("gpu.barrier")
+        # Phase 2: read the square's columns l in vectors of vl, write along l.
+        chunks_l = t // vl
+        rows2 = block // chunks_l
+        lc = self.arith("remui", "%tid", self.index(chunks_l))
+        pr0 = self.arith("divui", "%tid", self.index(chunks_l))
+        for j in range(max(1, t // rows2)):
+            pr = pr0 if j == 0 else self.arith("addi", pr0, self.index(j * rows2))
+            col = self.arith("muli", swizzled(pr, lc), self.index(vl))
+            read = []
+            for smem, smem_type, elt in squares:
+                vec = self.fresh("w")
+                self.emit(f"{vec} = vector.load {smem}[{pr}, {col}] : {smem_type}, "
+                          f"vector<{vl}x{elt}>")
+                lanes = []
+                for k in range(vl):
+                    n = self.fresh("w")
+                    self.emit(f"{n} = vector.extract {vec}[{k}] : {elt} from vector<{vl}x{elt}>")
+                    lanes.append(n)
+                read.append(lanes)
+            p = self.arith("addi", p0.name, pr)
+            l_ = self.arith("addi", l0.name, self.arith("muli", lc, self.index(vl)))
+            ok = self.arith("andi", self.arith("cmpi ult,", p, self.index(P)),
+                            self.arith("cmpi ult,", l_, self.index(L)), "i1")
+            self.emit(f"scf.if {ok} {{")
+            self.indent += 1
+            self.V = 1
+            idx = [other_ix.get(d) for d in range(len(out))]
+            idx[p_dim], idx[l_dim] = Ix(p, 0, 1), Ix(l_, 0, 1)
+            off = self.linearize(idx, out)
+            for i, lanes in enumerate(read):
+                self.store_lanes(self.num_inputs + i, off.name, lanes)
+            self.indent -= 1
+            self.emit("}")
+        return block, shape.grid, 0
+
+
+def _reports_index_error(op: ir.Operation) -> bool:
+    from fusec.passes.linalg.guard_indices import ERROR_FUNCTION
+
+    return op.name == "scf.if" and any(
+        inner.operation.name == "func.call" and
+        ir.FlatSymbolRefAttr(inner.operation.attributes["callee"]).value == ERROR_FUNCTION
+        for inner in op.regions[0].blocks[0].operations)
+
+
+def _needed(block: ir.Block, wanted: list[ir.Value]) -> set[int]:
+    """The payload ops `wanted` needs, and every index check with what it reads."""
+    from fusec.compiler.targets.cuda.emitter import _needed_ops
+
+    roots = list(wanted)
+    checks = []
+    for op in block.operations:
+        if _reports_index_error(op.operation):
+            checks.append(id_of(op.operation))
+            roots.append(op.operation.operands[0])
+            for inner in op.operation.regions[0].blocks[0].operations:
+                roots += [v for v in inner.operation.operands
+                          if not isinstance(v.owner, ir.Block) and
+                          v.owner.operation.parent.name != "scf.if"]
+    return _needed_ops(block, roots) | set(checks)
+
+
+@dataclass
+class MovementKernel:
+    text: str
+    block: int
+    grid: int
+    info: dict
+    ops: list  # the group's ops the kernel runs (data movement included), for the report
+
+
+def movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.Operation],
+                    device: CudaDevice = H200) -> MovementKernel:
+    """The data-movement kernel of `group` (a `CudaCodegenError` where the family refuses
+    it): the direct shape, or the transposing one where it reads fewer bytes in strided
+    loads (tried for each output dim the inputs could be contiguous along)."""
+    best = MovementEmitter(group, symbol, constants, device)
+    text = best.build()
+    if best.stats.strided_bytes and len(best.out_shape) > 1:
+        for p in range(len(best.out_shape) - 1):
+            if best.out_shape[p] == 1:
+                continue
+            try:
+                trial = MovementEmitter(group, symbol, constants, device, _Mode("transpose", p))
+                trial_text = trial.build()
+            except CudaCodegenError:
+                continue
+            if trial.stats.strided_bytes * 2 < best.stats.strided_bytes:
+                best, text = trial, trial_text
+    kind = best.mode.kind
+    info = {"path": "movement", "shape": kind,
+            "launch": {"block": best.block, "grid": best.grid,
+                       **({"vec": best.shape.vec, "unroll": best.shape.unroll}
+                          if kind == "direct" else
+                          {"tile": best.shape.tile, "vec_p": best.shape.vec_p,
+                           "vec_l": best.shape.vec_l, "p_dim": best.mode.p})},
+            "strided_load_bytes_per_thread_pass": best.stats.strided_bytes}
+    ops = [o.operation.name for o in group.regions[0].blocks[0].operations
+           if o.operation.name.startswith(("linalg.", "tensor.")) and
+           o.operation.name != "tensor.empty"]
+    return MovementKernel(text, best.block, best.grid, info, ops)
+
+
+def movement_refusal(group: ir.Operation, device: CudaDevice = H200) -> str | None:
+    """Why the data-movement family does not take `group` (None: it does)."""
+    from fusec.compiler.targets.cuda.emitter import is_weight
+
+    weights = [w for w in group.regions[0].blocks[0].operations if is_weight(w)]
+    try:
+        movement_kernel(group, "fusec_probe", weights, device)
+    except CudaCodegenError as refusal:
+        return str(refusal)
+    return None

@@ -1,0 +1,288 @@
+"""The data-movement kernel family (compiler/targets/cuda/movement.py) through fusec's whole
+pipeline on the H200: transposes, head split / merge, concats, slices, pads, gathers and
+repeat_interleave, alone and inside real blocks, against eager and Inductor, with the HBM
+floor beside them.
+
+    python test/gpu/movement.py build DIR [CASE ...]   here: DIR/mv/<case>.so, and for the
+                                                        blocks <case>.fb.so (the family off:
+                                                        what the fallback path made of them),
+                                                        DIR/mv/cases.json
+    python3 test/gpu/movement.py run DIR [CASE ...]     the H200: numerics on fresh random
+                                                        inputs against float64 (twice), the
+                                                        kernel counts, then times (CUDA events,
+                                                        medians) and the HBM floor
+    python3 test/gpu/movement.py check DIR [CASE ...]   numerics only (compute-sanitizer)
+
+Exit 1 when a case's error is over its tolerance (pure data movement: exactly 0; bf16
+arithmetic: 1e-2, blocks: 1.25x torch's own bf16 error; fp32: 1e-6) or when a build's kernels
+are not all off the fallback path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[2]
+bf16, f32 = torch.bfloat16, torch.float32
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rms(x, w):
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return w * h.to(x.dtype)
+
+
+def llama_block(x, w_in, wq, wk, wv, wo, w_post, wg, wu, wd, cos, sin):
+    """A LLaMA decoder layer as HF writes it (RMSNorm in f32, RoPE with rotate_half's cat,
+    GQA by repeat_interleave, SDPA causal, SwiGLU), weights as inputs."""
+    b, t, d = x.shape
+    heads, kv, hd = 16, 4, 64
+    h = _rms(x, w_in)
+    q = F.linear(h, wq).view(b, t, heads, hd).transpose(1, 2)
+    k = F.linear(h, wk).view(b, t, kv, hd).transpose(1, 2)
+    v = F.linear(h, wv).view(b, t, kv, hd).transpose(1, 2)
+    q = q * cos + _rotate_half(q) * sin
+    k = k * cos + _rotate_half(k) * sin
+    k = k.repeat_interleave(heads // kv, dim=1)
+    v = v.repeat_interleave(heads // kv, dim=1)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + F.linear(y.transpose(1, 2).reshape(b, t, d), wo)
+    h = _rms(x, w_post)
+    return x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
+
+
+_D, _FF = 1024, 2816
+LLAMA = [((4, 512, _D), bf16), ((_D,), bf16), ((_D, _D), bf16), ((256, _D), bf16),
+         ((256, _D), bf16), ((_D, _D), bf16), ((_D,), bf16), ((_FF, _D), bf16),
+         ((_FF, _D), bf16), ((_D, _FF), bf16), ((512, 64), bf16), ((512, 64), bf16)]
+
+
+def _gpt2_block():
+    spec = importlib.util.spec_from_file_location("fusec_tc_gemm", ROOT / "test" / "gpu" /
+                                                  "tc_gemm.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.gpt2_block, [(s, bf16) for s in mod.GPT2_SHAPES]
+
+
+# name: (function, [(shape, dtype) or ("ids", shape, high)], tolerance, what it is)
+CASES = {
+    "transpose_8192": (lambda x: x.t().contiguous(), [((8192, 8192), bf16)], 0.0,
+                       "transpose 8192x8192 bf16"),
+    "transpose_add_f32": (lambda x, y: x.t() + y, [((4096, 4096), f32), ((4096, 4096), f32)],
+                          1e-6, "x.t() + y fp32 4096"),
+    "transpose_ragged": (lambda x: x.t().contiguous(), [((1000, 999), f32)], 0.0,
+                         "transpose 1000x999 fp32 (partial squares, scalar vectors)"),
+    "concat_last": (lambda a, b: torch.cat([a, b], dim=-1),
+                    [((16384, 4096), bf16), ((16384, 4096), bf16)], 0.0,
+                    "concat of two 16384x4096 bf16 (last dim)"),
+    "concat_rows": (lambda a, b: torch.cat([a, b], dim=0),
+                    [((16384, 4096), bf16), ((16384, 4096), bf16)], 0.0,
+                    "concat of two 16384x4096 bf16 (rows)"),
+    "embedding": (lambda ids, table: F.embedding(ids, table),
+                  [("ids", (16384,), 50257), ((50257, 768), bf16)], 0.0,
+                  "embedding gather 50257x768 bf16, 16384 tokens"),
+    "head_split": (lambda x: x.view(8, 1024, 12, 64).transpose(1, 2).contiguous(),
+                   [((8, 1024, 768), bf16)], 0.0, "head split (0,2,1,3) B8 T1024 H12 D64"),
+    "k_transpose": (lambda x: x.view(8, 1024, 12, 64).permute(0, 2, 3, 1).contiguous(),
+                    [((8, 1024, 768), bf16)], 0.0, "K^T (0,2,3,1) B8 T1024 H12 D64"),
+    "head_merge": (lambda y: y.transpose(1, 2).reshape(8, 1024, 768),
+                   [((8, 12, 1024, 64), bf16)], 0.0, "head merge B8 H12 T1024 D64"),
+    "qkv_slice": (lambda x: x[:, :, 768:1536].reshape(8, 1024, 12, 64).transpose(1, 2)
+                  .contiguous(), [((8, 1024, 2304), bf16)], 0.0,
+                  "slice of a fused QKV + head split"),
+    "rope": (lambda q, cos, sin: q * cos + _rotate_half(q) * sin,
+             [((4, 16, 512, 64), bf16), ((512, 64), bf16), ((512, 64), bf16)], 1e-2,
+             "RoPE with rotate_half's cat, B4 H16 T512 D64"),
+    "repeat_kv": (lambda k: k.repeat_interleave(4, dim=1), [((4, 4, 512, 64), bf16)], 0.0,
+                  "GQA repeat_interleave 4 -> 16 heads"),
+    "pad": (lambda x: F.pad(x, (1, 1, 1, 1)), [((32, 64, 56, 56), f32)], 0.0,
+            "zero pad 1 of 32x64x56x56 fp32"),
+    "strided_slice": (lambda x: x[:, ::2].contiguous(), [((4096, 4096), f32)], 0.0,
+                      "every other column, 4096x4096 fp32"),
+    "llama_block": (llama_block, LLAMA, None, "LLaMA block B4 T512 d1024 (GQA, RoPE, SwiGLU)"),
+    "gpt2_block": (None, None, None, "GPT-2 block B8 T1024 d768 (SDPA causal)"),
+}
+BLOCKS = {"llama_block", "gpt2_block"}
+
+
+def case(name: str):
+    fn, specs, tol, desc = CASES[name]
+    if name == "gpt2_block":
+        fn, specs = _gpt2_block()
+    return fn, specs, tol, desc
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("fusec_bench_gpu", ROOT / "bench" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def _inputs(name: str, seed: int, device: str = "cuda") -> list[torch.Tensor]:
+    fn, specs, _, _ = case(name)
+    g = torch.Generator(device=device).manual_seed(seed)
+    out = []
+    for i, spec in enumerate(specs):
+        if spec[0] == "ids":
+            out.append(torch.randint(0, spec[2], spec[1], device=device, generator=g))
+            continue
+        shape, dtype = spec
+        x = torch.randn(shape, device=device, generator=g)
+        if name in BLOCKS:
+            if len(shape) == 1:  # norm weights near 1, biases small
+                x = x * 0.1 + (1.0 if name == "llama_block" or i in (1, 7) else 0.0)
+            elif len(shape) == 2 and name == "llama_block" and i >= 10:
+                x = torch.cos(x)  # cos / sin tables: in [-1, 1]
+            elif len(shape) == 2:
+                x = x / shape[-1] ** 0.5
+        out.append(x.to(dtype))
+    return out
+
+
+def build(out_dir: Path, only: list[str] | None = None) -> dict:
+    from fusec.compiler import driver
+    from fusec.compiler.frontend import import_torch
+    from fusec.compiler.pipeline import CompileOptions
+    from fusec.compiler.targets.cuda.options import CudaOptions
+
+    Wrap = _bench().Wrap
+    folder = out_dir / "mv"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "cases.json"
+    report = json.loads(path.read_text()) if path.exists() else {}
+    for name in CASES:
+        if only and name not in only:
+            continue
+        fn, _, _, desc = case(name)
+        args = _inputs(name, 0, "cpu")
+        with driver.quiet_torch_logs():
+            text = import_torch(Wrap(fn), *args)
+        entry = {"description": desc}
+        for suffix, on in (("", True), (".fb", False)):
+            if not on and name not in BLOCKS:
+                continue
+            t0 = time.perf_counter()
+            options = CompileOptions(target="cuda", model_name=name,
+                                     cuda=CudaOptions(movement=on))
+            try:
+                meta = driver.compile_text(text, f"<movement {name}>", options,
+                                           str(folder / f"{name}{suffix}.so"))
+            except Exception as e:  # noqa: BLE001 - the family off: a refusal, recorded
+                if on:
+                    raise
+                entry["fb"] = {"refused": str(e).splitlines()[0][:300]}
+                continue
+            entry["fb" if suffix else "mv"] = {
+                "compile_s": round(time.perf_counter() - t0, 3),
+                "kernels": len(meta["kernels"]),
+                "paths": [k["info"].get("path") for k in meta["kernels"]],
+                "shapes": [k["info"].get("shape") for k in meta["kernels"]
+                           if k["info"].get("path") == "movement"]}
+        report[name] = entry
+        print(name, json.dumps(entry), flush=True)
+    path.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _tolerance(name: str, torch_err: float) -> float:
+    tol = case(name)[2]
+    return max(1e-2, 1.25 * torch_err) if tol is None else tol
+
+
+def check(art_dir: Path, names: list[str]) -> list[dict]:
+    bench = _bench()
+    rows = []
+    for name in names:
+        fn = case(name)[0]
+        row = {"name": name}
+        model = bench.FusecModel(art_dir / "mv" / f"{name}.so")
+        errs = []
+        for trial in range(2):
+            xs = _inputs(name, int(time.time_ns() % 2**31) + trial)
+            outs = model.outputs_like("cuda")
+            for o in outs:
+                o.fill_(float("nan"))
+            model.bind(xs, outs)()
+            torch.cuda.synchronize()
+            ref = fn(*[x.double() if x.is_floating_point() else x for x in xs])
+            errs.append(bench.rel_err(outs[0], ref))
+            row["torch_err"] = max(row.get("torch_err", 0.0), bench.rel_err(fn(*xs), ref))
+        row["err"] = max(errs)
+        row["tol"] = _tolerance(name, row["torch_err"])
+        row["kernels"] = model.kernels
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def run(art_dir: Path, names: list[str]) -> int:
+    bench = _bench()
+    built = json.loads((art_dir / "mv" / "cases.json").read_text())
+    rows = check(art_dir, names)
+    ok = True
+    for row in rows:
+        name = row["name"]
+        paths = built[name]["mv"]["paths"]
+        row_ok = row["err"] <= row["tol"] and "fallback" not in paths and \
+            row["kernels"] == built[name]["mv"]["kernels"]
+        ok = ok and row_ok
+        fn = case(name)[0]
+        xs = _inputs(name, 1)
+        mv = bench.FusecModel(art_dir / "mv" / f"{name}.so")
+        out = mv.outputs_like("cuda")
+        ind = torch.compile(fn)
+        ind(*xs)
+        reps = 20 if name in BLOCKS else 50
+        times = {"fusec": bench.time_ms(mv.bind(xs, out), reps),
+                 "eager": bench.time_ms(lambda: fn(*xs), reps),
+                 "inductor": bench.time_ms(lambda: ind(*xs), reps)}
+        if name in BLOCKS and (art_dir / "mv" / f"{name}.fb.so").exists():
+            fb = bench.FusecModel(art_dir / "mv" / f"{name}.fb.so")
+            fb_out = fb.outputs_like("cuda")
+            row["kernels_fallback_build"] = fb.kernels
+            try:
+                times["fusec_fallback"] = bench.time_ms(fb.bind(xs, fb_out), 3, warmup=1)
+            except RuntimeError as e:  # the fallback path's own failures, reported
+                row["fallback_error"] = str(e)[:200]
+        moved = sum(x.numel() * x.element_size() for x in xs) + \
+            sum(o.numel() * o.element_size() for o in out)
+        floor = moved / bench.copy_bandwidth() * 1e3
+        row["gpu_kernels_fusec"] = bench.count_kernels(mv.bind(xs, out))
+        row["kernels_eager"] = bench.count_kernels(lambda: fn(*xs))
+        row["kernels_inductor"] = bench.count_kernels(lambda: ind(*xs))
+        row.update({"ms": {k: round(v, 4) for k, v in times.items()},
+                    "hbm_floor_ms": round(floor, 4),
+                    "floor_fraction": round(floor / times["fusec"], 3),
+                    "vs_best_of_eager_inductor": round(
+                        min(times["eager"], times["inductor"]) / times["fusec"], 3),
+                    "paths": paths, "shapes": built[name]["mv"]["shapes"], "ok": row_ok})
+        if "fusec_fallback" in times:
+            row["vs_fallback"] = round(times["fusec_fallback"] / times["fusec"], 1)
+        print(json.dumps(row), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    mode, folder = sys.argv[1], Path(sys.argv[2])
+    names = sys.argv[3:] or list(CASES)
+    if mode == "build":
+        build(folder, sys.argv[3:] or None)
+        sys.exit(0)
+    if mode == "check":
+        rows = check(folder, names)
+        sys.exit(0 if all(r["err"] <= r["tol"] for r in rows) else 1)
+    sys.exit(run(folder, names))

@@ -1,0 +1,139 @@
+"""The data-movement kernel family (compiler/targets/cuda/movement.py), here without a GPU:
+which groups it takes, which shape it picks, what the PTX reads and writes, what it refuses,
+and that `CudaOptions(movement=False)` gives back the fallback path. Numerics run on the
+H200 (test/gpu/movement.py, test/gpu/fuzz_movement.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+import fusec.compiler.targets.cuda as cg  # noqa: E402
+from fusec.passes import cost_model  # noqa: E402
+
+
+class _Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _program(fn, *inputs, movement: bool = True):
+    from fusec.compiler import driver
+    from fusec.compiler import pipeline as pl
+    from fusec.compiler.frontend import import_torch
+
+    with driver.quiet_torch_logs():
+        text = import_torch(_Fn(fn).eval(), *inputs)
+    module = driver.parse(text, "<test>")
+    options = cg.CudaOptions(cubin=False, movement=movement)
+    pl.lower(module, pl.CompileOptions(target="cuda", cuda=options), stop_after="tiled")
+    program = cg.generate(module, options)
+    return program, [k for k in program.plan.launches if k.launch_kind == "kernel"]
+
+
+def _entry(ptx: str, symbol: str) -> str:
+    start = ptx.index(f".entry {symbol}(")
+    end = ptx.find(".entry ", start + 1)
+    return ptx[start:end if end > 0 else len(ptx)]
+
+
+def test_head_split_is_one_direct_kernel_of_16_byte_vectors() -> None:
+    """A fused QKV's slice + head split (0, 2, 1, 3): one kernel, each thread's 8 bf16 lanes
+    read and written as 16-byte vectors (the head dim stays contiguous), no scalar access."""
+    x = torch.randn(2, 16, 3 * 128).to(torch.bfloat16)
+    program, kernels = _program(
+        lambda t: t[:, :, 128:256].reshape(2, 16, 2, 64).transpose(1, 2).contiguous(), x)
+    assert len(kernels) == 1
+    info = kernels[0].info
+    assert info["path"] == "movement" and info["shape"] == "direct"
+    assert info["launch"]["vec"] == 8 and info["strided_load_bytes_per_thread_pass"] == 0
+    body = _entry(program.ptx, kernels[0].symbol)
+    assert re.search(r"ld\.global\.v4\.b32", body) and re.search(r"st\.global\.v4\.b32", body)
+    assert not re.search(r"ld\.global\.(u16|b16)", body)
+
+
+def test_a_transpose_goes_through_shared_memory_squares() -> None:
+    """K^T (0, 2, 3, 1): the inputs' contiguous dim is not the output's last, so the kernel
+    moves 64x64 bf16 squares through 16-byte-aligned shared memory: vector reads along p,
+    a barrier, vector reads of the square and vector writes along l."""
+    x = torch.randn(2, 64, 2, 64).to(torch.bfloat16)
+    program, kernels = _program(lambda t: t.permute(0, 2, 3, 1).contiguous(), x)
+    assert len(kernels) == 1
+    info = kernels[0].info
+    assert info["path"] == "movement" and info["shape"] == "transpose"
+    assert info["launch"]["tile"] == 64 and info["launch"]["vec_p"] == 8
+    body = _entry(program.ptx, kernels[0].symbol)
+    assert "bar.sync" in body and re.search(r"ld\.shared\.v4", body)
+    assert re.search(r"ld\.global\.v4", body) and re.search(r"st\.global\.v4", body)
+    assert re.search(r"\.shared \.align 16 \.b8 __wg_" + kernels[0].symbol, program.ptx)
+
+
+def test_rope_with_rotate_half_is_one_kernel() -> None:
+    """RoPE: q * cos + cat(-q2, q1) * sin. On the GPU the planner fuses the concat with its
+    slices and the arithmetic (cost_model.builds_concat_in_kernels), and the kernel chooses
+    each 8-lane vector's piece once (the halves are multiples of the vector)."""
+    def rope(q, cos, sin):
+        half = q.shape[-1] // 2
+        return q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
+
+    args = (torch.randn(2, 4, 16, 64).to(torch.bfloat16), torch.randn(16, 64).to(torch.bfloat16),
+            torch.randn(16, 64).to(torch.bfloat16))
+    program, kernels = _program(rope, *args)
+    assert len(kernels) == 1 and kernels[0].info["path"] == "movement"
+    assert "tensor.concat" in kernels[0].ops
+    assert kernels[0].info["strided_load_bytes_per_thread_pass"] == 0
+    # Without the family: the fallback path, and the concat a kernel of its own again.
+    _, old = _program(rope, *args, movement=False)
+    assert len(old) > 1 and any(k.info["path"] == "fallback" for k in old)
+
+
+def test_an_embedding_gather_keeps_its_index_check() -> None:
+    """An embedding lookup reads rows at indices from data: one kernel, each row read in
+    vectors, and an out-of-range index recorded in the device status by compare-and-swap
+    (the runtime reports it after the run), not read silently."""
+    ids = torch.randint(0, 100, (32,))
+    table = torch.randn(100, 64)
+    program, kernels = _program(lambda i, t: F.embedding(i, t), ids, table)
+    assert len(kernels) == 1 and kernels[0].info["path"] == "movement"
+    assert re.search(r"atom(\.[a-z_]+)*\.cas\.b64\s+\S+\s+\[fusec_index_status\]", program.ptx)
+    assert re.search(r"ld\.global\.v4\.(b32|f32|u32)", program.ptx)
+
+
+def test_what_the_family_refuses_goes_to_the_fallback_with_both_reasons() -> None:
+    """A transpose followed by a reduction over a dim that is not the last: neither the fast
+    emitter nor the data-movement kernels (no reductions) take it; the fallback path's
+    kernel says why."""
+    x = torch.randn(8, 16, 32)
+    _, kernels = _program(lambda t: t.transpose(1, 2).sum(dim=1), x)
+    fallback = [k for k in kernels if k.info["path"] == "fallback"]
+    assert fallback, [k.info for k in kernels]
+    assert "data movement: a reduction is not data movement" in fallback[0].info["why"]
+
+
+def test_pad_and_strided_slice_are_data_movement() -> None:
+    x = torch.randn(2, 3, 10, 12)
+    _, kernels = _program(lambda t: F.pad(t, (1, 2, 3, 0)), x)
+    assert [k.info["path"] for k in kernels] == ["movement"]
+    _, kernels = _program(lambda t: t[:, ::2].contiguous(), torch.randn(64, 64))
+    assert [k.info["path"] for k in kernels] == ["movement"]
+
+
+def test_launch_shapes_are_the_cost_models() -> None:
+    """The vector runs along the output's last dim only, so its width divides that dim; a
+    transpose square is a 128-byte line on each side."""
+    assert cost_model.movement_launch_shape(8 * 1024 * 768, 64, 2).vec == 8
+    assert cost_model.movement_launch_shape(999 * 1000, 999, 4).vec == 1
+    assert cost_model.movement_launch_shape(1000 * 6, 6, 2).vec == 2
+    sq = cost_model.transpose_tile_shape(8192, 8192, 1, 2)
+    assert (sq.tile, sq.vec_p, sq.vec_l, sq.block, sq.grid) == (64, 8, 8, 256, 128 * 128)
+    sq = cost_model.transpose_tile_shape(999, 1000, 3, 4)
+    assert (sq.tile, sq.vec_p, sq.vec_l) == (32, 1, 4) and sq.grid == 3 * 32 * 32
+    assert sq.shared_bytes == 32 * 32 * 4
