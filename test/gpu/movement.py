@@ -63,6 +63,44 @@ def llama_block(x, w_in, wq, wk, wv, wo, w_post, wg, wu, wd, cos, sin):
     return x + F.linear(F.silu(F.linear(h, wg)) * F.linear(h, wu), wd)
 
 
+def _bn(x, mean, var, w, b):
+    return F.batch_norm(x, mean, var, w, b, training=False)
+
+
+def resnet_basic(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2):
+    """ResNet-18's basic block (layer1): conv3x3-BN-ReLU-conv3x3-BN + x, ReLU."""
+    y = F.relu(_bn(F.conv2d(x, w1, None, 1, 1), m1, v1, g1, b1))
+    return F.relu(_bn(F.conv2d(y, w2, None, 1, 1), m2, v2, g2, b2) + x)
+
+
+def bottleneck(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2, w3, m3, v3, g3, b3):
+    """ResNet-50's bottleneck (layer1): 1x1 256->64, 3x3 64->64, 1x1 64->256, + x."""
+    y = F.relu(_bn(F.conv2d(x, w1), m1, v1, g1, b1))
+    y = F.relu(_bn(F.conv2d(y, w2, None, 1, 1), m2, v2, g2, b2))
+    return F.relu(_bn(F.conv2d(y, w3), m3, v3, g3, b3) + x)
+
+
+def inverted_residual(x, w1, m1, v1, g1, b1, w2, m2, v2, g2, b2, w3, m3, v3, g3, b3):
+    """MobileNetV2's inverted residual (t=6): 1x1 expand, depthwise 3x3, 1x1 project, + x."""
+    y = F.relu6(_bn(F.conv2d(x, w1), m1, v1, g1, b1))
+    y = F.relu6(_bn(F.conv2d(y, w2, None, 1, 1, 1, y.shape[1]), m2, v2, g2, b2))
+    return _bn(F.conv2d(y, w3), m3, v3, g3, b3) + x
+
+
+def _conv_specs(x, convs, dtype):
+    specs = [(x, dtype)]
+    for w in convs:
+        specs.append((w, dtype))
+        specs += [((w[0],), dtype)] * 4  # mean, var, weight, bias
+    return specs
+
+
+RESNET = _conv_specs((8, 64, 56, 56), [(64, 64, 3, 3), (64, 64, 3, 3)], f32)
+BOTTLENECK = _conv_specs((8, 256, 56, 56), [(64, 256, 1, 1), (64, 64, 3, 3), (256, 64, 1, 1)],
+                         bf16)
+MOBILENET = _conv_specs((8, 32, 28, 28), [(192, 32, 1, 1), (192, 1, 3, 3), (32, 192, 1, 1)],
+                        f32)
+
 _D, _FF = 1024, 2816
 LLAMA = [((4, 512, _D), bf16), ((_D,), bf16), ((_D, _D), bf16), ((256, _D), bf16),
          ((256, _D), bf16), ((_D, _D), bf16), ((_D,), bf16), ((_FF, _D), bf16),
@@ -112,10 +150,25 @@ CASES = {
             "zero pad 1 of 32x64x56x56 fp32"),
     "strided_slice": (lambda x: x[:, ::2].contiguous(), [((4096, 4096), f32)], 0.0,
                       "every other column, 4096x4096 fp32"),
+    "maxpool_stem": (lambda x: F.max_pool2d(x, 3, 2, 1), [((8, 64, 112, 112), f32)], 0.0,
+                     "ResNet stem max-pool 3x3 s2 p1, 8x64x112x112 fp32"),
+    "resnet_basic": (resnet_basic, RESNET, 1e-5, "ResNet-18 basic block B8 C64 56x56 fp32"),
+    "resnet_basic_bf16": (resnet_basic, [(s, bf16) for s, _ in RESNET], None,
+                          "ResNet-18 basic block B8 C64 56x56 bf16"),
+    "bottleneck_bf16": (bottleneck, BOTTLENECK, None,
+                        "ResNet-50 bottleneck B8 256-64-256 56x56 bf16"),
+    "mobilenet_block": (inverted_residual, MOBILENET, 1e-5,
+                        "MobileNetV2 inverted residual B8 32-192-32 28x28 fp32"),
+    "mobilenet_block_bf16": (inverted_residual, [(s, bf16) for s, _ in MOBILENET], None,
+                             "MobileNetV2 inverted residual B8 32-192-32 28x28 bf16"),
+    "bottleneck": (bottleneck, [(s, f32) for s, _ in BOTTLENECK], 1e-5,
+                   "ResNet-50 bottleneck B8 256-64-256 56x56 fp32"),
     "llama_block": (llama_block, LLAMA, None, "LLaMA block B4 T512 d1024 (GQA, RoPE, SwiGLU)"),
     "gpt2_block": (None, None, None, "GPT-2 block B8 T1024 d768 (SDPA causal)"),
 }
 BLOCKS = {"llama_block", "gpt2_block"}
+CNN = {"resnet_basic", "resnet_basic_bf16", "bottleneck_bf16", "bottleneck", "mobilenet_block",
+       "mobilenet_block_bf16"}
 
 
 def case(name: str):
@@ -142,7 +195,14 @@ def _inputs(name: str, seed: int, device: str = "cuda") -> list[torch.Tensor]:
             continue
         shape, dtype = spec
         x = torch.randn(shape, device=device, generator=g)
-        if name in BLOCKS:
+        if name in CNN:
+            if len(shape) == 1:  # BatchNorm: mean, var (positive), weight, bias
+                k = (i - 2) % 5
+                x = torch.rand(shape, device=device, generator=g) + 0.5 if k == 1 else \
+                    x * 0.1 + (1.0 if k == 2 else 0.0)
+            elif i > 0:  # a filter: 1 / sqrt(fan_in)
+                x = x / (shape[1] * shape[2] * shape[3]) ** 0.5
+        elif name in BLOCKS:
             if len(shape) == 1:  # norm weights near 1, biases small
                 x = x * 0.1 + (1.0 if name == "llama_block" or i in (1, 7) else 0.0)
             elif len(shape) == 2 and name == "llama_block" and i >= 10:
@@ -173,7 +233,7 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
             text = import_torch(Wrap(fn), *args)
         entry = {"description": desc}
         for suffix, on in (("", True), (".fb", False)):
-            if not on and name not in BLOCKS:
+            if not on and name not in BLOCKS | CNN:
                 continue
             t0 = time.perf_counter()
             options = CompileOptions(target="cuda", model_name=name,
@@ -246,11 +306,11 @@ def run(art_dir: Path, names: list[str]) -> int:
         out = mv.outputs_like("cuda")
         ind = torch.compile(fn)
         ind(*xs)
-        reps = 20 if name in BLOCKS else 50
+        reps = 20 if name in BLOCKS | CNN else 50
         times = {"fusec": bench.time_ms(mv.bind(xs, out), reps),
                  "eager": bench.time_ms(lambda: fn(*xs), reps),
                  "inductor": bench.time_ms(lambda: ind(*xs), reps)}
-        if name in BLOCKS and (art_dir / "mv" / f"{name}.fb.so").exists():
+        if name in BLOCKS | CNN and (art_dir / "mv" / f"{name}.fb.so").exists():
             fb = bench.FusecModel(art_dir / "mv" / f"{name}.fb.so")
             fb_out = fb.outputs_like("cuda")
             row["kernels_fallback_build"] = fb.kernels

@@ -1044,7 +1044,8 @@ def test_group_outputs_of_different_sizes_are_not_one_store_space(ctx) -> None:
     pl.lower(module, pl.CompileOptions(target="cuda"), stop_after="tiled")
     plan = cg.generate(module, cg.CudaOptions(cubin=False)).plan
     assert sorted(b.view_of for b in plan.buffers if b.view_of is not None) == plan.inputs
-    assert [k.info.get("path") for k in plan.launches] == ["fallback", "fast"]
+    # The grouped convolution itself (one point per output) is a data-movement kernel.
+    assert [k.info.get("path") for k in plan.launches] == ["movement"]
 
 
 # An embedding feeding a LayerNorm, then a gather: every index read from data is checked.

@@ -137,3 +137,47 @@ def test_launch_shapes_are_the_cost_models() -> None:
     sq = cost_model.transpose_tile_shape(999, 1000, 3, 4)
     assert (sq.tile, sq.vec_p, sq.vec_l) == (32, 1, 4) and sq.grid == 3 * 32 * 32
     assert sq.shared_bytes == 32 * 32 * 4
+
+
+def test_a_conv_block_is_im2col_a_gemm_and_movement_kernels() -> None:
+    """conv3x3 (padding 1) + BatchNorm + ReLU: the convolution becomes im2col + a matmul
+    (`--fusion-gpu-convs-to-gemm`): the pad and the gather one data-movement kernel, the
+    matmul a cuBLASLt call, the transpose back to NCHW with BatchNorm and ReLU one more; no
+    fallback. With the family off, the fallback path as before."""
+    w = torch.randn(8, 4, 3, 3)
+    mean, var = torch.randn(8), torch.rand(8) + 0.5
+    fn = lambda x: F.relu(F.batch_norm(F.conv2d(x, w, None, 1, 1), mean, var))  # noqa: E731
+    x = torch.randn(2, 4, 10, 10)
+    program, kernels = _program(fn, x)
+    gemms = [k for k in program.plan.launches if k.launch_kind == "gemm"]
+    assert len(gemms) == 1 and gemms[0].gemm["m"] * gemms[0].gemm["n"] == 2 * 10 * 10 * 8
+    assert [k.info["path"] for k in kernels] == ["movement", "movement"]
+    assert kernels[1].info["shape"] == "transpose"  # [N*OH*OW, F] back to NCHW
+    _, old = _program(fn, x, movement=False)
+    assert any(k.info["path"] == "fallback" for k in old)
+
+
+def test_pooling_and_depthwise_windows_are_unrolled() -> None:
+    """Max-pool 3x3 stride 2 and a depthwise conv 3x3 (bf16: its products summed in f32,
+    rounded once): one data-movement kernel each, the window's points unrolled."""
+    program, kernels = _program(lambda x: F.max_pool2d(x, 3, 2, 1), torch.randn(2, 8, 15, 15))
+    assert [k.info["path"] for k in kernels] == ["movement"]
+    assert "linalg.pooling_nchw_max" in kernels[0].ops
+    assert program.kernels_mlir.count("arith.maximumf") == 9 * kernels[0].info["launch"]["vec"] \
+        * kernels[0].info["launch"]["unroll"]
+    w = torch.randn(16, 1, 3, 3).to(torch.bfloat16)
+    program, kernels = _program(lambda x: F.conv2d(x, w, None, 1, 1, 1, 16),
+                                torch.randn(2, 16, 12, 12).to(torch.bfloat16))
+    conv = [k for k in kernels if "linalg.depthwise_conv_2d_nchw_chw" in k.ops]
+    assert len(conv) == 1 and conv[0].info["path"] == "movement"
+    assert "arith.mulf" in program.kernels_mlir and ": f32" in program.kernels_mlir
+    assert "arith.truncf" in program.kernels_mlir
+
+
+def test_a_window_too_large_to_unroll_is_refused() -> None:
+    """A grouped convolution with 32 input channels per group (288 points per output): more
+    than the family unrolls; the fallback says so."""
+    w = torch.randn(8, 32, 3, 3)
+    _, kernels = _program(lambda x: F.conv2d(x, w, None, 1, 1, 1, 2), torch.randn(1, 64, 6, 6))
+    fallback = [k for k in kernels if k.info["path"] == "fallback"]
+    assert fallback and "more than the 64 unrolled here" in fallback[0].info["why"]

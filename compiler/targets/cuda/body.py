@@ -175,7 +175,10 @@ def _is_elementwise_1(op: ir.Operation) -> bool:
     """One input, one output, identity maps, all parallel."""
     if op.name != "linalg.generic" or len(op.operands) != 2:
         return False
-    maps = [parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    try:
+        maps = [parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    except CudaCodegenError:  # a window's map (im2col): not elementwise
+        return False
     return all(m.results == tuple(range(m.num_dims)) for m in maps) and all(
         "parallel" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"]))
 

@@ -61,6 +61,11 @@ MOVEMENT_OPS = frozenset({
     "linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast", "linalg.copy",
     "tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
     "tensor.insert_slice", "tensor.concat", "tensor.pad", "tensor.empty", "arith.constant"})
+# Window ops whose window is small enough to unroll per output element: pooling, and
+# grouped / depthwise convolutions with few input channels per group.
+WINDOW_OPS = frozenset({"linalg.pooling_nchw_max", "linalg.pooling_nchw_sum",
+                        "linalg.conv_2d_ngchw_gfchw", "linalg.depthwise_conv_2d_nchw_chw"})
+MAX_WINDOW_POINTS = 64  # multiply-adds (or compares) per output element, unrolled
 VECTOR_BYTES = 16
 BIG = 1 << 40  # the alignment of the constant 0
 STATIC_SHARED_BYTES = 48 * 1024  # what a kernel may declare statically
@@ -113,6 +118,12 @@ class MovementEmitter(KernelEmitter):
             name = op.operation.name
             if name == "fusion.yield" or name.startswith(PAYLOAD_DIALECTS):
                 continue  # scalars and constants: evaluated where an op reads them
+            if name in WINDOW_OPS:
+                points = _window_points(op.operation)
+                if points > MAX_WINDOW_POINTS:
+                    raise CudaCodegenError(f"'{name}' sums {points} points per output, more "
+                                           f"than the {MAX_WINDOW_POINTS} unrolled here")
+                continue
             if name not in MOVEMENT_OPS:
                 raise CudaCodegenError(f"'{name}' is not a data-movement op")
             if name == "linalg.generic" and any(i != "parallel" for i in iterators(op)):
@@ -327,6 +338,8 @@ class MovementEmitter(KernelEmitter):
             return self.at(op.operands[0], idx)
         if name == "linalg.generic":
             return self.eval_generic(op, ir.OpResult(value).result_number, idx)
+        if name in WINDOW_OPS:
+            return self.eval_window(op, idx)
         if name == "tensor.concat":
             dim = ir.IntegerAttr(op.attributes["dim"]).value
             pieces, start = [], 0
@@ -340,6 +353,94 @@ class MovementEmitter(KernelEmitter):
         if name == "tensor.insert_slice":
             return self.eval_insert(op, idx)
         raise CudaCodegenError(f"'{name}' is not a data-movement op")
+
+    def eval_window(self, op: ir.Operation, idx: list[Ix]) -> list[str]:
+        """A pooling or grouped convolution at one output vector: its init, then the window's
+        points folded in order (kh, kw; for a convolution c, kh, kw), each read at
+        `o * stride + k * dilation` of the (already padded) input."""
+        x, w, init = op.operands[0], op.operands[1], op.operands[2]
+        strides = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["strides"])]
+        dilations = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["dilations"])]
+        out_elt = str(ir.RankedTensorType(init.type).element_type)
+        floating = not out_elt.startswith("i")
+        # 16-bit sums and products accumulate in f32 (as torch's kernels do), rounded once.
+        wide = out_elt in ("bf16", "f16") and not op.name.endswith("max")
+        elt = "f32" if wide else out_elt
+
+        def widen(lanes: list[str], from_elt: str) -> list[str]:
+            """`lanes` as the accumulator's type (a bf16 input of an f32 accumulator)."""
+            if from_elt == elt:
+                return lanes
+            if not floating or from_elt.startswith("i") or \
+                    ELEMENT_BYTES.get(from_elt, 4) > ELEMENT_BYTES.get(elt, 4):
+                raise CudaCodegenError(f"a window of {from_elt} into {elt}")
+            out = []
+            for v in lanes:
+                n = self.fresh("p")
+                self.emit(f"{n} = arith.extf {v} : {from_elt} to {elt}")
+                out.append(n)
+            return out
+
+        x_elt = str(ir.RankedTensorType(x.type).element_type)
+        w_elt = str(ir.RankedTensorType(w.type).element_type)
+        acc = widen(self.at(init, idx), out_elt)
+        result = self._window_fold(op, idx, x, w, strides, dilations, elt, floating, acc,
+                                   lambda v: widen(v, x_elt), lambda v: widen(v, w_elt))
+        if not wide:
+            return result
+        out = []
+        for v in result:
+            n = self.fresh("p")
+            self.emit(f"{n} = arith.truncf {v} : f32 to {out_elt}")
+            out.append(n)
+        return out
+
+    def _window_fold(self, op, idx, x, w, strides, dilations, elt, floating, acc, wx, ww):
+        """The window's points folded into `acc` (lanes of type `elt`)."""
+        w_shape = tensor_info(w.type)[0]
+        kh, kw = w_shape[-2], w_shape[-1]
+        oh, ow = idx[-2], idx[-1]
+
+        def spatial(k_h: int, k_w: int) -> list[Ix]:
+            return [self.ix_add(self.ix_mul(oh, strides[0]), self.ix_const(k_h * dilations[0])),
+                    self.ix_add(self.ix_mul(ow, strides[1]), self.ix_const(k_w * dilations[1]))]
+
+        def fold(kind: str, a: list[str], b: list[str]) -> list[str]:
+            out = []
+            for k in range(self.V):
+                n = self.fresh("p")
+                self.emit(f"{n} = arith.{kind} {a[k]}, {b[k]} : {elt}")
+                out.append(n)
+            return out
+
+        if op.name.startswith("linalg.pooling"):
+            kind = ("maximumf" if floating else "maxsi") if op.name.endswith("max") else \
+                ("addf" if floating else "addi")
+            for a in range(kh):
+                for b in range(kw):
+                    acc = fold(kind, acc, wx(self.at(x, idx[:2] + spatial(a, b))))
+            return acc
+        if op.name == "linalg.depthwise_conv_2d_nchw_chw":
+            # out[n, c, oh, ow] += x[n, c, oh * s + kh * d, ...] * w[c, kh, kw]
+            for a in range(kh):
+                for b in range(kw):
+                    xv = wx(self.at(x, idx[:2] + spatial(a, b)))
+                    wv = ww(self.at(w, [idx[1], self.ix_const(a), self.ix_const(b)]))
+                    acc = fold("addf" if floating else "addi", acc,
+                               fold("mulf" if floating else "muli", xv, wv))
+            return acc
+        # conv_2d_ngchw_gfchw: out[n, g, f, oh, ow] += x[n, g, c, ...] * w[g, f, c, kh, kw]
+        channels = w_shape[2]
+        n_, g, f = idx[0], idx[1], idx[2]
+        for c in range(channels):
+            ci = self.ix_const(c)
+            for a in range(kh):
+                for b in range(kw):
+                    xv = wx(self.at(x, [n_, g, ci] + spatial(a, b)))
+                    wv = ww(self.at(w, [g, f, ci, self.ix_const(a), self.ix_const(b)]))
+                    prod = fold("mulf" if floating else "muli", xv, wv)
+                    acc = fold("addf" if floating else "addi", acc, prod)
+        return acc
 
     def slice_index(self, op: ir.Operation, idx: list[Ix]) -> list[Ix]:
         if len(op.operands) != 1:
@@ -488,10 +589,10 @@ class MovementEmitter(KernelEmitter):
     # -- generics
 
     def eval_generic(self, op: ir.Operation, result: int, idx: list[Ix]) -> list[str]:
-        maps = [parse_map(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        affine = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
         n_out = len(op.results)
         n_in = len(op.operands) - n_out
-        out_map = maps[n_in + result]
+        out_map = parse_map(ir.ArrayAttr(op.attributes["indexing_maps"])[n_in + result])
         dom: list[Ix | None] = [None] * out_map.num_dims
         for j, d in enumerate(out_map.results):
             if d is not None:
@@ -500,9 +601,10 @@ class MovementEmitter(KernelEmitter):
             raise CudaCodegenError("an output map that does not cover the loops")
 
         def operand_at(i: int) -> list[str]:
-            m = maps[i]
-            return self.at(op.operands[i], [dom[d] if d is not None else self.ix_const(0)
-                                            for d in m.results])
+            # Any affine map of the loops (a projection, or a window's `oh * s + kh`).
+            m = affine[i]
+            return self.at(op.operands[i], [self.eval_affine(e, dom, m.n_dims)
+                                            for e in m.results])
 
         block = op.regions[0].blocks[0]
         yield_op = block.operations[len(block.operations) - 1]
@@ -826,6 +928,13 @@ class MovementEmitter(KernelEmitter):
             self.indent -= 1
             self.emit("}")
         return block, shape.grid, 0
+
+
+def _window_points(op: ir.Operation) -> int:
+    """Points of the window one output element folds (a convolution: times its input
+    channels per group)."""
+    shape = tensor_info(op.operands[1].type)[0]
+    return shape[-1] * shape[-2] * (shape[2] if op.name == "linalg.conv_2d_ngchw_gfchw" else 1)
 
 
 def _reports_index_error(op: ir.Operation) -> bool:

@@ -100,6 +100,15 @@ def yields_only_empty(group: ir.Operation) -> bool:
     return len(terminator.operands) > 0
 
 
+def _yields_only_a_weight(group: ir.Operation) -> ir.Operation | None:
+    """The tensor constant (not a splat) that `group` does nothing but yield, if so."""
+    ops = [o.operation for o in group.regions[0].blocks[0].operations]
+    if len(ops) != 2 or len(ops[1].operands) != 1 or not is_weight(ops[0]) or \
+            ops[1].operands[0] != ops[0].results[0]:
+        return None
+    return ops[0]
+
+
 def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgram:
     """Compile every `fusion.group` of the entry function to a kernel or a cuBLASLt call;
     build the plan. The module is rewritten in place first (matmul splits and the other
@@ -197,6 +206,14 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             view = buffers[add_buffer(op.results[0], "temp", f"view{len(buffers)}")]
             view.view_of = base.id if base.view_of is None else base.view_of
             view.view_offset = offset + (base.view_offset if base.view_of is not None else 0)
+            continue
+        constant = _yields_only_a_weight(op)
+        if constant is not None and value_key(op.results[0]) not in returned:
+            # A group that yields a weight (a folded transpose or reshape of one, a conv's
+            # filter as a matrix): its buffer is the weight's, no kernel copies it.
+            shape, elt = tensor_info(constant.results[0].type)
+            ids[value_key(op.results[0])] = weight_buffer(shape, elt,
+                                                          constant_bytes(constant, asm))
             continue
         if yields_only_empty(op):
             # An empty tensor (an `outs` operand: its contents are undefined until written),

@@ -17,7 +17,7 @@ from mlir import ir
 from fusec.compiler.targets.cuda.folding import fold_constant_groups
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
-                                                  erase_dead_groups,
+                                                  convs_to_gemm, erase_dead_groups,
                                                   extract_slices_to_generics, mark_view_groups,
                                                   merge_epilogue_consumers, split_at_reshapes,
                                                   split_matmul_groups,
@@ -41,6 +41,9 @@ REWRITES = (
             "Transposes that move only size-1 dims become reshapes (no kernel)."),
     Rewrite("fusion-gpu-slices-to-gathers", lambda f, o: extract_slices_to_generics(f),
             "Static slices become gathers (one element per GPU thread)."),
+    Rewrite("fusion-gpu-convs-to-gemm", convs_to_gemm,
+            "2-D convolutions become im2col + one matmul (the GEMM library's, the data-movement "
+            "kernels around it)."),
     Rewrite("fusion-gpu-merge-epilogues", merge_epilogue_consumers,
             "A matmul group absorbs the consumer group that starts with a cuBLASLt epilogue."),
     Rewrite("fusion-gpu-split-matmuls", split_matmul_groups,

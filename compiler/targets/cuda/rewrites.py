@@ -725,3 +725,105 @@ def mark_view_groups(func: ir.Operation) -> int:
                                                            view.offset)
         count += 1
     return count
+
+
+CONV_OPS = ("linalg.conv_2d_nchw_fchw",)
+
+
+def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int:
+    """Rewrite each 2-D convolution (NCHW input, FCHW filter, one group; any stride and
+    dilation; padding is the `tensor.pad` before it) inside a group as im2col + one matmul,
+    so that the GEMM library (or our tensor-core GEMM) runs it and the data-movement kernels
+    build the rest, where the fallback path ran a thread per output element:
+
+        col[n, oh, ow, c, kh, kw] = x[n, c, oh * s0 + kh * d0, ow * s1 + kw * d1]
+        y[n*oh*ow, f] = col[n*oh*ow, c*kh*kw] @ w[f, c*kh*kw]^T
+        out[n, f, oh, ow] = init + y (expanded, transposed to NCHW)
+
+    The im2col gather (with the pad) becomes the matmul's prologue kernel, the transpose
+    back to NCHW joins the epilogue (bias, BatchNorm, ReLU, residual) in one kernel. fp32
+    convolutions stay fp32 (no TF32: torch's cuDNN default is TF32, fusec's is exact).
+    Returns how many convolutions were rewritten."""
+    from fusec.passes.grouping import walk_ops
+    from mlir.dialects import linalg, tensor
+
+    if options is not None and not (options.gemm and options.movement):
+        return 0  # the im2col gather is the data-movement kernels' to build
+    count = 0
+    for conv in walk_ops(func, lambda o: o.name in CONV_OPS):
+        parent = conv.parent
+        if parent is None or parent.name != GROUP_OP or attributes.PATH in parent.attributes:
+            continue
+        x, w, init = conv.operands[0], conv.operands[1], conv.operands[2]
+        try:
+            (n, c, h, wd), xe = tensor_info(x.type)
+            (f, c2, kh, kw), we = tensor_info(w.type)
+            (n2, f2, oh, ow), oe = tensor_info(init.type)
+        except (CudaCodegenError, ValueError):
+            continue
+        if c2 != c or f2 != f or n2 != n or xe != we:
+            continue  # grouped (not this op) or mixed types
+        strides = [int(v) for v in ir.DenseIntElementsAttr(conv.attributes["strides"])]
+        dilations = [int(v) for v in ir.DenseIntElementsAttr(conv.attributes["dilations"])]
+        m, k = n * oh * ow, c * kh * kw
+        elt = ir.RankedTensorType(x.type).element_type
+        out_elt = ir.RankedTensorType(init.type).element_type
+        ctx = conv.context
+        d = [ir.AffineDimExpr.get(i, ctx) for i in range(6)]
+        src_map = ir.AffineMap.get(6, 0, [d[0], d[3], d[1] * strides[0] + d[4] * dilations[0],
+                                          d[2] * strides[1] + d[5] * dilations[1]], ctx)
+        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>", ctx)
+
+        def ty(shape, e):
+            return ir.RankedTensorType.get(shape, e)
+
+        def assoc(groups):
+            return ir.ArrayAttr.get([ir.ArrayAttr.get(
+                [ir.IntegerAttr.get(ir.IntegerType.get_signless(64, ctx), i) for i in g])
+                for g in groups], ctx)
+
+        with ir.InsertionPoint(conv), conv.location:
+            col_empty = tensor.EmptyOp([n, oh, ow, c, kh, kw], elt)
+            col = linalg.GenericOp(
+                [ty([n, oh, ow, c, kh, kw], elt)], [x], [col_empty.result],
+                ir.ArrayAttr.get([ir.AffineMapAttr.get(src_map),
+                                  ir.AffineMapAttr.get(ir.AffineMap.get_identity(6, ctx))]),
+                ir.ArrayAttr.get([parallel] * 6))
+            block = col.regions[0].blocks.append(elt, elt)
+            with ir.InsertionPoint(block):
+                linalg.YieldOp([block.arguments[0]])
+            col2 = tensor.CollapseShapeOp(ty([m, k], elt), col.results[0],
+                                          assoc([[0, 1, 2], [3, 4, 5]]))
+            w2 = tensor.CollapseShapeOp(ty([f, k], elt), w, assoc([[0], [1, 2, 3]]))
+            wt = linalg.transpose(w2.result, outs=[tensor.EmptyOp([k, f], elt).result],
+                                  permutation=[1, 0])
+            from mlir.dialects import arith
+
+            zero = arith.ConstantOp(out_elt, ir.FloatAttr.get(out_elt, 0.0)
+                                    if not isinstance(out_elt, ir.IntegerType) else
+                                    ir.IntegerAttr.get(out_elt, 0)).result
+            acc = linalg.fill(zero, outs=[tensor.EmptyOp([m, f], out_elt).result])
+            mm = linalg.matmul(col2.result, wt, outs=[acc])
+            y = tensor.ExpandShapeOp(ty([n, oh, ow, f], out_elt), mm, assoc([[0, 1, 2], [3]]),
+                                     [], [n, oh, ow, f])
+            t = linalg.transpose(y.result, outs=[tensor.EmptyOp([n, f, oh, ow],
+                                                                out_elt).result],
+                                 permutation=[0, 3, 1, 2])
+            ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(4, ctx))
+            add = linalg.GenericOp([ty([n, f, oh, ow], out_elt)], [t, init],
+                                   [tensor.EmptyOp([n, f, oh, ow], out_elt).result],
+                                   ir.ArrayAttr.get([ident] * 3),
+                                   ir.ArrayAttr.get([parallel] * 4))
+            ab = add.regions[0].blocks.append(out_elt, out_elt, out_elt)
+            with ir.InsertionPoint(ab):
+                op = "addi" if isinstance(out_elt, ir.IntegerType) else "addf"
+                s = getattr(arith, "AddIOp" if op == "addi" else "AddFOp")(ab.arguments[0],
+                                                                            ab.arguments[1])
+                linalg.YieldOp([s.result])
+        parent.attributes[attributes.CONV_AS_GEMM] = ir.StringAttr.get(
+            f"{conv.name} {n}x{c}x{h}x{wd} * {f}x{c}x{kh}x{kw} as im2col [{m}, {k}] @ "
+            f"[{k}, {f}] (stride {strides}, dilation {dilations})")
+        conv.results[0].replace_all_uses_with(add.results[0])
+        conv.erase()
+        count += 1
+    return count
