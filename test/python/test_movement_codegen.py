@@ -181,3 +181,22 @@ def test_a_window_too_large_to_unroll_is_refused() -> None:
     _, kernels = _program(lambda x: F.conv2d(x, w, None, 1, 1, 1, 2), torch.randn(1, 64, 6, 6))
     fallback = [k for k in kernels if k.info["path"] == "fallback"]
     assert fallback and "more than the 64 unrolled here" in fallback[0].info["why"]
+
+
+def test_rope_after_a_projection_compiles_with_the_family_off() -> None:
+    """With `--no-cuda-movement`, a group of RoPE after a projection's head split is cut at
+    its reshapes and concats; a piece that reads another through a gather's
+    `tensor.extract` (inside a payload) depends on it too, so the cut must see it: it did
+    not, and the block failed to compile ('cannot fuse: tensor.concat outside the group
+    both uses and feeds it', a LLaMA block)."""
+    w = torch.randn(128, 64)
+
+    def fn(x, cos, sin):
+        q = F.linear(x, w).view(2, 16, 2, 64).transpose(1, 2)
+        half = 32
+        return q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
+
+    args = (torch.randn(2, 16, 64), torch.randn(16, 64), torch.randn(16, 64))
+    for movement in (True, False):
+        program, kernels = _program(fn, *args, movement=movement)
+        assert kernels

@@ -147,12 +147,15 @@ def _pieces_at_reshapes(ops: list[ir.Operation],
 
 def _convex(pieces: list[list[ir.Operation]]) -> bool:
     """No path leaves a piece and comes back to it (each piece can be one group)."""
+    from fusec.passes.grouping import walk_ops
+
     piece_of = {id_of(o): n for n, piece in enumerate(pieces) for o in piece}
-    # Piece-level dependency graph must be acyclic.
+    # Piece-level dependency graph must be acyclic (uses inside payloads count: a gather's
+    # tensor.extract reads a tensor its generic does not take as an operand).
     deps: dict[int, set[int]] = {n: set() for n in range(len(pieces))}
     for n, piece in enumerate(pieces):
         for op in piece:
-            for v in op.operands:
+            for v in [u for inner in walk_ops(op) for u in inner.operands]:
                 producer = defining(v)
                 if producer is not None and id_of(producer) in piece_of \
                         and piece_of[id_of(producer)] != n:
