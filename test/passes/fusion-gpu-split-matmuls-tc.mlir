@@ -18,13 +18,15 @@
 // CHECK: fusion.yield
 // CHECK-NEXT: }
 // CHECK-NEXT: return %[[G]]
-// Without our family (tc-gemm=false): cuBLASLt, and the residual add is a kernel of its own.
+// Without our family (tc-gemm=false): cuBLASLt, and the residual add is a kernel of its own
+// (its bf16 add computed in f32 and rounded once: --fusion-gpu-widen-16bit-payloads).
 // LIB-LABEL: func.func @linear_bias_residual
 // LIB: fusion.group epilogue
 // LIB-SAME: fusion.path = "gemm"
 // LIB: fusion.group single
 // LIB-SAME: fusion.split = "epilogue"
-// LIB: arith.addf {{.+}} : bf16
+// LIB: arith.addf {{.+}} : f32
+// LIB-NEXT: arith.truncf {{.+}} : f32 to bf16
 //
 // What must not become ours, each with its reason: A stored K x M (a.t() @ b) ...
 // CHECK-LABEL: func.func @a_transposed

@@ -22,7 +22,8 @@ from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb
                                                   merge_epilogue_consumers, split_at_reshapes,
                                                   split_matmul_groups,
                                                   split_multi_output_groups,
-                                                  unit_transposes_to_reshapes)
+                                                  unit_transposes_to_reshapes,
+                                                  widen_16bit_payloads)
 from fusec.passes import attributes
 from fusec.passes.grouping import model_functions
 from fusec.passes.registry import REGISTRY, Pass, register
@@ -63,6 +64,8 @@ REWRITES = (
             "A layout group after a cuBLASLt call becomes its strided result layout."),
     Rewrite("fusion-gpu-mark-views", lambda f, o: mark_view_groups(f),
             "Layout groups whose result is a dense view of their input become buffer views."),
+    Rewrite("fusion-gpu-widen-16bit-payloads", lambda f, o: widen_16bit_payloads(f),
+            "Each payload's bf16/f16 arithmetic runs in f32, rounded once where it yields."),
 )
 
 

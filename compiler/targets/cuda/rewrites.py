@@ -830,3 +830,69 @@ def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int
         conv.erase()
         count += 1
     return count
+
+
+# Payload ops that compute on floats and are computed in f32 when their type is 16-bit.
+_WIDENABLE = frozenset({
+    "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.negf",
+    "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.cmpf",
+    "arith.select", "math.exp", "math.exp2", "math.expm1", "math.log", "math.log1p",
+    "math.log2", "math.tanh", "math.erf", "math.sqrt", "math.rsqrt", "math.sin", "math.cos",
+    "math.absf", "math.powf", "math.fma", "math.floor", "math.ceil", "math.round",
+    "math.roundeven", "math.trunc", "math.atan", "math.atan2", "math.tan", "math.sinh",
+    "math.cosh", "math.asin", "math.acos", "math.copysign"})
+_HALF = ("bf16", "f16")
+
+
+def widen_16bit_payloads(func: ir.Operation) -> int:
+    """Compute each payload's bf16/f16 arithmetic in f32, rounding once where the payload
+    yields (or where a value leaves the chain of arithmetic: an explicit cast, a store), as
+    torch computes one op (its `sigmoid` in f32, rounded once); torch-mlir writes such an op
+    as one generic whose payload runs op by op in bf16 (negf, exp, addf, divf), which on the
+    GPU rounded four times (a fuzzed program differed from torch by 2.7%: bench/RESULTS.md
+    run 22). Values between generics stay what the IR says (16-bit). Returns how many
+    payloads changed."""
+    from fusec.passes.grouping import walk_ops
+    from mlir.dialects import arith
+
+    f32 = ir.F32Type.get(func.context)
+    count = 0
+    for generic in walk_ops(func, lambda o: o.name == "linalg.generic"):
+        block = generic.regions[0].blocks[0]
+        ops = [o.operation for o in block.operations]
+
+        def half(t: ir.Type) -> bool:
+            return str(t) in _HALF
+
+        todo = [o for o in ops if o.name in _WIDENABLE and
+                any(half(v.type) for v in list(o.operands) + list(o.results))]
+        if not todo:
+            continue
+        wide: dict[int, ir.Value] = {}  # 16-bit value -> its f32 twin
+
+        def f32_of(v: ir.Value, before: ir.Operation) -> ir.Value:
+            if not half(v.type):
+                return v
+            key = value_key(v)
+            if key not in wide:
+                with ir.InsertionPoint(before), before.location:
+                    wide[key] = arith.ExtFOp(f32, v).result
+            return wide[key]
+
+        for op in todo:
+            operands = [f32_of(v, op) for v in op.operands]
+            results = [f32 if half(r.type) else r.type for r in op.results]
+            with ir.InsertionPoint(op), op.location:
+                new = ir.Operation.create(op.name, results=results, operands=operands,
+                                          attributes={op.attributes[i].name: op.attributes[i].attr
+                                                      for i in range(len(op.attributes))})
+                for old, res in zip(op.results, new.results):
+                    if not half(old.type):
+                        old.replace_all_uses_with(res)
+                        continue
+                    rounded = arith.TruncFOp(old.type, res).result
+                    old.replace_all_uses_with(rounded)
+                    wide[value_key(rounded)] = res
+            op.erase()
+        count += 1
+    return count
