@@ -200,3 +200,14 @@ def test_rope_after_a_projection_compiles_with_the_family_off() -> None:
     for movement in (True, False):
         program, kernels = _program(fn, *args, movement=movement)
         assert kernels
+
+
+def test_a_collapse_to_rank_0_reads_index_0() -> None:
+    """A one-element softmax of a softmax, bf16 (fuzz_cuda seed 12, p066): a collapse of a
+    [1] tensor to rank 0 has no reassociation group; its unit dim is read at index 0 (it
+    crashed the compile: 'NoneType' object has no attribute 'key')."""
+    def fn(x):
+        return torch.softmax(torch.softmax(x, -1), -1), torch.maximum(x, x)
+
+    program, kernels = _program(fn, torch.randn(1).to(torch.bfloat16))
+    assert kernels and all(k.info["path"] in ("fast", "movement") for k in kernels)

@@ -318,7 +318,8 @@ class MovementEmitter(KernelEmitter):
                 src_idx = [self.linearize([idx[d] for d in g], [shape[d] for d in g])
                            for g in groups]
             else:
-                src_idx = [None] * len(src_shape)
+                # Dims in no group are unit dims (a collapse to rank 0): index 0.
+                src_idx = [self.ix_const(0)] * len(src_shape)
                 for r, g in enumerate(groups):
                     for d, ix in zip(g, self.delinearize(idx[r], [src_shape[d] for d in g])):
                         src_idx[d] = ix
