@@ -55,7 +55,7 @@ def draw(rng: np.random.Generator, index: int) -> dict:
     for _ in range(int(rng.integers(1, 5))):
         r = len(y.shape)
         kind = rng.choice(["permute", "transpose", "slice", "concat", "pad", "flip", "repeat",
-                           "expand", "flatten", "select", "elementwise", "add"])
+                           "expand", "flatten", "select", "elementwise", "add", "reduce"])
         d = int(rng.integers(0, r))
         if kind == "permute":
             line = f"y = y.permute({tuple(int(p) for p in rng.permutation(r))})"
@@ -94,6 +94,11 @@ def draw(rng: np.random.Generator, index: int) -> dict:
             name = f"ids{len(inputs)}"
             inputs[name] = ("ids", [int(rng.integers(1, 2 * y.shape[d] + 2))], int(y.shape[d]))
             line = f"y = torch.index_select(y, {d}, {name})"
+        elif kind == "reduce":  # over a dim that is not the last (the lanes' loop)
+            if r < 2 or d == r - 1:
+                continue
+            pure = False
+            line = f"y = y.sum(dim={d})" if rng.random() < 0.5 else f"y = y.amax(dim={d})"
         elif kind == "elementwise":
             pure = False
             line = "y = torch.sigmoid(y) * 1.5 - 0.25" if rng.random() < 0.5 else "y = y * 0.5"

@@ -167,8 +167,9 @@ def ctx():
         yield c
 
 
-def _generate(text: str, gemm: bool = True) -> cg.CudaProgram:
-    return cg.generate(_grouped(text), cg.CudaOptions(cubin=False, gemm=gemm))
+def _generate(text: str, gemm: bool = True, movement: bool = True) -> cg.CudaProgram:
+    return cg.generate(_grouped(text), cg.CudaOptions(cubin=False, gemm=gemm,
+                                                      movement=movement))
 
 
 def test_elementwise_chain_is_one_vectorized_kernel(ctx) -> None:
@@ -243,8 +244,11 @@ def test_independent_reductions_share_one_round(ctx) -> None:
 
 
 def test_refusals_name_the_reason(ctx) -> None:
+    # A column sum: the fast emitter's refusal, when the data-movement kernels (which take
+    # it: test_movement_codegen.py) are off too.
     with pytest.raises(cg.CudaCodegenError, match="last dimension"):
-        cg.generate(_grouped(COLUMN_SUM), cg.CudaOptions(cubin=False, fallback=False))
+        cg.generate(_grouped(COLUMN_SUM), cg.CudaOptions(cubin=False, fallback=False,
+                                                         movement=False))
     with pytest.raises(cg.CudaCodegenError, match="outside any fusion.group"):
         cg.generate(_grouped(ELEMENTWISE, group=False), cg.CudaOptions(cubin=False))
 
@@ -283,10 +287,11 @@ def test_model_so_exports_the_abi(ctx, tmp_path) -> None:
 
 
 def test_refused_group_goes_through_the_fallback(ctx) -> None:
-    # A column sum is refused by the emitter and compiled by upstream MLIR. The CPU tiling
-    # policy splits only parallel dims outside the reductions: here none, so no tile loop
-    # and one thread runs it (slow, correct).
-    program = _generate(COLUMN_SUM)
+    # A column sum is refused by the fast emitter and, with the data-movement kernels off,
+    # compiled by upstream MLIR. The CPU tiling policy splits only parallel dims outside
+    # the reductions: here none, so no tile loop and one thread runs it (slow, correct).
+    assert _generate(COLUMN_SUM).plan.launches[0].info["path"] == "movement"
+    program = _generate(COLUMN_SUM, movement=False)
     (launch,) = program.plan.launches
     assert launch.info["path"] == "fallback"
     assert "last dimension" in launch.info["why"]

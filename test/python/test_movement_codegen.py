@@ -108,14 +108,35 @@ def test_an_embedding_gather_keeps_its_index_check() -> None:
 
 
 def test_what_the_family_refuses_goes_to_the_fallback_with_both_reasons() -> None:
-    """A transpose followed by a reduction over a dim that is not the last: neither the fast
-    emitter nor the data-movement kernels (no reductions) take it; the fallback path's
-    kernel says why."""
+    """A transpose followed by a sum of each transposed row: the fast emitter takes no
+    transpose, the data-movement kernels no reduction over their input's contiguous dim;
+    the fallback path's kernel says why."""
     x = torch.randn(8, 16, 32)
-    _, kernels = _program(lambda t: t.transpose(1, 2).sum(dim=1), x)
+    _, kernels = _program(lambda t: t.transpose(1, 2).sum(dim=-1), x)
     fallback = [k for k in kernels if k.info["path"] == "fallback"]
     assert fallback, [k.info for k in kernels]
-    assert "data movement: a reduction is not data movement" in fallback[0].info["why"]
+    assert "data movement: a reduction over its inputs' contiguous dim" in \
+        fallback[0].info["why"]
+
+
+def test_a_reduction_over_a_non_last_dim_is_a_loop_over_vectors() -> None:
+    """mean over the sequence (B8 T128 D768, bf16): each thread owns 8 consecutive columns
+    and loops over T in an scf.for carrying f32 accumulators (torch sums 16-bit values in
+    f32), rounded once; a short reduction (sum over 4 rows) is unrolled. Softmax over a
+    non-last dim stays the fallback's second kernel: its sum is broadcast back to every
+    element and would be folded again per element."""
+    program, kernels = _program(lambda t: t.mean(dim=1),
+                                torch.randn(8, 128, 768).to(torch.bfloat16))
+    assert [k.info["path"] for k in kernels] == ["movement"]
+    assert kernels[0].info["launch"]["vec"] == 8
+    assert re.search(r"scf\.for .* iter_args\(.*\) -> \(f32(, f32){7}\)", program.kernels_mlir)
+    assert re.search(r"ld\.global\.v4", program.ptx)
+    program, kernels = _program(lambda t: t.sum(dim=0), torch.randn(4, 256))
+    assert [k.info["path"] for k in kernels] == ["movement"]
+    assert "iter_args" not in program.kernels_mlir  # 4 rows: unrolled
+    _, kernels = _program(lambda t: torch.softmax(t, dim=1), torch.randn(4, 64, 32))
+    assert [k.info["path"] for k in kernels] == ["movement", "fallback"]
+    assert "broadcast back" in kernels[1].info["why"]
 
 
 def test_pad_and_strided_slice_are_data_movement() -> None:

@@ -126,8 +126,6 @@ class MovementEmitter(KernelEmitter):
                 continue
             if name not in MOVEMENT_OPS:
                 raise CudaCodegenError(f"'{name}' is not a data-movement op")
-            if name == "linalg.generic" and any(i != "parallel" for i in iterators(op)):
-                raise CudaCodegenError("a reduction is not data movement")
         if not self.outputs:
             raise CudaCodegenError("a group without results")
         shapes = {tuple(tensor_info(v.type)[0]) for v in self.outputs}
@@ -137,6 +135,15 @@ class MovementEmitter(KernelEmitter):
         if not self.out_shape or numel_of(self.out_shape) == 0:
             raise CudaCodegenError("a 0-d or empty output")
         self.eb = max(ELEMENT_BYTES.get(tensor_info(v.type)[1], 4) for v in self.outputs)
+        numel = numel_of(self.out_shape)
+        for op in body.operations:
+            op = op.operation
+            if op.name == "linalg.generic" and any(k != "parallel" for k in iterators(op)) \
+                    and numel_of(tensor_info(op.results[0].type)[0]) < numel:
+                # Broadcast back (softmax over a non-last dim): every output element would
+                # fold the whole reduction again.
+                raise CudaCodegenError("a reduction whose result is broadcast back to a "
+                                       "larger output (recomputed per element)")
 
     # -- index arithmetic (constants folded, lanes tracked)
 
@@ -594,13 +601,92 @@ class MovementEmitter(KernelEmitter):
         n_out = len(op.results)
         n_in = len(op.operands) - n_out
         out_map = parse_map(ir.ArrayAttr(op.attributes["indexing_maps"])[n_in + result])
+        kinds = iterators(op)
         dom: list[Ix | None] = [None] * out_map.num_dims
         for j, d in enumerate(out_map.results):
             if d is not None:
                 dom[d] = idx[j]
-        if any(d is None for d in dom):
-            raise CudaCodegenError("an output map that does not cover the loops")
+        reduced = [d for d, k in enumerate(kinds) if k != "parallel"]
+        if any(dom[d] is None for d in range(len(dom)) if d not in reduced):
+            raise CudaCodegenError("an output map that does not cover the parallel loops")
+        if not reduced:
+            return self._payload(op, result, dom, n_in, affine, None)
+        return self.eval_reduction(op, result, idx, dom, reduced, n_in, affine)
 
+    def eval_reduction(self, op: ir.Operation, result: int, idx: list[Ix], dom: list,
+                       reduced: list[int], n_in: int, affine: list) -> list[str]:
+        """A reduction over loops the output does not index, at one output vector: the
+        init (the outs operand), then the payload folded over the reduced loops in order,
+        unrolled when short, else an `scf.for` carrying the V accumulators. The lanes run
+        along a parallel loop, so the reads stay vectors where the inputs' contiguous dim is
+        not reduced (a row reduction is the fast emitter's: refused here). 16-bit
+        accumulators are f32 (as torch's reductions), rounded once after the loop."""
+        if n_in + len(op.results) != len(op.operands) or len(op.results) != 1:
+            raise CudaCodegenError("a reduction with several results")
+        for m in affine[:n_in]:
+            last = m.results[len(m.results) - 1] if len(m.results) else None
+            if isinstance(last, ir.AffineDimExpr) and last.position in reduced:
+                raise CudaCodegenError("a reduction over its inputs' contiguous dim (a row "
+                                       "reduction: the fast emitter's)")
+        ranges = _loop_ranges(op)
+        extents = [ranges[d] for d in reduced]
+        total = math.prod(extents)
+        init_value = op.operands[n_in]
+        out_elt = str(ir.RankedTensorType(init_value.type).element_type)
+        wide = out_elt in ("bf16", "f16")
+        acc_elt = "f32" if wide else out_elt
+        acc = self.at(init_value, idx)
+        if wide:
+            acc = [self._cast("extf", v, out_elt, "f32") for v in acc]
+
+        def step(at_point: list[Ix], acc: list[str]) -> list[str]:
+            point = list(dom)
+            for d, ix in zip(reduced, at_point):
+                point[d] = ix
+            return self._payload(op, result, point, n_in, affine, (acc, acc_elt, out_elt))
+
+        if total <= MAX_WINDOW_POINTS:
+            for flat in range(total):
+                coords, rest = [], flat
+                for e in reversed(extents):
+                    coords.append(self.ix_const(rest % e))
+                    rest //= e
+                acc = step(list(reversed(coords)), acc)
+        else:
+            k = self.fresh("k")
+            iters = [self.fresh("acc") for _ in range(self.V)]
+            res = self.fresh("r")
+            arity = f":{self.V}" if self.V > 1 else ""
+            inits = ", ".join(f"{a} = {v}" for a, v in zip(iters, acc))
+            types = ", ".join([acc_elt] * self.V)
+            self.emit(f"{res}{arity} = scf.for {k} = {self.index(0)} to {self.index(total)} "
+                      f"step {self.index(1)} iter_args({inits}) -> ({types}) {{")
+            self.indent += 1
+            self.memo.append({})
+            coords = self.delinearize(Ix(k, 0, 1), extents) if len(extents) > 1 else \
+                [Ix(k, 0, 1)]
+            new = step(coords, iters)
+            self.memo.pop()
+            self.emit(f"scf.yield {', '.join(new)} : {types}")
+            self.indent -= 1
+            self.emit("}")
+            acc = [f"{res}#{j}" for j in range(self.V)] if self.V > 1 else [res]
+        if wide:
+            acc = [self._cast("truncf", v, "f32", out_elt) for v in acc]
+        return acc
+
+    def _cast(self, kind: str, value: str, src: str, dst: str) -> str:
+        n = self.fresh("p")
+        self.emit(f"{n} = arith.{kind} {value} : {src} to {dst}")
+        return n
+
+    def _payload(self, op: ir.Operation, result: int, dom: list[Ix], n_in: int,
+                 affine: list, acc: tuple | None) -> list[str]:
+        """The payload's yielded value `result` at loop point `dom`; for a reduction `acc`
+        = (the accumulator's lanes, their type, the outs' type): the outs argument reads
+        it (an f32 accumulator of a 16-bit output is read as f32 where the payload widens
+        its outs argument), and the new accumulator is returned (before the payload's
+        rounding back to 16 bits)."""
         def operand_at(i: int) -> list[str]:
             # Any affine map of the loops (a projection, or a window's `oh * s + kh`).
             m = affine[i]
@@ -613,6 +699,16 @@ class MovementEmitter(KernelEmitter):
         env: dict[int, Any] = {}
         for i, arg in enumerate(block.arguments):
             env[value_key(arg)] = (lambda i=i: operand_at(i))
+        widened_out = None
+        if acc is not None:
+            lanes, acc_elt, out_elt = acc
+            out_arg = block.arguments[n_in + result]
+            if acc_elt == out_elt:
+                env[value_key(out_arg)] = list(lanes)
+            else:  # the f32 accumulator; the rounded value only if the payload asks
+                widened_out = (value_key(out_arg), list(lanes))
+                env[value_key(out_arg)] = (
+                    lambda: [self._cast("truncf", v, acc_elt, out_elt) for v in lanes])
         needed = _needed(block, [wanted])
 
         def get(v: ir.Value) -> Any:
@@ -633,9 +729,20 @@ class MovementEmitter(KernelEmitter):
             inner = inner.operation
             if inner.name == "linalg.yield" or id_of(inner) not in needed:
                 continue
+            if widened_out is not None and inner.name == "arith.extf" and \
+                    value_key(inner.operands[0]) == widened_out[0]:
+                env[value_key(inner.results[0])] = widened_out[1]  # no rounding of acc
+                continue
             env_out = self.eval_payload_op(inner, dom, get)
             for r, val in zip(inner.results, env_out):
                 env[value_key(r)] = val
+        if widened_out is not None:
+            owner = wanted.owner
+            if not isinstance(owner, ir.Block) and owner.operation.name == "arith.truncf":
+                got = get(owner.operation.operands[0])  # the f32 sum, before its rounding
+            else:
+                got = [self._cast("extf", v, acc[2], acc[1]) for v in get(wanted)]
+            return got
         got = get(wanted)
         return self._lane_names(got) if isinstance(got, Ix) else got
 
@@ -929,6 +1036,21 @@ class MovementEmitter(KernelEmitter):
             self.indent -= 1
             self.emit("}")
         return block, shape.grid, 0
+
+
+def _loop_ranges(op: ir.Operation) -> list[int]:
+    """A generic's loop extents, from its operands' shapes through their maps."""
+    ranges: dict[int, int] = {}
+    for attr, v in zip(ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
+        m = ir.AffineMapAttr(attr).value
+        shape = tensor_info(v.type)[0]
+        for e, size in zip(m.results, shape):
+            if isinstance(e, ir.AffineDimExpr):
+                ranges[e.position] = size
+    n = ir.AffineMapAttr(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).value.n_dims
+    if any(d not in ranges for d in range(n)):
+        raise CudaCodegenError("a loop whose extent no operand gives")
+    return [ranges[d] for d in range(n)]
 
 
 def _window_points(op: ir.Operation) -> int:
