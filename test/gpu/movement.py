@@ -171,6 +171,7 @@ CASES = {
     "gpt2_block": (None, None, None, "GPT-2 block B8 T1024 d768 (SDPA causal)"),
 }
 BLOCKS = {"llama_block", "gpt2_block"}
+REDUCTIONS = {"mean_seq_bf16", "colsum"}  # also built with the family off, to compare
 CNN = {"resnet_basic", "resnet_basic_bf16", "bottleneck_bf16", "bottleneck", "mobilenet_block",
        "mobilenet_block_bf16"}
 
@@ -237,7 +238,7 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
             text = import_torch(Wrap(fn), *args)
         entry = {"description": desc}
         for suffix, on in (("", True), (".fb", False)):
-            if not on and name not in BLOCKS | CNN:
+            if not on and name not in BLOCKS | CNN | REDUCTIONS:
                 continue
             t0 = time.perf_counter()
             options = CompileOptions(target="cuda", model_name=name,
@@ -314,7 +315,7 @@ def run(art_dir: Path, names: list[str]) -> int:
         times = {"fusec": bench.time_ms(mv.bind(xs, out), reps),
                  "eager": bench.time_ms(lambda: fn(*xs), reps),
                  "inductor": bench.time_ms(lambda: ind(*xs), reps)}
-        if name in BLOCKS | CNN and (art_dir / "mv" / f"{name}.fb.so").exists():
+        if name in BLOCKS | CNN | REDUCTIONS and (art_dir / "mv" / f"{name}.fb.so").exists():
             fb = bench.FusecModel(art_dir / "mv" / f"{name}.fb.so")
             fb_out = fb.outputs_like("cuda")
             row["kernels_fallback_build"] = fb.kernels

@@ -615,12 +615,12 @@ class MovementEmitter(KernelEmitter):
 
     def eval_reduction(self, op: ir.Operation, result: int, idx: list[Ix], dom: list,
                        reduced: list[int], n_in: int, affine: list) -> list[str]:
-        """A reduction over loops the output does not index, at one output vector: the
-        init (the outs operand), then the payload folded over the reduced loops in order,
-        unrolled when short, else an `scf.for` carrying the V accumulators. The lanes run
-        along a parallel loop, so the reads stay vectors where the inputs' contiguous dim is
-        not reduced (a row reduction is the fast emitter's: refused here). 16-bit
-        accumulators are f32 (as torch's reductions), rounded once after the loop."""
+        """A short reduction (at most MAX_WINDOW_POINTS points) over loops the output does
+        not index, at one output vector: the init (the outs operand), then the payload
+        folded over the reduced loops in order, unrolled. The lanes run along a parallel
+        loop, so the reads stay vectors where the inputs' contiguous dim is not reduced (a
+        row reduction is the fast emitter's: refused here). 16-bit accumulators are f32 (as
+        torch's reductions), rounded once."""
         if n_in + len(op.results) != len(op.operands) or len(op.results) != 1:
             raise CudaCodegenError("a reduction with several results")
         for m in affine[:n_in]:
@@ -645,32 +645,18 @@ class MovementEmitter(KernelEmitter):
                 point[d] = ix
             return self._payload(op, result, point, n_in, affine, (acc, acc_elt, out_elt))
 
-        if total <= MAX_WINDOW_POINTS:
-            for flat in range(total):
-                coords, rest = [], flat
-                for e in reversed(extents):
-                    coords.append(self.ix_const(rest % e))
-                    rest //= e
-                acc = step(list(reversed(coords)), acc)
-        else:
-            k = self.fresh("k")
-            iters = [self.fresh("acc") for _ in range(self.V)]
-            res = self.fresh("r")
-            arity = f":{self.V}" if self.V > 1 else ""
-            inits = ", ".join(f"{a} = {v}" for a, v in zip(iters, acc))
-            types = ", ".join([acc_elt] * self.V)
-            self.emit(f"{res}{arity} = scf.for {k} = {self.index(0)} to {self.index(total)} "
-                      f"step {self.index(1)} iter_args({inits}) -> ({types}) {{")
-            self.indent += 1
-            self.memo.append({})
-            coords = self.delinearize(Ix(k, 0, 1), extents) if len(extents) > 1 else \
-                [Ix(k, 0, 1)]
-            new = step(coords, iters)
-            self.memo.pop()
-            self.emit(f"scf.yield {', '.join(new)} : {types}")
-            self.indent -= 1
-            self.emit("}")
-            acc = [f"{res}#{j}" for j in range(self.V)] if self.V > 1 else [res]
+        if total > MAX_WINDOW_POINTS:
+            # One thread per output vector looping over a long reduction was 3-4x slower
+            # than the fallback's tiling on the H200 (mean over 1024 rows, column sums of
+            # 16384: bench/RESULTS.md run 66): a split reduction is what would beat it.
+            raise CudaCodegenError(f"a reduction of {total} points over a non-last dim "
+                                   f"(more than the {MAX_WINDOW_POINTS} unrolled here)")
+        for flat in range(total):
+            coords, rest = [], flat
+            for e in reversed(extents):
+                coords.append(self.ix_const(rest % e))
+                rest //= e
+            acc = step(list(reversed(coords)), acc)
         if wide:
             acc = [self._cast("truncf", v, "f32", out_elt) for v in acc]
         return acc
