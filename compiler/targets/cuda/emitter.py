@@ -754,7 +754,6 @@ class KernelEmitter:
         self.masks: dict[int, str] = {}  # chunk -> i1 "in bounds" (partial last chunk)
         shape = self.geo.shape
         self.vec = shape.vec
-        header_args = ", ".join(f"%arg{i}: {self.memref(i)}" for i in range(len(self.arg_types)))
         self.tid = "%tid"
         self.emit("%tid = gpu.thread_id x")
         self.emit("%bid = gpu.block_id x")
@@ -762,12 +761,18 @@ class KernelEmitter:
             self.emit_row_kernel(shape)
         else:
             self.emit_elementwise_kernel(shape)
+        return self.function_text(shape.block, shape.grid)
+
+    def function_text(self, block: int, grid: int) -> str:
+        """The `gpu.func` around the emitted lines: the arguments, the shared-memory
+        buffers, the launch shape it was built for, the constants first."""
+        header_args = ", ".join(f"%arg{i}: {self.memref(i)}" for i in range(len(self.arg_types)))
         workgroup = ""
         if self.workgroup:
             workgroup = " workgroup(" + ", ".join(f"{n} : {t}" for n, t in self.workgroup) + ")"
         head = [f"    gpu.func @{self.symbol}({header_args}){workgroup} kernel attributes "
-                f"{{known_block_size = array<i32: {shape.block}, 1, 1>, "
-                f"known_grid_size = array<i32: {shape.grid}, 1, 1>}} {{"]
+                f"{{known_block_size = array<i32: {block}, 1, 1>, "
+                f"known_grid_size = array<i32: {grid}, 1, 1>}} {{"]
         head += ["      " + line for line in self.prologue]
         return "\n".join(head + self.lines + ["      gpu.return", "    }"])
 

@@ -382,12 +382,7 @@ class MovementEmitter(KernelEmitter):
             if not floating or from_elt.startswith("i") or \
                     ELEMENT_BYTES.get(from_elt, 4) > ELEMENT_BYTES.get(elt, 4):
                 raise CudaCodegenError(f"a window of {from_elt} into {elt}")
-            out = []
-            for v in lanes:
-                n = self.fresh("p")
-                self.emit(f"{n} = arith.extf {v} : {from_elt} to {elt}")
-                out.append(n)
-            return out
+            return [self._cast("extf", v, from_elt, elt) for v in lanes]
 
         x_elt = str(ir.RankedTensorType(x.type).element_type)
         w_elt = str(ir.RankedTensorType(w.type).element_type)
@@ -396,12 +391,7 @@ class MovementEmitter(KernelEmitter):
                                    lambda v: widen(v, x_elt), lambda v: widen(v, w_elt))
         if not wide:
             return result
-        out = []
-        for v in result:
-            n = self.fresh("p")
-            self.emit(f"{n} = arith.truncf {v} : f32 to {out_elt}")
-            out.append(n)
-        return out
+        return [self._cast("truncf", v, "f32", out_elt) for v in result]
 
     def _window_fold(self, op, idx, x, w, strides, dilations, elt, floating, acc, wx, ww):
         """The window's points folded into `acc` (lanes of type `elt`)."""
@@ -886,15 +876,7 @@ class MovementEmitter(KernelEmitter):
         else:
             block, grid, shared = self.emit_transpose()
         self.block, self.grid, self.shared_bytes = block, grid, shared
-        header_args = ", ".join(f"%arg{i}: {self.memref(i)}" for i in range(len(self.arg_types)))
-        workgroup = ""
-        if self.workgroup:
-            workgroup = " workgroup(" + ", ".join(f"{n} : {t}" for n, t in self.workgroup) + ")"
-        head = [f"    gpu.func @{self.symbol}({header_args}){workgroup} kernel attributes "
-                f"{{known_block_size = array<i32: {block}, 1, 1>, "
-                f"known_grid_size = array<i32: {grid}, 1, 1>}} {{"]
-        head += ["      " + line for line in self.prologue]
-        return "\n".join(head + self.lines + ["      gpu.return", "    }"])
+        return self.function_text(block, grid)
 
     def emit_direct(self) -> tuple[int, int, int]:
         numel = numel_of(self.out_shape)
