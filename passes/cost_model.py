@@ -524,6 +524,37 @@ def movement_launch_shape(numel: int, last_dim: int, element_bytes: int, device:
 
 
 @dataclass(frozen=True)
+class SplitReductionShape:
+    """A long reduction over a non-last dim: each block owns `columns` output vectors of
+    `vec` elements (a 128-byte line of a row) and splits the reduced points over `slices`
+    slices of its `block` threads; `grid` blocks."""
+
+    vec: int
+    columns: int
+    slices: int
+    block: int
+    grid: int
+
+
+def split_reduction_shape(numel: int, last_dim: int, element_bytes: int,
+                          device: Device = H200) -> SplitReductionShape:
+    """As many output vectors per block as keep two blocks per SM busy, from one 128-byte
+    line of a row (8 vectors of 16 bytes) down to one 32-byte sector (reads stay whole
+    sectors); the rest of the 256 threads are slices of the reduction."""
+    vec = vector_width(math.gcd(numel, last_dim), element_bytes, device)
+    nvec = numel // vec
+    columns = max(1, TRANSPOSE_TILE_BYTES // (vec * element_bytes))
+    fewest = max(1, SECTOR_BYTES // (vec * element_bytes))
+    while columns > fewest and -(-nvec // columns) < 2 * device.parallel_units:
+        columns //= 2
+    while columns > 1 and columns > nvec:
+        columns //= 2
+    block = device.threads_per_block
+    slices = max(1, block // columns)
+    return SplitReductionShape(vec, columns, slices, columns * slices, -(-nvec // columns))
+
+
+@dataclass(frozen=True)
 class TransposeTileShape:
     """A transposing data-movement kernel: each block moves a `tile` x `tile` square of the
     output's dims (p, l) through shared memory, reading it in vectors of `vec_p` along p (the
@@ -539,6 +570,7 @@ class TransposeTileShape:
 
 
 TRANSPOSE_TILE_BYTES = 128  # a square's side: one 128-byte line of the element type
+SECTOR_BYTES = 32  # the GPU's memory transaction granularity
 
 
 def transpose_tile_shape(p: int, l: int, others: int, element_bytes: int,

@@ -52,8 +52,8 @@ from fusec.compiler.targets.cuda.device import (
     CudaCodegenError,
     CudaDevice,
 )
-from fusec.compiler.targets.cuda.emitter import Input, KernelEmitter, _attr_value, id_of, \
-    payload_op_text
+from fusec.compiler.targets.cuda.emitter import Input, KernelEmitter, _attr_value, _neutral, \
+    id_of, payload_op_text
 from fusec.passes import cost_model
 
 # The group-level ops this family evaluates (besides scalar arith/math ops and constants).
@@ -637,16 +637,83 @@ class MovementEmitter(KernelEmitter):
 
         if total > MAX_WINDOW_POINTS:
             # One thread per output vector looping over a long reduction was 3-4x slower
-            # than the fallback's tiling on the H200 (mean over 1024 rows, column sums of
-            # 16384: bench/RESULTS.md run 66): a split reduction is what would beat it.
-            raise CudaCodegenError(f"a reduction of {total} points over a non-last dim "
-                                   f"(more than the {MAX_WINDOW_POINTS} unrolled here)")
+            # than the fallback's tiling on the H200 (bench/RESULTS.md run 66): the rows are
+            # split across the block's slices instead (the "reduce" shape).
+            if self.mode.kind != "reduce" or len(self.memo) > 1:
+                raise CudaCodegenError(f"a reduction of {total} points over a non-last dim "
+                                       f"(more than the {MAX_WINDOW_POINTS} unrolled here)")
+            return self.split_reduction(op, result, extents, total, step, acc, acc_elt,
+                                        out_elt, wide)
         for flat in range(total):
             coords, rest = [], flat
             for e in reversed(extents):
                 coords.append(self.ix_const(rest % e))
                 rest //= e
             acc = step(list(reversed(coords)), acc)
+        if wide:
+            acc = [self._cast("truncf", v, "f32", out_elt) for v in acc]
+        return acc
+
+    def split_reduction(self, op, result, extents, total, step, init, acc_elt, out_elt,
+                        wide) -> list[str]:
+        """The "reduce" shape's fold: slice s of the block's S folds points s, s + S, ...
+        from the combiner's neutral element, in an scf.for carrying the vector's
+        accumulators; the S partials meet in shared memory (one barrier) and every thread
+        folds them in slice order, then the init (the outs value)."""
+        split = self.mode.extra
+        S, C = split["slices"], split["columns"]
+        combiner = _reduction_combiner(op, result)
+        neutral = self.const(_neutral(combiner, acc_elt), acc_elt)
+        k = self.fresh("k")
+        iters = [self.fresh("acc") for _ in range(self.V)]
+        res = self.fresh("r")
+        arity = f":{self.V}" if self.V > 1 else ""
+        types = ", ".join([acc_elt] * self.V)
+        self.emit(f"{res}{arity} = scf.for {k} = {split['slice']} to {self.index(total)} step "
+                  f"{self.index(S)} iter_args({', '.join(f'{a} = {neutral}' for a in iters)})"
+                  f" -> ({types}) {{")
+        self.indent += 1
+        self.memo.append({})
+        coords = self.delinearize(Ix(k, 0, 1), extents) if len(extents) > 1 else [Ix(k, 0, 1)]
+        new = step(coords, iters)
+        self.memo.pop()
+        self.emit(f"scf.yield {', '.join(new)} : {types}")
+        self.indent -= 1
+        self.emit("}")
+        partial = [f"{res}#{j}" for j in range(self.V)] if self.V > 1 else [res]
+        smem = f"%partials{len(self.workgroup)}"
+        smem_type = f"memref<{S}x{C * self.V}x{acc_elt}, #gpu.address_space<workgroup>>"
+        self.workgroup.append((smem, smem_type))
+        base = self.arith("muli", split["column"], self.index(self.V))
+        cols = [base if j == 0 else self.arith("addi", base, self.index(j))
+                for j in range(self.V)]
+        for j, v in enumerate(partial):
+            self.emit(f"memref.store {v}, {smem}[{split['slice']}, {cols[j]}] : {smem_type}")
+        self.emit("gpu.barrier")
+        # A tree over the slices: log2(S) rounds, a barrier after each (outside the branch).
+        op_name = combiner.split(".")[1]
+        half = S // 2
+        while half >= 1:
+            low = self.arith("cmpi ult,", split["slice"], self.index(half))
+            self.emit(f"scf.if {low} {{")
+            self.indent += 1
+            other = self.arith("addi", split["slice"], self.index(half))
+            for j in range(self.V):
+                a, b, n = self.fresh("w"), self.fresh("w"), self.fresh("p")
+                self.emit(f"{a} = memref.load {smem}[{split['slice']}, {cols[j]}] : {smem_type}")
+                self.emit(f"{b} = memref.load {smem}[{other}, {cols[j]}] : {smem_type}")
+                self.emit(f"{n} = arith.{op_name} {a}, {b} : {acc_elt}")
+                self.emit(f"memref.store {n}, {smem}[{split['slice']}, {cols[j]}] : {smem_type}")
+            self.indent -= 1
+            self.emit("}")
+            self.emit("gpu.barrier")
+            half //= 2
+        acc = list(init)
+        for j in range(self.V):
+            v, n = self.fresh("w"), self.fresh("p")
+            self.emit(f"{v} = memref.load {smem}[{self.index(0)}, {cols[j]}] : {smem_type}")
+            self.emit(f"{n} = arith.{op_name} {acc[j]}, {v} : {acc_elt}")
+            acc[j] = n
         if wide:
             acc = [self._cast("truncf", v, "f32", out_elt) for v in acc]
         return acc
@@ -873,10 +940,42 @@ class MovementEmitter(KernelEmitter):
         self.emit("%bid = gpu.block_id x")
         if self.mode.kind == "direct":
             block, grid, shared = self.emit_direct()
+        elif self.mode.kind == "reduce":
+            block, grid, shared = self.emit_reduce()
         else:
             block, grid, shared = self.emit_transpose()
         self.block, self.grid, self.shared_bytes = block, grid, shared
         return self.function_text(block, grid)
+
+    def emit_reduce(self) -> tuple[int, int, int]:
+        """The "reduce" shape (a long reduction over a non-last dim): C output vectors per
+        block (one 128-byte line of a row), S = 256 / C slices of the reduced points each;
+        every thread evaluates its vector's expression (the reduction folds its slice's
+        points, `split_reduction`), the slice-0 threads store."""
+        numel = numel_of(self.out_shape)
+        shape = cost_model.split_reduction_shape(numel, self.out_shape[-1], self.eb,
+                                                 self.device)
+        self.shape = shape
+        self.V = shape.vec
+        nvec = numel // shape.vec
+        column = self.arith("remui", "%tid", self.index(shape.columns))
+        slice_ = self.arith("divui", "%tid", self.index(shape.columns))
+        ov = self.arith("addi", self.arith("muli", "%bid", self.index(shape.columns)), column)
+        ok = self.arith("andi", self.arith("cmpi ult,", ov, self.index(nvec)),
+                        self.arith("cmpi eq,", slice_, self.index(0)), "i1")
+        ov = self.arith("minui", ov, self.index(nvec - 1))
+        off = self.arith("muli", ov, self.index(shape.vec))
+        self.mode.extra.update(slices=shape.slices, columns=shape.columns, column=column,
+                               slice=slice_)
+        idx = self.delinearize(Ix(off, 1, shape.vec), self.out_shape)
+        values = [self.at(v, idx) for v in self.outputs]
+        self.emit(f"scf.if {ok} {{")
+        self.indent += 1
+        for i, lanes in enumerate(values):
+            self.store_lanes(self.num_inputs + i, off, lanes)
+        self.indent -= 1
+        self.emit("}")
+        return shape.block, shape.grid, 0
 
     def emit_direct(self) -> tuple[int, int, int]:
         numel = numel_of(self.out_shape)
@@ -1006,6 +1105,30 @@ class MovementEmitter(KernelEmitter):
         return block, shape.grid, 0
 
 
+def _reduction_combiner(op: ir.Operation, result: int) -> str:
+    """The op that folds a reduction payload's value into its accumulator, through the
+    16-bit widening's casts (`truncf(addf(extf(x), extf(acc)))` folds by addf)."""
+    from fusec.compiler.targets.cuda.device import COMBINERS
+
+    block = op.regions[0].blocks[0]
+    acc = block.arguments[len(op.operands) - len(op.results) + result]
+    yielded = block.operations[len(block.operations) - 1].operands[result]
+
+    def strip(v: ir.Value) -> ir.Value:
+        owner = v.owner
+        if not isinstance(owner, ir.Block) and owner.operation.name in ("arith.truncf",
+                                                                       "arith.extf"):
+            return owner.operation.operands[0]
+        return v
+
+    core = strip(yielded)
+    owner = core.owner
+    if isinstance(owner, ir.Block) or owner.operation.name not in COMBINERS or \
+            value_key(acc) not in {value_key(strip(v)) for v in owner.operation.operands}:
+        raise CudaCodegenError("a reduction payload that does not end in a known combiner")
+    return owner.operation.name
+
+
 def _loop_ranges(op: ir.Operation) -> list[int]:
     """A generic's loop extents, from its operands' shapes through their maps."""
     ranges: dict[int, int] = {}
@@ -1068,8 +1191,14 @@ def movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.Operati
     """The data-movement kernel of `group` (a `CudaCodegenError` where the family refuses
     it): the direct shape, or the transposing one where it reads fewer bytes in strided
     loads (tried for each output dim the inputs could be contiguous along)."""
-    best = MovementEmitter(group, symbol, constants, device)
-    text = best.build()
+    try:
+        best = MovementEmitter(group, symbol, constants, device)
+        text = best.build()
+    except CudaCodegenError as refusal:
+        if "more than the" not in str(refusal) or "reduction of" not in str(refusal):
+            raise
+        best = MovementEmitter(group, symbol, constants, device, _Mode("reduce"))
+        text = best.build()
     if best.stats.strided_bytes and len(best.out_shape) > 1:
         for p in range(len(best.out_shape) - 1):
             if best.out_shape[p] == 1:
@@ -1086,6 +1215,8 @@ def movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.Operati
             "launch": {"block": best.block, "grid": best.grid,
                        **({"vec": best.shape.vec, "unroll": best.shape.unroll}
                           if kind == "direct" else
+                          {"vec": best.shape.vec, "columns": best.shape.columns,
+                           "slices": best.shape.slices} if kind == "reduce" else
                           {"tile": best.shape.tile, "vec_p": best.shape.vec_p,
                            "vec_l": best.shape.vec_l, "p_dim": best.mode.p})},
             "strided_load_bytes_per_thread_pass": best.stats.strided_bytes}
