@@ -537,10 +537,16 @@ class SplitReductionShape:
 
 
 def split_reduction_shape(numel: int, last_dim: int, element_bytes: int,
-                          device: Device = H200) -> SplitReductionShape:
+                          device: Device = H200, along_rows: bool = False
+                          ) -> SplitReductionShape:
     """As many output vectors per block as keep two blocks per SM busy, from one 128-byte
     line of a row (8 vectors of 16 bytes) down to one 32-byte sector (reads stay whole
-    sectors); the rest of the 256 threads are slices of the reduction."""
+    sectors); the rest of the 256 threads are slices of the reduction. `along_rows` (the
+    reduction runs along the inputs' contiguous dim): one output element per block, the
+    slices reading consecutive elements."""
+    if along_rows:
+        block = device.threads_per_block
+        return SplitReductionShape(1, 1, block, block, numel)
     vec = vector_width(math.gcd(numel, last_dim), element_bytes, device)
     nvec = numel // vec
     columns = max(1, TRANSPOSE_TILE_BYTES // (vec * element_bytes))

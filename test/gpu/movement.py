@@ -154,6 +154,8 @@ CASES = {
                       "mean over the sequence B8 T1024 D768 bf16 (f32 sums)"),
     "colsum": (lambda x: x.sum(dim=0), [((16384, 1024), f32)], 1e-6,
                "column sums of 16384x1024 fp32"),
+    "bn_mean": (lambda x: x.mean(dim=(0, 2, 3)), [((32, 64, 56, 56), f32)], 1e-6,
+                "BatchNorm's mean over N, H, W of 32x64x56x56 fp32"),
     "maxpool_stem": (lambda x: F.max_pool2d(x, 3, 2, 1), [((8, 64, 112, 112), f32)], 0.0,
                      "ResNet stem max-pool 3x3 s2 p1, 8x64x112x112 fp32"),
     "resnet_basic": (resnet_basic, RESNET, 1e-5, "ResNet-18 basic block B8 C64 56x56 fp32"),
@@ -171,7 +173,7 @@ CASES = {
     "gpt2_block": (None, None, None, "GPT-2 block B8 T1024 d768 (SDPA causal)"),
 }
 BLOCKS = {"llama_block", "gpt2_block"}
-REDUCTIONS = {"mean_seq_bf16", "colsum"}  # also built with the family off, to compare
+REDUCTIONS = {"mean_seq_bf16", "colsum", "bn_mean"}  # also built with the family off, to compare
 CNN = {"resnet_basic", "resnet_basic_bf16", "bottleneck_bf16", "bottleneck", "mobilenet_block",
        "mobilenet_block_bf16"}
 

@@ -147,6 +147,18 @@ def test_reductions_over_a_non_last_dim() -> None:
     assert "broadcast back" in kernels[-1].info["why"]
 
 
+def test_batchnorm_statistics_are_one_block_per_channel() -> None:
+    """A mean over N, H, W of NCHW (BatchNorm's statistics): the reduction runs along the
+    input's contiguous dim, so the "reduce" shape puts one channel on each block, its 256
+    slices reading consecutive elements of the rows."""
+    program, kernels = _program(lambda t: t.mean(dim=(0, 2, 3)), torch.randn(8, 64, 28, 28))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "reduce")]
+    launch = kernels[0].info["launch"]
+    assert (launch["vec"], launch["columns"], launch["slices"]) == (1, 1, 256)
+    assert kernels[0].grid == 64
+    assert program.kernels_mlir.count("gpu.barrier") == 1 + 8
+
+
 def test_pad_and_strided_slice_are_data_movement() -> None:
     x = torch.randn(2, 3, 10, 12)
     _, kernels = _program(lambda t: F.pad(t, (1, 2, 3, 0)), x)

@@ -613,14 +613,18 @@ class MovementEmitter(KernelEmitter):
         torch's reductions), rounded once."""
         if n_in + len(op.results) != len(op.operands) or len(op.results) != 1:
             raise CudaCodegenError("a reduction with several results")
-        for m in affine[:n_in]:
-            last = m.results[len(m.results) - 1] if len(m.results) else None
-            if isinstance(last, ir.AffineDimExpr) and last.position in reduced:
-                raise CudaCodegenError("a reduction over its inputs' contiguous dim (a row "
-                                       "reduction: the fast emitter's)")
         ranges = _loop_ranges(op)
         extents = [ranges[d] for d in reduced]
         total = math.prod(extents)
+        along_rows = self.mode.extra.get("along_rows", False)
+        for m in affine[:n_in]:
+            last = m.results[len(m.results) - 1] if len(m.results) else None
+            if isinstance(last, ir.AffineDimExpr) and last.position in reduced and \
+                    not (along_rows and total > MAX_WINDOW_POINTS):
+                # (The "reduce" shape with one output element per block reads such rows
+                # whole: BatchNorm's statistics over N, H, W.)
+                raise CudaCodegenError("a reduction over its inputs' contiguous dim (a row "
+                                       "reduction: the fast emitter's)")
         init_value = op.operands[n_in]
         out_elt = str(ir.RankedTensorType(init_value.type).element_type)
         wide = out_elt in ("bf16", "f16")
@@ -953,8 +957,9 @@ class MovementEmitter(KernelEmitter):
         every thread evaluates its vector's expression (the reduction folds its slice's
         points, `split_reduction`), the slice-0 threads store."""
         numel = numel_of(self.out_shape)
-        shape = cost_model.split_reduction_shape(numel, self.out_shape[-1], self.eb,
-                                                 self.device)
+        shape = cost_model.split_reduction_shape(
+            numel, self.out_shape[-1], self.eb, self.device,
+            along_rows=self.mode.extra.get("along_rows", False))
         self.shape = shape
         self.V = shape.vec
         nvec = numel // shape.vec
@@ -1195,9 +1200,15 @@ def movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.Operati
         best = MovementEmitter(group, symbol, constants, device)
         text = best.build()
     except CudaCodegenError as refusal:
-        if "more than the" not in str(refusal) or "reduction of" not in str(refusal):
+        long = "more than the" in str(refusal) and "reduction of" in str(refusal)
+        rows = "contiguous dim" in str(refusal)
+        if not (long or rows):
             raise
-        best = MovementEmitter(group, symbol, constants, device, _Mode("reduce"))
+        # A long reduction: split over a block's slices; one over the inputs' contiguous
+        # dim (BatchNorm's statistics: N, H, W per channel), one output element per block,
+        # its slices reading consecutive elements of the rows.
+        mode = _Mode("reduce", extra={"along_rows": rows})
+        best = MovementEmitter(group, symbol, constants, device, mode)
         text = best.build()
     if best.stats.strided_bytes and len(best.out_shape) > 1:
         for p in range(len(best.out_shape) - 1):
