@@ -196,6 +196,8 @@ def run(argv: list[str]) -> int:
         lower(module, options, filename=args.input)
     output = args.output or default_output(args.input)
     metadata = driver.build(module, options, output, args.input)
+    if args.report == "text" and options.resolved_target() == "cuda":
+        print(_built_kernels(metadata))
     elapsed = time.perf_counter() - started
     kernels = len(metadata.get("kernels", []))
     print(f"fusec: wrote {output} ({options.resolved_target()}, {kernels} kernel"
@@ -273,6 +275,27 @@ def _write_graph(module, path: str) -> None:
     with open(tmp, "wb") as f:
         f.write(rendered.stdout)
     os.replace(tmp, path)
+
+
+def _built_kernels(metadata: dict) -> str:
+    """What each GPU launch of the artifact is, as code generation built it: the path
+    (fast, movement, tc_gemm, gemm, fallback) and its shape; a fallback kernel with the
+    emitters' refusal, so that a regression to the slow path shows."""
+    kernels = metadata.get("kernels", [])
+    lines = [f"kernels built ({len(kernels)}):"]
+    fallback = 0
+    for k in kernels:
+        info = k.get("info", {})
+        path = info.get("path", "?")
+        shape = info.get("shape") or ""
+        ops = ", ".join(k.get("ops", [])[:6]) + (", ..." if len(k.get("ops", [])) > 6 else "")
+        lines.append(f"  {k.get('symbol', '?'):10s} {path:9s} {shape:16s} {ops}")
+        if path == "fallback":
+            fallback += 1
+            lines.append(f"    why: {info.get('why', '')}")
+    lines.append(f"  {fallback} on the fallback path" if fallback else
+                 "  none on the fallback path")
+    return "\n".join(lines)
 
 
 def _print_report(module, fmt: str, options) -> None:

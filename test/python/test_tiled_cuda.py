@@ -290,3 +290,20 @@ def test_report_shows_a_capacity_split(capsys, tmp_path):
     # On the CPU the same row fits a core's L2: one kernel, nothing split.
     data = json.loads(_run(capsys, str(model), "--report=json", "--target", "cpu"))
     assert len(data["tiled_kernels"]) == 1 and data["tiled_kernels"][0]["split"] is None
+
+
+def test_report_lists_the_kernels_built_and_the_fallback(capsys, tmp_path):
+    """`--report -o` for target cuda ends with what each launch is as built: the CNN's
+    im2col and epilogue are data-movement kernels and its convolution a cuBLASLt call,
+    none on the fallback; with the family off, the transformer's head-merge transpose is a
+    fallback kernel, listed with the emitters' refusal."""
+    out = _run(capsys, os.path.join(EXAMPLES, "cnn", "model.mlir"), "--report", "--target",
+               "cuda", "-o", str(tmp_path / "cnn.so"))
+    built = out.split("kernels built (")[1]
+    assert built.startswith("4):") and "movement  direct" in built and "gemm" in built
+    assert "none on the fallback path" in built
+    out = _run(capsys, os.path.join(EXAMPLES, "transformer", "model.mlir"), "--report",
+               "--target", "cuda", "--no-cuda-movement", "-o", str(tmp_path / "t.so"))
+    built = out.split("kernels built (")[1]
+    assert "fallback" in built and "why: 'linalg.transpose' is not supported" in built
+    assert "1 on the fallback path" in built
