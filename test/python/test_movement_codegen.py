@@ -252,3 +252,21 @@ def test_a_collapse_to_rank_0_reads_index_0() -> None:
 
     program, kernels = _program(fn, torch.randn(1).to(torch.bfloat16))
     assert kernels and all(k.info["path"] in ("fast", "movement") for k in kernels)
+
+
+def test_a_fallback_kernel_that_would_exhaust_the_device_heap_is_refused_located() -> None:
+    """A LLaMA block with the family off: one fallback kernel would malloc 12 MB per GPU
+    thread for 2M threads; malloc returned NULL and the kernel wrote through it (an illegal
+    address on the H200). Refused at compile time now, at the op in the user's source."""
+    import importlib.util
+    from pathlib import Path
+
+    from fusec.compiler.targets.cuda.program import LocatedCodegenError
+
+    path = Path(__file__).resolve().parents[1] / "gpu" / "movement.py"
+    spec = importlib.util.spec_from_file_location("fusec_movement_cases", path)
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    args = cases._inputs("llama_block", 0, "cpu")
+    with pytest.raises(LocatedCodegenError, match="bytes per GPU thread on the device heap"):
+        _program(cases.llama_block, *args, movement=False)

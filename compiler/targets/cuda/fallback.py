@@ -27,6 +27,9 @@ from fusec.runtime.plan import Launch
 FALLBACK_BLOCK = cost_model.FALLBACK_THREADS_PER_BLOCK  # the cost model's policy
 # Tile intermediates up to this size live in each thread's stack (local memory).
 FALLBACK_STACK_BYTES = 1 << 20
+# CUDA's default device-malloc heap (cuCtxGetLimit(CU_LIMIT_MALLOC_HEAP_SIZE)): what the
+# fallback's threads may hold at once in the buffers larger than FALLBACK_STACK_BYTES.
+DEVICE_HEAP_BYTES = 8 << 20
 
 
 @dataclass
@@ -322,9 +325,34 @@ def fallback_kernel(group: ir.Operation, symbol: str,
     tiles = _distribute_tiles(gfunc, forall, block)
     if serial:
         block = 1
+    heap = _heap_bytes(gfunc)
+    if heap and heap * min(tiles, -(-tiles // block) * block) > DEVICE_HEAP_BYTES:
+        # Each thread would malloc its buffer on the device heap; when they cannot all fit,
+        # malloc returns NULL and the kernel writes through it (an illegal address on the
+        # H200: a LLaMA block with --no-cuda-movement). Refused here instead.
+        raise CudaCodegenError(
+            f"the fallback kernel needs {heap} bytes per GPU thread on the device heap for "
+            f"{tiles} threads, more than its {DEVICE_HEAP_BYTES >> 20} MiB (a value the "
+            f"tile computes whole)")
     return FallbackKernel(text=str(gfunc), args=roles, weights=weights,
                           grid=-(-tiles // block), block=block, tiles=tiles,
                           tile_sizes=tile_sizes, serial=serial)
+
+
+def _heap_bytes(gfunc: ir.Operation) -> int:
+    """Bytes one thread of `gfunc` allocates on the heap (memref.alloc left after the
+    promotion of small buffers to the stack)."""
+    from fusec.compiler.targets.cuda.analysis import numel_of
+    from fusec.compiler.targets.cuda.device import ELEMENT_BYTES
+    from fusec.passes.grouping import walk_ops
+
+    total = 0
+    for alloc in walk_ops(gfunc, lambda o: o.name == "memref.alloc"):
+        mtype = ir.MemRefType(alloc.results[0].type)
+        if not mtype.has_static_shape:
+            return 1 << 40  # unknown: assume it does not fit
+        total += numel_of(mtype.shape) * ELEMENT_BYTES.get(str(mtype.element_type), 8)
+    return total
 
 
 def fallback_launch(group: ir.Operation, symbol: str, refusal: str, operands: list[int],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -11,6 +13,7 @@ import mlir.ir as ir
 from fusec.compiler.targets.cuda.analysis import analyse_group, tensor_info, value_key
 from fusec.compiler.targets.cuda.device import DTYPES, GROUP_OP, CudaCodegenError
 from fusec.compiler.targets.cuda.emitter import KernelEmitter, constant_bytes, is_weight
+from fusec.passes.registry import PassError
 from fusec.compiler.targets.cuda.fallback import fallback_launch
 from fusec.compiler.targets.cuda.gemm import GEMM_WORKSPACE_BYTES, gemm_launch
 from fusec.compiler.targets.cuda.tc_gemm import tc_gemm_launch
@@ -98,6 +101,29 @@ def yields_only_empty(group: ir.Operation) -> bool:
         if source is None or source.name != "tensor.empty":
             return False
     return len(terminator.operands) > 0
+
+
+class LocatedCodegenError(PassError, CudaCodegenError):
+    """A group no path builds, at the place in the user's source it comes from: the driver
+    says `file:line:col: error: ...` (a PassError), callers of `generate` still catch a
+    CudaCodegenError."""
+
+
+def _located_error(group: ir.Operation, error: Exception) -> Exception:
+    """A refusal (no emitter, and not the fallback) located at the group's first op from the
+    user's source: a `file:line:col: error`, not an internal error."""
+    ops = [o.operation for o in group.regions[0].blocks[0].operations]
+    where = next((o.location for o in ops if "loc(" in str(o.location) and
+                  ":" in str(o.location)), group.location)
+    return LocatedCodegenError(f"cannot compile this kernel for cuda: {error}", where)
+
+
+def _located(group: ir.Operation, build: Any) -> Any:
+    """`build()`, its CudaCodegenError located (`_located_error`)."""
+    try:
+        return build()
+    except CudaCodegenError as e:
+        raise _located_error(group, e) from e
 
 
 def _yields_only_a_weight(group: ir.Operation) -> ir.Operation | None:
@@ -241,9 +267,10 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             # Neither emitter's: the fallback path, from the stage's thread tiles.
             why = ir.StringAttr(op.attributes[attributes.FALLBACK]).value
             if not options.fallback:
-                raise CudaCodegenError(why)
-            launches.append(fallback_launch(op, symbol, why, operands, weight_buffer,
-                                             result_buffers, kernels, kind, ops_in))
+                raise _located_error(op, CudaCodegenError(why))
+            launches.append(_located(op, lambda: fallback_launch(
+                op, symbol, why, operands, weight_buffer, result_buffers, kernels, kind,
+                ops_in)))
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             launches[-1].info["tiled"] = True
             continue
@@ -291,10 +318,11 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                                        shared_bytes=0))
                 continue
             if not options.fallback:
-                raise refusal
-            launches.append(fallback_launch(op, symbol, str(refusal), operands,
-                                             weight_buffer, result_buffers, kernels,
-                                             kind, ops_in))
+                raise _located_error(op, refusal) from refusal
+            reason = str(refusal)
+            launches.append(_located(op, lambda: fallback_launch(
+                op, symbol, reason, operands, weight_buffer, result_buffers, kernels,
+                kind, ops_in)))
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             continue
         args = list(operands)
