@@ -23,7 +23,11 @@ Which path builds each group (`Launch.info["path"]`, and the group's attributes)
     buffer;
   * a group the `tiled` stage left untiled (`fusion.untiled` says why): the group-level
     emitter below (`KernelEmitter`), whose launch shape is the same cost-model functions'
-    applied to the whole group; failing that, the fallback path, which tiles it itself.
+    applied to the whole group; failing that, the data-movement family (movement.py,
+    `path: movement`: reshapes, slices, transposes, concats, pads, gathers, windows and
+    non-last-axis reductions with their elementwise neighbours; `CudaOptions.movement`);
+    failing that, the fallback path, which tiles it itself. A convolution reaches the
+    planner's groups as im2col + a matmul (`--fusion-gpu-convs-to-gemm`).
 
 How the group-level emitter makes a kernel. The group's linalg payloads are emitted per
 element inside a `gpu.func`: every linalg value of the group is, for one thread, either
@@ -95,8 +99,10 @@ Its rooms, one path each (imports run down this list, never up):
   fallback.py  the fallback path (upstream MLIR, a tile per GPU thread)
   layouts.py   strided views: layout ops as cuBLASLt operand layouts and plan-level views
   gemm.py      matmul-rooted groups as cuBLASLt calls (operands, epilogues, launch tables)
-  wgmma.py     the tensor-core GEMM family (TMA + mbarrier pipeline + wgmma, sm_90a);
-               standalone so far (bench/tc_gemm.py), not chosen by the planner yet
+  movement.py  the data-movement family (`MovementEmitter`: reshapes, slices, transposes,
+               concats, pads, gathers, windows, non-last-axis reductions, with their
+               elementwise neighbours): direct, transpose and reduce shapes
+  wgmma.py     the tensor-core GEMM family (TMA + mbarrier pipeline + wgmma, sm_90a)
   rewrites.py  the IR-to-IR group rewrites the `tiled` stage runs for the GPU
   folding.py   groups that read nothing, folded at compile time
   rewrite_passes.py  the rewrites in order (`REWRITES`), each also a flag of its own

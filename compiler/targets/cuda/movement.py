@@ -17,9 +17,12 @@ vector of `V` consecutive elements one thread owns, and proves what it can about
     in `stats`, the kernel-shape decision reads it);
   * a concat / pad / insert_slice whose piece boundaries the vector cannot straddle (or whose
     choosing index is the same for all lanes) is one `scf.if` for the whole vector; otherwise
-    each lane chooses alone.
+    each lane chooses alone;
+  * windows (pooling, depthwise and small grouped convolutions) and reductions over loops
+    the output does not index fold their points unrolled when there are at most
+    MAX_WINDOW_POINTS (64); 16-bit sums and products accumulate in f32, rounded once.
 
-Two kernel shapes (the cost model's pure functions give their sizes):
+Three kernel shapes (the cost model's pure functions give their sizes):
 
   * **direct** (`cost_model.movement_launch_shape`): each thread writes vectors along the
     output's last dim, in a grid-stride loop, every load of a pass before its stores (loads
@@ -31,8 +34,17 @@ Two kernel shapes (the cost model's pure functions give their sizes):
     square of (p, l): read in vectors along p, kept in shared memory (the chunks XOR-swizzled
     by row so neither phase has bank conflicts), written in vectors along l.
 
-The shape with the fewer strided bytes wins (`movement_kernel`); the reason and the shape go
-into `Launch.info` ("path": "movement", "shape": "direct" | "transpose").
+  * **reduce** (`cost_model.split_reduction_shape`): a longer reduction over a non-last
+    dim: a few output vectors per block, the reduced points split over the block's slices
+    (an `scf.for` each), the partials combined by a tree in shared memory; a reduction
+    along the inputs' contiguous dim that the fast emitter does not take (BatchNorm's
+    statistics over N, H, W) puts one output element on each block.
+
+Between direct and transpose the shape with the fewer strided bytes wins (`movement_kernel`);
+a long reduction takes the reduce shape. The shape goes into `Launch.info` ("path":
+"movement", "shape": "direct" | "transpose" | "reduce"). What the family refuses (a row
+reduction, a reduction broadcast back to a larger output, a window over 64 points) goes to
+the fallback path with the reason.
 """
 
 from __future__ import annotations
