@@ -147,14 +147,21 @@ def test_reductions_over_a_non_last_dim() -> None:
     assert "broadcast back" in kernels[-1].info["why"]
 
 
-def test_batchnorm_statistics_are_one_block_per_channel() -> None:
+def test_batchnorm_statistics_are_one_block_per_channel_then_parts() -> None:
     """A mean over N, H, W of NCHW (BatchNorm's statistics): the reduction runs along the
     input's contiguous dim, so the "reduce" shape puts one channel on each block, its 256
-    slices reading consecutive elements of the rows."""
-    program, kernels = _program(lambda t: t.mean(dim=(0, 2, 3)), torch.randn(8, 64, 28, 28))
-    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "reduce")]
+    slices reading consecutive elements of the rows. 64 channels would be 64 blocks: the
+    rows are split in parts first (`--fusion-gpu-split-long-reductions`: N = 32 into 8
+    parts of 4, 512 blocks), their fold and the division a second kernel. A smaller one
+    (N = 2, 28 x 28: 1568 points) stays one kernel."""
+    program, kernels = _program(lambda t: t.mean(dim=(0, 2, 3)), torch.randn(32, 64, 56, 56))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [
+        ("movement", "reduce"), ("movement", "direct")]
     launch = kernels[0].info["launch"]
     assert (launch["vec"], launch["columns"], launch["slices"]) == (1, 1, 256)
+    assert kernels[0].grid == 64 * 8 and "tensor.expand_shape" in kernels[0].ops
+    program, kernels = _program(lambda t: t.mean(dim=(0, 2, 3)), torch.randn(2, 64, 28, 28))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "reduce")]
     assert kernels[0].grid == 64
     assert program.kernels_mlir.count("gpu.barrier") == 1 + 8
 

@@ -18,6 +18,7 @@ from fusec.compiler.targets.cuda.folding import fold_constant_groups
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
                                                   convs_to_gemm, erase_dead_groups,
+                                                  split_long_reductions,
                                                   extract_slices_to_generics, mark_view_groups,
                                                   merge_epilogue_consumers, split_at_reshapes,
                                                   split_matmul_groups,
@@ -45,6 +46,9 @@ REWRITES = (
     Rewrite("fusion-gpu-convs-to-gemm", convs_to_gemm,
             "2-D convolutions become im2col + one matmul (the GEMM library's, the data-movement "
             "kernels around it)."),
+    Rewrite("fusion-gpu-split-long-reductions", split_long_reductions,
+            "A long reduction over few outputs becomes parts in a kernel of their own, then "
+            "their (short) fold."),
     Rewrite("fusion-gpu-merge-epilogues", merge_epilogue_consumers,
             "A matmul group absorbs the consumer group that starts with a cuBLASLt epilogue."),
     Rewrite("fusion-gpu-split-matmuls", split_matmul_groups,

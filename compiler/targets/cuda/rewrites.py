@@ -37,7 +37,7 @@ from fusec.compiler.targets.cuda.layouts import (
     result_view,
 )
 from fusec.compiler.targets.cuda.options import CudaOptions
-from fusec.passes import attributes
+from fusec.passes import attributes, cost_model
 
 
 def unit_transposes_to_reshapes(func: ir.Operation) -> int:
@@ -896,3 +896,197 @@ def widen_16bit_payloads(func: ir.Operation) -> int:
             op.erase()
         count += 1
     return count
+
+
+def split_long_reductions(func: ir.Operation, options: CudaOptions | None = None) -> int:
+    """Split a long reduction over few outputs in two kernels, so that enough blocks run:
+    the data-movement family's reduce shape puts a few output vectors (or one output, for a
+    reduction along the rows) on a block, and BatchNorm's statistics (64 channels) or column
+    sums (256 vectors) leave most SMs idle. The reduction's outermost reduced loop of extent
+    E becomes P parallel parts of E / P (P a power of two that gives every SM two blocks):
+
+        part[p, out...] = fold over (p * E/P + e', the other reduced loops) from the neutral
+        out[out...] = init (+) fold over p of part[p, out...]   (P <= 64 points: unrolled)
+
+    The first is a kernel of its own (its producers with it), the second joins the ops after
+    the reduction. Only for accumulators that are not 16-bit (an f32 sum of a bf16 tensor
+    rounds only once at the end; the parts would round), and only with the data-movement
+    kernels on. Returns how many reductions were split."""
+    from fusec.compiler.targets.cuda.emitter import _combiner, _neutral
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
+    from fusec.passes.inline_groups import inline_group
+    from mlir.dialects import arith, linalg, tensor
+
+    if options is None or not options.movement:
+        return 0
+    device = options.description
+    count = 0
+    body = func.regions[0].blocks[0]
+    for group in [op.operation for op in body.operations if op.operation.name == GROUP_OP]:
+        if attributes.PATH in group.attributes:
+            continue
+        gops = [o.operation for o in group.regions[0].blocks[0].operations][:-1]
+        reductions = [o for o in gops if o.name == "linalg.generic" and len(o.results) == 1
+                      and any("reduction" in str(a) for a in o.attributes["iterator_types"])]
+        if len(reductions) != 1 or any(o.name in GEMM_OPS or o.name.startswith("linalg.conv")
+                                       for o in gops):
+            continue
+        red = reductions[0]
+        plan = _reduction_split_plan(red, device)
+        if plan is None:
+            continue
+        d, extent, parts = plan
+        n_in = len(red.operands) - 1
+        block = red.regions[0].blocks[0]
+        try:
+            combiner = _combiner(block.operations[len(block.operations) - 1].operands[0],
+                                 block.arguments[n_in])
+        except CudaCodegenError:
+            continue
+        init = red.operands[n_in]
+        shape, elt_text = tensor_info(init.type)
+        elt = ir.RankedTensorType(init.type).element_type
+        ctx = red.context
+        maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(red.attributes["indexing_maps"])]
+        nd = maps[0].n_dims
+        p_dim = ir.AffineDimExpr.get(nd, ctx)
+        inner = extent // parts
+
+        # Each input that reads loop d as a dim of its own gets that dim expanded to
+        # [P, E / P] (linalg needs every loop as a plain dim of some operand); an input
+        # reading d inside an expression cannot be split so.
+        new_inputs, new_maps, ok = [], [], True
+        for v, m in zip(list(red.operands[:n_in]), maps[:n_in]):
+            results = list(m.results)
+            pure = [j for j, e in enumerate(results)
+                    if isinstance(e, ir.AffineDimExpr) and e.position == d]
+            if any(not isinstance(e, (ir.AffineDimExpr, ir.AffineConstantExpr)) for e in results):
+                ok = False
+                break
+            if not pure:
+                new_inputs.append(v)
+                new_maps.append(ir.AffineMap.get(nd + 1, 0, results, ctx))
+                continue
+            j = pure[0]
+            vshape, _ = tensor_info(v.type)
+            groups, k = [], 0
+            for i in range(len(vshape)):
+                groups.append([k, k + 1] if i == j else [k])
+                k += 2 if i == j else 1
+            expanded_shape = vshape[:j] + [parts, inner] + vshape[j + 1:]
+            new_inputs.append((v, groups, expanded_shape))
+            new_maps.append(ir.AffineMap.get(
+                nd + 1, 0, results[:j] + [p_dim, ir.AffineDimExpr.get(d, ctx)] +
+                results[j + 1:], ctx))
+        if not ok:
+            continue
+
+        out_map = maps[n_in]
+        part_map = ir.AffineMap.get(nd + 1, 0, [p_dim] + list(out_map.results), ctx)
+        iters = list(ir.ArrayAttr(red.attributes["iterator_types"]))
+        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>", ctx)
+        reduction = ir.Attribute.parse("#linalg.iterator_type<reduction>", ctx)
+        with ir.InsertionPoint(red), red.location:
+            neutral = arith.ConstantOp(elt, ir.Attribute.parse(
+                f"{_neutral(combiner, elt_text)} : {elt_text}", ctx)).result
+            part_init = linalg.fill(neutral, outs=[tensor.EmptyOp([parts] + shape, elt).result])
+            operands = []
+            for item in new_inputs:
+                if isinstance(item, tuple):
+                    v, groups, expanded_shape = item
+                    velt = ir.RankedTensorType(v.type).element_type
+                    item = tensor.ExpandShapeOp(
+                        ir.RankedTensorType.get(expanded_shape, velt), v,
+                        ir.ArrayAttr.get([ir.ArrayAttr.get(
+                            [ir.IntegerAttr.get(ir.IntegerType.get_signless(64, ctx), i)
+                             for i in g]) for g in groups]),
+                        [], expanded_shape).result
+                operands.append(item)
+            part = linalg.GenericOp(
+                [ir.RankedTensorType.get([parts] + shape, elt)], operands, [part_init],
+                ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps] +
+                                 [ir.AffineMapAttr.get(part_map)]),
+                ir.ArrayAttr.get(iters + [parallel]))
+            new_block = part.regions[0].blocks.append(*[a.type for a in block.arguments])
+            mapping = {value_key(a): b for a, b in zip(block.arguments, new_block.arguments)}
+            with ir.InsertionPoint(new_block):
+                for op in block.operations:
+                    clone = op.operation.clone()
+                    for i, v in enumerate(clone.operands):
+                        if value_key(v) in mapping:
+                            clone.operands[i] = mapping[value_key(v)]
+                    for old, new in zip(op.operation.results, clone.results):
+                        mapping[value_key(old)] = new
+            rank = len(shape)
+            fold_maps = [ir.AffineMap.get(rank + 1, 0, [ir.AffineDimExpr.get(rank, ctx)] +
+                                          [ir.AffineDimExpr.get(i, ctx) for i in range(rank)],
+                                          ctx),
+                         ir.AffineMap.get(rank + 1, 0, [ir.AffineDimExpr.get(i, ctx)
+                                                        for i in range(rank)], ctx)]
+            total = linalg.GenericOp([init.type], [part.results[0]], [init],
+                                     ir.ArrayAttr.get([ir.AffineMapAttr.get(m)
+                                                       for m in fold_maps]),
+                                     ir.ArrayAttr.get([parallel] * rank + [reduction]))
+            tb = total.regions[0].blocks.append(elt, elt)
+            with ir.InsertionPoint(tb):
+                folded = ir.Operation.create(combiner, results=[elt],
+                                             operands=[tb.arguments[0], tb.arguments[1]])
+                linalg.YieldOp([folded.results[0]])
+        red.results[0].replace_all_uses_with(total.results[0])
+        red.erase()
+        # Two kernels: the parts with what they read; the total with what follows.
+        ops = [o.operation for o in group.regions[0].blocks[0].operations][:-1]
+        ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
+        first = _cone(part.results[0], {id_of(o): o for o in ops})
+        piece_a = [o for o in ops if id_of(o) in first]
+        piece_b = [o for o in ops if id_of(o) not in first]
+        if not _convex([piece_a, piece_b]) or any(
+                defining(v) is not None and id_of(defining(v)) in first and
+                value_key(v) != value_key(part.results[0])
+                for o in piece_b for v in o.operands):
+            continue  # one kernel, unsplit: still correct (the reduce shape)
+        kind = str(group.attributes["kind"]).strip('"') if "kind" in group.attributes else "single"
+        inline_group(group)
+        s = ir.StringAttr.get
+        form_group(piece_a, "vertical" if len(piece_a) > 1 else "single",
+                   {attributes.SPLIT: s("reduction")})
+        form_group(piece_b, kind if len(piece_b) > 1 else "single",
+                   {attributes.SPLIT: s("reduction")})
+        count += 1
+    return count
+
+
+def _reduction_split_plan(red: ir.Operation, device: Any) -> tuple[int, int, int] | None:
+    """(the reduced loop to split, its extent, the parts) for a long reduction whose reduce
+    shape would not give every SM two blocks; None where it does, or nothing divides."""
+    from fusec.compiler.targets.cuda.movement import MAX_WINDOW_POINTS, _loop_ranges
+
+    try:
+        ranges = _loop_ranges(red)
+    except CudaCodegenError:
+        return None
+    iters = [str(a) for a in red.attributes["iterator_types"]]
+    reduced = [i for i, t in enumerate(iters) if "reduction" in t]
+    shape, elt = tensor_info(red.results[0].type)
+    if elt in ("bf16", "f16") or not reduced or reduced == [len(iters) - 1]:
+        return None  # (a reduction over the last loop alone: the fast emitter's row kernel)
+    total = math.prod(ranges[i] for i in reduced)
+    if total <= MAX_WINDOW_POINTS * 64:
+        return None
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(red.attributes["indexing_maps"])]
+    along_rows = any(isinstance(m.results[len(m.results) - 1], ir.AffineDimExpr) and
+                     m.results[len(m.results) - 1].position in reduced
+                     for m in maps[:-1] if len(m.results))
+    numel = math.prod(shape)
+    eb = ELEMENT_BYTES.get(elt, 4)
+    grid = cost_model.split_reduction_shape(numel, shape[-1] if shape else 1, eb, device,
+                                            along_rows=along_rows).grid
+    want = 2 * device.parallel_units
+    if grid >= want:
+        return None
+    d = reduced[0]
+    extent = ranges[d]
+    parts = 1
+    while parts * 2 <= MAX_WINDOW_POINTS and extent % (parts * 2) == 0 and grid * parts < want:
+        parts *= 2
+    return (d, extent, parts) if parts > 1 else None
