@@ -70,6 +70,7 @@ SLICE_OFFSETS = "fusion.slice_offsets"  # GPU: a static slice rewritten as a gat
 GPU_KERNELS = "fusion.gpu_kernels"  # on the function: --fusion-gpu-kernels has run
 GEMM_NOTES = "fusion.gemm_notes"  # on the function: the GPU rewrites' decisions
 NO_MOVEMENT = "fusion.no_movement"  # on the function: the data-movement kernels are off
+TF32 = "fusion.tf32"  # GPU: a convolution's matmul runs with TF32 operands (conv_tf32)
 CONV_AS_GEMM = "fusion.conv_as_gemm"  # GPU: a convolution rewritten as im2col + matmul
 FENCE = "fusion.fence"  # --fusion-fence-broadcast-consumers' mark (removed by --fusion-unfence)
 LOOP_ORDER = "fusion.loop_order"  # --fusion-cpu-loop-order has ordered this op's loops

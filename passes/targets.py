@@ -6,7 +6,7 @@ Nothing under `fusec.passes` imports a target. A target that builds GPU kernels 
 for "nvidia-h200"); `--fusion-gpu-kernels` and `--fusion-tile{device=...}` ask it:
 
 - `refuse_host_features(func)`: raise `PassError` (located) for what the device cannot run;
-- `rewrites(func, gemm, tc_gemm, movement)`: the device's group rewrites (library calls or the
+- `rewrites(func, gemm, tc_gemm, movement, conv_tf32)`: the device's group rewrites (library calls or the
   device's own GEMM kernels, layout views, splits), returning one note per decision;
 - `tile_refusal(group)`: why code generation would not build this tiled group (None: it does);
 - `tile_for_fallback(group)`: tile a group no emitter builds as the fallback path runs it.
@@ -32,7 +32,7 @@ class KernelBuilder:
 
     device: str
     refuse_host_features: Callable[[ir.Operation], None]
-    rewrites: Callable[[ir.Operation, bool, bool, bool], list[str]]
+    rewrites: Callable[[ir.Operation, bool, bool, bool, bool], list[str]]
     tile_refusal: Callable[[ir.Operation], str | None]
     tile_for_fallback: Callable[[ir.Operation], ir.Operation]
 

@@ -177,13 +177,18 @@ CASES = {
                              "MobileNetV2 inverted residual B8 32-192-32 28x28 bf16"),
     "bottleneck": (bottleneck, [(s, f32) for s, _ in BOTTLENECK], 1e-5,
                    "ResNet-50 bottleneck B8 256-64-256 56x56 fp32"),
+    "resnet_basic_tf32": (resnet_basic, RESNET, None,
+                          "ResNet-18 basic block fp32, --cuda-conv-tf32 (torch's default)"),
+    "bottleneck_tf32": (bottleneck, [(s, f32) for s, _ in BOTTLENECK], None,
+                        "ResNet-50 bottleneck fp32, --cuda-conv-tf32"),
     "llama_block": (llama_block, LLAMA, None, "LLaMA block B4 T512 d1024 (GQA, RoPE, SwiGLU)"),
     "gpt2_block": (None, None, None, "GPT-2 block B8 T1024 d768 (SDPA causal)"),
 }
 BLOCKS = {"llama_block", "gpt2_block"}
 REDUCTIONS = {"mean_seq_bf16", "colsum", "bn_mean"}  # also built with the family off, to compare
 CNN = {"resnet_basic", "resnet_basic_bf16", "bottleneck_bf16", "bottleneck", "mobilenet_block",
-       "mobilenet_block_bf16"}
+       "mobilenet_block_bf16", "resnet_basic_tf32", "bottleneck_tf32"}
+OPTIONS = {"resnet_basic_tf32": {"conv_tf32": True}, "bottleneck_tf32": {"conv_tf32": True}}
 
 
 def case(name: str):
@@ -248,11 +253,11 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
             text = import_torch(Wrap(fn), *args)
         entry = {"description": desc}
         for suffix, on in (("", True), (".fb", False)):
-            if not on and name not in BLOCKS | CNN | REDUCTIONS:
+            if not on and (name not in BLOCKS | CNN | REDUCTIONS or name in OPTIONS):
                 continue
             t0 = time.perf_counter()
             options = CompileOptions(target="cuda", model_name=name,
-                                     cuda=CudaOptions(movement=on))
+                                     cuda=CudaOptions(movement=on, **OPTIONS.get(name, {})))
             try:
                 meta = driver.compile_text(text, f"<movement {name}>", options,
                                            str(folder / f"{name}{suffix}.so"))

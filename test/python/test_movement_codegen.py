@@ -25,7 +25,7 @@ class _Fn(torch.nn.Module):
         return self.fn(*args)
 
 
-def _program(fn, *inputs, movement: bool = True):
+def _program(fn, *inputs, movement: bool = True, **cuda):
     from fusec.compiler import driver
     from fusec.compiler import pipeline as pl
     from fusec.compiler.frontend import import_torch
@@ -33,7 +33,7 @@ def _program(fn, *inputs, movement: bool = True):
     with driver.quiet_torch_logs():
         text = import_torch(_Fn(fn).eval(), *inputs)
     module = driver.parse(text, "<test>")
-    options = cg.CudaOptions(cubin=False, movement=movement)
+    options = cg.CudaOptions(cubin=False, movement=movement, **cuda)
     pl.lower(module, pl.CompileOptions(target="cuda", cuda=options), stop_after="tiled")
     program = cg.generate(module, options)
     return program, [k for k in program.plan.launches if k.launch_kind == "kernel"]
@@ -277,3 +277,21 @@ def test_a_fallback_kernel_that_would_exhaust_the_device_heap_is_refused_located
     args = cases._inputs("llama_block", 0, "cpu")
     with pytest.raises(LocatedCodegenError, match="bytes per GPU thread on the device heap"):
         _program(cases.llama_block, *args, movement=False)
+
+
+def test_fp32_convolutions_are_exact_unless_tf32_is_asked_for() -> None:
+    """fusec's fp32 convolution GEMMs are exact fp32 (CUBLAS_COMPUTE_32F); torch's default
+    for convolutions is TF32 (cudnn.allow_tf32), which `--cuda-conv-tf32` asks for: the
+    matmul is marked `fusion.tf32` and cuBLASLt computes with CUBLAS_COMPUTE_32F_FAST_TF32.
+    A plain fp32 matmul (a Linear) is never TF32 here."""
+    w = torch.randn(8, 4, 3, 3)
+    x = torch.randn(2, 4, 10, 10)
+    for tf32, compute in ((False, cg.gemm.CUBLAS_COMPUTE_32F),
+                          (True, cg.gemm.CUBLAS_COMPUTE_32F_FAST_TF32)):
+        program, _ = _program(lambda t: F.conv2d(t, w, None, 1, 1), x, conv_tf32=tf32)
+        (launch,) = [k for k in program.plan.launches if k.launch_kind == "gemm"]
+        assert cg.gemm_table(launch, None)[15] == compute
+    lw = torch.randn(16, 32)
+    program, _ = _program(lambda t: F.linear(t, lw), torch.randn(8, 32), conv_tf32=True)
+    (launch,) = [k for k in program.plan.launches if k.launch_kind == "gemm"]
+    assert cg.gemm_table(launch, None)[15] == cg.gemm.CUBLAS_COMPUTE_32F

@@ -33,6 +33,7 @@ from fusec.runtime.plan import Launch
 # cudaDataType values (library_types.h).
 CUDA_DATA_TYPES = {"f32": 0, "f16": 2, "bf16": 14}
 CUBLAS_COMPUTE_32F = 68
+CUBLAS_COMPUTE_32F_FAST_TF32 = 77  # fp32 operands rounded to TF32 on the tensor cores
 # cublasLtEpilogue_t values.
 CUBLASLT_EPILOGUES = {"default": 1, "relu": 2, "bias": 4, "relu_bias": 6, "gelu": 32,
                       "gelu_bias": 36}
@@ -364,6 +365,8 @@ def gemm_launch(group: ir.Operation, operands: list[int], weight_buffer: Any,
             "lda": la.ld, "ldb": lb.ld, "ldd": ld.ld, "stride_a": la.batch_stride,
             "stride_b": lb.batch_stride, "stride_d": ld.batch_stride, "offset_a": la.offset,
             "offset_b": lb.offset, "offset_d": ld.offset}
+    if attributes.TF32 in mm.attributes and a.element == "f32":
+        gemm["compute"] = "tf32"  # a convolution's, asked for (CudaOptions.conv_tf32)
     info = {"path": "gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
             "flops": 2 * batch * m * n * k}
     ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
@@ -393,7 +396,8 @@ def gemm_table(launch: Launch, element_of: Any) -> list[int]:
     return [CUDA_DATA_TYPES[in_elt], CUDA_DATA_TYPES[out_elt], op_a, op_b,
             rows_a, cols_a, g.get("ldb", rows_a), rows_b, cols_b, g.get("lda", rows_b),
             n, m, g["batch"], CUBLASLT_EPILOGUES[g["epilogue"]],
-            int("bias" in g["fused"]), CUBLAS_COMPUTE_32F,
+            int("bias" in g["fused"]),
+            CUBLAS_COMPUTE_32F_FAST_TF32 if g.get("compute") == "tf32" else CUBLAS_COMPUTE_32F,
             g.get("stride_b", rows_a * cols_a if batched else 0),
             g.get("stride_a", rows_b * cols_b if batched else 0),
             g.get("stride_d", n * m if batched else 0), g.get("ldd", n),

@@ -55,6 +55,10 @@ class CudaOptions:
         "and the elementwise ops around them: the data-movement kernels (movement.py); "
         "False: the fallback path.")})
 
+    conv_tf32: bool = field(default=False, metadata={"help": (
+        "fp32 convolutions' GEMMs with TF32 operands (torch's default for convolutions: "
+        "torch.backends.cudnn.allow_tf32 = True); False (fusec's default): exact fp32.")})
+
     def __post_init__(self) -> None:
         if self.device not in cost_model.DEVICES or \
                 cost_model.DEVICES[self.device].threads_per_block <= 1:

@@ -745,7 +745,9 @@ def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int
 
     The im2col gather (with the pad) becomes the matmul's prologue kernel, the transpose
     back to NCHW joins the epilogue (bias, BatchNorm, ReLU, residual) in one kernel. fp32
-    convolutions stay fp32 (no TF32: torch's cuDNN default is TF32, fusec's is exact).
+    convolutions stay exact fp32 unless `CudaOptions.conv_tf32` (torch's cuDNN default is
+    TF32 for convolutions; fusec's is exact): then the matmul is marked `fusion.tf32` and
+    cuBLASLt computes it with TF32 operands.
     Returns how many convolutions were rewritten."""
     from fusec.passes.grouping import walk_ops
     from mlir.dialects import linalg, tensor
@@ -807,6 +809,8 @@ def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int
                                     ir.IntegerAttr.get(out_elt, 0)).result
             acc = linalg.fill(zero, outs=[tensor.EmptyOp([m, f], out_elt).result])
             mm = linalg.matmul(col2.result, wt, outs=[acc])
+            if options is not None and options.conv_tf32 and str(elt) == "f32":
+                mm.owner.attributes[attributes.TF32] = ir.UnitAttr.get()
             y = tensor.ExpandShapeOp(ty([n, oh, ow, f], out_elt), mm, assoc([[0, 1, 2], [3]]),
                                      [], [n, oh, ow, f])
             t = linalg.transpose(y.result, outs=[tensor.EmptyOp([n, f, oh, ow],
