@@ -113,7 +113,7 @@ def merge_siblings(a: ir.Operation, b: ir.Operation) -> ir.Operation:
     a_args += [body.arguments[n_in + k] for k in range(len(a_outs))]
     b_args = [body.arguments[i] for i in b_in_index]
     b_args += [body.arguments[n_in + len(a_outs) + k] for k in range(len(b_outs))]
-    yielded = _clone_body(a, a_args, body) + _clone_body(b, b_args, body)
+    yielded = clone_body(a, a_args, body) + clone_body(b, b_args, body)
     with ir.InsertionPoint(body), b.location:
         linalg.YieldOp(yielded)
     merged_op = merged.operation
@@ -127,7 +127,7 @@ def merge_siblings(a: ir.Operation, b: ir.Operation) -> ir.Operation:
     return merged_op
 
 
-def _clone_body(op: ir.Operation, args: list[ir.Value], target: ir.Block) -> list[ir.Value]:
+def clone_body(op: ir.Operation, args: list[ir.Value], target: ir.Block) -> list[ir.Value]:
     """Clone `op`'s payload into `target` reading `args`; returns the values it yields."""
     source = op.regions[0].blocks[0]
     mapping: dict[tuple[int, int], ir.Value] = {}

@@ -200,9 +200,13 @@ class KernelEmitter:
         align = vec * ELEMENT_BYTES.get(elt, 4)
         self.emit(f"{vname} = vector.load %arg{arg}[{offset}] {{alignment = {align} : i64}} : "
                   f"{self.memref(arg)}, vector<{vec}x{elt}>")
+        return self.vector_lanes(vname, vec, elt, "x")
+
+    def vector_lanes(self, vname: str, vec: int, elt: str, hint: str) -> list[str]:
+        """The `vec` elements of vector value `vname`, one SSA name each."""
         lanes = []
         for lane in range(vec):
-            name = self.fresh("x")
+            name = self.fresh(hint)
             self.emit(f"{name} = vector.extract {vname}[{lane}] : {elt} from vector<{vec}x{elt}>")
             lanes.append(name)
         return lanes

@@ -99,8 +99,7 @@ class Ix:
 
 @dataclass
 class Stats:
-    vector_bytes: int = 0
-    strided_bytes: int = 0
+    strided_bytes: int = 0  # bytes read a lane at a time (the shape choice minimises them)
 
 
 @dataclass
@@ -282,15 +281,12 @@ class MovementEmitter(KernelEmitter):
             names = self._lane_names(lin)
             return [self.load_vector(inp.index, n, 1)[0] for n in names]
         if lin.step == 0:
-            self.stats.vector_bytes += eb
             return [self.load_vector(inp.index, lin.name, 1)[0]] * self.V
         w = max(1, min(self.V, VECTOR_BYTES // eb))
         while w > 1 and lin.align % w:
             w //= 2
         if w * eb < VECTOR_BYTES and w < self.V:
             self.stats.strided_bytes += self.V * eb
-        else:
-            self.stats.vector_bytes += self.V * eb
         out: list[str] = []
         for j in range(0, self.V, w):
             off = lin.name if j == 0 else self.arith("addi", lin.name, self.index(j))
@@ -955,15 +951,15 @@ class MovementEmitter(KernelEmitter):
         self.emit("%tid = gpu.thread_id x")
         self.emit("%bid = gpu.block_id x")
         if self.mode.kind == "direct":
-            block, grid, shared = self.emit_direct()
+            block, grid = self.emit_direct()
         elif self.mode.kind == "reduce":
-            block, grid, shared = self.emit_reduce()
+            block, grid = self.emit_reduce()
         else:
-            block, grid, shared = self.emit_transpose()
-        self.block, self.grid, self.shared_bytes = block, grid, shared
+            block, grid = self.emit_transpose()
+        self.block, self.grid = block, grid
         return self.function_text(block, grid)
 
-    def emit_reduce(self) -> tuple[int, int, int]:
+    def emit_reduce(self) -> tuple[int, int]:
         """The "reduce" shape (a long reduction over a non-last dim): C output vectors per
         block (one 128-byte line of a row), S = 256 / C slices of the reduced points each;
         every thread evaluates its vector's expression (the reduction folds its slice's
@@ -992,9 +988,9 @@ class MovementEmitter(KernelEmitter):
             self.store_lanes(self.num_inputs + i, off, lanes)
         self.indent -= 1
         self.emit("}")
-        return shape.block, shape.grid, 0
+        return shape.block, shape.grid
 
-    def emit_direct(self) -> tuple[int, int, int]:
+    def emit_direct(self) -> tuple[int, int]:
         numel = numel_of(self.out_shape)
         shape = cost_model.movement_launch_shape(numel, self.out_shape[-1], self.eb,
                                                  self.device)
@@ -1027,9 +1023,9 @@ class MovementEmitter(KernelEmitter):
                 self.emit("}")
         self.indent -= 1
         self.emit("}")
-        return shape.block, shape.grid, 0
+        return shape.block, shape.grid
 
-    def emit_transpose(self) -> tuple[int, int, int]:
+    def emit_transpose(self) -> tuple[int, int]:
         elts = [tensor_info(v.type)[1] for v in self.outputs]
         if any(e in MEMORY_ELEMENT for e in elts):
             raise CudaCodegenError("a transposing kernel of bools")
@@ -1099,12 +1095,7 @@ class MovementEmitter(KernelEmitter):
                 vec = self.fresh("w")
                 self.emit(f"{vec} = vector.load {smem}[{pr}, {col}] : {smem_type}, "
                           f"vector<{vl}x{elt}>")
-                lanes = []
-                for k in range(vl):
-                    n = self.fresh("w")
-                    self.emit(f"{n} = vector.extract {vec}[{k}] : {elt} from vector<{vl}x{elt}>")
-                    lanes.append(n)
-                read.append(lanes)
+                read.append(self.vector_lanes(vec, vl, elt, "w"))
             p = self.arith("addi", p0.name, pr)
             l_ = self.arith("addi", l0.name, self.arith("muli", lc, self.index(vl)))
             ok = self.arith("andi", self.arith("cmpi ult,", p, self.index(P)),
@@ -1119,7 +1110,7 @@ class MovementEmitter(KernelEmitter):
                 self.store_lanes(self.num_inputs + i, off.name, lanes)
             self.indent -= 1
             self.emit("}")
-        return block, shape.grid, 0
+        return block, shape.grid
 
 
 def _reduction_combiner(op: ir.Operation, result: int) -> str:

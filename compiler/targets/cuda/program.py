@@ -260,6 +260,14 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             launches.append(launch)
             continue
         weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]
+
+        def kernel_args() -> list[int]:
+            """A group-level kernel's arguments: its inputs, its weights, its results."""
+            args = list(operands)
+            for w in weights:
+                shape, elt = tensor_info(w.results[0].type)
+                args.append(weight_buffer(shape, elt, constant_bytes(w, asm)))
+            return args + result_buffers()
         if attributes.OPS in op.attributes:  # recorded by the tiling, before it nests them
             ops_in = [ir.StringAttr(a).value for a in op.attributes[attributes.OPS]]
         from_tile = built_from_tile(op)
@@ -304,11 +312,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                     refusal = CudaCodegenError(f"{refusal} (data movement: {not_moved})")
             if moved is not None:
                 kernels.append(moved.text)
-                args = list(operands)
-                for w in weights:
-                    shape, elt = tensor_info(w.results[0].type)
-                    args.append(weight_buffer(shape, elt, constant_bytes(w, asm)))
-                args += result_buffers()
+                args = kernel_args()
                 info = dict(moved.info, bytes=sum(buffers[b].nbytes for b in args),
                             tiled=False)
                 if attributes.UNTILED in op.attributes:
@@ -325,11 +329,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                 kind, ops_in)))
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             continue
-        args = list(operands)
-        for w in weights:
-            shape, elt = tensor_info(w.results[0].type)
-            args.append(weight_buffer(shape, elt, constant_bytes(w, asm)))
-        args += result_buffers()
+        args = kernel_args()
         shape = geometry.shape
         info = {"path": "fast", "shape": geometry.kind, "launch": dataclasses.asdict(shape),
                 "rows": geometry.rows, "cols": geometry.cols,

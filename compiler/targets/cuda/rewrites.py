@@ -917,6 +917,7 @@ def split_long_reductions(func: ir.Operation, options: CudaOptions | None = None
     rounds only once at the end; the parts would round), and only with the data-movement
     kernels on. Returns how many reductions were split."""
     from fusec.compiler.targets.cuda.emitter import _combiner, _neutral
+    from fusec.passes.fusion.reduction import clone_body
     from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
     from fusec.passes.inline_groups import inline_group
     from mlir.dialects import arith, linalg, tensor
@@ -1012,15 +1013,9 @@ def split_long_reductions(func: ir.Operation, options: CudaOptions | None = None
                                  [ir.AffineMapAttr.get(part_map)]),
                 ir.ArrayAttr.get(iters + [parallel]))
             new_block = part.regions[0].blocks.append(*[a.type for a in block.arguments])
-            mapping = {value_key(a): b for a, b in zip(block.arguments, new_block.arguments)}
+            yielded = clone_body(red, list(new_block.arguments), new_block)
             with ir.InsertionPoint(new_block):
-                for op in block.operations:
-                    clone = op.operation.clone()
-                    for i, v in enumerate(clone.operands):
-                        if value_key(v) in mapping:
-                            clone.operands[i] = mapping[value_key(v)]
-                    for old, new in zip(op.operation.results, clone.results):
-                        mapping[value_key(old)] = new
+                linalg.YieldOp(yielded)
             rank = len(shape)
             fold_maps = [ir.AffineMap.get(rank + 1, 0, [ir.AffineDimExpr.get(rank, ctx)] +
                                           [ir.AffineDimExpr.get(i, ctx) for i in range(rank)],
