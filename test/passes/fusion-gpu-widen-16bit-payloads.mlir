@@ -18,10 +18,14 @@
 // CHECK: %[[S:.+]] = arith.addf {{.+}} : f32
 // CHECK: %[[T:.+]] = arith.truncf %[[S]] : f32 to bf16
 // CHECK: arith.extf %[[T]] : bf16 to f32
-// An f32 payload is left as it is.
+// An f32 payload is left as it is, and so is a bf16 row reduction's (the fast emitter
+// folds it in f32 itself, recognising `maximumf(in, acc)` as its combiner).
 // CHECK-LABEL: func.func @f32_untouched
 // CHECK-NOT: arith.extf
 // CHECK-NOT: arith.truncf
+// CHECK-LABEL: func.func @bf16_row_max
+// CHECK: arith.maximumf {{.+}} : bf16
+// CHECK-NOT: arith.extf
 #m = affine_map<(d0) -> (d0)>
 func.func @sigmoid_mul(%x: tensor<64xbf16>) -> tensor<64xbf16> {
   %g = fusion.group single (%a = %x : tensor<64xbf16>) -> tensor<64xbf16> {
@@ -64,4 +68,18 @@ func.func @f32_untouched(%x: tensor<64xf32>) -> tensor<64xf32> {
     fusion.yield %r : tensor<64xf32>
   }
   return %g : tensor<64xf32>
+}
+func.func @bf16_row_max(%x: tensor<4x64xbf16>) -> tensor<4xbf16> {
+  %g = fusion.group single (%a = %x : tensor<4x64xbf16>) -> tensor<4xbf16> {
+    %ninf = arith.constant 0xFF80 : bf16
+    %e = tensor.empty() : tensor<4xbf16>
+    %f = linalg.fill ins(%ninf : bf16) outs(%e : tensor<4xbf16>) -> tensor<4xbf16>
+    %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<4x64xbf16>) outs(%f : tensor<4xbf16>) {
+    ^bb0(%i: bf16, %o: bf16):
+      %m = arith.maximumf %i, %o : bf16
+      linalg.yield %m : bf16
+    } -> tensor<4xbf16>
+    fusion.yield %r : tensor<4xbf16>
+  }
+  return %g : tensor<4xbf16>
 }

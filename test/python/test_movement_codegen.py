@@ -295,3 +295,17 @@ def test_fp32_convolutions_are_exact_unless_tf32_is_asked_for() -> None:
     program, _ = _program(lambda t: F.linear(t, lw), torch.randn(8, 32), conv_tf32=True)
     (launch,) = [k for k in program.plan.launches if k.launch_kind == "gemm"]
     assert cg.gemm_table(launch, None)[15] == cg.gemm.CUBLAS_COMPUTE_32F
+
+
+def test_bf16_row_reductions_stay_the_fast_emitters() -> None:
+    """A bf16 row max and row sum (a payload on bf16, the reduction over the last loop):
+    the 16-bit widening leaves their payloads alone, since the fast emitter folds them in f32
+    itself; widened, its combiner was no longer recognised and they became data-movement
+    reduce kernels (slower: one row per block, 2-byte loads). A max over a non-last dim is
+    the family's."""
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    for fn in (lambda t: t.amax(-1), lambda t: t.sum(-1)):
+        _, kernels = _program(fn, x)
+        assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("fast", "row")]
+    _, kernels = _program(lambda t: t.amax(0), x)
+    assert [k.info["path"] for k in kernels] == ["movement"]

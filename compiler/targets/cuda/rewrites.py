@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 import mlir.ir as ir
-from fusec.compiler.targets.cuda.analysis import analyse_group, tensor_info, value_key
+from fusec.compiler.targets.cuda.analysis import analyse_group, iterators, tensor_info, value_key
 from fusec.compiler.targets.cuda.body import (
     GEMM_OPS,
     RESHAPE_OPS,
@@ -849,7 +849,8 @@ _HALF = ("bf16", "f16")
 
 
 def widen_16bit_payloads(func: ir.Operation) -> int:
-    """Compute each payload's bf16/f16 arithmetic in f32, rounding once where the payload
+    """Compute each payload's bf16/f16 arithmetic in f32 (row reductions excepted: the
+    fast emitter accumulates them in f32 itself), rounding once where the payload
     yields (or where a value leaves the chain of arithmetic: an explicit cast, a store), as
     torch computes one op (its `sigmoid` in f32, rounded once); torch-mlir writes such an op
     as one generic whose payload runs op by op in bf16 (negf, exp, addf, divf), which on the
@@ -862,6 +863,12 @@ def widen_16bit_payloads(func: ir.Operation) -> int:
     f32 = ir.F32Type.get(func.context)
     count = 0
     for generic in walk_ops(func, lambda o: o.name == "linalg.generic"):
+        kinds = iterators(generic)
+        if kinds and kinds[-1] == "reduction" and all(k == "parallel" for k in kinds[:-1]):
+            # A row reduction: the fast emitter folds it in f32 itself (its combiner must be
+            # the payload's last op, on the accumulator); widened, it no longer recognised
+            # it and bf16 row sums and maxima left the row kernels.
+            continue
         block = generic.regions[0].blocks[0]
         ops = [o.operation for o in block.operations]
 
