@@ -813,3 +813,48 @@ def matmul_row_tile(extent: int, size: int, row_block: int = CPU_MATMUL_ROW_BLOC
     blocked = [r for r in divisors if r % row_block == 0 and r < 2 * least]
     rows = (blocked or divisors)[0]
     return 0 if rows >= extent else rows
+
+
+# --- attention (compiler/targets/cuda/attention.py) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionTile:
+    """One CTA of the attention kernel: `bm` query rows (one warpgroup, m64 MMAs), key/value
+    tiles of `bn` keys streamed through `stages` shared-memory stages."""
+
+    bm: int
+    bn: int
+    stages: int
+    head_dim: int
+
+    def shared_bytes(self, element_bytes: int) -> int:
+        q = self.bm * self.head_dim * element_bytes
+        kv = 2 * self.stages * self.bn * self.head_dim * element_bytes
+        p = self.bm * self.bn * element_bytes
+        return q + kv + p
+
+
+def attention_tile(head_dim: int, element_bytes: int, device: Device) -> AttentionTile:
+    """The attention kernel's tile: 64 query rows (one warpgroup) and two K/V stages, with the
+    widest key tile (128, else 64) that keeps two CTAs resident per SM (the second CTA's
+    MMAs run while the first one computes its softmax), the register budget (the scores'
+    fragment is bn / 2 f32 per thread beside the output's head_dim / 2) at most 192."""
+    for bn in (128, 64):
+        tile = AttentionTile(64, bn, 2, head_dim)
+        registers = bn // 2 + head_dim // 2
+        if 2 * tile.shared_bytes(element_bytes) + 2 * 1024 <= device.shared_bytes_per_unit \
+                and registers <= 128:
+            return tile
+    return AttentionTile(64, 64, 1, head_dim)
+
+
+def attention_s(batch: int, q_len: int, kv_len: int, head_dim: int, causal: bool,
+                device: Device, efficiency: float = 0.45) -> float:
+    """Predicted time of the attention kernel: both products' FLOPs (half of them where the
+    causal tiles are skipped) at a fraction of the tensor-core peak, or the HBM time of Q, K,
+    V and O once, plus one launch."""
+    flops = 4 * batch * q_len * kv_len * head_dim * (0.5 if causal else 1.0)
+    bytes_moved = 2 * batch * (2 * q_len + 2 * kv_len) * head_dim
+    return device.launch_s + max(flops / (device.matmul_flops_per_s * efficiency),
+                                 bytes_moved / device.hbm_bytes_per_s)

@@ -11,6 +11,9 @@ for "nvidia-h200"); `--fusion-gpu-kernels` and `--fusion-tile{device=...}` ask i
 - `tile_refusal(group)`: why code generation would not build this tiled group (None: it does);
 - `tile_for_fallback(group)`: tile a group no emitter builds as the fallback path runs it.
 
+A target with an attention kernel registers what it takes (`register_attention`):
+`--fusion-attention` asks `attention_refusal(device, parameters)` before it forms a group.
+
 Every target also says what one of its row or elementwise kernels can be made of
 (`KernelOps`, registered by `fusec.compiler.targets.cpu` and `.cuda` when imported): the
 planner's input and horizontal fusion ask `kernel_ops(device)` instead of keeping a copy of
@@ -81,3 +84,19 @@ def register_kernel_ops(kernel_ops: KernelOps) -> None:
 def kernel_ops(device: str) -> KernelOps:
     """What `device`'s row/elementwise kernels take; a PassError when no target said."""
     return _registered(_KERNEL_OPS, device, "no target has said what a kernel takes", "cpu")
+
+
+_ATTENTION: dict[str, Callable[[dict], str | None]] = {}
+
+
+def register_attention(device: str, refusal: Callable[[dict], str | None]) -> None:
+    """`refusal(parameters)`: why `device`'s attention kernel cannot take an attention with
+    these parameters (`fusion.attention`'s entries as Python values), None where it can."""
+    _ATTENTION[device] = refusal
+
+
+def attention_refusal(device: str, parameters: dict) -> str | None:
+    """Why `device` builds no attention kernel for `parameters` (None: it does)."""
+    if device not in _ATTENTION:
+        return f"no attention kernel for device '{device}' yet"
+    return _ATTENTION[device](parameters)

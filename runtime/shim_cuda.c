@@ -60,11 +60,12 @@ typedef struct {
   const long long *maps;
 } fusec_cuda_launch;
 
-/* One 2-D tensor map parameter (tc_gemm.map_table): the kernel parameter it replaces (its
- * buffer's position in `buffers`), CUtensorMapDataType, the global dims (innermost first),
- * the outer stride (bytes), the box (innermost first), CUtensorMapSwizzle, and the byte
- * offset of the matrix in its buffer. */
-#define FUSEC_MAP_FIELDS 9
+/* One tensor map parameter of rank 1..3 (wgmma.map_entry): the kernel parameter it replaces
+ * (its buffer's position in `buffers`), CUtensorMapDataType, the rank, the global dims
+ * (innermost first, 3), the byte strides of dims 1 and 2, the box (innermost first, 3),
+ * CUtensorMapSwizzle, and the byte offset of the operand in its buffer. */
+#define FUSEC_MAP_FIELDS 13
+#define FUSEC_MAP_RANK 3
 
 typedef struct {
   int role;            /* 0 input, 1 output, 2 temp, 3 constant (weights, uploaded once) */
@@ -591,7 +592,7 @@ static CUdeviceptr fusec_buffer_pointer(const fusec_cuda_program *p, int id, voi
 static int fusec_encode_map(const fusec_cuda_launch *l, int k, int j, const CUdeviceptr *ptrs) {
   const long long *f = &l->maps[j * FUSEC_MAP_FIELDS];
   fusec_tensor_map *m = &fusec_maps[k][j];
-  CUdeviceptr address = ptrs[f[0]] + (CUdeviceptr)f[8];
+  CUdeviceptr address = ptrs[f[0]] + (CUdeviceptr)f[FUSEC_MAP_FIELDS - 1];
   if (m->address == address) return 0;
   if (!cu.TensorMapEncodeTiled) {
     fusec_set_error("launch %d reads through TMA and this driver has no cuTensorMapEncodeTiled "
@@ -603,13 +604,19 @@ static int fusec_encode_map(const fusec_cuda_launch *l, int k, int j, const CUde
                     (int)f[0], (unsigned long long)address);
     return 1;
   }
-  const uint64_t dims[2] = {(uint64_t)f[2], (uint64_t)f[3]};
-  const uint64_t strides[1] = {(uint64_t)f[4]};
-  const unsigned box[2] = {(unsigned)f[5], (unsigned)f[6]};
-  const unsigned element_strides[2] = {1, 1};
+  const int rank = (int)f[2];
+  uint64_t dims[FUSEC_MAP_RANK], strides[FUSEC_MAP_RANK - 1];
+  unsigned box[FUSEC_MAP_RANK], element_strides[FUSEC_MAP_RANK];
+  for (int d = 0; d < FUSEC_MAP_RANK; ++d) {
+    dims[d] = (uint64_t)f[3 + d];
+    box[d] = (unsigned)f[3 + FUSEC_MAP_RANK + FUSEC_MAP_RANK - 1 + d];
+    element_strides[d] = 1;
+    if (d < FUSEC_MAP_RANK - 1) strides[d] = (uint64_t)f[3 + FUSEC_MAP_RANK + d];
+  }
   /* interleave none (0), L2 promotion 256 B (3), out-of-range elements read as zeros (0) */
-  CUresult r = cu.TensorMapEncodeTiled(m->bytes, (int)f[1], 2, (void *)(uintptr_t)address, dims,
-                                       strides, box, element_strides, 0, (int)f[7], 3, 0);
+  CUresult r = cu.TensorMapEncodeTiled(m->bytes, (int)f[1], rank, (void *)(uintptr_t)address,
+                                       dims, strides, box, element_strides, 0,
+                                       (int)f[FUSEC_MAP_FIELDS - 2], 3, 0);
   if (r != 0) {
     char what[128];
     snprintf(what, sizeof what, "cuTensorMapEncodeTiled (launch %d, map %d)", k, j);

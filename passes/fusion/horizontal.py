@@ -141,7 +141,7 @@ def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: co
     # A serial loop nest (fusion.serial, a lowered tm_tensor op) runs on one thread: merged
     # with a tiled part, every tile would run it again.
     small = [_group_floor_s(g, device) < device.launch_s and
-             ir.StringAttr(g.attributes["kind"]).value != "horizontal" and
+             ir.StringAttr(g.attributes["kind"]).value not in ("horizontal", "attention") and
              attributes.SERIAL not in g.attributes for g in groups]
     candidates = list(small)
     for i, g in enumerate(groups):

@@ -263,6 +263,8 @@ def _consumers_by_value(groups: list[ir.Operation]
     in order)."""
     found: dict[tuple[int, int], tuple[ir.Value, list[int]]] = {}
     for i, group in enumerate(groups):
+        if ir.StringAttr(group.attributes["kind"]).value == "attention":
+            continue  # a kernel family of its own (--fusion-attention): never merged
         for v in group.operands:
             if tensor_shape(v.type) is None:
                 continue

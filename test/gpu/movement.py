@@ -265,6 +265,7 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
                 if on:
                     raise
                 entry["fb"] = {"refused": str(e).splitlines()[0][:300]}
+                (folder / f"{name}{suffix}.so").unlink(missing_ok=True)  # no stale build
                 continue
             entry["fb" if suffix else "mv"] = {
                 "compile_s": round(time.perf_counter() - t0, 3),

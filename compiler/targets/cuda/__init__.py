@@ -174,11 +174,13 @@ __all__ = [
 def _register() -> None:
     """Tell the target-independent passes what this target builds (passes/targets.py)."""
     from fusec.compiler.targets.cuda.analysis import FAST_EMITTER_OPS, emitter_refusal
+    from fusec.compiler.targets.cuda.attention import refusal as attention_refusal
     from fusec.compiler.targets.cuda.program import refuse_host_features
     from fusec.compiler.targets.cuda.tiles import tile_for_fallback, tile_refusal
     from fusec.passes.targets import (
         KernelBuilder,
         KernelOps,
+        register_attention,
         register_kernel_builder,
         register_kernel_ops,
     )
@@ -194,6 +196,7 @@ def _register() -> None:
         tile_for_fallback=tile_for_fallback,
     ))
     register_kernel_ops(KernelOps(device=device, ops=FAST_EMITTER_OPS, refusal=emitter_refusal))
+    register_attention(device, attention_refusal)
 
 
 _register()

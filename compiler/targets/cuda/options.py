@@ -55,6 +55,11 @@ class CudaOptions:
         "and the elementwise ops around them: the data-movement kernels (movement.py); "
         "False: the fallback path.")})
 
+    attention: bool = field(default=True, metadata={"help": (
+        "Attention chains (Q K^T, score ops, softmax, P V) as one kernel of our attention "
+        "family (online softmax, sm_90/sm_90a; attention.py); False: the ops as the "
+        "planner groups them (the scores in memory).")})
+
     conv_tf32: bool = field(default=False, metadata={"help": (
         "fp32 convolutions' GEMMs with TF32 operands (torch's default for convolutions: "
         "torch.backends.cudnn.allow_tf32 = True); False (fusec's default): exact fp32.")})

@@ -250,6 +250,16 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             launches.append(gemm_launch(op, operands, weight_buffer, result_buffers, asm))
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             continue
+        if path == "attention":
+            from fusec.compiler.targets.cuda.attention import attention_launch
+
+            text, launch = _located(op, lambda: attention_launch(
+                op, symbol, operands, weight_buffer, result_buffers, asm,
+                options.description))
+            kernels.append(text)
+            launch.info["bytes"] = sum(buffers[b].nbytes for b in launch.buffers[3:])
+            launches.append(launch)
+            continue
         if path == "tc_gemm":
             text, launch = tc_gemm_launch(
                 op, symbol, operands, weight_buffer, result_buffers, asm,

@@ -461,8 +461,15 @@ def _sixteen_bit(group: ir.Operation) -> bool:
 
 
 def groups_of(func: ir.Operation) -> list[ir.Operation]:
+    """The function's groups that the rewrites may change: all but the attention groups
+    (`fusion.path = "attention"`: one kernel of their own family, built as formed)."""
     return [op.operation for op in func.regions[0].blocks[0].operations
-            if op.operation.name == GROUP_OP]
+            if op.operation.name == GROUP_OP and not _is_attention(op.operation)]
+
+
+def _is_attention(group: ir.Operation) -> bool:
+    return attributes.PATH in group.attributes and \
+        ir.StringAttr(group.attributes[attributes.PATH]).value == "attention"
 
 
 def _kind(group: ir.Operation) -> str:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import mlir.ir as ir
 from fusec.compiler.targets.cuda import wgmma
+from fusec.compiler.targets.cuda.wgmma import map_entry
 from fusec.compiler.targets.cuda.analysis import parse_map, tensor_info, value_key
 from fusec.compiler.targets.cuda.body import GEMM_OPS, RESHAPE_OPS, defining, single_use
 from fusec.compiler.targets.cuda.device import (
@@ -681,14 +682,14 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     text = wgmma.kernel_text(symbol, problem, t, epilogue, unroll)
     eb = wgmma.MMA_INPUTS[found.a.element]
     dtype = TENSOR_MAP_TYPES[found.a.element]
-    maps = [[0, dtype, found.k, found.m, found.la.ld * eb, t.bk, t.bm, SWIZZLE_128B,
-             found.la.offset * eb]]
+    maps = [map_entry(0, dtype, [found.k, found.m], [found.la.ld * eb], [t.bk, t.bm],
+                      SWIZZLE_128B, found.la.offset * eb)]
     if problem.b_layout == "nk":
-        maps.append([1, dtype, found.k, found.n, found.lb.ld * eb, t.bk, t.bn, SWIZZLE_128B,
-                     found.lb.offset * eb])
+        maps.append(map_entry(1, dtype, [found.k, found.n], [found.lb.ld * eb], [t.bk, t.bn],
+                              SWIZZLE_128B, found.lb.offset * eb))
     else:
-        maps.append([1, dtype, found.n, found.k, found.lb.ld * eb, 64, t.bk, SWIZZLE_128B,
-                     found.lb.offset * eb])
+        maps.append(map_entry(1, dtype, [found.n, found.k], [found.lb.ld * eb], [64, t.bk],
+                              SWIZZLE_128B, found.lb.offset * eb))
     fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
     info = {"path": "tc_gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
             "flops": 2 * found.m * found.n * found.k, "epilogue": fused,

@@ -118,6 +118,25 @@ def refusal(problem: GemmProblem, tile: GemmTile = GemmTile()) -> str | None:
     return None
 
 
+MAP_RANK = 3
+
+
+def map_entry(param: int, dtype: int, dims: list[int], strides: list[int], box: list[int],
+              swizzle: int, offset: int) -> list[int]:
+    """One tensor-map row of a launch (runtime/shim_cuda.c, FUSEC_MAP_FIELDS): the kernel
+    parameter it replaces, CUtensorMapDataType, the rank, the dims and the box innermost
+    first, the byte strides of dims 1.., CUtensorMapSwizzle and the operand's byte offset;
+    padded to MAP_RANK dims."""
+    rank = len(dims)
+    if rank > MAP_RANK or len(strides) != rank - 1 or len(box) != rank:
+        raise CudaCodegenError(f"a tensor map of rank {rank}")
+    dims = dims + [1] * (MAP_RANK - rank)
+    last = strides[-1] * dims[rank - 1] if strides else 0
+    strides = strides + [last] * (MAP_RANK - 1 - len(strides))
+    box = box + [1] * (MAP_RANK - rank)
+    return [param, dtype, rank, *dims, *strides, *box, swizzle, offset]
+
+
 def grid(problem: GemmProblem, tile: GemmTile = GemmTile()) -> int:
     """CTAs of the one-dimensional grid."""
     return -(-problem.m // tile.bm) * -(-problem.n // tile.bn)
@@ -419,7 +438,8 @@ def extern_dynamic_shared_memory(module) -> int:
 
 
 def mark_grid_constant_maps(module) -> int:
-    """Give the two map parameters of every kernel marked `GRID_CONSTANT_MAPS` the by-value,
+    """Give the map parameters (the first two, or the attribute's count) of every kernel marked
+    `GRID_CONSTANT_MAPS` the by-value,
     grid-constant attributes (a 128-byte, 64-byte aligned `.param` the kernel reads in
     place: what `cuTensorMapEncodeTiled` writes and TMA reads), and its pointers
     `noalias` (MAP_KERNEL_POINTER). NVVM's verifier takes them
@@ -432,15 +452,20 @@ def mark_grid_constant_maps(module) -> int:
         nonlocal count
         if op.name == "llvm.func" and GRID_CONSTANT_MAPS in op.attributes:
             params = len(op.regions[0].blocks[0].arguments)
+            marked = op.attributes[GRID_CONSTANT_MAPS]
+            try:
+                n_maps = ir.IntegerAttr(marked).value
+            except (TypeError, ValueError):
+                n_maps = 2  # a unit attribute: the GEMM's two maps
             old = list(ir.ArrayAttr(op.attributes["arg_attrs"])) \
                 if "arg_attrs" in op.attributes else [ir.DictAttr.get({})] * params
             rest = []
-            for attr in old[2:]:
+            for attr in old[n_maps:]:
                 entries = {a.name: a.attr for a in ir.DictAttr(attr)}
                 entries["llvm.noalias"] = ir.UnitAttr.get()
                 rest.append(ir.DictAttr.get(entries))
             op.attributes["arg_attrs"] = ir.ArrayAttr.get(
-                [ir.Attribute.parse(MAP_PARAMETER)] * 2 + rest)
+                [ir.Attribute.parse(MAP_PARAMETER)] * n_maps + rest)
             count += 1
         return ir.WalkResult.ADVANCE
 

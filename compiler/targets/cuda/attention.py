@@ -1,0 +1,720 @@
+"""CUDA target: the attention kernel family (FlashAttention's online softmax) for sm_90a.
+
+An attention group (`--fusion-attention`, kind `attention`, `fusion.path = "attention"`)
+is one kernel: each CTA (one warpgroup, 128 threads) takes BM = 64 query rows of one
+(batch, head) and streams the keys and values through shared memory in tiles of BN:
+
+    thread 0: TMA Q (once), K and V tiles 0..STAGES-1 (each its own mbarrier)
+    m = -inf, l = 0, O = 0                              (per row, in registers; O f32)
+    for j < key tiles:
+        wait K_j;  S = Q K_j^T          (wgmma m64nBNk16 from shared memory, f32)
+        X = score(S)                    (the group's own score ops, per element, with the
+                                         row / key index: scale, casts, masks; keys past
+                                         the end are -inf)
+        m' = max(m, rowmax X);  P = exp2((X - m') log2 e);  l = l e^(m - m') + rowsum P
+        O *= e^(m - m');  P -> shared memory (16-bit, the 128-byte swizzle wgmma reads)
+        wait V_j;  O += P V_j           (wgmma m64nDk16, B = V read N-major)
+        thread 0: K, V tiles j + STAGES into the freed stage
+    O / l -> the output (16-bit or f32), rows past the end not written
+
+so S, X and P never reach memory, and the temporaries are O(S) (none at all). The scores'
+fragment is read in registers (`nvvm.wgmma.mma_async` on an `!llvm.struct` of f32, the
+accumulator layout of PTX's wgmma: thread t of warp w holds rows 16 w + t / 4 (+ 8) and
+columns 8 c + 2 (t % 4) (+ 1)); the row statistics are combined over the four threads of a
+row with two shuffles. The score ops are evaluated by the data-movement family's evaluator
+(`MovementEmitter.at`), two consecutive keys at a time, with the scores bound to the
+fragment's values: whatever elementwise ops the graph has there (a causal `where` from
+indices, an additive mask read from memory, a scale, torch's casts) run as they are.
+
+A fully masked row has l = 0 and gives 0 / 0 = NaN, as the unfused softmax does.
+
+Q, K and V are read through 3-D tensor maps (head_dim, rows, batch x heads; 128-byte
+swizzle, one 64-column box per 64 of head_dim), so rows past the end of a head read zeros;
+the output and any mask operand through plain pointers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlir.ir as ir
+from fusec.compiler.targets.cuda.analysis import tensor_info, value_key
+from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, H200, CudaCodegenError, CudaDevice
+from fusec.compiler.targets.cuda.emitter import KernelEmitter, is_weight
+from fusec.compiler.targets.cuda.movement import Ix, MovementEmitter, Stats, _Mode
+from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS, WARPGROUP, map_entry
+from fusec.passes import attributes, cost_model
+from fusec.passes.fusion.attention import NotAttention, match
+from fusec.runtime.plan import Launch
+
+INPUTS = ("bf16", "f16")
+HEAD_DIMS = (64, 128)
+TENSOR_MAP_TYPES = {"bf16": 9, "f16": 6}
+SWIZZLE_128B = 3
+LOG2E = 1.4426950408889634
+WS = "#gpu.address_space<workgroup>"
+
+
+def refusal(params: dict) -> str | None:
+    """Why this family cannot build an attention with `params` (`fusion.attention`)."""
+    if params.get("dtype") not in INPUTS:
+        return f"attention on {params.get('dtype')} (our kernel takes bf16, f16)"
+    if params.get("head_dim") not in HEAD_DIMS or params.get("v_dim") != params.get("head_dim"):
+        return (f"head_dim {params.get('head_dim')}, v_dim {params.get('v_dim')} (our kernel "
+                f"takes equal head dims of 64 or 128)")
+    return None
+
+
+def _desc_base(lbo: int) -> int:
+    """A wgmma shared-memory matrix descriptor without its start address: 128-byte swizzle,
+    8-row groups 1024 bytes apart, `lbo` bytes between 64-element column blocks (used where
+    the matrix is read N-major)."""
+    return (1 << 62) | ((1024 >> 4) << 32) | ((lbo >> 4) << 16)
+
+
+def _struct(n: int) -> str:
+    return "!llvm.struct<(" + ", ".join(["f32"] * n) + ")>"
+
+
+@dataclass
+class Operands:
+    q: int  # block argument positions
+    k: int
+    v: int
+    batch: int
+    kv_batch: int
+    m: int
+    n: int
+    d: int
+    el: str
+    out_el: str
+
+
+class AttentionEmitter(MovementEmitter):
+    """One attention group's kernel (see the module docstring)."""
+
+    def __init__(self, group: ir.Operation, symbol: str, constants: list[ir.Operation] = (),
+                 device: CudaDevice = H200) -> None:
+        KernelEmitter.__init__(self, group, symbol, None, constants)
+        self.device = device
+        self.mode = _Mode("direct")
+        self.stats = Stats()
+        self.memo = [{}]
+        self.V = 2
+        body = group.regions[0].blocks[0]
+        pv = None
+        for op in body.operations:
+            op = op.operation
+            if op.name in ("linalg.batch_matmul", "linalg.matmul"):
+                try:
+                    self.m = match(op)
+                    pv = op
+                except NotAttention:
+                    continue
+        if pv is None:
+            raise CudaCodegenError("the attention group holds no attention chain")
+        args = list(body.arguments)
+
+        def position(value: ir.Value, what: str) -> int:
+            for i, a in enumerate(args):
+                if a == value:
+                    return i
+            raise CudaCodegenError(f"{what} is computed inside the attention group")
+
+        m = self.m
+        q_shape, el = tensor_info(m.q.type)
+        k_shape, k_el = tensor_info(m.k.type)
+        v_shape, v_el = tensor_info(m.v.type)
+        if not (el == k_el == v_el) or el not in INPUTS:
+            raise CudaCodegenError(f"Q, K, V of types {el}, {k_el}, {v_el}")
+
+        def lead(shape: list[int]) -> int:
+            n = 1
+            for s in shape[:-2]:
+                n *= s
+            return n
+
+        out_shape, out_el = tensor_info(m.out.type)
+        self.ops = Operands(position(m.q, "Q"), position(m.k, "K"), position(m.v, "V"),
+                            lead(q_shape), lead(k_shape), q_shape[-2], k_shape[-2],
+                            q_shape[-1], el, out_el)
+        o = self.ops
+        if k_shape[-1] != o.d or v_shape[-1] != o.d or v_shape[-2] != o.n:
+            raise CudaCodegenError(f"Q {q_shape}, K {k_shape}, V {v_shape} do not agree")
+        if o.kv_batch != o.batch:
+            raise CudaCodegenError("K and V with fewer heads than Q (grouped-query attention "
+                                   "read through a broadcast) are not taken yet")
+        if o.d not in HEAD_DIMS:
+            raise CudaCodegenError(f"head_dim {o.d} (our kernel takes 64 or 128)")
+        if out_el not in ("bf16", "f16", "f32"):
+            raise CudaCodegenError(f"an output of type {out_el}")
+        self.tile = cost_model.attention_tile(o.d, ELEMENT_BYTES[el], device)
+        self.s_key = value_key(m.qk.results[0])
+        self.bound: list[str] | None = None
+
+    # The scores are the fragment's values: the chain reads S elementwise (identity maps
+    # through reshapes), so whatever index it asks at is the current element's.
+    def at(self, value: ir.Value, idx: list[Ix]) -> list[str]:
+        if value_key(value) == self.s_key:
+            return self.bound
+        return super().at(value, idx)
+
+    # -- small emitters
+
+    def f32(self, value: float) -> str:
+        return self.const(repr(float(value)) if value == value and abs(value) != float("inf")
+                          else ("0xFF800000" if value < 0 else "0x7F800000"), "f32")
+
+    def fop(self, op: str, *args: str, type_: str = "f32") -> str:
+        name = self.fresh("f")
+        self.emit(f"{name} = {op} {', '.join(args)} : {type_}")
+        return name
+
+    def extract(self, struct: str, i: int, n: int) -> str:
+        name = self.fresh("e")
+        self.emit(f"{name} = llvm.extractvalue {struct}[{i}] : {_struct(n)}")
+        return name
+
+    def insert(self, struct: str, value: str, i: int, n: int) -> str:
+        name = self.fresh("o")
+        self.emit(f"{name} = llvm.insertvalue {value}, {struct}[{i}] : {_struct(n)}")
+        return name
+
+    def zeros(self, n: int) -> str:
+        s = self.fresh("z")
+        self.emit(f"{s} = llvm.mlir.undef : {_struct(n)}")
+        zero = self.f32(0.0)
+        for i in range(n):
+            s = self.insert(s, zero, i, n)
+        return s
+
+    def i64(self, value: int) -> str:
+        return self.const(value, "i64")
+
+    def smem_address(self, offset: int) -> str:
+        """The shared-memory byte address (i64) of dynamic shared memory + `offset`."""
+        return self.arith("addi", self.smem_base, self.i64(offset), "i64")
+
+    def descriptor(self, address: str, lbo: int) -> str:
+        """A wgmma matrix descriptor for the tile at shared `address` (i64 bytes)."""
+        start = self.arith("andi", self.arith("shrui", address, self.i64(4), "i64"),
+                           self.i64(0x3FFF), "i64")
+        return self.arith("ori", start, self.i64(_desc_base(lbo)), "i64")
+
+    def shuffle_xor(self, value: str, mask: int, combine: str) -> str:
+        other = self.fresh("sh")
+        ok = self.fresh("ok")
+        self.emit(f"{other}, {ok} = gpu.shuffle xor {value}, {self.const(mask, 'i32')}, "
+                  f"{self.const(32, 'i32')} : f32")
+        return self.fop(combine, value, other)
+
+    # -- the kernel
+
+    def build(self) -> str:
+        o, t = self.ops, self.tile
+        self.prologue: list[str] = []
+        eb = ELEMENT_BYTES[o.el]
+        d_boxes = o.d // 64
+        q_bytes = t.bm * o.d * eb
+        kv_bytes = t.bn * o.d * eb  # one K (or V) tile
+        q_off = 0
+        k_off = [q_bytes + s * 2 * kv_bytes for s in range(t.stages)]
+        v_off = [k + kv_bytes for k in k_off]
+        p_off = q_bytes + t.stages * 2 * kv_bytes
+        self.shared = p_off + t.bm * t.bn * eb
+        m_tiles = -(-o.m // t.bm)
+        n_tiles = -(-o.n // t.bn)
+        stages = min(t.stages, n_tiles)
+        self.grid = o.batch * m_tiles
+        el = o.el
+        nbar = 1 + 2 * stages
+        bar = f"!nvgpu.mbarrier.group<memorySpace = {WS}, num_barriers = {nbar}>"
+        tm_q = (f"!nvgpu.tensormap.descriptor<tensor = memref<1x{t.bm}x64x{el}, 3>, "
+                f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+        tm_kv = (f"!nvgpu.tensormap.descriptor<tensor = memref<1x{t.bn}x64x{el}, 3>, "
+                 f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+        box_q = f"memref<1x{t.bm}x64x{el}, {WS}>"
+        box_kv = f"memref<1x{t.bn}x64x{el}, {WS}>"
+        emit = self.emit
+        emit(f"%tma_q = builtin.unrealized_conversion_cast %map_q : !llvm.ptr to {tm_q}")
+        emit(f"%tma_k = builtin.unrealized_conversion_cast %map_k : !llvm.ptr to {tm_kv}")
+        emit(f"%tma_v = builtin.unrealized_conversion_cast %map_v : !llvm.ptr to {tm_kv}")
+        emit("%tid = gpu.thread_id x")
+        emit("%bid = gpu.block_id x")
+        idx = self.index
+        bh = self.arith("divui", "%bid", idx(m_tiles))
+        mt = self.arith("remui", "%bid", idx(m_tiles))
+        m0 = self.arith("muli", mt, idx(t.bm))
+        warp = self.arith("divui", "%tid", idx(32))
+        lane = self.arith("remui", "%tid", idx(32))
+        quad_row = self.arith("divui", lane, idx(4))
+        quad_col = self.arith("muli", self.arith("remui", lane, idx(4)), idx(2))
+        row0 = self.arith("addi", self.arith("muli", warp, idx(16)), quad_row)  # in the tile
+        rows = [row0, self.arith("addi", row0, idx(8))]
+        emit(f"%smem = gpu.dynamic_shared_memory : memref<?xi8, {WS}>")
+        ptr = self.fresh("p")
+        emit(f"{ptr} = memref.extract_aligned_pointer_as_index %smem : memref<?xi8, {WS}> "
+             f"-> index")
+        self.smem_base = self.fresh("sb")
+        emit(f"{self.smem_base} = arith.index_cast {ptr} : index to i64")
+        emit(f"%bar = nvgpu.mbarrier.create -> {bar}")
+        first = self.arith("cmpi eq,", "%tid", idx(0))
+
+        def view(offset: int, box: str) -> str:
+            name = self.fresh("vw")
+            emit(f"{name} = memref.view %smem[{idx(offset)}][] : memref<?xi8, {WS}> to {box}")
+            return name
+
+        def load_kv(stage: int | str, tile: str, k_base: str, v_base: str) -> None:
+            """Thread 0: K and V tile `tile` into `stage` (each on its own barrier)."""
+            n0 = self.arith("muli", tile, idx(t.bn))
+            for which, tm, base, b0 in (("k", "%tma_k", k_base, 1), ("v", "%tma_v", v_base,
+                                                                       1 + stages)):
+                b = self.arith("addi", idx(b0), stage, "index") if isinstance(stage, str) \
+                    else idx(b0 + stage)
+                emit(f"nvgpu.mbarrier.arrive.expect_tx %bar[{b}], {idx(kv_bytes)} : {bar}")
+                for j in range(d_boxes):
+                    off = self.arith("addi", base, idx(j * t.bn * 128))
+                    vw = self.fresh("vw")
+                    emit(f"{vw} = memref.view %smem[{off}][] : memref<?xi8, {WS}> to {box_kv}")
+                    emit(f"nvgpu.tma.async.load {tm}[{idx(64 * j)}, {n0}, {bh}], %bar[{b}] to "
+                         f"{vw} : {tm_kv}, {bar} -> {box_kv}")
+
+        emit(f"scf.if {first} {{")
+        self.indent += 1
+        for b in range(nbar):
+            emit(f"nvgpu.mbarrier.init %bar[{idx(b)}], {idx(1)} : {bar}")
+        emit(f"nvgpu.tma.prefetch.descriptor %tma_k : {tm_kv}")
+        emit(f"nvgpu.tma.prefetch.descriptor %tma_v : {tm_kv}")
+        self.indent -= 1
+        emit("}")
+        emit("gpu.barrier")
+        emit(f"scf.if {first} {{")
+        self.indent += 1
+        emit(f"nvgpu.mbarrier.arrive.expect_tx %bar[{idx(0)}], {idx(q_bytes)} : {bar}")
+        for j in range(d_boxes):
+            vw = view(q_off + j * t.bm * 128, box_q)
+            emit(f"nvgpu.tma.async.load %tma_q[{idx(64 * j)}, {m0}, {bh}], %bar[{idx(0)}] to "
+                 f"{vw} : {tm_q}, {bar} -> {box_q}")
+        self.indent -= 1
+        emit("}")
+        # The key tiles this block reads: all, or (a causal bound c: keys past row + c are
+        # masked) up to the tile of key m0 + BM - 1 + c.
+        self.causal = causal_bound(self)
+        if self.causal is None:
+            hi = idx(n_tiles)
+        else:
+            last = self.arith("maxsi", self.arith("addi", m0, idx(t.bm - 1 + self.causal)),
+                              idx(-1))
+            hi = self.arith("minui", self.arith("divui", self.arith("addi", last, idx(t.bn)),
+                                                idx(t.bn)), idx(n_tiles))
+        for s in range(stages):
+            go = self.arith("andi", first, self.arith("cmpi ult,", idx(s), hi), "i1")
+            emit(f"scf.if {go} {{")
+            self.indent += 1
+            load_kv(s, idx(s), idx(k_off[s]), idx(v_off[s]))
+            self.indent -= 1
+            emit("}")
+
+        ns = t.bn // 2  # the scores' fragment: f32 values per thread
+        no = o.d // 2  # the output's
+        o0 = self.zeros(no)
+        ninf = self.f32(float("-inf"))
+        zero = self.f32(0.0)
+        # Q is waited for once; descriptors of Q's boxes are loop invariant.
+        emit(f"nvgpu.mbarrier.try_wait.parity %bar[{idx(0)}], {self.const(0, 'i1')}, "
+             f"{idx(10000000)} : {bar}")
+        q_desc = self.descriptor(self.smem_address(q_off), 0)
+        p_desc = self.descriptor(self.smem_address(p_off), 0)
+        kv_desc0 = [(self.descriptor(self.smem_address(k_off[s]), 0),
+                     self.descriptor(self.smem_address(v_off[s]), t.bn * 128))
+                    for s in range(stages)]
+        st_o = _struct(no)
+        emit(f"%loop:5 = scf.for %j = {idx(0)} to {hi} step {idx(1)} iter_args(%acc = {o0}, "
+             f"%mx0 = {ninf}, %mx1 = {ninf}, %l0 = {zero}, %l1 = {zero}) -> ({st_o}, f32, f32, "
+             f"f32, f32) {{")
+        self.indent += 1
+        self.memo.append({})
+        stage = self.arith("remui", "%j", idx(stages))
+        rnd = self.arith("divui", "%j", idx(stages))
+        parity = self.fresh("par")
+        wide = self.fresh("pw")
+        emit(f"{wide} = arith.index_cast {self.arith('remui', rnd, idx(2))} : index to i32")
+        emit(f"{parity} = arith.trunci {wide} : i32 to i1")
+        # The stage's descriptors (two stages at most: a select).
+        k_desc, v_desc = kv_desc0[0]
+        if stages > 1:
+            is1 = self.arith("cmpi eq,", stage, idx(1))
+            k_desc = self.fop("arith.select", is1, kv_desc0[1][0], kv_desc0[0][0], type_="i64")
+            v_desc = self.fop("arith.select", is1, kv_desc0[1][1], kv_desc0[0][1], type_="i64")
+        kb = self.arith("addi", stage, idx(1))
+        emit(f"nvgpu.mbarrier.try_wait.parity %bar[{kb}], {parity}, {idx(10000000)} : {bar}")
+        # S = Q K^T: head_dim / 16 MMAs (A: Q's box j / 4 at +32 bytes per 16 of K; B: K's).
+        emit("nvvm.wgmma.fence.aligned")
+        s_acc = self.fresh("su")
+        emit(f"{s_acc} = llvm.mlir.undef : {_struct(ns)}")
+        for kk in range(o.d // 16):
+            da = self.arith("addi", q_desc, self.i64(((kk // 4) * t.bm * 128 + (kk % 4) * 32) >> 4),
+                            "i64")
+            db = self.arith("addi", k_desc, self.i64(((kk // 4) * t.bn * 128 + (kk % 4) * 32) >> 4),
+                            "i64")
+            nxt = self.fresh("s")
+            scale_d = "zero" if kk == 0 else "one"
+            emit(f"{nxt} = nvvm.wgmma.mma_async {da}, {db}, {s_acc}, <m = 64, n = {t.bn}, "
+                 f"k = 16>, D[<f32>, <{scale_d}>, <wrapped>], A[<{el}>, <one>, <row>], "
+                 f"B[<{el}>, <one>, <col>] : {_struct(ns)} -> {_struct(ns)}")
+            s_acc = nxt
+        emit("nvvm.wgmma.commit.group.sync.aligned")
+        emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        # X = score(S), two consecutive keys at a time.
+        n0 = self.arith("muli", "%j", idx(t.bn))
+        score_shape = tensor_info(self.m.score.type)[0]
+        lead = self.delinearize(Ix(bh, 0, 1), score_shape[:-2]) if len(score_shape) > 2 else []
+        xs: list[list[str]] = [[], []]  # per row half: the thread's X values in order
+        for r in range(2):
+            grow = self.arith("addi", m0, rows[r])
+            grow_c = self.arith("minui", grow, idx(o.m - 1))
+            for c in range(t.bn // 8):
+                col = self.arith("addi", n0, self.arith("addi", quad_col, idx(8 * c)))
+                col_c = self.arith("minui", col, idx(o.n - 2)) if o.n >= 2 else col
+                self.bound = [self.extract(s_acc, 4 * c + 2 * r + e, ns) for e in range(2)]
+                self.memo.append({})
+                values = self.at(self.m.score, [*lead, Ix(grow_c, 0, 1), Ix(col_c, 1, 2)])
+                self.memo.pop()
+                x_el = tensor_info(self.m.score.type)[1]
+                for e, x in enumerate(values):
+                    if x_el != "f32":
+                        x = self.fop("arith.extf", x, type_=f"{x_el} to f32")
+                    if o.n % t.bn:
+                        key = self.arith("addi", col, idx(e))
+                        inside = self.arith("cmpi ult,", key, idx(o.n))
+                        x = self.fop("arith.select", inside, x, ninf)
+                    xs[r].append(x)
+        # Online softmax per row half.
+        log2e = self.f32(LOG2E)
+        new_m, alphas, psums, probs = [], [], [], [[], []]
+        for r, (m_old, l_old) in enumerate((("%mx0", "%l0"), ("%mx1", "%l1"))):
+            mx = xs[r][0]
+            for x in xs[r][1:]:
+                mx = self.fop("arith.maximumf", mx, x)
+            mx = self.shuffle_xor(mx, 1, "arith.maximumf")
+            mx = self.shuffle_xor(mx, 2, "arith.maximumf")
+            m_new = self.fop("arith.maximumf", m_old, mx)
+            dead = self.fop("arith.cmpf oeq,", m_new, ninf)
+            m_use = self.fop("arith.select", dead, zero, m_new)
+            neg = self.fop("arith.mulf", m_use, self.f32(-LOG2E))
+            alpha = self.fop("math.exp2", self.fop("math.fma", m_old, log2e, neg))
+            total = None
+            for x in xs[r]:
+                p = self.fop("math.exp2", self.fop("math.fma", x, log2e, neg))
+                probs[r].append(p)
+                total = p if total is None else self.fop("arith.addf", total, p)
+            new_m.append(m_new)
+            alphas.append(alpha)
+            psums.append(self.fop("arith.addf", self.fop("arith.mulf", l_old, alpha), total))
+        # O *= alpha (row half of output value i: (i / 2) % 2).
+        acc = "%acc"
+        for i in range(no):
+            v = self.extract(acc, i, no)
+            acc = self.insert(acc, self.fop("arith.mulf", v, alphas[(i // 2) % 2]), i, no)
+        # P -> shared memory, 16-bit, as wgmma's A reads it (K-major, 128-byte swizzle:
+        # 16-byte chunk c of row r at chunk c ^ (r % 8)).
+        p_mem = f"memref<{t.bm * t.bn}x{el}, {WS}>"
+        pv = self.fresh("pm")
+        emit(f"{pv} = memref.view %smem[{idx(p_off)}][] : memref<?xi8, {WS}> to {p_mem}")
+        for r in range(2):
+            swz = self.arith("remui", rows[r], idx(8))
+            for c in range(t.bn // 8):
+                box, chunk = divmod(c, 8)
+                sw_chunk = self.arith("xori", idx(chunk), swz)
+                elem = self.arith("addi", self.arith("muli", rows[r], idx(64)),
+                                  self.arith("muli", sw_chunk, idx(8)))
+                elem = self.arith("addi", elem, self.arith("addi", quad_col,
+                                                           idx(box * t.bm * 64)))
+                lo = self.fop("arith.truncf", probs[r][2 * c], type_=f"f32 to {el}")
+                hi_ = self.fop("arith.truncf", probs[r][2 * c + 1], type_=f"f32 to {el}")
+                vec = self.fresh("pv")
+                emit(f"{vec} = vector.from_elements {lo}, {hi_} : vector<2x{el}>")
+                emit(f"vector.store {vec}, {pv}[{elem}] : {p_mem}, vector<2x{el}>")
+        emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
+        emit("gpu.barrier")
+        vb = self.arith("addi", stage, idx(1 + stages))
+        emit(f"nvgpu.mbarrier.try_wait.parity %bar[{vb}], {parity}, {idx(10000000)} : {bar}")
+        # O += P V: BN / 16 MMAs (A: P's box kk / 4 at +32 bytes; B: V N-major, 16 key rows of
+        # 128 bytes per step, its 64-column boxes BN * 128 bytes apart).
+        emit("nvvm.wgmma.fence.aligned")
+        for kk in range(t.bn // 16):
+            da = self.arith("addi", p_desc, self.i64(((kk // 4) * t.bm * 128 + (kk % 4) * 32) >> 4),
+                            "i64")
+            db = self.arith("addi", v_desc, self.i64((kk * 16 * 128) >> 4), "i64")
+            nxt = self.fresh("acc")
+            emit(f"{nxt} = nvvm.wgmma.mma_async {da}, {db}, {acc}, <m = 64, n = {o.d}, k = 16>, "
+                 f"D[<f32>, <one>, <wrapped>], A[<{el}>, <one>, <row>], B[<{el}>, <one>, <row>] "
+                 f": {st_o} -> {st_o}")
+            acc = nxt
+        emit("nvvm.wgmma.commit.group.sync.aligned")
+        emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        emit("gpu.barrier")
+        # The stage is free: thread 0 loads tile j + STAGES into it.
+        nxt_tile = self.arith("addi", "%j", idx(stages))
+        more = self.arith("cmpi ult,", nxt_tile, hi)
+        refill = self.arith("andi", more, first, "i1")
+        emit(f"scf.if {refill} {{")
+        self.indent += 1
+        kbase = self.arith("addi", idx(k_off[0]), self.arith("muli", stage, idx(2 * kv_bytes)))
+        vbase = self.arith("addi", kbase, idx(kv_bytes))
+        load_kv(stage, nxt_tile, kbase, vbase)
+        self.indent -= 1
+        emit("}")
+        self.memo.pop()
+        emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]} : {st_o}, f32, "
+             f"f32, f32, f32")
+        self.indent -= 1
+        emit("}")
+        # O / l, stored two columns at a time; rows past the end are not written.
+        out_arg = self.num_inputs
+        for r in range(2):
+            total = f"%loop#{3 + r}"
+            total = self.shuffle_xor(total, 1, "arith.addf")
+            total = self.shuffle_xor(total, 2, "arith.addf")
+            inv = self.fop("arith.divf", self.f32(1.0), total)
+            grow = self.arith("addi", m0, rows[r])
+            ok = self.arith("cmpi ult,", grow, idx(o.m))
+            base = self.arith("muli", self.arith("addi", self.arith("muli", bh, idx(o.m)), grow),
+                              idx(o.d))
+            emit(f"scf.if {ok} {{")
+            self.indent += 1
+            for c in range(o.d // 8):
+                lanes = []
+                for e in range(2):
+                    v = self.extract("%loop#0", 4 * c + 2 * r + e, no)
+                    v = self.fop("arith.mulf", v, inv)
+                    if o.out_el != "f32":
+                        v = self.fop("arith.truncf", v, type_=f"f32 to {o.out_el}")
+                    lanes.append(v)
+                off = self.arith("addi", base, self.arith("addi", quad_col, idx(8 * c)))
+                self.store_vector(out_arg, off, lanes)
+            self.indent -= 1
+            emit("}")
+        return self.function_text(WARPGROUP, self.grid)
+
+    def function_text(self, block: int, grid: int) -> str:
+        args = ", ".join(f"%arg{i}: {self.memref(i)}" for i in range(len(self.arg_types)))
+        head = [f"    gpu.func @{self.symbol}(%map_q: !llvm.ptr, %map_k: !llvm.ptr, "
+                f"%map_v: !llvm.ptr, {args}) kernel attributes "
+                f"{{known_block_size = array<i32: {block}, 1, 1>, "
+                f"known_grid_size = array<i32: {grid}, 1, 1>, {GRID_CONSTANT_MAPS} = 3 : i64}} {{"]
+        head += ["      " + line for line in self.prologue]
+        return "\n".join(head + self.lines + ["      gpu.return", "    }"])
+
+
+# The largest score grid classified at compile time (query rows x keys of one head).
+MASK_GRID_MAX = 1 << 25
+
+
+class _Unknown(Exception):
+    """The mask is not a function of (row, key) that can be computed here."""
+
+
+def _np_at(value: ir.Value, idx: list, s_key, s_value, memo: dict):
+    """`value` at the index arrays `idx` (numpy, float64), the scores S set to `s_value`:
+    the group's ops evaluated here (generics with projection maps, reshapes, broadcasts,
+    fills, constants). Raises _Unknown for anything else (a group input: data)."""
+    import numpy as np
+
+    from fusec.compiler.targets.cuda.body import evaluate_payload
+    from fusec.compiler.targets.cuda.folding import _constant_array
+
+    key = (value_key(value), id(idx))
+    if key in memo:
+        return memo[key]
+    if value_key(value) == s_key:
+        return np.float64(s_value)  # a scalar: only what the masks index is a grid
+    owner = value.owner
+    if isinstance(owner, ir.Block):
+        raise _Unknown("a group input")
+    op = owner.operation
+    shape = tensor_info(value.type)[0]
+    if op.name == "arith.constant":
+        const = _constant_array(value)
+        if const is None:
+            attr = op.attributes["value"]
+            if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+                splat = attr.get_splat_value()
+                return float(ir.FloatAttr(splat).value) if "f" in str(splat.type) else \
+                    int(ir.IntegerAttr(splat).value)
+            raise _Unknown("a constant numpy cannot read")
+        result = const.astype(np.float64)[tuple(idx)]
+    elif op.name == "linalg.fill":
+        fill = op.operands[0].owner
+        if isinstance(fill, ir.Block) or fill.operation.name != "arith.constant":
+            raise _Unknown("a fill of a computed value")
+        attr = fill.operation.attributes["value"]
+        result = float(ir.FloatAttr(attr).value) if isinstance(attr, ir.FloatAttr) \
+            else int(ir.IntegerAttr(attr).value)
+    elif op.name in ("tensor.expand_shape", "tensor.collapse_shape"):
+        src_shape = tensor_info(op.operands[0].type)[0]
+        # Dims both shapes end with pass through (the scores' rows and keys: only the
+        # leading, scalar indices are re-linearised).
+        k = 0
+        while k < min(len(shape), len(src_shape)) and shape[-1 - k] == src_shape[-1 - k]:
+            k += 1
+        lin = 0
+        for ix, size in zip(idx[:len(idx) - k], shape[:len(shape) - k]):
+            lin = lin * size + ix
+        src, rest = [], lin
+        for size in reversed(src_shape[:len(src_shape) - k]):
+            src.append(rest % size)
+            rest = rest // size
+        src = list(reversed(src)) + list(idx[len(idx) - k:])
+        result = _np_at(op.operands[0], src, s_key, s_value, memo)
+    elif op.name == "linalg.broadcast":
+        dims = set(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+        result = _np_at(op.operands[0], [ix for j, ix in enumerate(idx) if j not in dims],
+                        s_key, s_value, memo)
+    elif op.name == "linalg.generic" and len(op.results) == 1 and \
+            all("parallel" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
+        maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        out_map = maps[-1]
+        loops: list = [None] * out_map.n_dims
+        for e, ix in zip(out_map.results, idx):
+            if not isinstance(e, ir.AffineDimExpr):
+                raise _Unknown("an output map that is not a projection")
+            loops[ir.AffineDimExpr(e).position] = ix
+        if any(x is None for x in loops):
+            raise _Unknown("a loop the output does not index")
+        args = []
+        n_in = len(op.operands) - 1
+        for v, m in zip(list(op.operands)[:n_in], maps):
+            sub = []
+            for e in m.results:
+                if isinstance(e, ir.AffineDimExpr):
+                    sub.append(loops[ir.AffineDimExpr(e).position])
+                elif isinstance(e, ir.AffineConstantExpr):
+                    sub.append(np.int64(ir.AffineConstantExpr(e).value))
+                else:
+                    raise _Unknown("an input map that is not a projection")
+            args.append(_np_at(v, sub, s_key, s_value, memo))
+        try:
+            with np.errstate(all="ignore"):
+                result = evaluate_payload(op, args, index=loops)
+        except CudaCodegenError as e:
+            raise _Unknown(str(e)) from e
+    else:
+        raise _Unknown(f"'{op.name}'")
+    memo[key] = result
+    return result
+
+
+def _head_independent(emitter: "AttentionEmitter") -> bool:
+    """Whether the score ops' masks cannot vary with batch or head: no `linalg.index` in an
+    op of rank above 2 (an arange or a 2-D compare may index; the rank-4 score ops may not),
+    and no constant with a leading dim above 1 before the last two."""
+    feeding, stack, seen = [], [emitter.m.score], set()
+    while stack:  # the ops X is computed from (not the softmax after it)
+        owner = stack.pop().owner
+        if isinstance(owner, ir.Block) or value_key(owner.operation.results[0]) in seen:
+            continue
+        seen.add(value_key(owner.operation.results[0]))
+        feeding.append(owner.operation)
+        if value_key(owner.operation.results[0]) != emitter.s_key:
+            stack += list(owner.operation.operands)
+    for op in feeding:
+        if op.name == "arith.constant" and isinstance(op.results[0].type, ir.RankedTensorType):
+            shape = list(ir.RankedTensorType(op.results[0].type).shape)
+            if any(d != 1 for d in shape[:-2]):
+                return False
+        if op.name == "linalg.generic" and \
+                len(ir.ArrayAttr(op.attributes["iterator_types"])) > 2 and \
+                any(inner.operation.name == "linalg.index"
+                    for inner in op.regions[0].blocks[0].operations):
+            return False
+    return True
+
+
+def causal_bound(emitter: "AttentionEmitter") -> int | None:
+    """The key-tile bound of a mask that is a function of (query row, key) only and masks
+    every key past row + c (causal, c = 0 top-left aligned, N - M bottom-right): returns c,
+    checked on the whole (row, key) grid here (X is -inf wherever it is for S = 0 and 1.5 at
+    the first head and S = -2.5 at the last, and nothing in the mask reads a batch or
+    head index or a constant that varies with them: `_head_independent`), so that the kernel stops at the tile holding key
+    m0 + BM - 1 + c. None where there is no such bound (no mask, a mask read from memory, or
+    one whose visible keys do not end at row + c)."""
+    import numpy as np
+
+    o = emitter.ops
+    if not emitter.m.sides or o.m * o.n > MASK_GRID_MAX or not _head_independent(emitter):
+        return None
+    score = emitter.m.score
+    shape = tensor_info(score.type)[0]
+    rows = np.arange(o.m, dtype=np.int64)[:, None]
+    cols = np.arange(o.n, dtype=np.int64)[None, :]
+    masked = None
+    lead_points = [[0] * (len(shape) - 2), [s - 1 for s in shape[:-2]]]
+    try:
+        for lead, values in zip(lead_points, ((0.0, 1.5), (-2.5,))):
+            for s_value in values:
+                idx = [np.int64(b) for b in lead] + [rows, cols]
+                x = np.broadcast_to(np.asarray(_np_at(score, idx, emitter.s_key, s_value, {}),
+                                               dtype=np.float64), (o.m, o.n))
+                now = np.isneginf(x)
+                masked = now if masked is None else masked & now
+    except _Unknown:
+        return None
+    visible = ~masked
+    last = np.where(visible.any(axis=1), o.n - 1 - np.argmax(visible[:, ::-1], axis=1), -1)
+    c = int(last[0])
+    expected = np.minimum(np.arange(o.m) + c, o.n - 1)
+    ok_rows = last == expected
+    if not ok_rows.all():
+        return None
+    # Every key past row + c masked (what skipping assumes); keys before it may be masked
+    # too (the kernel still evaluates the mask there).
+    if (visible & (cols > rows + c)).any():
+        return None
+    return c
+
+
+def attention_launch(group: ir.Operation, symbol: str, operands: list[int],
+                     weight_buffer, result_buffers, asm,
+                     device: CudaDevice = H200) -> tuple[str, Launch]:
+    """The kernel text and the launch of an attention group."""
+    from fusec.compiler.targets.cuda.emitter import constant_bytes
+
+    weights = [w for w in group.regions[0].blocks[0].operations if is_weight(w)]
+    emitter = AttentionEmitter(group, symbol, weights, device)
+    text = emitter.build()
+    o, t = emitter.ops, emitter.tile
+    args = list(operands)
+    for w in weights:
+        shape, elt = tensor_info(w.results[0].type)
+        args.append(weight_buffer(shape, elt, constant_bytes(w, asm)))
+    args += result_buffers()
+    buffers = [operands[o.q], operands[o.k], operands[o.v]] + args
+    eb = ELEMENT_BYTES[o.el]
+    dtype = TENSOR_MAP_TYPES[o.el]
+
+    def tensor_map(param: int, rows: int, batch: int, box_rows: int) -> list[int]:
+        return map_entry(param, dtype, [o.d, rows, batch], [o.d * eb, rows * o.d * eb],
+                         [64, box_rows, 1], SWIZZLE_128B, 0)
+
+    maps = [tensor_map(0, o.m, o.batch, t.bm), tensor_map(1, o.n, o.kv_batch, t.bn),
+            tensor_map(2, o.n, o.kv_batch, t.bn)]
+    params = {k: v for k, v in _params(group).items()}
+    info = {"path": "attention", "tile": [t.bm, t.bn, t.stages],
+            "flops": 4 * o.batch * o.m * o.n * o.d, "attention": params,
+            "shared_bytes": emitter.shared}
+    launch = Launch(symbol=symbol, buffers=buffers, grid=emitter.grid, kind="attention",
+                    ops=[op.operation.name for op in group.regions[0].blocks[0].operations
+                         if op.operation.name.startswith("linalg.")],
+                    info=info, block=WARPGROUP, shared_bytes=emitter.shared,
+                    launch_kind="kernel", maps=maps)
+    return text, launch
+
+
+def _params(group: ir.Operation) -> dict:
+    from fusec.passes.fusion.attention import _plain
+
+    if attributes.ATTENTION not in group.attributes:
+        return {}
+    return {a.name: _plain(a.attr) for a in ir.DictAttr(group.attributes[attributes.ATTENTION])}
