@@ -60,12 +60,12 @@ typedef struct {
   const long long *maps;
 } fusec_cuda_launch;
 
-/* One tensor map parameter of rank 1..3 (wgmma.map_entry): the kernel parameter it replaces
+/* One tensor map parameter of rank 1..5 (wgmma.map_entry): the kernel parameter it replaces
  * (its buffer's position in `buffers`), CUtensorMapDataType, the rank, the global dims
- * (innermost first, 3), the byte strides of dims 1 and 2, the box (innermost first, 3),
+ * (innermost first, 5), the byte strides of dims 1..4, the box (innermost first, 5),
  * CUtensorMapSwizzle, and the byte offset of the operand in its buffer. */
-#define FUSEC_MAP_FIELDS 13
-#define FUSEC_MAP_RANK 3
+#define FUSEC_MAP_FIELDS 19
+#define FUSEC_MAP_RANK 5
 
 typedef struct {
   int role;            /* 0 input, 1 output, 2 temp, 3 constant (weights, uploaded once) */

@@ -55,9 +55,10 @@ def test_naive_attention_is_one_kernel_with_three_tensor_maps(tmp_path):
     launch = meta["plan"]["launches"][0]
     # Q, K, V as (head_dim, rows, batch x heads), boxes of 64 columns: rows past a head's
     # end read zeros. The kernel's first three parameters are the maps.
-    q_map = [0, 9, 3, 64, 200, 6, 128, 128 * 200, 64, 64, 1, 3, 0]
+    q_map = [0, 9, 3, 64, 200, 6, 1, 1, 128, 128 * 200] + [128 * 200 * 6] * 2 + \
+        [64, 64, 1, 1, 1, 3, 0]
     assert launch["maps"][0] == q_map
-    assert launch["maps"][1][:11] == [1, 9, 3, 64, 200, 6, 128, 128 * 200, 64, 128, 1]
+    assert launch["maps"][1] == [1] + q_map[1:12] + [64, 128, 1, 1, 1, 3, 0]
     assert launch["grid"] == 6 * 4 and launch["block"] == 128
     assert launch["shared_bytes"] == 64 * 64 * 2 + 2 * 2 * 128 * 64 * 2 + 64 * 128 * 2
     ptx = (tmp_path / "m.ptx").read_text()
@@ -118,11 +119,11 @@ def test_attention_off_by_option(tmp_path):
     assert "attention" not in [k["info"].get("path") for k in meta["kernels"]]
 
 
-def test_tensor_map_rows_pad_to_rank_3():
+def test_tensor_map_rows_pad_to_rank_5():
     assert map_entry(1, 9, [256, 300], [512], [64, 128], 3, 16) == \
-        [1, 9, 2, 256, 300, 1, 512, 512 * 300, 64, 128, 1, 3, 16]
-    with pytest.raises(Exception, match="rank 4"):
-        map_entry(0, 9, [1, 2, 3, 4], [2, 4, 8], [1, 1, 1, 1], 3, 0)
+        [1, 9, 2, 256, 300, 1, 1, 1, 512] + [512 * 300] * 3 + [64, 128, 1, 1, 1, 3, 16]
+    with pytest.raises(Exception, match="rank 6"):
+        map_entry(0, 9, [1, 2, 3, 4, 5, 6], [2, 4, 8, 16, 32], [1] * 6, 3, 0)
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas here")

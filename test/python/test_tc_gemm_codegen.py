@@ -57,10 +57,12 @@ def test_linear_bias_gelu_residual_is_one_kernel(tmp_path):
     launch = meta["plan"]["launches"][0]
     # A (300 x 256, K contiguous) and the N x K weight through 128-byte-swizzled TMA maps:
     # [parameter, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank 2, dims innermost first (padded to
-    #  3 with 1), byte strides of dims 1 and 2 (the padding's: the whole matrix), the box
+    #  5 with 1), byte strides of dims 1..4 (the padding's: the whole matrix), the box
     #  (padded), CU_TENSOR_MAP_SWIZZLE_128B, byte offset] (wgmma.map_entry).
-    assert launch["maps"] == [[0, 9, 2, 256, 300, 1, 512, 512 * 300, 64, 128, 1, 3, 0],
-                              [1, 9, 2, 256, 384, 1, 512, 512 * 384, 64, 128, 1, 3, 0]]
+    assert launch["maps"] == [[0, 9, 2, 256, 300, 1, 1, 1, 512] + [512 * 300] * 3 +
+                              [64, 128, 1, 1, 1, 3, 0],
+                              [1, 9, 2, 256, 384, 1, 1, 1, 512] + [512 * 384] * 3 +
+                              [64, 128, 1, 1, 1, 3, 0]]
     assert launch["grid"] == 3 * 3 and launch["block"] == 128
     assert launch["shared_bytes"] == 4 * (128 + 128) * 64 * 2
     # A, B, D, then the bias and the residual the epilogue reads.
@@ -90,7 +92,8 @@ def test_dag_epilogue_and_k_by_n_operand(tmp_path):
     assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm"]
     launch = meta["plan"]["launches"][0]
     assert launch["info"]["b_layout"] == "kn"
-    assert launch["maps"][1] == [1, 9, 2, 320, 192, 1, 640, 640 * 192, 64, 64, 1, 3, 0]
+    assert launch["maps"][1] == [1, 9, 2, 320, 192, 1, 1, 1, 640] + [640 * 192] * 3 + \
+        [64, 64, 1, 1, 1, 3, 0]
 
 
 @pytest.mark.parametrize("fn,shapes,dtype,reason", [

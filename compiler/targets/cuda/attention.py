@@ -42,7 +42,7 @@ from fusec.compiler.targets.cuda.analysis import tensor_info, value_key
 from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, H200, CudaCodegenError, CudaDevice
 from fusec.compiler.targets.cuda.emitter import KernelEmitter, is_weight
 from fusec.compiler.targets.cuda.movement import Ix, MovementEmitter, Stats, _Mode
-from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS, WARPGROUP, map_entry
+from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS, MAP_RANK, WARPGROUP, map_entry
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.attention import NotAttention, match
 from fusec.runtime.plan import Launch
@@ -90,6 +90,287 @@ class Operands:
     out_el: str
 
 
+# -- operand layouts: where Q, K, V and O live in their buffers
+#
+# A view is a list of dims, each a list of (size, stride) factors, row-major within the dim
+# (strides in elements), plus an offset: a collapse of dims that are not contiguous (GQA's
+# heads broadcast over a repeat: stride 0) stays exact. The layout ops between a group input
+# and an operand (head split: slice, expand, transpose; repeat_interleave's broadcast and
+# collapse) compose forward; those between O and the group's result (head merge) backward.
+
+Factors = list  # [(size, stride), ...]
+
+
+@dataclass
+class View:
+    dims: list  # list[Factors]
+    offset: int = 0
+
+    @staticmethod
+    def dense(shape: list[int]) -> "View":
+        dims, s = [], 1
+        for n in reversed(shape):
+            dims.append([(n, s)])
+            s *= n
+        return View(list(reversed(dims)), 0)
+
+
+def _tidy(f: Factors) -> Factors:
+    """Unit factors dropped, neighbours that are one row-major dim merged."""
+    out: Factors = []
+    for n, st in f:
+        if n == 1:
+            continue
+        if out and out[-1][1] == n * st:
+            out[-1] = (out[-1][0] * n, st)
+        else:
+            out.append((n, st))
+    return out
+
+
+def _split(f: Factors, sizes: list[int]) -> list[Factors] | None:
+    """Factors `f` of one dim split into dims of `sizes` (row-major); None if a factor
+    boundary does not fall on the split."""
+    f = list(_tidy(f))
+    out = []
+    for size in sizes:
+        dim: Factors = []
+        need = size
+        while need > 1:
+            if not f:
+                return None
+            n, st = f[0]
+            if n <= need:
+                if need % n:
+                    return None
+                dim.append((n, st))
+                need //= n
+                f.pop(0)
+            else:
+                if n % need:
+                    return None
+                dim.append((need, st * (n // need)))
+                f[0] = (n // need, st)
+                need = 1
+        out.append(dim)
+    return out if not f else None
+
+
+def _reassoc(op: ir.Operation) -> list[list[int]]:
+    return [[ir.IntegerAttr(x).value for x in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def view_forward(view: View, op: ir.Operation) -> View | None:
+    """The view of `op`'s result given that of what it reads; None where it is not one."""
+    from fusec.compiler.targets.cuda.layouts import SLICE_OFFSETS, layout_generic
+    from fusec.compiler.targets.cuda.analysis import parse_map
+
+    name = op.name
+    out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    if name == "linalg.transpose":
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        return View([view.dims[p] for p in perm], view.offset)
+    if name == "tensor.collapse_shape":
+        return View([[f for d in g for f in view.dims[d]] for g in _reassoc(op)], view.offset)
+    if name == "tensor.expand_shape":
+        dims: list = [None] * len(out_shape)
+        for d, g in enumerate(_reassoc(op)):
+            parts = _split(view.dims[d], [out_shape[o] for o in g])
+            if parts is None:
+                return None
+            for o, part in zip(g, parts):
+                dims[o] = part
+        return View(dims, view.offset)
+    kind = layout_generic(op) if name == "linalg.generic" else None
+    if kind == "slice":
+        offsets = list(ir.DenseI64ArrayAttr(op.attributes[SLICE_OFFSETS]))
+        offset, dims = view.offset, []
+        for f, off, size in zip(view.dims, offsets, out_shape):
+            f = _tidy(f)
+            full = 1
+            for n, _ in f:
+                full *= n
+            if size == full and off == 0:
+                dims.append(f)
+                continue
+            if len(f) != 1:
+                return None
+            offset += off * f[0][1]
+            dims.append([(size, f[0][1])])
+        return View(dims, offset)
+    if kind == "broadcast":
+        kept = parse_map(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).results
+        dims = [[(n, 0)] for n in out_shape]
+        for j, d in enumerate(kept):
+            dims[d] = view.dims[j]
+        return View(dims, view.offset)
+    if name == "linalg.broadcast":
+        added = set(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+        src = iter(view.dims)
+        return View([[(n, 0)] if d in added else next(src) for d, n in enumerate(out_shape)],
+                    view.offset)
+    return None
+
+
+def view_backward(view: View, op: ir.Operation) -> View | None:
+    """The view of what a bijective layout op (transpose, reshape, a cast) reads, given the
+    view of its result."""
+    from fusec.compiler.targets.cuda.layouts import layout_generic
+
+    name = op.name
+    src_shape = list(ir.RankedTensorType(op.operands[0].type).shape)
+    if name == "linalg.transpose":
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        dims: list = [None] * len(perm)
+        for j, p in enumerate(perm):
+            dims[p] = view.dims[j]
+        return View(dims, view.offset)
+    if name == "tensor.expand_shape":  # the source is the result collapsed
+        return View([[f for d in g for f in view.dims[d]] for g in _reassoc(op)], view.offset)
+    if name == "tensor.collapse_shape":  # the source is the result expanded
+        dims = [None] * len(src_shape)
+        for d, g in enumerate(_reassoc(op)):
+            parts = _split(view.dims[d], [src_shape[o] for o in g])
+            if parts is None:
+                return None
+            for o, part in zip(g, parts):
+                dims[o] = part
+        return View(dims, view.offset)
+    if name == "linalg.generic" and layout_generic(op) == "cast" or _is_cast(op):
+        return view
+    return None
+
+
+def _is_cast(op: ir.Operation) -> bool:
+    from fusec.passes.fusion.attention import _cast_of
+
+    return _cast_of(op) is not None
+
+
+def operand_view(value: ir.Value, bases: dict | None = None
+                 ) -> tuple[ir.BlockArgument, View] | None:
+    """The group input `value` is a layout of, and where its elements lie in it (`bases`:
+    block argument number -> the view the argument itself is of its buffer, for a layout
+    group that would merge in front)."""
+    from fusec.compiler.targets.cuda.layouts import layout_generic
+
+    from fusec.compiler.targets.cuda.layouts import layout_source
+
+    chain = []
+    while not isinstance(value.owner, ir.Block):
+        op = value.owner.operation
+        if op.name == "linalg.broadcast":
+            source = op.operands[0]
+        elif op.name in ("tensor.expand_shape", "tensor.collapse_shape", "linalg.transpose") \
+                or (op.name == "linalg.generic" and layout_generic(op) in ("slice",
+                                                                           "broadcast")):
+            source = layout_source(op)[0]  # a slice's gather reads through tensor.extract
+        else:
+            return None
+        chain.append(op)
+        value = source
+    arg = ir.BlockArgument(value)
+    view = (bases or {}).get(arg.arg_number) or \
+        View.dense(list(ir.RankedTensorType(value.type).shape))
+    for op in reversed(chain):
+        view = view_forward(view, op)
+        if view is None:
+            return None
+    return arg, view
+
+
+@dataclass
+class MatrixView:
+    """An operand as the kernel reads it: [lead..., rows, cols] with cols contiguous."""
+
+    arg: int  # the group input (block argument position)
+    lead: Factors  # the batch x heads index's factors (stride 0: broadcast, GQA)
+    rows: tuple  # (size, stride)
+    cols: int
+    offset: int
+
+    def tma_dims(self) -> list[tuple[int, int, int]]:
+        """The map's dims after (cols, rows): (lead factor position, size, stride), the
+        broadcast (stride-0) factors left out, innermost first."""
+        return [(i, n, st) for i, (n, st) in reversed(list(enumerate(self.lead))) if st]
+
+
+def matrix_view(value: ir.Value, arg_of, what: str, bases: dict | None = None) -> MatrixView:
+    """`value` (rank >= 2) as the kernel reads it, or a CudaCodegenError saying why not."""
+    found = operand_view(value, bases)
+    if found is None:
+        raise CudaCodegenError(f"{what} is not a strided view of a group input")
+    arg, view = found
+    cols = _tidy(view.dims[-1])
+    rows = _tidy(view.dims[-2])
+    shape = list(ir.RankedTensorType(value.type).shape)
+    if len(cols) != 1 or cols[0][1] != 1:
+        raise CudaCodegenError(f"{what}'s last dim is not contiguous")
+    if len(rows) > 1:
+        raise CudaCodegenError(f"{what}'s rows are not one stride")
+    row = rows[0] if rows else (1, shape[-1])  # one row: any stride (only row 0 is read)
+    lead = _tidy([f for d in view.dims[:-2] for f in d])
+    return MatrixView(arg_of(arg), lead, (shape[-2], row[1]), shape[-1], view.offset)
+
+
+def match_in(group: ir.Operation):
+    """The attention chain of an attention group (passes/fusion/attention.match)."""
+    for op in group.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name in ("linalg.batch_matmul", "linalg.matmul"):
+            try:
+                return match(op)
+            except NotAttention:
+                continue
+    raise CudaCodegenError("the attention group holds no attention chain")
+
+
+def operand_views(group: ir.Operation, m, bases: dict | None = None
+                  ) -> tuple[dict[str, MatrixView], Operands]:
+    """Q, K and V as the kernel reads them through TMA (their group inputs, strides and
+    batch factors), checked; a CudaCodegenError says why not."""
+    args = list(group.regions[0].blocks[0].arguments)
+
+    def position(arg: ir.BlockArgument) -> int:
+        for i, a in enumerate(args):
+            if a == arg:
+                return i
+        raise CudaCodegenError("an operand that is not a group input")
+
+    q_val, k_val, v_val = m.qk.operands[0], _k_value(m.qk), m.pv.operands[1]
+    views = {"Q": matrix_view(q_val, position, "Q", bases),
+             "K": matrix_view(k_val, position, "K", bases),
+             "V": matrix_view(v_val, position, "V", bases)}
+    el = tensor_info(q_val.type)[1]
+    types = [tensor_info(v.type)[1] for v in (q_val, k_val, v_val)]
+    if len(set(types)) != 1 or el not in INPUTS:
+        raise CudaCodegenError(f"Q, K, V of types {', '.join(types)}")
+    qv, kv, vv = views["Q"], views["K"], views["V"]
+    batch = 1
+    for n, _ in qv.lead:
+        batch *= n
+    out_el = tensor_info(m.out.type)[1]
+    o = Operands(qv.arg, kv.arg, vv.arg, batch, batch, qv.rows[0], kv.rows[0], qv.cols, el,
+                 out_el)
+    if kv.cols != o.d or vv.cols != o.d or vv.rows[0] != o.n:
+        raise CudaCodegenError("Q, K and V do not agree")
+    if o.d not in HEAD_DIMS:
+        raise CudaCodegenError(f"head_dim {o.d} (our kernel takes 64 or 128)")
+    if out_el not in ("bf16", "f16", "f32"):
+        raise CudaCodegenError(f"an output of type {out_el}")
+    eb = ELEMENT_BYTES[el]
+    for what, view in views.items():
+        dims = view.tma_dims()
+        if len(dims) > MAP_RANK - 2:
+            raise CudaCodegenError(f"{what} has {len(dims)} batch strides (TMA: 3)")
+        if any(st * eb % 16 for _, _, st in dims) or view.rows[1] * eb % 16 or \
+                view.offset * eb % 16:
+            raise CudaCodegenError(f"{what}'s strides or offset are not multiples of 16 "
+                                   f"bytes (TMA)")
+    return views, o
+
+
 class AttentionEmitter(MovementEmitter):
     """One attention group's kernel (see the module docstring)."""
 
@@ -101,55 +382,13 @@ class AttentionEmitter(MovementEmitter):
         self.stats = Stats()
         self.memo = [{}]
         self.V = 2
-        body = group.regions[0].blocks[0]
-        pv = None
-        for op in body.operations:
-            op = op.operation
-            if op.name in ("linalg.batch_matmul", "linalg.matmul"):
-                try:
-                    self.m = match(op)
-                    pv = op
-                except NotAttention:
-                    continue
-        if pv is None:
-            raise CudaCodegenError("the attention group holds no attention chain")
-        args = list(body.arguments)
-
-        def position(value: ir.Value, what: str) -> int:
-            for i, a in enumerate(args):
-                if a == value:
-                    return i
-            raise CudaCodegenError(f"{what} is computed inside the attention group")
-
-        m = self.m
-        q_shape, el = tensor_info(m.q.type)
-        k_shape, k_el = tensor_info(m.k.type)
-        v_shape, v_el = tensor_info(m.v.type)
-        if not (el == k_el == v_el) or el not in INPUTS:
-            raise CudaCodegenError(f"Q, K, V of types {el}, {k_el}, {v_el}")
-
-        def lead(shape: list[int]) -> int:
-            n = 1
-            for s in shape[:-2]:
-                n *= s
-            return n
-
-        out_shape, out_el = tensor_info(m.out.type)
-        self.ops = Operands(position(m.q, "Q"), position(m.k, "K"), position(m.v, "V"),
-                            lead(q_shape), lead(k_shape), q_shape[-2], k_shape[-2],
-                            q_shape[-1], el, out_el)
+        self.m = match_in(group)
+        self.views, self.ops = operand_views(group, self.m)
         o = self.ops
-        if k_shape[-1] != o.d or v_shape[-1] != o.d or v_shape[-2] != o.n:
-            raise CudaCodegenError(f"Q {q_shape}, K {k_shape}, V {v_shape} do not agree")
-        if o.kv_batch != o.batch:
-            raise CudaCodegenError("K and V with fewer heads than Q (grouped-query attention "
-                                   "read through a broadcast) are not taken yet")
-        if o.d not in HEAD_DIMS:
-            raise CudaCodegenError(f"head_dim {o.d} (our kernel takes 64 or 128)")
-        if out_el not in ("bf16", "f16", "f32"):
-            raise CudaCodegenError(f"an output of type {out_el}")
+        el = o.el
+        self.out_view = _output_view(group, self.m)
         self.tile = cost_model.attention_tile(o.d, ELEMENT_BYTES[el], device)
-        self.s_key = value_key(m.qk.results[0])
+        self.s_key = value_key(self.m.qk.results[0])
         self.bound: list[str] | None = None
 
     # The scores are the fragment's values: the chain reads S elementwise (identity maps
@@ -229,22 +468,38 @@ class AttentionEmitter(MovementEmitter):
         el = o.el
         nbar = 1 + 2 * stages
         bar = f"!nvgpu.mbarrier.group<memorySpace = {WS}, num_barriers = {nbar}>"
-        tm_q = (f"!nvgpu.tensormap.descriptor<tensor = memref<1x{t.bm}x64x{el}, 3>, "
-                f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
-        tm_kv = (f"!nvgpu.tensormap.descriptor<tensor = memref<1x{t.bn}x64x{el}, 3>, "
-                 f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
-        box_q = f"memref<1x{t.bm}x64x{el}, {WS}>"
-        box_kv = f"memref<1x{t.bn}x64x{el}, {WS}>"
+        tms, boxes = {}, {}
+        for what, rows_box in (("Q", t.bm), ("K", t.bn), ("V", t.bn)):
+            ones = "1x" * len(self.views[what].tma_dims())
+            tms[what] = (f"!nvgpu.tensormap.descriptor<tensor = memref<{ones}{rows_box}x64x{el}, "
+                         f"3>, swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, "
+                         f"interleave = none>")
+            boxes[what] = f"memref<{ones}{rows_box}x64x{el}, {WS}>"
+        tm_q, tm_k, tm_v = tms["Q"], tms["K"], tms["V"]
+        box_q = boxes["Q"]
         emit = self.emit
         emit(f"%tma_q = builtin.unrealized_conversion_cast %map_q : !llvm.ptr to {tm_q}")
-        emit(f"%tma_k = builtin.unrealized_conversion_cast %map_k : !llvm.ptr to {tm_kv}")
-        emit(f"%tma_v = builtin.unrealized_conversion_cast %map_v : !llvm.ptr to {tm_kv}")
+        emit(f"%tma_k = builtin.unrealized_conversion_cast %map_k : !llvm.ptr to {tm_k}")
+        emit(f"%tma_v = builtin.unrealized_conversion_cast %map_v : !llvm.ptr to {tm_v}")
         emit("%tid = gpu.thread_id x")
         emit("%bid = gpu.block_id x")
         idx = self.index
         bh = self.arith("divui", "%bid", idx(m_tiles))
         mt = self.arith("remui", "%bid", idx(m_tiles))
         m0 = self.arith("muli", mt, idx(t.bm))
+
+        def lead_coords(lead: Factors) -> list[str]:
+            """The batch x heads index `bh` as coordinates over an operand's lead factors."""
+            coords, rest = [], bh
+            for n, _ in reversed(lead):
+                coords.append(self.arith("remui", rest, idx(n)))
+                rest = self.arith("divui", rest, idx(n))
+            return list(reversed(coords))
+
+        tma_coords = {}
+        for what, v in self.views.items():
+            c = lead_coords(v.lead)
+            tma_coords[what] = ", ".join(c[i] for i, _, _ in v.tma_dims())
         warp = self.arith("divui", "%tid", idx(32))
         lane = self.arith("remui", "%tid", idx(32))
         quad_row = self.arith("divui", lane, idx(4))
@@ -268,24 +523,26 @@ class AttentionEmitter(MovementEmitter):
         def load_kv(stage: int | str, tile: str, k_base: str, v_base: str) -> None:
             """Thread 0: K and V tile `tile` into `stage` (each on its own barrier)."""
             n0 = self.arith("muli", tile, idx(t.bn))
-            for which, tm, base, b0 in (("k", "%tma_k", k_base, 1), ("v", "%tma_v", v_base,
+            for which, tm, base, b0 in (("K", "%tma_k", k_base, 1), ("V", "%tma_v", v_base,
                                                                        1 + stages)):
+                tm_type, box = tms[which], boxes[which]
+                lead = f", {tma_coords[which]}" if tma_coords[which] else ""
                 b = self.arith("addi", idx(b0), stage, "index") if isinstance(stage, str) \
                     else idx(b0 + stage)
                 emit(f"nvgpu.mbarrier.arrive.expect_tx %bar[{b}], {idx(kv_bytes)} : {bar}")
                 for j in range(d_boxes):
                     off = self.arith("addi", base, idx(j * t.bn * 128))
                     vw = self.fresh("vw")
-                    emit(f"{vw} = memref.view %smem[{off}][] : memref<?xi8, {WS}> to {box_kv}")
-                    emit(f"nvgpu.tma.async.load {tm}[{idx(64 * j)}, {n0}, {bh}], %bar[{b}] to "
-                         f"{vw} : {tm_kv}, {bar} -> {box_kv}")
+                    emit(f"{vw} = memref.view %smem[{off}][] : memref<?xi8, {WS}> to {box}")
+                    emit(f"nvgpu.tma.async.load {tm}[{idx(64 * j)}, {n0}{lead}], %bar[{b}] to "
+                         f"{vw} : {tm_type}, {bar} -> {box}")
 
         emit(f"scf.if {first} {{")
         self.indent += 1
         for b in range(nbar):
             emit(f"nvgpu.mbarrier.init %bar[{idx(b)}], {idx(1)} : {bar}")
-        emit(f"nvgpu.tma.prefetch.descriptor %tma_k : {tm_kv}")
-        emit(f"nvgpu.tma.prefetch.descriptor %tma_v : {tm_kv}")
+        emit(f"nvgpu.tma.prefetch.descriptor %tma_k : {tm_k}")
+        emit(f"nvgpu.tma.prefetch.descriptor %tma_v : {tm_v}")
         self.indent -= 1
         emit("}")
         emit("gpu.barrier")
@@ -294,7 +551,8 @@ class AttentionEmitter(MovementEmitter):
         emit(f"nvgpu.mbarrier.arrive.expect_tx %bar[{idx(0)}], {idx(q_bytes)} : {bar}")
         for j in range(d_boxes):
             vw = view(q_off + j * t.bm * 128, box_q)
-            emit(f"nvgpu.tma.async.load %tma_q[{idx(64 * j)}, {m0}, {bh}], %bar[{idx(0)}] to "
+            lead = f", {tma_coords['Q']}" if tma_coords["Q"] else ""
+            emit(f"nvgpu.tma.async.load %tma_q[{idx(64 * j)}, {m0}{lead}], %bar[{idx(0)}] to "
                  f"{vw} : {tm_q}, {bar} -> {box_q}")
         self.indent -= 1
         emit("}")
@@ -473,6 +731,9 @@ class AttentionEmitter(MovementEmitter):
         emit("}")
         # O / l, stored two columns at a time; rows past the end are not written.
         out_arg = self.num_inputs
+        out_base = idx(self.out_view.offset)
+        for c, (_, st) in zip(lead_coords(self.out_view.lead), self.out_view.lead):
+            out_base = self.arith("addi", out_base, self.arith("muli", c, idx(st)))
         for r in range(2):
             total = f"%loop#{3 + r}"
             total = self.shuffle_xor(total, 1, "arith.addf")
@@ -480,8 +741,8 @@ class AttentionEmitter(MovementEmitter):
             inv = self.fop("arith.divf", self.f32(1.0), total)
             grow = self.arith("addi", m0, rows[r])
             ok = self.arith("cmpi ult,", grow, idx(o.m))
-            base = self.arith("muli", self.arith("addi", self.arith("muli", bh, idx(o.m)), grow),
-                              idx(o.d))
+            base = self.arith("addi", out_base, self.arith("muli", grow,
+                                                          idx(self.out_view.row_stride)))
             emit(f"scf.if {ok} {{")
             self.indent += 1
             for c in range(o.d // 8):
@@ -675,6 +936,167 @@ def causal_bound(emitter: "AttentionEmitter") -> int | None:
     return c
 
 
+def _k_value(qk: ir.Operation) -> ir.Value:
+    """K as [..., keys, head_dim]: what the swap of Q K^T's last two dims reads."""
+    value = qk.operands[1]
+    while not isinstance(value.owner, ir.Block):
+        op = value.owner.operation
+        if op.name == "linalg.transpose":
+            return op.operands[0]
+        if op.name not in ("tensor.expand_shape", "tensor.collapse_shape"):
+            break
+        value = op.operands[0]
+    raise CudaCodegenError("K^T is not a transpose of K")
+
+
+@dataclass
+class OutputView:
+    lead: Factors
+    row_stride: int
+    offset: int
+
+
+def _output_view(group: ir.Operation, m, after: list[ir.Operation] = ()) -> OutputView:
+    """Where O (P V's result, [batch x heads, rows, head_dim]) lies in the group's result:
+    backward from the result through the ops after P V (casts, reshapes, a head merge's
+    transpose)."""
+    body = group.regions[0].blocks[0]
+    yielded = list(body.operations)[-1].operands
+    if len(yielded) != 1:
+        raise CudaCodegenError("an attention group with more than one result")
+    value = yielded[0]
+    # `after`: a layout group's ops that would merge behind, from its result back.
+    start = after[0].results[0] if after else value
+    view = View.dense(list(ir.RankedTensorType(start.type).shape))
+    for op in after:
+        view = view_backward(view, op)
+        if view is None:
+            raise CudaCodegenError(f"the result's layout through '{op.name}'")
+    while value_key(value) != value_key(m.pv.results[0]):
+        if isinstance(value.owner, ir.Block):
+            raise CudaCodegenError("the attention's result is not P V's")
+        op = value.owner.operation
+        view = view_backward(view, op)
+        if view is None:
+            raise CudaCodegenError(f"the attention's result through '{op.name}' is not a "
+                                   f"strided view of it")
+        value = op.operands[0]
+    cols, rows = _tidy(view.dims[-1]), _tidy(view.dims[-2])
+    if len(cols) != 1 or cols[0][1] != 1 or len(rows) > 1:
+        raise CudaCodegenError("O's rows are not written contiguously")
+    lead = _tidy([f for d in view.dims[:-2] for f in d])
+    return OutputView(lead, rows[0][1] if rows else 0, view.offset)
+
+
+def _split_layout_parts(group: ir.Operation) -> bool:
+    """A group of several results that only moves data (horizontal fusion's merge of K's and
+    V's broadcasts) becomes one group per result, so that each can merge into the attention
+    that reads it. False (nothing changed) unless every op is on exactly one result's
+    chain of layout ops from a group input."""
+    from fusec.compiler.targets.cuda.layouts import layout_generic, layout_source
+    from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, op_key
+    from fusec.passes.inline_groups import inline_group
+
+    body = group.regions[0].blocks[0]
+    chains: list[list[ir.Operation]] = []
+    seen: set[int] = set()
+    for value in list(body.operations)[-1].operands:
+        chain = []
+        while not isinstance(value.owner, ir.Block):
+            op = value.owner.operation
+            found = layout_source(op)
+            if found is None or layout_generic(op) == "cast" or op_key(op) in seen:
+                return False
+            seen.add(op_key(op))
+            chain.append(op)
+            value = found[0]
+        if not chain:
+            return False
+        chains.append(chain)
+    ops = [o.operation for o in body.operations
+           if o.operation.name not in CLONED_INTO_GROUPS and o.operation.name != "fusion.yield"]
+    if len(ops) != sum(len(c) for c in chains):
+        return False
+    inline_group(group)
+    for chain in chains:
+        form_group(chain, "single")
+    return True
+
+
+def absorb_attention_layouts(func: ir.Operation) -> int:
+    """Read Q, K and V through the layout groups before an attention group (head split:
+    slice, reshape, transpose; GQA's repeat_interleave: a broadcast and a collapse) and
+    write O where the layout group after it puts it (head merge), when the TMA maps and the
+    store can: those groups merge into the attention group and cost no kernel (nor their
+    copies in memory). Returns how many merged."""
+    from fusec.compiler.targets.cuda.device import GROUP_OP
+    from fusec.compiler.targets.cuda.rewrites import (_chain_in, _is_layout_group,
+                                                      _only_user, regroup)
+
+    def is_attention(op: ir.Operation) -> bool:
+        return op.name == GROUP_OP and attributes.PATH in op.attributes and \
+            ir.StringAttr(op.attributes[attributes.PATH]).value == "attention"
+
+    count = 0
+    for group in [o.operation for o in func.regions[0].blocks[0].operations
+                  if is_attention(o.operation)]:
+        merged = True
+        while merged:
+            merged = False
+            try:
+                m = match_in(group)
+            except CudaCodegenError:
+                break
+            for i, operand in enumerate(group.operands):
+                producer = operand.owner
+                if isinstance(producer, ir.Block):
+                    continue
+                producer = producer.operation
+                if producer.name == GROUP_OP and len(producer.results) > 1 and \
+                        _split_layout_parts(producer):
+                    merged = True  # the parts are groups of their own now: look again
+                    break
+                if not _is_layout_group(producer):
+                    continue
+                uses = list(producer.results[0].uses)
+                if not uses or any((u.owner.operation if hasattr(u.owner, "operation")
+                                    else u.owner) != group for u in uses):
+                    continue
+                found = _chain_in(producer)
+                if found is None or not isinstance(found[1].owner, ir.Block):
+                    continue
+                chain, source = found
+                base = View.dense(list(ir.RankedTensorType(source.type).shape))
+                for op in reversed(chain):
+                    base = view_forward(base, op) if base is not None else None
+                if base is None:
+                    continue
+                try:
+                    operand_views(group, m, {i: base})
+                except CudaCodegenError:
+                    continue
+                group = regroup([producer, group], [], group)
+                count += 1
+                merged = True
+                break
+        if len(group.results) != 1:
+            continue
+        consumer = _only_user(group.results[0])
+        if consumer is None or not _is_layout_group(consumer):
+            continue
+        found = _chain_in(consumer)
+        if found is None or any(o.name not in ("tensor.expand_shape", "tensor.collapse_shape",
+                                               "linalg.transpose") for o in found[0]):
+            continue
+        try:
+            _output_view(group, match_in(group), found[0])
+        except CudaCodegenError:
+            continue
+        regroup([group, consumer], [], group)
+        count += 1
+    return count
+
+
 def attention_launch(group: ir.Operation, symbol: str, operands: list[int],
                      weight_buffer, result_buffers, asm,
                      device: CudaDevice = H200) -> tuple[str, Launch]:
@@ -694,12 +1116,15 @@ def attention_launch(group: ir.Operation, symbol: str, operands: list[int],
     eb = ELEMENT_BYTES[o.el]
     dtype = TENSOR_MAP_TYPES[o.el]
 
-    def tensor_map(param: int, rows: int, batch: int, box_rows: int) -> list[int]:
-        return map_entry(param, dtype, [o.d, rows, batch], [o.d * eb, rows * o.d * eb],
-                         [64, box_rows, 1], SWIZZLE_128B, 0)
+    def tensor_map(param: int, view: MatrixView, box_rows: int) -> list[int]:
+        dims = view.tma_dims()
+        return map_entry(param, dtype, [view.cols, view.rows[0]] + [n for _, n, _ in dims],
+                         [view.rows[1] * eb] + [st * eb for _, _, st in dims],
+                         [64, box_rows] + [1] * len(dims), SWIZZLE_128B, view.offset * eb)
 
-    maps = [tensor_map(0, o.m, o.batch, t.bm), tensor_map(1, o.n, o.kv_batch, t.bn),
-            tensor_map(2, o.n, o.kv_batch, t.bn)]
+    views = emitter.views
+    maps = [tensor_map(0, views["Q"], t.bm), tensor_map(1, views["K"], t.bn),
+            tensor_map(2, views["V"], t.bn)]
     params = {k: v for k, v in _params(group).items()}
     info = {"path": "attention", "tile": [t.bm, t.bn, t.stages],
             "flops": 4 * o.batch * o.m * o.n * o.d, "attention": params,

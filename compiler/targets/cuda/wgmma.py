@@ -118,7 +118,7 @@ def refusal(problem: GemmProblem, tile: GemmTile = GemmTile()) -> str | None:
     return None
 
 
-MAP_RANK = 3
+MAP_RANK = 5
 
 
 def map_entry(param: int, dtype: int, dims: list[int], strides: list[int], box: list[int],
