@@ -77,7 +77,8 @@ def _payload(op: ir.Operation) -> list[ir.Operation]:
 
 
 def _iterators(op: ir.Operation) -> list[str]:
-    return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    return [str(a).split("<")[-1].rstrip(">")
+            for a in ir.ArrayAttr(op.attributes["iterator_types"])]
 
 
 def _maps(op: ir.Operation) -> list[ir.AffineMap]:

@@ -588,42 +588,72 @@ class AttentionEmitter(MovementEmitter):
                      self.descriptor(self.smem_address(v_off[s]), t.bn * 128))
                     for s in range(stages)]
         st_o = _struct(no)
-        emit(f"%loop:5 = scf.for %j = {idx(0)} to {hi} step {idx(1)} iter_args(%acc = {o0}, "
-             f"%mx0 = {ninf}, %mx1 = {ninf}, %l0 = {zero}, %l1 = {zero}) -> ({st_o}, f32, f32, "
-             f"f32, f32) {{")
+        st_s = _struct(ns)
+
+        def stage_of(tile: str) -> tuple[str, str, str, str]:
+            """(stage, the wait parity, K's and V's descriptors) of key tile `tile`."""
+            stage = self.arith("remui", tile, idx(stages))
+            rnd = self.arith("divui", tile, idx(stages))
+            parity = self.fresh("par")
+            wide = self.fresh("pw")
+            emit(f"{wide} = arith.index_cast {self.arith('remui', rnd, idx(2))} : index to i32")
+            emit(f"{parity} = arith.trunci {wide} : i32 to i1")
+            k_desc, v_desc = kv_desc0[0]
+            if stages > 1:  # two stages at most: a select
+                is1 = self.arith("cmpi eq,", stage, idx(1))
+                k_desc = self.fop("arith.select", is1, kv_desc0[1][0], kv_desc0[0][0],
+                                  type_="i64")
+                v_desc = self.fop("arith.select", is1, kv_desc0[1][1], kv_desc0[0][1],
+                                  type_="i64")
+            return stage, parity, k_desc, v_desc
+
+        def issue_scores(k_desc: str) -> str:
+            """S = Q K^T, issued (committed, not waited for): head_dim / 16 MMAs (A: Q's box
+            kk / 4 at +32 bytes per 16 of K; B: K's)."""
+            emit("nvvm.wgmma.fence.aligned")
+            s_acc = self.fresh("su")
+            emit(f"{s_acc} = llvm.mlir.undef : {st_s}")
+            for kk in range(o.d // 16):
+                da = self.arith("addi", q_desc, self.i64(
+                    ((kk // 4) * t.bm * 128 + (kk % 4) * 32) >> 4), "i64")
+                db = self.arith("addi", k_desc, self.i64(
+                    ((kk // 4) * t.bn * 128 + (kk % 4) * 32) >> 4), "i64")
+                nxt = self.fresh("s")
+                scale_d = "zero" if kk == 0 else "one"
+                emit(f"{nxt} = nvvm.wgmma.mma_async {da}, {db}, {s_acc}, <m = 64, n = {t.bn}, "
+                     f"k = 16>, D[<f32>, <{scale_d}>, <wrapped>], A[<{el}>, <one>, <row>], "
+                     f"B[<{el}>, <one>, <col>] : {st_s} -> {st_s}")
+                s_acc = nxt
+            emit("nvvm.wgmma.commit.group.sync.aligned")
+            return s_acc
+
+        def wait_if(cond: str, barrier: str, parity: str) -> None:
+            emit(f"scf.if {cond} {{")
+            emit(f"  nvgpu.mbarrier.try_wait.parity %bar[{barrier}], {parity}, "
+                 f"{idx(10000000)} : {bar}")
+            emit("}")
+
+        # The first tile's scores before the loop; in the loop, tile j + 1's are issued
+        # before tile j's softmax, so that the tensor cores compute them meanwhile. The last
+        # iteration issues them again for a tile already in shared memory (one wasted MMA
+        # batch per block, never read): no scf.if around an MMA in flight, whose results
+        # would be moved between registers before it completes.
+        _, par0, k0_desc, _ = stage_of(idx(0))
+        wait_if(self.arith("cmpi ult,", idx(0), hi), idx(1), par0)
+        s_first = issue_scores(k0_desc)
+        emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        emit(f"%loop:6 = scf.for %j = {idx(0)} to {hi} step {idx(1)} iter_args(%acc = {o0}, "
+             f"%mx0 = {ninf}, %mx1 = {ninf}, %l0 = {zero}, %l1 = {zero}, %s_cur = {s_first}) "
+             f"-> ({st_o}, f32, f32, f32, f32, {st_s}) {{")
         self.indent += 1
         self.memo.append({})
-        stage = self.arith("remui", "%j", idx(stages))
-        rnd = self.arith("divui", "%j", idx(stages))
-        parity = self.fresh("par")
-        wide = self.fresh("pw")
-        emit(f"{wide} = arith.index_cast {self.arith('remui', rnd, idx(2))} : index to i32")
-        emit(f"{parity} = arith.trunci {wide} : i32 to i1")
-        # The stage's descriptors (two stages at most: a select).
-        k_desc, v_desc = kv_desc0[0]
-        if stages > 1:
-            is1 = self.arith("cmpi eq,", stage, idx(1))
-            k_desc = self.fop("arith.select", is1, kv_desc0[1][0], kv_desc0[0][0], type_="i64")
-            v_desc = self.fop("arith.select", is1, kv_desc0[1][1], kv_desc0[0][1], type_="i64")
-        kb = self.arith("addi", stage, idx(1))
-        emit(f"nvgpu.mbarrier.try_wait.parity %bar[{kb}], {parity}, {idx(10000000)} : {bar}")
-        # S = Q K^T: head_dim / 16 MMAs (A: Q's box j / 4 at +32 bytes per 16 of K; B: K's).
-        emit("nvvm.wgmma.fence.aligned")
-        s_acc = self.fresh("su")
-        emit(f"{s_acc} = llvm.mlir.undef : {_struct(ns)}")
-        for kk in range(o.d // 16):
-            da = self.arith("addi", q_desc, self.i64(((kk // 4) * t.bm * 128 + (kk % 4) * 32) >> 4),
-                            "i64")
-            db = self.arith("addi", k_desc, self.i64(((kk // 4) * t.bn * 128 + (kk % 4) * 32) >> 4),
-                            "i64")
-            nxt = self.fresh("s")
-            scale_d = "zero" if kk == 0 else "one"
-            emit(f"{nxt} = nvvm.wgmma.mma_async {da}, {db}, {s_acc}, <m = 64, n = {t.bn}, "
-                 f"k = 16>, D[<f32>, <{scale_d}>, <wrapped>], A[<{el}>, <one>, <row>], "
-                 f"B[<{el}>, <one>, <col>] : {_struct(ns)} -> {_struct(ns)}")
-            s_acc = nxt
-        emit("nvvm.wgmma.commit.group.sync.aligned")
-        emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        stage, parity, _, v_desc = stage_of("%j")
+        following = self.arith("addi", "%j", idx(1))
+        f_stage, f_parity, f_k_desc, _ = stage_of(following)
+        wait_if(self.arith("cmpi ult,", following, hi),
+                self.arith("addi", f_stage, idx(1)), f_parity)
+        s_next = issue_scores(f_k_desc)
+        s_acc = "%s_cur"
         # X = score(S), two consecutive keys at a time.
         n0 = self.arith("muli", "%j", idx(t.bn))
         score_shape = tensor_info(self.m.score.type)[0]
@@ -694,7 +724,8 @@ class AttentionEmitter(MovementEmitter):
                 vec = self.fresh("pv")
                 emit(f"{vec} = vector.from_elements {lo}, {hi_} : vector<2x{el}>")
                 emit(f"vector.store {vec}, {pv}[{elem}] : {p_mem}, vector<2x{el}>")
-        emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
+        emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, "
+             "space = #nvvm.shared_space<cta>}")
         emit("gpu.barrier")
         vb = self.arith("addi", stage, idx(1 + stages))
         emit(f"nvgpu.mbarrier.try_wait.parity %bar[{vb}], {parity}, {idx(10000000)} : {bar}")
@@ -725,8 +756,8 @@ class AttentionEmitter(MovementEmitter):
         self.indent -= 1
         emit("}")
         self.memo.pop()
-        emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]} : {st_o}, f32, "
-             f"f32, f32, f32")
+        emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}, {s_next} : "
+             f"{st_o}, f32, f32, f32, f32, {st_s}")
         self.indent -= 1
         emit("}")
         # O / l, stored two columns at a time; rows past the end are not written.
@@ -867,12 +898,10 @@ def _np_at(value: ir.Value, idx: list, s_key, s_value, memo: dict):
     return result
 
 
-def _head_independent(emitter: "AttentionEmitter") -> bool:
-    """Whether the score ops' masks cannot vary with batch or head: no `linalg.index` in an
-    op of rank above 2 (an arange or a 2-D compare may index; the rank-4 score ops may not),
-    and no constant with a leading dim above 1 before the last two."""
+def _feeding(emitter: "AttentionEmitter") -> list[ir.Operation]:
+    """The ops the score X is computed from, X first (not the softmax after it)."""
     feeding, stack, seen = [], [emitter.m.score], set()
-    while stack:  # the ops X is computed from (not the softmax after it)
+    while stack:
         owner = stack.pop().owner
         if isinstance(owner, ir.Block) or value_key(owner.operation.results[0]) in seen:
             continue
@@ -880,7 +909,14 @@ def _head_independent(emitter: "AttentionEmitter") -> bool:
         feeding.append(owner.operation)
         if value_key(owner.operation.results[0]) != emitter.s_key:
             stack += list(owner.operation.operands)
-    for op in feeding:
+    return feeding
+
+
+def _head_independent(emitter: "AttentionEmitter") -> bool:
+    """Whether the score ops' masks cannot vary with batch or head: no `linalg.index` in an
+    op of rank above 2 (an arange or a 2-D compare may index; the rank-4 score ops may not),
+    and no constant with a leading dim above 1 before the last two."""
+    for op in _feeding(emitter):
         if op.name == "arith.constant" and isinstance(op.results[0].type, ir.RankedTensorType):
             shape = list(ir.RankedTensorType(op.results[0].type).shape)
             if any(d != 1 for d in shape[:-2]):
@@ -898,14 +934,35 @@ def causal_bound(emitter: "AttentionEmitter") -> int | None:
     every key past row + c (causal, c = 0 top-left aligned, N - M bottom-right): returns c,
     checked on the whole (row, key) grid here (X is -inf wherever it is for S = 0 and 1.5 at
     the first head and S = -2.5 at the last, and nothing in the mask reads a batch or
-    head index or a constant that varies with them: `_head_independent`), so that the kernel stops at the tile holding key
-    m0 + BM - 1 + c. None where there is no such bound (no mask, a mask read from memory, or
-    one whose visible keys do not end at row + c)."""
-    import numpy as np
-
+    head index or a constant that varies with them: `_head_independent`), so that the
+    kernel stops at the tile holding key m0 + BM - 1 + c. None where there is no such bound
+    (no mask, a mask read from memory, or one whose visible keys do not end at row + c)."""
     o = emitter.ops
     if not emitter.m.sides or o.m * o.n > MASK_GRID_MAX or not _head_independent(emitter):
         return None
+    # Every layer of a model has the same mask: computed once per structure and grid (a
+    # tensor constant in it, not keyed by its bytes here, is evaluated each time).
+    feeding = _feeding(emitter)
+    named = [[op.attributes[i] for i in range(len(op.attributes))] for op in feeding]
+    if any(isinstance(a.attr, ir.DenseElementsAttr) and not a.attr.is_splat
+           for attrs in named for a in attrs):
+        return _classify(emitter)
+    key = (o.m, o.n, tuple((op.name, str(op.results[0].type) if len(op.results) else "",
+                            tuple(sorted((a.name, str(a.attr)) for a in attrs)))
+                           for op, attrs in zip(feeding, named)))
+    if key not in _CAUSAL_CACHE:
+        _CAUSAL_CACHE[key] = _classify(emitter)
+    return _CAUSAL_CACHE[key]
+
+
+_CAUSAL_CACHE: dict = {}
+
+
+def _classify(emitter: "AttentionEmitter") -> int | None:
+    """causal_bound's evaluation on the grid (see there)."""
+    import numpy as np
+
+    o = emitter.ops
     score = emitter.m.score
     shape = tensor_info(score.type)[0]
     rows = np.arange(o.m, dtype=np.int64)[:, None]

@@ -141,6 +141,8 @@ class KernelEmitter:
         self.lines.append("  " * self.indent + line)
 
     def const(self, value: Any, type_: str) -> str:
+        if type_ == "i1" and str(value) in ("true", "false"):
+            value = 1 if str(value) == "true" else 0  # `arith.constant true` has no type
         key = (str(value), type_)
         if key not in self.consts:
             name = self.fresh("c")

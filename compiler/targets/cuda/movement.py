@@ -834,6 +834,20 @@ class MovementEmitter(KernelEmitter):
                 return [self.ix_add(a, self.ix_const(-b.const))]
             if name == "arith.muli" and (a.const is not None or b.const is not None):
                 return [self.ix_mul(b, a.const) if a.const is not None else self.ix_mul(a, b.const)]
+        divisor = _constant_float(inner.operands[1]) if name == "arith.divf" else None
+        if divisor:
+            # x / c as x * (1 / c), 1 / c rounded once here: <= 1 ulp more rounding, as the
+            # fast emitter divides by a row value; a division is ~10 instructions per lane
+            # (attention's `/ sqrt(d)` on every score).
+            type_ = str(inner.results[0].type)
+            if type_ in ("f32", "f64"):
+                inverse = self.const(_float_text(1.0 / divisor, type_), type_)
+                out = []
+                for lane in (self._lane_names(args[0]) if isinstance(args[0], Ix) else args[0]):
+                    product = self.fresh("p")
+                    self.emit(f"{product} = arith.mulf {lane}, {inverse} : {type_}")
+                    out.append(product)
+                return [out]
         lanes = [self._lane_names(a) if isinstance(a, Ix) else a for a in args]
         uniform = all(len(set(lane)) == 1 for lane in lanes)
         count = 1 if uniform else self.V
@@ -1135,6 +1149,53 @@ def _reduction_combiner(op: ir.Operation, result: int) -> str:
             value_key(acc) not in {value_key(strip(v)) for v in owner.operation.operands}:
         raise CudaCodegenError("a reduction payload that does not end in a known combiner")
     return owner.operation.name
+
+
+def _constant_float(value: ir.Value) -> float | None:
+    """The value of a float constant, or of casts of one (torch's f64 scale rounded to the
+    payload's type, 16-bit widening's extf), rounded as the casts round; else None."""
+    casts = []
+    owner = value.owner
+    while not isinstance(owner, ir.Block):
+        op = owner.operation
+        if op.name == "arith.constant" and isinstance(op.attributes["value"], ir.FloatAttr):
+            result = float(ir.FloatAttr(op.attributes["value"]).value)
+            for cast in reversed(casts):
+                result = _round_to(result, str(cast.results[0].type))
+                if result is None:
+                    return None
+            return result
+        if op.name not in ("arith.extf", "arith.truncf") or len(casts) > 3:
+            return None
+        casts.append(op)
+        owner = op.operands[0].owner
+    return None
+
+
+def _round_to(value: float, type_: str) -> float | None:
+    """`value` rounded to nearest-even in `type_` (f64, f32, f16, bf16), else None."""
+    import numpy as np
+
+    if type_ == "f64":
+        return value
+    if type_ == "f32":
+        return float(np.float32(value))
+    if type_ == "f16":
+        return float(np.float16(value))
+    if type_ == "bf16":
+        bits = int(np.array(np.float32(value)).view(np.uint32))
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return float(np.array(bits, dtype=np.uint32).view(np.float32))
+    return None
+
+
+def _float_text(value: float, type_: str) -> str:
+    """`value` rounded to `type_` (f32: through numpy), as MLIR's float literal."""
+    import numpy as np
+
+    if type_ == "f32":
+        value = float(np.float32(value))
+    return repr(value)
 
 
 def _loop_ranges(op: ir.Operation) -> list[int]:
