@@ -97,6 +97,10 @@ CASES = {
                         "GQA 8/4 heads by expand + reshape, Q 130 / K,V 250, D128", False),
     "head_split_d64": (head_split, [((2, 100, 3 * 512), bf16)],
                        "Q, K, V split from [B, T, 3 d], merged back, causal, D64", False),
+    "head_split_t7": (head_split, [((3, 7, 3 * 256), bf16)],
+                      "the split and merge at T = 7, causal (fuzz_attention seed 7: the "
+                      "mask of an odd key count's last key was evaluated one key early)",
+                      False),
     "decode_b8_h32": (sdpa, _qkv(8, 32, 1, 8192, 128, bf16),
                       "decode: B8 H32, 1 query row, 8192 keys, D128 bf16", True),
     "long_causal_s32768": (sdpa_causal, _qkv(1, 32, 32768, 32768, 128, bf16),

@@ -5,7 +5,7 @@ lengths, bf16 and f16, head dims 64 and 128), each built here by fusec's whole p
 checked there against float64 on fresh random inputs.
 
     python test/gpu/fuzz_attention.py build DIR --examples N --seed S   here: DIR/attfz/
-    python3 test/gpu/fuzz_attention.py run DIR                           the H200
+    python3 test/gpu/fuzz_attention.py run DIR [--limit N]               the H200
 
 A program must be one attention kernel (its kind in the artifact) and match float64 to 1e-2
 (bf16/f16 operands, f32 statistics); fully masked rows must be NaN exactly where float64's
@@ -136,12 +136,12 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
     (folder / "specs.json").write_text(json.dumps({"seed": seed, "specs": specs}, indent=1))
 
 
-def run(art_dir: Path) -> int:
+def run(art_dir: Path, limit: int | None = None) -> int:
     sys.path.insert(0, str(ROOT / "bench"))
     import gpu as bench
 
     folder = art_dir / "attfz"
-    specs = json.loads((folder / "specs.json").read_text())["specs"]
+    specs = json.loads((folder / "specs.json").read_text())["specs"][:limit]
     failed = 0
     for spec in specs:
         row = {"name": spec["name"]}
@@ -176,4 +176,5 @@ if __name__ == "__main__":
         s = int(sys.argv[sys.argv.index("--seed") + 1]) if "--seed" in sys.argv else 1
         build(folder, n, s)
         sys.exit(0)
-    sys.exit(run(folder))
+    limit = int(sys.argv[sys.argv.index("--limit") + 1]) if "--limit" in sys.argv else None
+    sys.exit(run(folder, limit))

@@ -134,3 +134,31 @@ def test_kernel_has_no_spills(tmp_path):
                           str(tmp_path / "m.cubin")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "0 bytes spill stores" in out.stderr
+
+
+def _packed(causal: bool, naive: bool):
+    def fn(x):
+        b, t, d3 = x.shape
+        q, k, v = x.split(d3 // 3, dim=2)
+        q, k, v = (z.view(b, t, d3 // 192, 64).transpose(1, 2) for z in (q, k, v))
+        if naive:
+            s = torch.matmul(q, k.transpose(-2, -1)) / 8.0
+            keep = torch.ones(t, t, dtype=torch.bool).tril()
+            y = torch.matmul(torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1), v)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return y.transpose(1, 2).reshape(b, t, d3 // 3)
+    return fn
+
+
+@pytest.mark.parametrize("t,causal,naive", [(1, False, False), (64, True, True)])
+def test_fuzz_regressions_packed_heads(t, causal, naive, tmp_path):
+    """Found by test/gpu/fuzz_attention.py (seed 1): one query row and one key (K^T is a
+    transpose of unit dims, which the unit-transpose rewrite had turned into reshapes inside
+    the attention group: no attention chain left), and a `tril` of a bool constant (its
+    `true` printed as `arith.constant true : i1`, which MLIR does not parse). Both one
+    kernel, Q, K, V read from the packed [B, T, 3 d] input and O written merged."""
+    meta = _build(_packed(causal, naive), [(2, t, 3 * 256)], tmp_path)
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["attention"]
+    roles = sorted(b["role"] for b in meta["plan"]["buffers"])
+    assert roles.count("input") == 1 and roles.count("output") == 1

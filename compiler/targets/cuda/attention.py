@@ -664,11 +664,30 @@ class AttentionEmitter(MovementEmitter):
             grow_c = self.arith("minui", grow, idx(o.m - 1))
             for c in range(t.bn // 8):
                 col = self.arith("addi", n0, self.arith("addi", quad_col, idx(8 * c)))
-                col_c = self.arith("minui", col, idx(o.n - 2)) if o.n >= 2 else col
-                self.bound = [self.extract(s_acc, 4 * c + 2 * r + e, ns) for e in range(2)]
-                self.memo.append({})
-                values = self.at(self.m.score, [*lead, Ix(grow_c, 0, 1), Ix(col_c, 1, 2)])
-                self.memo.pop()
+                scores = [self.extract(s_acc, 4 * c + 2 * r + e, ns) for e in range(2)]
+                if o.n % 2 == 0:
+                    # Both keys at once (a pair never straddles the last key: clamped
+                    # whole, a pair past the end is masked below).
+                    col_c = self.arith("minui", col, idx(o.n - 2))
+                    self.bound = scores
+                    self.memo.append({})
+                    values = self.at(self.m.score, [*lead, Ix(grow_c, 0, 1), Ix(col_c, 1, 2)])
+                    self.memo.pop()
+                else:
+                    # An odd key count: the last pair straddles the end; each key alone,
+                    # at its own (clamped) index (found by fuzz_attention.py: a causal
+                    # mask evaluated one key early at T = 7).
+                    values = []
+                    self.V = 1
+                    for e in range(2):
+                        key_c = self.arith("minui", self.arith("addi", col, idx(e)),
+                                           idx(o.n - 1))
+                        self.bound = [scores[e]]
+                        self.memo.append({})
+                        values += self.at(self.m.score, [*lead, Ix(grow_c, 0, 1),
+                                                         Ix(key_c, 0, 1)])
+                        self.memo.pop()
+                    self.V = 2
                 x_el = tensor_info(self.m.score.type)[1]
                 for e, x in enumerate(values):
                     if x_el != "f32":
