@@ -76,6 +76,12 @@ def _payload(op: ir.Operation) -> list[ir.Operation]:
     return ops[:-1]
 
 
+def _core(op: ir.Operation) -> list[str]:
+    """A payload's op names without its casts: the same op whether the 16-bit widening
+    (`--fusion-gpu-widen-16bit-payloads`) computed it in f32 or not."""
+    return [o.name for o in _payload(op) if o.name not in CASTS]
+
+
 def _iterators(op: ir.Operation) -> list[str]:
     return [str(a).split("<")[-1].rstrip(">")
             for a in ir.ArrayAttr(op.attributes["iterator_types"])]
@@ -155,13 +161,84 @@ class Match:
     members: list[ir.Operation]
     out: ir.Value
     scale: float | None
+    zero_masked_rows: bool = False  # P = where(rowmax == -inf, 0, softmax): 0, not NaN
+
+
+def _is_neg_inf_constant(value: ir.Value) -> bool:
+    op = defining_op(value)
+    if op is None or op.name != "arith.constant":
+        return False
+    attr = op.attributes["value"]
+    return isinstance(attr, ir.FloatAttr) and ir.FloatAttr(attr).value == float("-inf")
+
+
+def _is_zero(value: ir.Value) -> bool:
+    op = defining_op(value)
+    if op is None or op.name != "arith.constant":
+        return False
+    attr = op.attributes["value"]
+    if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+        attr = attr.get_splat_value()
+    return isinstance(attr, ir.FloatAttr) and ir.FloatAttr(attr).value == 0.0
+
+
+def _safe_rows(p: ir.Value, walk: Walk) -> tuple[ir.Value, ir.Value | None]:
+    """torch's SDPA decomposition with a mask ends in where(rowmax == -inf, 0, P): a fully
+    masked row gives zeros, not the NaN of 0 / 0. Returns (P, the tested row max) when the
+    select is there (its ops join the walk), else (p, None)."""
+    op = defining_op(p)
+    if not _elementwise(op) or len(op.operands) != 4:
+        return p, None
+    if _core(op) != ["arith.select"]:
+        return p, None
+    block = op.regions[0].blocks[0]
+    sel = next(o for o in _payload(op) if o.name == "arith.select")
+    args = list(block.arguments)
+
+    def arg_of(v: ir.Value) -> ir.Value:
+        inner = defining_op(v)
+        return inner.operands[0] if inner is not None and inner.name in CASTS else v
+
+    if [arg_of(v) for v in sel.operands] != args[:3]:
+        return p, None
+    cond, zero, inner = op.operands[0], op.operands[1], op.operands[2]
+    if not _is_zero(zero):
+        return p, None
+    test = defining_op(cond)
+    if not _elementwise(test) or len(test.operands) != 2:
+        return p, None
+    names = [o.name for o in _payload(test)]
+    cmp = [o for o in _payload(test) if o.name == "arith.cmpf"]
+    if not cmp or any(n not in ("arith.extf", "arith.cmpf") for n in names) or \
+            ir.IntegerAttr(cmp[0].attributes["predicate"]).value != 1:  # oeq
+        return p, None
+    if not any(_is_neg_inf_constant(v) for v in cmp[0].operands):
+        return p, None
+    walk.ops += [op, test]
+    return inner, test.operands[0]
+
+
+def _row_max(p: ir.Value) -> ir.Value:
+    """The max reduction's result the softmax subtracts (for P = e / sum(e))."""
+    div = defining_op(p)
+    e = div.operands[0]
+    while True:
+        op = defining_op(e)
+        if op is not None and (op.name in RESHAPE_OPS or _cast_of(op) is not None):
+            e = op.operands[0]
+            continue
+        break
+    exp_op = defining_op(e)
+    sub = exp_op if _core(exp_op) == ["arith.subf", "math.exp"] else \
+        defining_op(Walk().back(exp_op.operands[0]))
+    return sub.operands[1]
 
 
 def _softmax_input(p: ir.Value, walk: Walk) -> ir.Value:
     """X, for P = softmax(X, -1) as torch-mlir decomposes it (e / sum(e), e = exp(X -
     max(X))); raises NotAttention otherwise."""
     div = defining_op(p)
-    if not _elementwise(div) or [o.name for o in _payload(div)] != ["arith.divf"] or \
+    if not _elementwise(div) or _core(div) != ["arith.divf"] or \
             len(div.operands) != 3:
         raise NotAttention("P @ V's P is not a softmax's division e / sum(e)")
     walk.ops.append(div)
@@ -180,10 +257,10 @@ def _softmax_input(p: ir.Value, walk: Walk) -> ir.Value:
     if not _elementwise(exp_op) or not any(o.name == "math.exp" for o in _payload(exp_op)):
         raise NotAttention("the softmax's numerator is not an exp")
     walk.ops.append(exp_op)
-    names = [o.name for o in _payload(exp_op)]
+    names = _core(exp_op)
     if names == ["math.exp"]:
         sub = defining_op(walk.back(exp_op.operands[0]))
-        if not _elementwise(sub) or [o.name for o in _payload(sub)] != ["arith.subf"]:
+        if not _elementwise(sub) or _core(sub) != ["arith.subf"]:
             raise NotAttention("the softmax's exp is not of x - max(x)")
         walk.ops.append(sub)
     elif names == ["arith.subf", "math.exp"]:
@@ -315,7 +392,10 @@ def match(pv: ir.Operation) -> Match:
     walk = Walk()
     if len(_shape(pv.results[0])) not in (2, 3):
         raise NotAttention("not a (batch) matmul")
-    x = _softmax_input(walk.back(pv.operands[0]), walk)
+    p, zero_rows = _safe_rows(walk.back(pv.operands[0]), walk)
+    x = _softmax_input(p, walk)
+    if zero_rows is not None and walk.back(zero_rows) != walk.back(_row_max(p)):
+        raise NotAttention("the fully-masked-row test is of another max than the softmax's")
     # S: the first contraction's result, through the chain.
     qk = None
     candidates = [x]
@@ -372,7 +452,8 @@ def match(pv: ir.Operation) -> Match:
             continue
         break
     members = [qk, pv, *chain, *walk.ops, *operands.ops, *tail]
-    return Match(qk, pv, q, k, v, x, chain, sides, members, out, _scale_of(chain, sides))
+    return Match(qk, pv, q, k, v, x, chain, sides, members, out, _scale_of(chain, sides),
+                 zero_rows is not None)
 
 
 def _dedupe(ops: list[ir.Operation]) -> list[ir.Operation]:
@@ -473,6 +554,7 @@ def parameters(m: Match) -> dict[str, ir.Attribute]:
     }
     if m.scale is not None:
         params["scale"] = ir.FloatAttr.get(ir.F64Type.get(), m.scale)
+    params["masked_rows"] = ir.StringAttr.get("zero" if m.zero_masked_rows else "nan")
     return params
 
 

@@ -11,7 +11,7 @@
 
 // CHECK-LABEL: func.func @naive
 // CHECK: fusion.group attention
-// CHECK-SAME: fusion.attention = {batch = 2 : i64, dtype = "bf16", head_dim = 64 : i64, kv_len = 16 : i64, mask = "none", q_len = 16 : i64, scale = 1.250000e-01 : f64
+// CHECK-SAME: fusion.attention = {batch = 2 : i64, dtype = "bf16", head_dim = 64 : i64, kv_len = 16 : i64, mask = "none", masked_rows = "nan", q_len = 16 : i64, scale = 1.250000e-01 : f64
 // CHECK-SAME: fusion.path = "attention"
 // CHECK: linalg.batch_matmul
 // CHECK: math.exp
@@ -523,3 +523,119 @@ module {
   }
 }
 
+// -----
+
+// CHECK-LABEL: func.func @masked_sdpa
+// SDPA with a bool attn_mask as torch decomposes it: a `where` from the mask before the
+// softmax, and where(rowmax == -inf, 0, P) after it (a fully masked row gives zeros): both
+// inside, recorded as masked_rows = "zero".
+// CHECK: fusion.group attention
+// CHECK-SAME: mask = "computed", masked_rows = "zero"
+// CHECK: arith.cmpf oeq
+// CHECK: fusion.yield
+// CHECK-NOT: linalg.batch_matmul
+
+#masked_sdpa_map = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#masked_sdpa_map1 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#masked_sdpa_map2 = affine_map<(d0, d1, d2, d3) -> (d0, 0, d2, d3)>
+#masked_sdpa_map3 = affine_map<(d0, d1, d2, d3) -> ()>
+#masked_sdpa_map4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#masked_sdpa_map5 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>
+module {
+  func.func @masked_sdpa(%arg0: tensor<1x2x16x64xbf16>, %arg1: tensor<1x2x16x64xbf16>, %arg2: tensor<1x2x16x64xbf16>, %arg3: tensor<1x1x16x16xi1>) -> tensor<1x2x16x64xbf16> {
+    %cst = arith.constant 0.000000e+00 : f32
+    %c0_i64 = arith.constant 0 : i64
+    %cst_0 = arith.constant 0xFF80 : bf16
+    %cst_1 = arith.constant 0.000000e+00 : bf16
+    %cst_2 = arith.constant dense<0.000000e+00> : tensor<bf16>
+    %cst_3 = arith.constant dense<0xFF80> : tensor<bf16>
+    %cst_4 = arith.constant 0xFFF0000000000000 : f64
+    %cst_5 = arith.constant 1.250000e-01 : bf16
+    %0 = tensor.empty() : tensor<1x2x64x16xbf16>
+    %transposed = linalg.transpose ins(%arg1 : tensor<1x2x16x64xbf16>) outs(%0 : tensor<1x2x64x16xbf16>) permutation = [0, 1, 3, 2] 
+    %collapsed = tensor.collapse_shape %arg0 [[0, 1], [2], [3]] : tensor<1x2x16x64xbf16> into tensor<2x16x64xbf16>
+    %collapsed_6 = tensor.collapse_shape %transposed [[0, 1], [2], [3]] : tensor<1x2x64x16xbf16> into tensor<2x64x16xbf16>
+    %1 = tensor.empty() : tensor<2x16x16xf32>
+    %2 = linalg.fill ins(%cst : f32) outs(%1 : tensor<2x16x16xf32>) -> tensor<2x16x16xf32>
+    %3 = linalg.batch_matmul ins(%collapsed, %collapsed_6 : tensor<2x16x64xbf16>, tensor<2x64x16xbf16>) outs(%2 : tensor<2x16x16xf32>) -> tensor<2x16x16xf32>
+    %4 = tensor.empty() : tensor<2x16x16xbf16>
+    %5 = linalg.generic {indexing_maps = [#masked_sdpa_map, #masked_sdpa_map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%3 : tensor<2x16x16xf32>) outs(%4 : tensor<2x16x16xbf16>) {
+    ^bb0(%in: f32, %out: bf16):
+      %28 = arith.truncf %in : f32 to bf16
+      linalg.yield %28 : bf16
+    } -> tensor<2x16x16xbf16>
+    %expanded = tensor.expand_shape %5 [[0, 1], [2], [3]] output_shape [1, 2, 16, 16] : tensor<2x16x16xbf16> into tensor<1x2x16x16xbf16>
+    %6 = tensor.empty() : tensor<1x2x16x16xbf16>
+    %7 = linalg.generic {indexing_maps = [#masked_sdpa_map1, #masked_sdpa_map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded : tensor<1x2x16x16xbf16>) outs(%6 : tensor<1x2x16x16xbf16>) {
+    ^bb0(%in: bf16, %out: bf16):
+      %28 = arith.mulf %in, %cst_5 : bf16
+      linalg.yield %28 : bf16
+    } -> tensor<1x2x16x16xbf16>
+    %8 = linalg.generic {indexing_maps = [#masked_sdpa_map2, #masked_sdpa_map1, #masked_sdpa_map3, #masked_sdpa_map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%arg3, %7, %cst_3 : tensor<1x1x16x16xi1>, tensor<1x2x16x16xbf16>, tensor<bf16>) outs(%6 : tensor<1x2x16x16xbf16>) {
+    ^bb0(%in: i1, %in_11: bf16, %in_12: bf16, %out: bf16):
+      %28 = arith.select %in, %in_11, %in_12 : bf16
+      linalg.yield %28 : bf16
+    } -> tensor<1x2x16x16xbf16>
+    %9 = tensor.empty() : tensor<1x2x16xi64>
+    %10 = linalg.fill ins(%c0_i64 : i64) outs(%9 : tensor<1x2x16xi64>) -> tensor<1x2x16xi64>
+    %11 = tensor.empty() : tensor<1x2x16xbf16>
+    %12 = linalg.fill ins(%cst_0 : bf16) outs(%11 : tensor<1x2x16xbf16>) -> tensor<1x2x16xbf16>
+    %13:2 = linalg.generic {indexing_maps = [#masked_sdpa_map1, #masked_sdpa_map4, #masked_sdpa_map4], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%8 : tensor<1x2x16x16xbf16>) outs(%12, %10 : tensor<1x2x16xbf16>, tensor<1x2x16xi64>) {
+    ^bb0(%in: bf16, %out: bf16, %out_11: i64):
+      %28 = linalg.index 3 : index
+      %29 = arith.index_cast %28 : index to i64
+      %30 = arith.maximumf %in, %out : bf16
+      %31 = arith.cmpf ogt, %in, %out : bf16
+      %32 = arith.select %31, %29, %out_11 : i64
+      linalg.yield %30, %32 : bf16, i64
+    } -> (tensor<1x2x16xbf16>, tensor<1x2x16xi64>)
+    %expanded_7 = tensor.expand_shape %13#0 [[0], [1], [2, 3]] output_shape [1, 2, 16, 1] : tensor<1x2x16xbf16> into tensor<1x2x16x1xbf16>
+    %14 = linalg.generic {indexing_maps = [#masked_sdpa_map1, #masked_sdpa_map5, #masked_sdpa_map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%8, %expanded_7 : tensor<1x2x16x16xbf16>, tensor<1x2x16x1xbf16>) outs(%6 : tensor<1x2x16x16xbf16>) {
+    ^bb0(%in: bf16, %in_11: bf16, %out: bf16):
+      %28 = arith.subf %in, %in_11 : bf16
+      linalg.yield %28 : bf16
+    } -> tensor<1x2x16x16xbf16>
+    %15 = linalg.generic {indexing_maps = [#masked_sdpa_map1, #masked_sdpa_map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%14 : tensor<1x2x16x16xbf16>) outs(%6 : tensor<1x2x16x16xbf16>) {
+    ^bb0(%in: bf16, %out: bf16):
+      %28 = math.exp %in : bf16
+      linalg.yield %28 : bf16
+    } -> tensor<1x2x16x16xbf16>
+    %16 = tensor.empty() : tensor<1x2x16x1xbf16>
+    %17 = linalg.fill ins(%cst_1 : bf16) outs(%16 : tensor<1x2x16x1xbf16>) -> tensor<1x2x16x1xbf16>
+    %18 = linalg.generic {indexing_maps = [#masked_sdpa_map1, #masked_sdpa_map5], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%15 : tensor<1x2x16x16xbf16>) outs(%17 : tensor<1x2x16x1xbf16>) {
+    ^bb0(%in: bf16, %out: bf16):
+      %28 = arith.addf %in, %out : bf16
+      linalg.yield %28 : bf16
+    } -> tensor<1x2x16x1xbf16>
+    %19 = linalg.generic {indexing_maps = [#masked_sdpa_map1, #masked_sdpa_map5, #masked_sdpa_map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%15, %18 : tensor<1x2x16x16xbf16>, tensor<1x2x16x1xbf16>) outs(%6 : tensor<1x2x16x16xbf16>) {
+    ^bb0(%in: bf16, %in_11: bf16, %out: bf16):
+      %28 = arith.divf %in, %in_11 : bf16
+      linalg.yield %28 : bf16
+    } -> tensor<1x2x16x16xbf16>
+    %20 = tensor.empty() : tensor<1x2x16x1xi1>
+    %21 = linalg.generic {indexing_maps = [#masked_sdpa_map1, #masked_sdpa_map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded_7 : tensor<1x2x16x1xbf16>) outs(%20 : tensor<1x2x16x1xi1>) {
+    ^bb0(%in: bf16, %out: i1):
+      %28 = arith.extf %in : bf16 to f64
+      %29 = arith.cmpf oeq, %28, %cst_4 : f64
+      linalg.yield %29 : i1
+    } -> tensor<1x2x16x1xi1>
+    %22 = linalg.generic {indexing_maps = [#masked_sdpa_map5, #masked_sdpa_map3, #masked_sdpa_map1, #masked_sdpa_map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%21, %cst_2, %19 : tensor<1x2x16x1xi1>, tensor<bf16>, tensor<1x2x16x16xbf16>) outs(%6 : tensor<1x2x16x16xbf16>) {
+    ^bb0(%in: i1, %in_11: bf16, %in_12: bf16, %out: bf16):
+      %28 = arith.select %in, %in_11, %in_12 : bf16
+      linalg.yield %28 : bf16
+    } -> tensor<1x2x16x16xbf16>
+    %collapsed_8 = tensor.collapse_shape %22 [[0, 1], [2], [3]] : tensor<1x2x16x16xbf16> into tensor<2x16x16xbf16>
+    %collapsed_9 = tensor.collapse_shape %arg2 [[0, 1], [2], [3]] : tensor<1x2x16x64xbf16> into tensor<2x16x64xbf16>
+    %23 = tensor.empty() : tensor<2x16x64xf32>
+    %24 = linalg.fill ins(%cst : f32) outs(%23 : tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    %25 = linalg.batch_matmul ins(%collapsed_8, %collapsed_9 : tensor<2x16x16xbf16>, tensor<2x16x64xbf16>) outs(%24 : tensor<2x16x64xf32>) -> tensor<2x16x64xf32>
+    %26 = tensor.empty() : tensor<2x16x64xbf16>
+    %27 = linalg.generic {indexing_maps = [#masked_sdpa_map, #masked_sdpa_map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%25 : tensor<2x16x64xf32>) outs(%26 : tensor<2x16x64xbf16>) {
+    ^bb0(%in: f32, %out: bf16):
+      %28 = arith.truncf %in : f32 to bf16
+      linalg.yield %28 : bf16
+    } -> tensor<2x16x64xbf16>
+    %expanded_10 = tensor.expand_shape %27 [[0, 1], [2], [3]] output_shape [1, 2, 16, 64] : tensor<2x16x64xbf16> into tensor<1x2x16x64xbf16>
+    return %expanded_10 : tensor<1x2x16x64xbf16>
+  }
+}

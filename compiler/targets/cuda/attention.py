@@ -795,6 +795,10 @@ class AttentionEmitter(MovementEmitter):
                                                           idx(self.out_view.row_stride)))
             emit(f"scf.if {ok} {{")
             self.indent += 1
+            if self.m.zero_masked_rows:
+                # torch's SDPA with a mask: a fully masked row (its max -inf) gives zeros.
+                dead = self.fop("arith.cmpf oeq,", f"%loop#{1 + r}", ninf)
+                inv = self.fop("arith.select", dead, zero, inv)
             for c in range(o.d // 8):
                 lanes = []
                 for e in range(2):
