@@ -162,3 +162,37 @@ def test_fuzz_regressions_packed_heads(t, causal, naive, tmp_path):
     assert [k["info"]["path"] for k in meta["kernels"]] == ["attention"]
     roles = sorted(b["role"] for b in meta["plan"]["buffers"])
     assert roles.count("input") == 1 and roles.count("output") == 1
+
+
+def test_sdpa_with_a_bool_mask_writes_zeros_for_fully_masked_rows(tmp_path):
+    """torch's SDPA decomposition with attn_mask ends in where(rowmax == -inf, 0, P): found
+    in HF GPT-2 (SDPA) and BERT; one kernel that writes zeros there (masked_rows = zero),
+    the softmax recognised through the 16-bit widening's casts."""
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa
+    args = [torch.randn(1, 2, 96, 64).bfloat16() for _ in range(3)] + \
+        [torch.rand(1, 1, 96, 96) > 0.5]
+    with driver.quiet_torch_logs():
+        text = import_torch(Wrap(fn).eval(), *args)
+    options = CompileOptions(target="cuda", model_name="m", cuda=CudaOptions(cubin=False))
+    meta = driver.compile_text(text, "<test>", options, str(tmp_path / "m.so"))
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["attention"]
+    assert meta["kernels"][0]["info"]["attention"]["masked_rows"] == "zero"
+
+
+def test_16bit_constants_printed_as_numbers_are_read():
+    """BERT's and LLaMA's inline bf16 tables print as `dense<[1.0, 0.75, ...]>` (numpy has
+    no bf16 buffer): read as MLIR stored them, inf and NaN printed as their bits."""
+    import numpy as np
+    from mlir import ir
+
+    from fusec.compiler.targets.cuda.emitter import _dense_16bit
+    from fusec.dialects import make_context
+
+    with make_context():
+        bf = ir.Attribute.parse("dense<[[1.0, 7.5e-01], [-2.5, 0xFF80]]> : tensor<2x2xbf16>")
+        half = ir.Attribute.parse("dense<[1.5, 0x7C00]> : tensor<2xf16>")
+        splat = ir.Attribute.parse("dense<3.0> : tensor<3xbf16>")
+        assert list(np.frombuffer(_dense_16bit(bf), np.uint16)) == \
+            [0x3F80, 0x3F40, 0xC020, 0xFF80]
+        assert list(np.frombuffer(_dense_16bit(half), np.uint16)) == [0x3E00, 0x7C00]
+        assert list(np.frombuffer(_dense_16bit(splat), np.uint16)) == [0x4040] * 3
