@@ -175,3 +175,17 @@ def test_an_epilogue_op_that_yields_a_captured_constant(tmp_path):
     fn = lambda x, w: torch.clamp_min(F.linear(x, w), float("nan"))  # noqa: E731
     meta, _ = _build(fn, [(300, 256), (384, 256)], tmp_path=tmp_path)
     assert "tc_gemm" in [k["info"]["path"] for k in meta["kernels"]]
+
+
+def test_f32_activations_times_a_bf16_weight_is_a_library_call(tmp_path):
+    """HF BERT and ViT in bf16 keep some activations in f32 (f32 x bf16 -> f32 linears):
+    the weight's cast stays before the call and the matmul is cuBLASLt's in f32, not a
+    fallback kernel (found by test/gpu/attention_models.py: six fallback matmuls per BERT)."""
+    fn = lambda x, w: F.linear(x, w.float())  # noqa: E731
+    args = [torch.randn(64, 256), torch.randn(128, 256).bfloat16()]
+    with driver.quiet_torch_logs():
+        text = import_torch(Wrap(fn).eval(), *args)
+    options = CompileOptions(target="cuda", model_name="m", cuda=CudaOptions(cubin=False))
+    meta = driver.compile_text(text, "<test>", options, str(tmp_path / "m.so"))
+    paths = [k["info"]["path"] for k in meta["kernels"]]
+    assert "fallback" not in paths and "gemm" in paths

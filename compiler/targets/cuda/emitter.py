@@ -999,8 +999,9 @@ def _dense_16bit(attr: ir.Attribute) -> bytes | None:
         if elt == "f16":
             out[i] = np.array(value).astype(np.float16).view(np.uint16)
         else:
-            bits = int(np.array(value).view(np.uint32))
-            out[i] = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+            from fusec.compiler.targets.cuda.device import bf16_bits
+
+            out[i] = bf16_bits(value)
     return out.tobytes()
 
 

@@ -22,6 +22,7 @@ from fusec.compiler.targets.cuda.device import DTYPES, ELEMENT_BYTES, CudaCodege
 from fusec.compiler.targets.cuda.emitter import constant_bytes, id_of, is_weight
 from fusec.compiler.targets.cuda.layouts import (
     StridedView,
+    layout_generic,
     layout_source,
     matrix_layout,
     result_view,
@@ -90,15 +91,16 @@ class GemmOperand:
         return bool(layout and layout.transposed)
 
 
-def layout_walk(value: ir.Value) -> list[ir.Operation]:
-    """The layout ops (`layout_source`) from `value` back, each result used once."""
+def layout_walk(value: ir.Value, casts: bool = True) -> list[ir.Operation]:
+    """The layout ops (`layout_source`) from `value` back, each result used once (casts
+    among them unless `casts` is False)."""
     chain: list[ir.Operation] = []
     while True:
         op = defining(value)
         if op is None or not single_use(value):
             return chain
         src = layout_source(op)
-        if src is None:
+        if src is None or (not casts and layout_generic(op) == "cast"):
             return chain
         chain.append(op)
         value = src[0]
@@ -114,11 +116,12 @@ def view_through(source: ir.Value, ops_outward: list[ir.Operation]) -> StridedVi
     return view
 
 
-def gemm_operand(value: ir.Value, matrix: bool = True) -> GemmOperand:
+def gemm_operand(value: ir.Value, matrix: bool = True, casts: bool = True) -> GemmOperand:
     """Walk back from a matmul operand over the layout ops cuBLASLt absorbs (each result used
     once) and stop at the farthest value through which the operand is still one cuBLASLt
-    matrix layout (`matrix_layout`; `matrix=False`: a dense vector, for the bias)."""
-    chain = layout_walk(value)
+    matrix layout (`matrix_layout`; `matrix=False`: a dense vector, for the bias; `casts`
+    False: not through a cast to f32, which then stays before the call)."""
+    chain = layout_walk(value, casts)
     for n in range(len(chain), -1, -1):
         source = value if n == 0 else layout_source(chain[n - 1])[0]
         element = str(ir.RankedTensorType(source.type).element_type)
@@ -195,6 +198,12 @@ def plan_gemm_split(group: ir.Operation) -> GemmSplit | str:
             float(ir.FloatAttr(zero.attributes["value"]).value) != 0.0:
         return "the matmul accumulates into a non-zero init"
     a, b = gemm_operand(mm.operands[0]), gemm_operand(mm.operands[1])
+    if a.element != b.element:
+        # f32 x bf16 (a model that keeps some activations in f32): both operands as the
+        # matmul reads them, in f32; the 16-bit side's cast stays before the call (folded
+        # where it is a weight's, a kernel otherwise).
+        a = gemm_operand(mm.operands[0], casts=False)
+        b = gemm_operand(mm.operands[1], casts=False)
     if not (_operand_ok(a) and _operand_ok(b)) or a.element != b.element:
         return f"operand types {a.element} x {b.element} are not a cuBLASLt pair"
     if str(ir.RankedTensorType(mm.results[0].type).element_type) != "f32" and \

@@ -1183,9 +1183,9 @@ def _round_to(value: float, type_: str) -> float | None:
     if type_ == "f16":
         return float(np.float16(value))
     if type_ == "bf16":
-        bits = int(np.array(np.float32(value)).view(np.uint32))
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        return float(np.array(bits, dtype=np.uint32).view(np.float32))
+        from fusec.compiler.targets.cuda.device import bf16_bits
+
+        return float(np.array(bf16_bits(value) << 16, dtype=np.uint32).view(np.float32))
     return None
 
 
