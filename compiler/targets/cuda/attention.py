@@ -2,13 +2,16 @@
 
 An attention group (`--fusion-attention`, kind `attention`, `fusion.path = "attention"`)
 is one kernel: each CTA (one warpgroup, 128 threads) takes BM = 64 query rows of one
-(batch, head) and streams the keys and values through shared memory in tiles of BN:
+(batch, head) and streams the keys and values through shared memory in tiles of BN
+(`cost_model.attention_tile`):
 
     thread 0: TMA Q (once), K and V tiles 0..STAGES-1 (each its own mbarrier)
     m = -inf, l = 0, O = 0                              (per row, in registers; O f32)
-    for j < key tiles:
-        wait K_j;  S = Q K_j^T          (wgmma m64nBNk16 from shared memory, f32)
-        X = score(S)                    (the group's own score ops, per element, with the
+    S_0 = Q K_0^T
+    for j < key tiles (or the causal bound):
+        issue S_j+1 = Q K_j+1^T         (wgmma m64nBNk16 from shared memory, f32; it runs
+                                         while this tile's softmax does)
+        X = score(S_j)                  (the group's own score ops, per element, with the
                                          row / key index: scale, casts, masks; keys past
                                          the end are -inf)
         m' = max(m, rowmax X);  P = exp2((X - m') log2 e);  l = l e^(m - m') + rowsum P
@@ -17,20 +20,29 @@ is one kernel: each CTA (one warpgroup, 128 threads) takes BM = 64 query rows of
         thread 0: K, V tiles j + STAGES into the freed stage
     O / l -> the output (16-bit or f32), rows past the end not written
 
-so S, X and P never reach memory, and the temporaries are O(S) (none at all). The scores'
-fragment is read in registers (`nvvm.wgmma.mma_async` on an `!llvm.struct` of f32, the
-accumulator layout of PTX's wgmma: thread t of warp w holds rows 16 w + t / 4 (+ 8) and
-columns 8 c + 2 (t % 4) (+ 1)); the row statistics are combined over the four threads of a
-row with two shuffles. The score ops are evaluated by the data-movement family's evaluator
-(`MovementEmitter.at`), two consecutive keys at a time, with the scores bound to the
-fragment's values: whatever elementwise ops the graph has there (a causal `where` from
-indices, an additive mask read from memory, a scale, torch's casts) run as they are.
+so S, X and P never reach memory, and there are no temporaries. The scores' fragment is
+read in registers (`nvvm.wgmma.mma_async` on an `!llvm.struct` of f32, the accumulator
+layout of PTX's wgmma: thread t of warp w holds rows 16 w + t / 4 (+ 8) and columns
+8 c + 2 (t % 4) (+ 1)); the row statistics are combined over the four threads of a row
+with two shuffles. The score ops are evaluated by the data-movement family's evaluator
+(`MovementEmitter.at`), two consecutive keys at a time (one at a time for an odd key
+count), with the scores bound to the fragment's values: whatever elementwise ops the graph
+has there (a causal `where` from indices, an additive mask read from memory, a scale,
+torch's casts) run as they are. A mask that is a function of (row, key) only is evaluated
+here on the whole grid (`causal_bound`): where every key past row + c is masked, each block
+stops at its diagonal tile.
 
-A fully masked row has l = 0 and gives 0 / 0 = NaN, as the unfused softmax does.
+A fully masked row has l = 0 and gives 0 / 0 = NaN, as the unfused softmax does; torch's
+SDPA with a mask says 0 there (`where(rowmax == -inf, 0, P)`, `masked_rows = "zero"`), and
+so does the kernel then.
 
-Q, K and V are read through 3-D tensor maps (head_dim, rows, batch x heads; 128-byte
-swizzle, one 64-column box per 64 of head_dim), so rows past the end of a head read zeros;
-the output and any mask operand through plain pointers.
+Q, K and V are read through tensor maps of up to rank 5 (head_dim, rows, then the batch and
+head factors of their strided views: `operand_views`; 128-byte swizzle, one 64-column box
+per 64 of head_dim), so rows past the end of a head read zeros and GQA's repeated heads
+(stride-0 factors) are read where they are; O is stored two columns at a time through the
+view the ops after it give (`_output_view`: a head merge), any mask operand through plain
+pointers. `absorb_attention_layouts` (a tiled-stage rewrite) merges the layout groups around
+the attention group into it so that these views reach the model's own buffers.
 """
 
 from __future__ import annotations
@@ -81,8 +93,7 @@ class Operands:
     q: int  # block argument positions
     k: int
     v: int
-    batch: int
-    kv_batch: int
+    batch: int  # batch x heads (of Q; K and V's factors may repeat heads: GQA)
     m: int
     n: int
     d: int
@@ -351,8 +362,7 @@ def operand_views(group: ir.Operation, m, bases: dict | None = None
     for n, _ in qv.lead:
         batch *= n
     out_el = tensor_info(m.out.type)[1]
-    o = Operands(qv.arg, kv.arg, vv.arg, batch, batch, qv.rows[0], kv.rows[0], qv.cols, el,
-                 out_el)
+    o = Operands(qv.arg, kv.arg, vv.arg, batch, qv.rows[0], kv.rows[0], qv.cols, el, out_el)
     if kv.cols != o.d or vv.cols != o.d or vv.rows[0] != o.n:
         raise CudaCodegenError("Q, K and V do not agree")
     if o.d not in HEAD_DIMS:
@@ -1205,7 +1215,7 @@ def attention_launch(group: ir.Operation, symbol: str, operands: list[int],
     views = emitter.views
     maps = [tensor_map(0, views["Q"], t.bm), tensor_map(1, views["K"], t.bn),
             tensor_map(2, views["V"], t.bn)]
-    params = {k: v for k, v in _params(group).items()}
+    params = _params(group)
     info = {"path": "attention", "tile": [t.bm, t.bn, t.stages],
             "flops": 4 * o.batch * o.m * o.n * o.d, "attention": params,
             "shared_bytes": emitter.shared}
