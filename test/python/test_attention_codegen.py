@@ -196,3 +196,29 @@ def test_16bit_constants_printed_as_numbers_are_read():
             [0x3F80, 0x3F40, 0xC020, 0xFF80]
         assert list(np.frombuffer(_dense_16bit(half), np.uint16)) == [0x3E00, 0x7C00]
         assert list(np.frombuffer(_dense_16bit(splat), np.uint16)) == [0x4040] * 3
+
+
+def test_factored_views_compose_head_split_and_gqa_repeat():
+    """The views Q, K, V are read through (attention_layouts): a head split of one
+    [B, T, 3 d] tensor is strides (T * 3d, 64, 3d, 1) from the slice's offset; GQA's
+    repeat_interleave is a stride-0 factor inside the heads' dim, which the TMA map leaves
+    out (tma_dims), reading each K/V head where it is."""
+    from fusec.compiler.targets.cuda.attention_layouts import View, _split, _tidy
+
+    # [2, 100, 3 * 512] -> slice at 512 (K) -> [2, 100, 8, 64] -> transpose (0, 2, 1, 3).
+    packed = View.dense([2, 100, 1536])
+    k = View([packed.dims[0], packed.dims[1], [(512, 1)]], 512)
+    heads = _split(k.dims[2], [8, 64])
+    assert heads == [[(8, 64)], [(64, 1)]]
+    k_view = View([k.dims[0], heads[0], k.dims[1], heads[1]], k.offset)
+    assert [_tidy(d) for d in k_view.dims] == [[(2, 153600)], [(8, 64)], [(100, 1536)],
+                                               [(64, 1)]]
+    # GQA 2 -> 8 heads: [B, 2, 4 (stride 0), N, D] collapsed to B x 8 heads keeps the
+    # repeat as its own factor (batch and KV heads merge: they are one row-major dim).
+    kv = View([[(2, 2 * 300 * 64)], [(2, 300 * 64)], [(4, 0)], [(300, 64)], [(64, 1)]], 0)
+    merged = _tidy([f for d in kv.dims[:3] for f in d])
+    assert merged == [(4, 19200), (4, 0)]
+    # A split the factors cannot take: 6 = 4 x 1.5.
+    assert _split([(6, 1)], [4, 2]) is None
+    # Row-major merges: [(2, 12800), (4, 3200)] is one dim of 8 x 3200.
+    assert _tidy([(2, 12800), (4, 3200)]) == [(8, 3200)]

@@ -14,7 +14,7 @@ from typing import Callable
 
 from mlir import ir
 
-from fusec.compiler.targets.cuda.attention import absorb_attention_layouts
+from fusec.compiler.targets.cuda.attention_layouts import absorb_attention_layouts
 from fusec.compiler.targets.cuda.folding import fold_constant_groups
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
@@ -57,7 +57,8 @@ REWRITES = (
             "GEMM + [epilogue]."),
     Rewrite("fusion-gpu-absorb-attention-layouts", lambda f, o: absorb_attention_layouts(f),
             "Attention groups read Q, K, V through the layout groups before them (head split, "
-            "GQA's broadcast; after the matmul splits: a QKV epilogue's head split) and write O through the one after (head merge)."),
+            "GQA's broadcast; after the matmul splits: a QKV epilogue's head split) and "
+            "write O through the one after (head merge)."),
     Rewrite("fusion-gpu-split-at-reshapes", split_at_reshapes,
             "Groups the emitter refuses are cut at reshapes of values they compute."),
     Rewrite("fusion-gpu-split-outputs", split_multi_output_groups,
