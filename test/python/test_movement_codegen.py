@@ -309,3 +309,36 @@ def test_bf16_row_reductions_stay_the_fast_emitters() -> None:
         assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("fast", "row")]
     _, kernels = _program(lambda t: t.amax(0), x)
     assert [k.info["path"] for k in kernels] == ["movement"]
+
+
+def test_embedding_then_layernorm_is_cut_before_the_reduction(tmp_path):
+    """HF GPT-2's and LLaMA's first group (token + position lookups, their sum, LayerNorm)
+    is neither emitter's (the fast one takes no gathers, the data-movement one no reduction
+    broadcast back): cut before the reduction, the lookups are a data-movement kernel and
+    the LayerNorm a row kernel, none on the fallback path (found by attention_models.py)."""
+    import torch
+
+    from fusec.compiler import driver
+    from fusec.compiler.frontend import import_torch
+    from fusec.compiler.pipeline import CompileOptions
+    from fusec.compiler.targets.cuda.options import CudaOptions
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = torch.nn.Embedding(1000, 256)
+            self.wpe = torch.nn.Embedding(128, 256)
+            self.ln = torch.nn.LayerNorm(256)
+
+        def forward(self, ids):
+            h = self.wte(ids) + self.wpe(torch.arange(ids.shape[1]))
+            return h, self.ln(h)
+
+    torch.manual_seed(0)
+    model = Embed().eval()
+    with driver.quiet_torch_logs():
+        text = import_torch(model, torch.randint(0, 1000, (2, 128)))
+    options = CompileOptions(target="cuda", model_name="m", cuda=CudaOptions(cubin=False))
+    meta = driver.compile_text(text, "<test>", options, str(tmp_path / "m.so"))
+    paths = [k["info"]["path"] for k in meta["kernels"]]
+    assert "fallback" not in paths and "movement" in paths and "fast" in paths, paths

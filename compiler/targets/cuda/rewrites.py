@@ -147,6 +147,34 @@ def _pieces_at_reshapes(ops: list[ir.Operation],
     return list(pieces.values())
 
 
+def _is_gather(op: ir.Operation) -> bool:
+    """A generic whose payload reads by index (tensor.extract) or computes from one."""
+    return op.name == "linalg.generic" and any(
+        inner.operation.name in ("tensor.extract", "linalg.index")
+        for inner in op.regions[0].blocks[0].operations)
+
+
+def _pieces_at_gathered_reduction(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
+    """`ops` cut before the first reduction whose inputs are computed from gathers (and from
+    no reduction): [what its inputs need, the rest], or [ops] when there is none."""
+    members = {id_of(o): o for o in ops}
+    for op in ops:
+        if op.name != "linalg.generic" or "reduction" not in iterators(op):
+            continue
+        n_in = len(op.operands) - len(op.results)
+        cone: set[int] = set()
+        for v in list(op.operands)[:n_in]:
+            cone |= _cone(v, members)
+        inside = [members[k] for k in cone]
+        if not any(_is_gather(o) for o in inside) or any(
+                o.name == "linalg.generic" and "reduction" in iterators(o) for o in inside):
+            continue
+        first = [o for o in ops if id_of(o) in cone]
+        rest = [o for o in ops if id_of(o) not in cone]
+        return [first, rest] if first and rest else [ops]
+    return [ops]
+
+
 def _convex(pieces: list[list[ir.Operation]]) -> bool:
     """No path leaves a piece and comes back to it (each piece can be one group)."""
     from fusec.passes.grouping import walk_ops
@@ -186,7 +214,11 @@ def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
     producer through a reshape: such a producer is computed whole *by every thread* (batch-1
     attention's bias add + head split: 8192 threads x 24K elements). Cut there, each piece
     tiles cleanly (a reshape of a kernel's input is a view), and elementwise pieces go to the
-    fast emitter. Returns how many groups were split."""
+    fast emitter. A group with no such reshape whose row reduction reads gathered values
+    (an embedding's lookups, then LayerNorm: neither the fast emitter, which takes no
+    gathers, nor the data-movement family, which takes no reduction broadcast back, builds
+    it) is cut before that reduction (`_pieces_at_gathered_reduction`). Returns how many
+    groups were split."""
     from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
     from fusec.passes.inline_groups import inline_group
 
@@ -199,7 +231,8 @@ def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
         ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
         # Without the data-movement kernels a concat the planner fused (it plans for them)
         # is the fallback's again, alone, as before they existed.
-        pieces = _pieces_at_reshapes(ops, cut_concats=not options.movement)
+        pieces = [part for piece in _pieces_at_reshapes(ops, cut_concats=not options.movement)
+                  for part in _pieces_at_gathered_reduction(piece)]
         if len(pieces) < 2 or not _convex(pieces):
             continue
         kind = str(group.attributes["kind"]).strip('"')
