@@ -45,6 +45,11 @@ def defining_op(value: ir.Value) -> ir.Operation | None:
     return owner.operation if hasattr(owner, "operation") else owner
 
 
+def use_owner(use: ir.OpOperand) -> ir.Operation:
+    """The op a use belongs to (the bindings give an OpView or an Operation)."""
+    return use.owner.operation if hasattr(use.owner, "operation") else use.owner
+
+
 RESHAPE_OPS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
 
 

@@ -55,6 +55,7 @@ from fusec.passes.grouping import (
     defining_op,
     form_group,
     op_key,
+    use_owner,
 )
 from fusec.passes.registry import Pass, PassError, register
 
@@ -444,8 +445,7 @@ def match(pv: ir.Operation) -> Match:
         users = list(out.uses)
         if len(users) != 1:
             break
-        user = users[0].owner.operation if hasattr(users[0].owner, "operation") \
-            else users[0].owner
+        user = use_owner(users[0])
         if user.name in RESHAPE_OPS or _cast_of(user) is not None:
             tail.append(user)
             out = user.results[0]
@@ -469,7 +469,7 @@ def _users(op: ir.Operation) -> list[ir.Operation]:
     out = []
     for r in op.results:
         for use in r.uses:
-            out.append(use.owner.operation if hasattr(use.owner, "operation") else use.owner)
+            out.append(use_owner(use))
     return out
 
 
@@ -479,7 +479,7 @@ def _private_fill(fill: ir.Operation, keys: set[int]) -> ir.Operation:
     clone = fill.clone(ir.InsertionPoint(fill))
     for r, c in zip(fill.results, clone.results):
         for use in list(r.uses):
-            owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+            owner = use_owner(use)
             if op_key(owner) in keys:
                 owner.operands[use.operand_number] = c
     return clone

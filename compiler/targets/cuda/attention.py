@@ -47,10 +47,12 @@ the attention group into it so that these views reach the model's own buffers.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import mlir.ir as ir
 from fusec.compiler.targets.cuda.analysis import tensor_info, value_key
 from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, H200, CudaDevice
-from fusec.compiler.targets.cuda.emitter import KernelEmitter, is_weight
+from fusec.compiler.targets.cuda.emitter import KernelEmitter
 from fusec.compiler.targets.cuda.movement import Ix, MovementEmitter, Stats, _Mode
 from fusec.compiler.targets.cuda.attention_layouts import (
     HEAD_DIMS,
@@ -545,21 +547,15 @@ class AttentionEmitter(MovementEmitter):
 
 
 def attention_launch(group: ir.Operation, symbol: str, operands: list[int],
-                     weight_buffer, result_buffers, asm,
+                     weights: list[ir.Operation], kernel_args: Callable[[], list[int]],
                      device: CudaDevice = H200) -> tuple[str, Launch]:
-    """The kernel text and the launch of an attention group."""
-    from fusec.compiler.targets.cuda.emitter import constant_bytes
-
-    weights = [w for w in group.regions[0].blocks[0].operations if is_weight(w)]
+    """The kernel text and the launch of an attention group: `weights` its tensor
+    constants, `kernel_args()` the plan buffers of its inputs, weights and results (the
+    group-level kernels' arguments, program.generate's)."""
     emitter = AttentionEmitter(group, symbol, weights, device)
     text = emitter.build()
     o, t = emitter.ops, emitter.tile
-    args = list(operands)
-    for w in weights:
-        shape, elt = tensor_info(w.results[0].type)
-        args.append(weight_buffer(shape, elt, constant_bytes(w, asm)))
-    args += result_buffers()
-    buffers = [operands[o.q], operands[o.k], operands[o.v]] + args
+    buffers = [operands[o.q], operands[o.k], operands[o.v]] + kernel_args()
     eb = ELEMENT_BYTES[o.el]
     dtype = TENSOR_MAP_TYPES[o.el]
 

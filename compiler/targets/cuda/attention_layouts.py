@@ -16,11 +16,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
-from fusec.compiler.targets.cuda.analysis import tensor_info, value_key
-from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, CudaCodegenError
+from fusec.compiler.targets.cuda.analysis import parse_map, tensor_info, value_key
+from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, GROUP_OP, CudaCodegenError
+from fusec.compiler.targets.cuda.layouts import (
+    SLICE_OFFSETS,
+    _reassociation,
+    layout_generic,
+    layout_source,
+)
 from fusec.compiler.targets.cuda.wgmma import MAP_RANK
-from fusec.passes import attributes
-from fusec.passes.fusion.attention import NotAttention, match
+from fusec.compiler.targets.cuda.rewrites import (
+    _chain_in,
+    _is_attention,
+    _is_layout_group,
+    _only_user,
+    regroup,
+)
+from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, op_key, use_owner
+from fusec.passes.inline_groups import inline_group
+from fusec.passes.fusion.attention import NotAttention, _cast_of, match
 
 # What the kernel takes (its refusal says so before a group is formed).
 INPUTS = ("bf16", "f16")
@@ -97,32 +111,36 @@ def _split(f: Factors, sizes: list[int]) -> list[Factors] | None:
     return out if not f else None
 
 
-def _reassoc(op: ir.Operation) -> list[list[int]]:
-    return [[ir.IntegerAttr(x).value for x in ir.ArrayAttr(g)]
-            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+def _merged(view: View, op: ir.Operation) -> View:
+    """The view with each reassociation group of `op` (a reshape) merged into one dim."""
+    return View([[f for d in g for f in view.dims[d]] for g in _reassociation(op)],
+                view.offset)
+
+
+def _expanded(view: View, op: ir.Operation, shape: list[int]) -> View | None:
+    """The view with each dim split into its reassociation group of `op` (a reshape), the
+    group's sizes from `shape`; None where a factor boundary does not fall on a split."""
+    dims: list = [None] * len(shape)
+    for d, g in enumerate(_reassociation(op)):
+        parts = _split(view.dims[d], [shape[o] for o in g])
+        if parts is None:
+            return None
+        for o, part in zip(g, parts):
+            dims[o] = part
+    return View(dims, view.offset)
 
 
 def view_forward(view: View, op: ir.Operation) -> View | None:
     """The view of `op`'s result given that of what it reads; None where it is not one."""
-    from fusec.compiler.targets.cuda.layouts import SLICE_OFFSETS, layout_generic
-    from fusec.compiler.targets.cuda.analysis import parse_map
-
     name = op.name
     out_shape = list(ir.RankedTensorType(op.results[0].type).shape)
     if name == "linalg.transpose":
         perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
         return View([view.dims[p] for p in perm], view.offset)
     if name == "tensor.collapse_shape":
-        return View([[f for d in g for f in view.dims[d]] for g in _reassoc(op)], view.offset)
+        return _merged(view, op)
     if name == "tensor.expand_shape":
-        dims: list = [None] * len(out_shape)
-        for d, g in enumerate(_reassoc(op)):
-            parts = _split(view.dims[d], [out_shape[o] for o in g])
-            if parts is None:
-                return None
-            for o, part in zip(g, parts):
-                dims[o] = part
-        return View(dims, view.offset)
+        return _expanded(view, op, out_shape)
     kind = layout_generic(op) if name == "linalg.generic" else None
     if kind == "slice":
         offsets = list(ir.DenseI64ArrayAttr(op.attributes[SLICE_OFFSETS]))
@@ -157,8 +175,6 @@ def view_forward(view: View, op: ir.Operation) -> View | None:
 def view_backward(view: View, op: ir.Operation) -> View | None:
     """The view of what a bijective layout op (transpose, reshape, a cast) reads, given the
     view of its result."""
-    from fusec.compiler.targets.cuda.layouts import layout_generic
-
     name = op.name
     src_shape = list(ir.RankedTensorType(op.operands[0].type).shape)
     if name == "linalg.transpose":
@@ -168,24 +184,15 @@ def view_backward(view: View, op: ir.Operation) -> View | None:
             dims[p] = view.dims[j]
         return View(dims, view.offset)
     if name == "tensor.expand_shape":  # the source is the result collapsed
-        return View([[f for d in g for f in view.dims[d]] for g in _reassoc(op)], view.offset)
+        return _merged(view, op)
     if name == "tensor.collapse_shape":  # the source is the result expanded
-        dims = [None] * len(src_shape)
-        for d, g in enumerate(_reassoc(op)):
-            parts = _split(view.dims[d], [src_shape[o] for o in g])
-            if parts is None:
-                return None
-            for o, part in zip(g, parts):
-                dims[o] = part
-        return View(dims, view.offset)
+        return _expanded(view, op, src_shape)
     if name == "linalg.generic" and layout_generic(op) == "cast" or _is_cast(op):
         return view
     return None
 
 
 def _is_cast(op: ir.Operation) -> bool:
-    from fusec.passes.fusion.attention import _cast_of
-
     return _cast_of(op) is not None
 
 
@@ -194,10 +201,6 @@ def operand_view(value: ir.Value, bases: dict | None = None
     """The group input `value` is a layout of, and where its elements lie in it (`bases`:
     block argument number -> the view the argument itself is of its buffer, for a layout
     group that would merge in front)."""
-    from fusec.compiler.targets.cuda.layouts import layout_generic
-
-    from fusec.compiler.targets.cuda.layouts import layout_source
-
     chain = []
     while not isinstance(value.owner, ir.Block):
         op = value.owner.operation
@@ -368,10 +371,6 @@ def _split_layout_parts(group: ir.Operation) -> bool:
     V's broadcasts) becomes one group per result, so that each can merge into the attention
     that reads it. False (nothing changed) unless every op is on exactly one result's
     chain of layout ops from a group input."""
-    from fusec.compiler.targets.cuda.layouts import layout_generic, layout_source
-    from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, op_key
-    from fusec.passes.inline_groups import inline_group
-
     body = group.regions[0].blocks[0]
     chains: list[list[ir.Operation]] = []
     seen: set[int] = set()
@@ -404,17 +403,9 @@ def absorb_attention_layouts(func: ir.Operation) -> int:
     write O where the layout group after it puts it (head merge), when the TMA maps and the
     store can: those groups merge into the attention group and cost no kernel (nor their
     copies in memory). Returns how many merged."""
-    from fusec.compiler.targets.cuda.device import GROUP_OP
-    from fusec.compiler.targets.cuda.rewrites import (_chain_in, _is_layout_group,
-                                                      _only_user, regroup)
-
-    def is_attention(op: ir.Operation) -> bool:
-        return op.name == GROUP_OP and attributes.PATH in op.attributes and \
-            ir.StringAttr(op.attributes[attributes.PATH]).value == "attention"
-
     count = 0
     for group in [o.operation for o in func.regions[0].blocks[0].operations
-                  if is_attention(o.operation)]:
+                  if o.operation.name == GROUP_OP and _is_attention(o.operation)]:
         merged = True
         while merged:
             merged = False
@@ -434,8 +425,7 @@ def absorb_attention_layouts(func: ir.Operation) -> int:
                 if not _is_layout_group(producer):
                     continue
                 uses = list(producer.results[0].uses)
-                if not uses or any((u.owner.operation if hasattr(u.owner, "operation")
-                                    else u.owner) != group for u in uses):
+                if not uses or any(use_owner(u) != group for u in uses):
                     continue
                 found = _chain_in(producer)
                 if found is None or not isinstance(found[1].owner, ir.Block):

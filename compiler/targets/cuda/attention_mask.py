@@ -130,11 +130,11 @@ def _feeding(emitter: "AttentionEmitter") -> list[ir.Operation]:
     return feeding
 
 
-def _head_independent(emitter: "AttentionEmitter") -> bool:
+def _head_independent(feeding: list[ir.Operation]) -> bool:
     """Whether the score ops' masks cannot vary with batch or head: no `linalg.index` in an
     op of rank above 2 (an arange or a 2-D compare may index; the rank-4 score ops may not),
     and no constant with a leading dim above 1 before the last two."""
-    for op in _feeding(emitter):
+    for op in feeding:
         if op.name == "arith.constant" and isinstance(op.results[0].type, ir.RankedTensorType):
             shape = list(ir.RankedTensorType(op.results[0].type).shape)
             if any(d != 1 for d in shape[:-2]):
@@ -156,11 +156,13 @@ def causal_bound(emitter: "AttentionEmitter") -> int | None:
     kernel stops at the tile holding key m0 + BM - 1 + c. None where there is no such bound
     (no mask, a mask read from memory, or one whose visible keys do not end at row + c)."""
     o = emitter.ops
-    if not emitter.m.sides or o.m * o.n > MASK_GRID_MAX or not _head_independent(emitter):
+    if not emitter.m.sides or o.m * o.n > MASK_GRID_MAX:
+        return None
+    feeding = _feeding(emitter)
+    if not _head_independent(feeding):
         return None
     # Every layer of a model has the same mask: computed once per structure and grid (a
     # tensor constant in it, not keyed by its bytes here, is evaluated each time).
-    feeding = _feeding(emitter)
     named = [[op.attributes[i] for i in range(len(op.attributes))] for op in feeding]
     if any(isinstance(a.attr, ir.DenseElementsAttr) and not a.attr.is_splat
            for attrs in named for a in attrs):

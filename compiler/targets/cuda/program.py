@@ -250,16 +250,6 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             launches.append(gemm_launch(op, operands, weight_buffer, result_buffers, asm))
             launches[-1].info["bytes"] = sum(buffers[b].nbytes for b in launches[-1].buffers)
             continue
-        if path == "attention":
-            from fusec.compiler.targets.cuda.attention import attention_launch
-
-            text, launch = _located(op, lambda: attention_launch(
-                op, symbol, operands, weight_buffer, result_buffers, asm,
-                options.description))
-            kernels.append(text)
-            launch.info["bytes"] = sum(buffers[b].nbytes for b in launch.buffers[3:])
-            launches.append(launch)
-            continue
         if path == "tc_gemm":
             text, launch = tc_gemm_launch(
                 op, symbol, operands, weight_buffer, result_buffers, asm,
@@ -278,6 +268,15 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                 shape, elt = tensor_info(w.results[0].type)
                 args.append(weight_buffer(shape, elt, constant_bytes(w, asm)))
             return args + result_buffers()
+        if path == "attention":
+            from fusec.compiler.targets.cuda.attention import attention_launch
+
+            text, launch = _located(op, lambda: attention_launch(
+                op, symbol, operands, weights, kernel_args, options.description))
+            kernels.append(text)
+            launch.info["bytes"] = sum(buffers[b].nbytes for b in launch.buffers[3:])
+            launches.append(launch)
+            continue
         if attributes.OPS in op.attributes:  # recorded by the tiling, before it nests them
             ops_in = [ir.StringAttr(a).value for a in op.attributes[attributes.OPS]]
         from_tile = built_from_tile(op)

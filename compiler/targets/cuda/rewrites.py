@@ -38,6 +38,7 @@ from fusec.compiler.targets.cuda.layouts import (
 )
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.passes import attributes, cost_model
+from fusec.passes.grouping import use_owner  # noqa: F401 - folding.py imports it here
 
 
 def unit_transposes_to_reshapes(func: ir.Operation) -> int:
@@ -509,10 +510,6 @@ def _is_attention(group: ir.Operation) -> bool:
 
 def _kind(group: ir.Operation) -> str:
     return str(group.attributes["kind"]).strip('"') if "kind" in group.attributes else "single"
-
-
-def use_owner(use: Any) -> ir.Operation:
-    return use.owner.operation if hasattr(use.owner, "operation") else use.owner
 
 
 def _only_user(value: ir.Value) -> ir.Operation | None:
