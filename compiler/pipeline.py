@@ -95,12 +95,12 @@ def fusion_passes(options: CompileOptions) -> list[str]:
     # The planner weighs fusion against the target's device (on-chip capacity, launch cost).
     device = "nvidia-h200" if options.resolved_target() == "cuda" else "cpu"
     plan = [f"fusion-plan{{device={device}}}"] if options.fusion and "fusion-plan" in REGISTRY else []
-    # Attention chains first, where the target has an attention kernel (the CUDA target
-    # today): one group each, which the planner then leaves alone.
+    # Attention chains first, where the target has an attention kernel (the CPU; CUDA on
+    # sm_90): one group each, which the planner then leaves alone.
     from fusec.compiler.targets.cuda.tc_gemm import TC_ARCHES
 
-    if plan and device == "nvidia-h200" and options.cuda.attention and \
-            options.cuda.arch in TC_ARCHES:
+    if plan and (device == "nvidia-h200" and options.cuda.attention and
+                 options.cuda.arch in TC_ARCHES or device == "cpu" and options.cpu.attention):
         plan = [f"fusion-attention{{device={device}}}"] + plan
     # First, torch-mlir's TMTensor ops (scatter, scan, sort, topk) become serial loop nests,
     # each a kernel of its own from the start (the planner never fuses into them); loops

@@ -35,6 +35,7 @@ from fusec.passes.fusion import plan  # noqa: F401,E402
 from fusec.passes.fusion import reduction  # noqa: F401,E402
 from fusec.passes.fusion import vertical  # noqa: F401,E402
 from fusec.passes.tiling import capacity  # noqa: F401,E402
+from fusec.passes.tiling import cpu_attention  # noqa: F401,E402
 from fusec.passes.tiling import cpu_loop_order  # noqa: F401,E402
 from fusec.passes.tiling import fence_broadcast_consumers  # noqa: F401,E402
 from fusec.passes.tiling import gpu_kernels  # noqa: F401,E402

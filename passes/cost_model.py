@@ -815,6 +815,54 @@ def matmul_row_tile(extent: int, size: int, row_block: int = CPU_MATMUL_ROW_BLOC
     return 0 if rows >= extent else rows
 
 
+# The CPU attention kernel's tiles (passes/cpu/cpu_attention.py): at most 48 query rows (eight
+# microkernel row blocks), key tiles whose f32 K^T and V copies take at most 128 KB (half a
+# core's L2 beside the scores' tile and the accumulator).
+CPU_ATTENTION_MAX_ROWS = 48
+CPU_ATTENTION_KV_TILE_BYTES = 128 * 1024
+
+
+# The least scores per (batch, head) worth the CPU attention kernel: below, the whole attention
+# is microseconds of work and the planner's kernels (which fuse the head split and merge
+# around it) are faster. Measured on this 2-core machine (2026-12-02, one process, medians):
+# a transformer layer with 16 x 16 scores 0.341 ms as an attention kernel against 0.266 ms
+# planned; attention alone at 64 x 64 0.120 against 0.193, at 256 x 256 4.5 against 7.9.
+CPU_ATTENTION_MIN_SCORES = 64 * 64
+
+
+def cpu_attention_pays(q_len: int, kv_len: int) -> bool:
+    """Whether an attention with these lengths is worth the CPU attention kernel."""
+    return q_len * kv_len >= CPU_ATTENTION_MIN_SCORES
+
+
+def cpu_attention_tile(batch: int, q_len: int, kv_len: int, head_dim: int, v_dim: int,
+                       threads: int, tiles_per_thread: int = 4) -> tuple[int, int]:
+    """(query rows, keys) per tile of the CPU attention kernel. Keys: the widest of 128, 64,
+    32, 16 whose f32 K^T and V tiles fit CPU_ATTENTION_KV_TILE_BYTES (not above kv_len).
+    Rows: a divisor of q_len (a dynamic row count runs the microkernel's scalar remainder),
+    a multiple of CPU_MATMUL_ROWS where one divides, at most CPU_ATTENTION_MAX_ROWS, the
+    most rows that still give every thread `tiles_per_thread` tiles (fewer rows only down
+    to one row block); no divisor in range: the most rows, the last tile short."""
+    bn = 16
+    for keys in (128, 64, 32, 16):
+        if 4 * keys * (head_dim + v_dim) <= CPU_ATTENTION_KV_TILE_BYTES:
+            bn = keys
+            break
+    bn = min(bn, kv_len)
+    if q_len <= CPU_MATMUL_ROWS:
+        return q_len, bn
+    wanted = threads * tiles_per_thread
+    candidates = [r for r in range(min(q_len, CPU_ATTENTION_MAX_ROWS), 0, -1)
+                  if q_len % r == 0 and r >= CPU_MATMUL_ROWS]
+    blocked = [r for r in candidates if r % CPU_MATMUL_ROWS == 0] or candidates
+    if not blocked:
+        return min(q_len, CPU_ATTENTION_MAX_ROWS), bn
+    for rows in blocked:
+        if batch * (q_len // rows) >= wanted:
+            return rows, bn
+    return blocked[-1], bn
+
+
 # --- attention (compiler/targets/cuda/attention.py) ------------------------------------------
 
 

@@ -330,3 +330,12 @@ def memory_element_type(group: ir.Operation) -> ir.Type | None:
     types = [ir.ShapedType(v.type).element_type for v in values
              if isinstance(v.type, ir.ShapedType)]
     return min(types, key=lambda t: getattr(t, "width", 32), default=None)
+
+
+def family_tiled(group: ir.Operation) -> bool:
+    """Whether `group` is a kernel its family's own pass built and tiled (a `fusion.path`
+    and a `fusion.grid`: the CPU attention kernel, --fusion-cpu-attention), which
+    `--fusion-tile` leaves alone and placement and capacity describe as any tiled group."""
+    from fusec.passes import attributes
+
+    return attributes.PATH in group.attributes and attributes.GRID in group.attributes

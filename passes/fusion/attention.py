@@ -456,6 +456,19 @@ def match(pv: ir.Operation) -> Match:
                  zero_rows is not None)
 
 
+def match_group(group: ir.Operation) -> Match:
+    """The attention chain of an attention group (the first contraction that `match`es);
+    raises NotAttention when it holds none."""
+    for op in group.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name in CONTRACTIONS:
+            try:
+                return match(op)
+            except NotAttention:
+                continue
+    raise NotAttention("the attention group holds no attention chain")
+
+
 def _dedupe(ops: list[ir.Operation]) -> list[ir.Operation]:
     seen, out = set(), []
     for op in ops:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.analysis import tensor_bytes
+from fusec.passes.grouping import family_tiled
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, register
 from mlir import ir
@@ -222,7 +223,8 @@ def place_group(group: ir.Operation, device: cost_model.Device) -> dict[str, int
     def visit_block(block: ir.Block, in_tile: bool) -> None:
         for op in block.operations:
             op = op.operation
-            if _is_tile_loop(op):
+            if _is_tile_loop(op) or (in_tile and op.name == "scf.for"):
+                # A loop inside the tile (the attention kernel's key tiles) is the tile's.
                 visit_block(op.regions[0].blocks[0], True)
                 continue
             if is_placed_op(op):
@@ -259,9 +261,12 @@ def place_group(group: ir.Operation, device: cost_model.Device) -> dict[str, int
 
 def block_tiled(group: ir.Operation) -> bool:
     """Whether `group` is a kernel whose tile (or whole body) one block of threads runs, the
-    unit placement and capacity describe: not, on target cuda, a library call or a view
-    (`fusion.path`), a group code generation builds untiled (`fusion.untiled`), or the
+    unit placement and capacity describe: a kernel its family's pass tiled (`family_tiled`),
+    not, on target cuda, a library call or a view (`fusion.path`), a group code generation
+    builds untiled (`fusion.untiled`), or the
     fallback path's tiles, one per thread (`fusion.fallback`)."""
+    if family_tiled(group):
+        return True
     return not any(name in group.attributes
                    for name in (attributes.PATH, attributes.UNTILED, attributes.FALLBACK))
 

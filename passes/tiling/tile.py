@@ -63,8 +63,9 @@ from dataclasses import dataclass
 from fusec.passes import attributes, cost_model
 from fusec.passes.cost_model import cpu_tile_sizes, matmul_row_tile
 from fusec.passes.fusion.analysis import CONTRACTION, describe
-from fusec.passes.grouping import (RESHAPE_OPS, defining_op, is_compute, memory_element_type,
-                                   op_key, producer_through_reshapes, walk_ops)
+from fusec.passes.grouping import (RESHAPE_OPS, defining_op, family_tiled, is_compute,
+                                   memory_element_type, op_key, producer_through_reshapes,
+                                   walk_ops)
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, PassError, register
 from fusec.passes.targets import kernel_builder
@@ -765,6 +766,8 @@ class TileGroupsPass(Pass):
         for group in groups_in(module):
             if gpu and LIBRARY_PATH_ATTR in group.attributes:
                 continue  # a cuBLASLt call or a view of a buffer: no kernel of ours to tile
+            if family_tiled(group):
+                continue  # tiled by its family's own pass (--fusion-cpu-attention)
             if self.fit:
                 parts = tile_to_fit(group, device, tile, accept=accept)
             else:

@@ -39,9 +39,26 @@ ROW_KERNEL_OPS = frozenset({"linalg.generic", "linalg.fill", "tensor.expand_shap
 
 
 def _register() -> None:
-    from fusec.passes.targets import KernelOps, register_kernel_ops
+    from fusec.passes.targets import KernelOps, register_attention, register_kernel_ops
 
     register_kernel_ops(KernelOps(device="cpu", ops=ROW_KERNEL_OPS, refusal=lambda op: None))
+    register_attention("cpu", attention_refusal)
+
+
+# What the CPU attention kernel (--fusion-cpu-attention) takes: float Q, K, V of the types the
+# code generator computes in f32.
+ATTENTION_TYPES = frozenset({"f32", "bf16", "f16"})
+
+
+def attention_refusal(params: dict) -> str | None:
+    """Why the CPU attention kernel cannot take an attention with `params` (None: it can)."""
+    if params.get("dtype") not in ATTENTION_TYPES:
+        return f"attention on {params.get('dtype')} (the CPU kernel takes f32, bf16, f16)"
+    q_len, kv_len = params.get("q_len", 0), params.get("kv_len", 0)
+    if not cost_model.cpu_attention_pays(q_len, kv_len):
+        return (f"{q_len} x {kv_len} scores per head: fewer than the CPU attention kernel "
+                f"pays for ({cost_model.CPU_ATTENTION_MIN_SCORES}); the planner's kernels")
+    return None
 
 
 _register()
@@ -63,6 +80,9 @@ def tiled_passes(options: Any = None) -> list[str]:
     # fallback, which needs one kernel per group back, tiles with `fit` off (FINEST_TILES).
     fit = "true" if cpu.fit else "false"
     return [
+        # Attention groups first, before anything reshapes or merges their ops: each one an
+        # online-softmax tile loop of its own (tiled here; fusion-tile leaves it alone).
+        *([f"fusion-cpu-attention{{threads={cpu.threads}}}"] if cpu.attention else []),
         # Reshapes at group edges are views: out of the kernels, so that roots are tileable.
         "fusion-hoist-reshapes",
         # Reshapes between elementwise ops and a matmul (torch's 3-D linear) move to the

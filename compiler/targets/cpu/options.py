@@ -32,6 +32,9 @@ class CpuOptions:
     matmul: bool = field(default=True, metadata={"help": (
         "Matmuls as register-blocked FMA microkernels (`--fusion-cpu-matmul`); False: "
         "loops.")})
+    attention: bool = field(default=True, metadata={"help": (
+        "Attention chains as one kernel each, with an online softmax over key tiles "
+        "(`--fusion-attention`, `--fusion-cpu-attention`); False: the planner's kernels.")})
     matmul_mr: int = field(default=0, metadata={"help": (
         "The microkernel's rows; 0: the cost model's (CPU_MATMUL_ROWS). The tiling "
         "reads them too (a matmul's row tile is whole blocks of them).")})
@@ -43,4 +46,5 @@ class CpuOptions:
 # The CUDA fallback's tiling of a group through the CPU path's `tiled` stage: as many (small)
 # tiles as it allows, one GPU thread each; capacity is the GPU tiling's business (no fit).
 FINEST_TILES = CpuOptions(threads=1 << 24, tiles_per_thread=1, min_tile_kb=0, max_tile_kb=0,
+                          attention=False,
                           fit=False)

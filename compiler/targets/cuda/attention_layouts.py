@@ -34,7 +34,7 @@ from fusec.compiler.targets.cuda.rewrites import (
 )
 from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, op_key, use_owner
 from fusec.passes.inline_groups import inline_group
-from fusec.passes.fusion.attention import NotAttention, _cast_of, match
+from fusec.passes.fusion.attention import NotAttention, _cast_of, match_group
 
 # What the kernel takes (its refusal says so before a group is formed).
 INPUTS = ("bf16", "f16")
@@ -259,15 +259,11 @@ def matrix_view(value: ir.Value, arg_of, what: str, bases: dict | None = None) -
 
 
 def match_in(group: ir.Operation):
-    """The attention chain of an attention group (passes/fusion/attention.match)."""
-    for op in group.regions[0].blocks[0].operations:
-        op = op.operation
-        if op.name in ("linalg.batch_matmul", "linalg.matmul"):
-            try:
-                return match(op)
-            except NotAttention:
-                continue
-    raise CudaCodegenError("the attention group holds no attention chain")
+    """The attention chain of an attention group (passes/fusion/attention.match_group)."""
+    try:
+        return match_group(group)
+    except NotAttention as why:
+        raise CudaCodegenError(str(why)) from None
 
 
 def operand_views(group: ir.Operation, m, bases: dict | None = None

@@ -1,0 +1,191 @@
+"""The CPU attention kernel (--fusion-attention{device=cpu}, --fusion-cpu-attention) through
+the whole CPU pipeline: each attention is one kernel with an online softmax over key tiles,
+compared with float64 on fresh random inputs (fp32 under 1e-5, 16-bit under 1e-2 and no
+worse than the same graph unfused), with the kernel count pinned; masks computed from indices, read
+from memory, bool masks with fully masked rows, GQA, head splits, row and key counts that
+leave partial tiles, 2-D matmuls, and the attention off (the planner's kernels)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import fusec  # noqa: E402
+from fusec.compiler.targets.cpu.options import CpuOptions  # noqa: E402
+from fusec.passes import cost_model  # noqa: E402
+
+
+class Wrap(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _run(fn, args, **cpu):
+    module = fusec.compile(Wrap(fn).eval(), *args, cache=False, cpu=CpuOptions(**cpu))
+    out = module(*args)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    return module, np.asarray(out).astype(np.float64)
+
+
+def _error(out: np.ndarray, ref: torch.Tensor) -> float:
+    ref = ref.numpy()
+    finite = np.isfinite(ref)
+    assert (np.isnan(out) == np.isnan(ref)).all()
+    return float(np.linalg.norm(out[finite] - ref[finite]) / np.linalg.norm(ref[finite]))
+
+
+def _reference(fn, args):
+    return fn(*[a.double() if a.is_floating_point() else a for a in args])
+
+
+def _kinds(module) -> list[str]:
+    return [k["kind"] for k in module.kernels]
+
+
+def _causal(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _naive(q, k, v):
+    s = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    return torch.matmul(torch.softmax(s, dim=-1), v)
+
+
+def _masked(q, k, v, mask):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _gqa(q, k, v):
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _two_d(q, k, v):
+    return torch.softmax(q @ k.T * 0.125, -1) @ v
+
+
+def _head_split(x):
+    b, t, _ = x.shape
+    q, k, v = x.view(b, t, 3, 4, 16).permute(2, 0, 3, 1, 4)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return o.transpose(1, 2).reshape(b, t, 64)
+
+
+def _randn(*shapes, dtype=torch.float32):
+    return [torch.randn(s).to(dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (_causal, [(2, 3, 64, 32)] * 3),
+    # 97 rows (prime: the last row tile short), 200 keys (a full tile of 128 and 72 more).
+    (_naive, [(1, 2, 97, 64), (1, 2, 200, 64), (1, 2, 200, 64)]),
+    (_causal, [(1, 2, 97, 16)] * 3),
+    (_two_d, [(50, 40), (300, 40), (300, 24)]),
+])
+def test_fp32_attention_is_one_kernel_and_exact(fn, shapes):
+    torch.manual_seed(0)
+    args = _randn(*shapes)
+    module, out = _run(fn, args)
+    assert _kinds(module) == ["attention"]
+    assert _error(out, _reference(fn, args)) < 1e-5
+
+
+def test_bool_mask_with_fully_masked_rows_gives_zeros():
+    torch.manual_seed(1)
+    q, k, v = _randn((2, 3, 67, 32), (2, 3, 83, 32), (2, 3, 83, 32))
+    mask = torch.rand(1, 1, 67, 83) > 0.5
+    mask[0, 0, 3, :] = False
+    module, out = _run(_masked, [q, k, v, mask])
+    assert _kinds(module) == ["attention"]
+    ref = _reference(_masked, [q, k, v, mask])
+    assert (ref[:, :, 3] == 0).all() and (out[:, :, 3] == 0).all()
+    assert _error(out, ref) < 1e-5
+
+
+def test_additive_mask_read_from_memory():
+    torch.manual_seed(2)
+    args = _randn((1, 2, 64, 32), (1, 2, 64, 32), (1, 2, 64, 32), (1, 2, 64, 64))
+    module, out = _run(_masked, args)
+    assert _kinds(module) == ["attention"]
+    assert _error(out, _reference(_masked, args)) < 1e-5
+
+
+def test_unfused_softmax_nans_stay_nans():
+    """A row the naive form masks entirely is NaN unfused (0 / 0); the kernel says so too."""
+    def fn(q, k, v, bias):
+        return torch.softmax(q @ k.transpose(-1, -2) + bias, -1) @ v
+
+    torch.manual_seed(3)
+    q, k, v = _randn((1, 2, 64, 32), (1, 2, 72, 32), (1, 2, 72, 32))
+    bias = torch.zeros(1, 1, 64, 72)
+    bias[..., 5, :] = -math.inf
+    module, out = _run(fn, [q, k, v, bias])
+    assert _kinds(module) == ["attention"]
+    assert np.isnan(out[:, :, 5]).all()
+    assert _error(out, _reference(fn, [q, k, v, bias])) < 1e-5
+
+
+def test_gqa_and_head_split():
+    torch.manual_seed(4)
+    args = _randn((1, 8, 70, 32), (1, 2, 70, 32), (1, 2, 70, 32))
+    module, out = _run(_gqa, args)
+    assert _kinds(module).count("attention") == 1
+    assert _error(out, _reference(_gqa, args)) < 1e-5
+    x = _randn((2, 72, 192))
+    module, out = _run(_head_split, x)
+    assert _kinds(module).count("attention") == 1
+    assert _error(out, _reference(_head_split, x)) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_attention_at_torch_error_level(dtype):
+    torch.manual_seed(5)
+    args = _randn(*[(1, 4, 130, 64)] * 3, dtype=dtype)
+    module, out = _run(_causal, args)
+    assert _kinds(module) == ["attention"]
+    ref = _reference(_causal, args)
+    # The kernel rounds S and P where the graph does (torch-mlir's SDPA is a 16-bit matmul,
+    # then a 16-bit softmax): no less exact than the same graph unfused.
+    unfused = _error(_run(_causal, args, attention=False)[1], ref)
+    error = _error(out, ref)
+    assert error < 1e-2 and error < 1.25 * unfused
+
+
+def test_attention_off_gives_the_planners_kernels():
+    torch.manual_seed(6)
+    args = _randn(*[(1, 2, 64, 32)] * 3)
+    module, out = _run(_causal, args, attention=False)
+    assert "attention" not in _kinds(module) and len(module.kernels) >= 2
+    assert _error(out, _reference(_causal, args)) < 1e-5
+
+
+def test_small_attention_is_left_to_the_planner():
+    """Below cost_model.CPU_ATTENTION_MIN_SCORES per head the planner's kernels are faster
+    (they fuse the layouts around the attention): no attention kernel, the reason recorded."""
+    torch.manual_seed(7)
+    args = _randn(*[(1, 2, 16, 32)] * 3)
+    module, out = _run(_causal, args)
+    assert "attention" not in _kinds(module)
+    assert _error(out, _reference(_causal, args)) < 1e-5
+    assert not cost_model.cpu_attention_pays(16, 16) and cost_model.cpu_attention_pays(64, 64)
+
+
+def test_tile_choice():
+    # The rows divide q_len, in microkernel blocks of 6 where one divides; enough tiles for
+    # the threads; the keys' f32 K^T and V tiles within the budget.
+    assert cost_model.cpu_attention_tile(8, 1024, 1024, 64, 64, threads=2) == (32, 128)
+    assert cost_model.cpu_attention_tile(8, 96, 96, 64, 64, threads=2) == (48, 96)
+    assert cost_model.cpu_attention_tile(1, 96, 96, 64, 64, threads=8) == (6, 96)
+    assert cost_model.cpu_attention_tile(1, 97, 300, 128, 128, threads=2) == (48, 128)
+    assert cost_model.cpu_attention_tile(1, 97, 300, 256, 256, threads=2) == (48, 64)
+    assert cost_model.cpu_attention_tile(4, 1, 8192, 128, 128, threads=2) == (1, 128)
