@@ -7,8 +7,9 @@
 
 Workloads: every example under examples/ (model() and example_inputs()) plus four larger
 memory-bound ones (an elementwise chain at 16M fp32, softmax 4096x4096, residual + LayerNorm
-4096x1024 and RMSNorm 4096x1024) and two matmul microbenchmarks (512x512x512 and
-4096x1024 @ 1024x1024 fp32, also reported in GFLOP/s). Each runs in this one process, on fresh random inputs of the
+4096x1024 and RMSNorm 4096x1024), two matmul microbenchmarks (512x512x512 and
+4096x1024 @ 1024x1024 fp32) and two attentions (naive and causal SDPA, B1 H8 S1024 D64 fp32:
+fusec's attention kernel against its unfused plan), also reported in GFLOP/s. Each runs in this one process, on fresh random inputs of the
 example's shapes (not the example's own tensors):
 
 - correctness: every variant's output against the same model in float64 torch, as
@@ -129,7 +130,23 @@ def _large_workloads() -> list[Workload]:
         def forward(self, a, b):
             return a @ b
 
+    class NaiveAttention(nn.Module):
+        def forward(self, q, k, v):
+            s = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+            return torch.softmax(s, dim=-1) @ v
+
+    class CausalSDPA(nn.Module):
+        def forward(self, q, k, v):
+            return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    attention = (1, 8, 1024, 64)
+    attention_flops = 4 * 8 * 1024 * 1024 * 64
     return [
+        Workload("attention_naive_s1024", "softmax(q k^T / 8) v, B1 H8 S1024 D64 fp32",
+                 make(NaiveAttention, attention, attention, attention), flops=attention_flops),
+        Workload("sdpa_causal_s1024", "SDPA is_causal, B1 H8 S1024 D64 fp32 (flops: all "
+                 "scores)", make(CausalSDPA, attention, attention, attention),
+                 flops=attention_flops),
         Workload("matmul_512", "a @ b, 512x512 @ 512x512 fp32",
                  make(MatMul, (512, 512), (512, 512)), flops=2 * 512**3),
         Workload("matmul_4096x1024x1024", "a @ b, 4096x1024 @ 1024x1024 fp32",

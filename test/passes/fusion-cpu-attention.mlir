@@ -4,7 +4,8 @@
 // tile loop with an online softmax: a tile per (batch x head, BM query rows), the keys in
 // tiles of BN carried through scf.for with the running max, sum and output (f32), the
 // group's own score ops cloned onto each key tile (a causal mask computed from indices per
-// tile, a mask input read by slices), the products fenced f32 matmul generics. What it must
+// tile, a mask input read by slices), the products fenced f32 matmul generics, the key tiles
+// past a causal mask's diagonal skipped. What it must
 // not do: materialise the scores (no 16 x 16 tensor is left in the group), or touch a group
 // that is not an attention group.
 
@@ -17,7 +18,11 @@
 // CHECK-NOT: tensor<2x16x16
 // CHECK-NOT: tensor<1x2x16x16
 // CHECK: scf.forall (%[[B:.*]], %[[I:.*]]) in (2, 2) shared_outs
-// CHECK: scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args({{.*}}) -> (tensor<8xf32>, tensor<8xf32>, tensor<8x64xf32>)
+// The causal bound (proven on the grid: every key past the row masked): the block's key
+// tiles end at its diagonal, min(2, ceil((m0 + 8) / 8)):
+// CHECK: arith.divsi
+// CHECK: %[[TILES:.*]] = arith.minsi %c2
+// CHECK: scf.for %[[J:.*]] = %{{.*}} to %[[TILES]] step %{{.*}} iter_args({{.*}}) -> (tensor<8xf32>, tensor<8xf32>, tensor<8x64xf32>)
 // The mask's aranges, shifted to the tile's rows and keys:
 // CHECK: linalg.index 0
 // CHECK-NEXT: arith.addi
@@ -201,6 +206,9 @@ module {
 // CHECK: fusion.group attention
 // CHECK-SAME: masked_rows = "zero"
 // CHECK: scf.forall
+// A mask read from memory proves no bound: every key tile is visited.
+// CHECK-NOT: arith.minsi
+// CHECK: scf.for %{{.*}} = %{{.*}} to %c2 step
 // CHECK: tensor.extract_slice %{{.*}}[0, 0, %{{.*}}, %{{.*}}] [1, 1, 8, 8] [1, 1, 1, 1] : tensor<1x1x16x16xi1> to tensor<1x1x8x8xi1>
 // CHECK: scf.yield
 // CHECK: arith.divf

@@ -80,8 +80,8 @@ def test_causal_tile_bound_is_proven_at_compile_time(tmp_path):
     seen = []
     real = attention.causal_bound
 
-    def spy(emitter):
-        seen.append(real(emitter))
+    def spy(*args):
+        seen.append(real(*args))
         return seen[-1]
 
     attention.causal_bound = spy

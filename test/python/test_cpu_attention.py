@@ -135,6 +135,37 @@ def test_unfused_softmax_nans_stay_nans():
     assert _error(out, _reference(fn, [q, k, v, bias])) < 1e-5
 
 
+def test_bottom_right_causal_mask_from_indices():
+    """Fewer queries than keys (a KV cache's new rows), the mask from aranges: key j visible
+    to row i where j <= i + (N - M); the key tiles past each block's diagonal are skipped
+    (the bound c = N - M proven at compile time), the numbers unchanged."""
+    def fn(q, k, v):
+        m, n = q.shape[-2], k.shape[-2]
+        rows = torch.arange(m)[:, None] + (n - m)
+        mask = torch.arange(n)[None, :] <= rows
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    from fusec.passes.tiling import cpu_attention
+
+    seen = []
+    real = cpu_attention.causal_bound
+
+    def spy(*args):
+        seen.append(real(*args))
+        return seen[-1]
+
+    torch.manual_seed(8)
+    args = _randn((1, 4, 72, 32), (1, 4, 400, 32), (1, 4, 400, 32))
+    cpu_attention.causal_bound = spy
+    try:
+        module, out = _run(fn, args)
+    finally:
+        cpu_attention.causal_bound = real
+    assert seen == [400 - 72]
+    assert _kinds(module) == ["attention"]
+    assert _error(out, _reference(fn, args)) < 1e-5
+
+
 def test_gqa_and_head_split():
     torch.manual_seed(4)
     args = _randn((1, 8, 70, 32), (1, 2, 70, 32), (1, 2, 70, 32))
@@ -183,9 +214,9 @@ def test_small_attention_is_left_to_the_planner():
 def test_tile_choice():
     # The rows divide q_len, in microkernel blocks of 6 where one divides; enough tiles for
     # the threads; the keys' f32 K^T and V tiles within the budget.
-    assert cost_model.cpu_attention_tile(8, 1024, 1024, 64, 64, threads=2) == (32, 128)
+    assert cost_model.cpu_attention_tile(8, 1024, 1024, 64, 64, threads=2) == (64, 128)
     assert cost_model.cpu_attention_tile(8, 96, 96, 64, 64, threads=2) == (48, 96)
     assert cost_model.cpu_attention_tile(1, 96, 96, 64, 64, threads=8) == (6, 96)
-    assert cost_model.cpu_attention_tile(1, 97, 300, 128, 128, threads=2) == (48, 128)
-    assert cost_model.cpu_attention_tile(1, 97, 300, 256, 256, threads=2) == (48, 64)
+    assert cost_model.cpu_attention_tile(1, 97, 300, 128, 128, threads=2) == (64, 128)
+    assert cost_model.cpu_attention_tile(1, 97, 300, 256, 256, threads=2) == (64, 64)
     assert cost_model.cpu_attention_tile(4, 1, 8192, 128, 128, threads=2) == (1, 128)

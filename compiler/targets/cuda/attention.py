@@ -63,9 +63,9 @@ from fusec.compiler.targets.cuda.attention_layouts import (
     operand_views,
     output_view,
 )
-from fusec.compiler.targets.cuda.attention_mask import causal_bound
 from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS, WARPGROUP, map_entry
 from fusec.passes import attributes, cost_model
+from fusec.passes.fusion.attention_mask import causal_bound
 from fusec.runtime.plan import Launch
 TENSOR_MAP_TYPES = {"bf16": 9, "f16": 6}
 SWIZZLE_128B = 3
@@ -281,7 +281,7 @@ class AttentionEmitter(MovementEmitter):
         emit("}")
         # The key tiles this block reads: all, or (a causal bound c: keys past row + c are
         # masked) up to the tile of key m0 + BM - 1 + c.
-        self.causal = causal_bound(self)
+        self.causal = causal_bound(self.m, self.ops.m, self.ops.n)
         if self.causal is None:
             hi = idx(n_tiles)
         else:

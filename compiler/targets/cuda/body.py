@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import mlir.ir as ir
-from fusec.compiler.targets.cuda.analysis import parse_map, value_key
+from fusec.compiler.targets.cuda.analysis import parse_map
 from fusec.compiler.targets.cuda.device import CudaCodegenError
 
 # ---------------------------------------------------------------- matmul-rooted groups: cuBLASLt
@@ -37,117 +36,27 @@ def single_use(value: ir.Value) -> bool:
     return len(list(value.uses)) == 1
 
 
-def _scalar_body(op: ir.Operation) -> tuple[list[ir.Value], list[ir.Operation], ir.Value] | None:
-    """A linalg.generic's block arguments, its ops and its one yielded value."""
-    if op.name != "linalg.generic" or len(op.results) != 1:
-        return None
-    block = op.regions[0].blocks[0]
-    ops = [o.operation for o in block.operations]
-    if ops[-1].name != "linalg.yield" or len(ops[-1].operands) != 1:
-        return None
-    return list(block.arguments), ops[:-1], ops[-1].operands[0]
-
-
-# The one numpy interpreter of payloads (scalar linalg.generic bodies): the epilogue
-# recognition evaluates bodies on sample values (`evaluate_body`), the constant folding on
-# whole tensors with the loop indices (`folding.evaluate_generic`).
-UNARY_OPS = {"math.erf": "erf", "math.sqrt": "sqrt", "math.tanh": "tanh", "math.exp": "exp",
-             "arith.negf": "negative"}
-FLOAT_OPS = {"arith.addf": "add", "arith.subf": "subtract", "arith.mulf": "multiply",
-             "arith.divf": "divide", "arith.maximumf": "maximum", "arith.maxnumf": "maximum",
-             "arith.minimumf": "minimum", "arith.minnumf": "minimum"}
-INT_OPS = {"arith.addi": "add", "arith.subi": "subtract", "arith.muli": "multiply",
-           "arith.maxsi": "maximum", "arith.minsi": "minimum"}
-# Casts: values are float64 or int64 here, so a cast only changes which of the two.
-CAST_OPS = ("arith.index_cast", "arith.extsi", "arith.trunci", "arith.sitofp", "arith.extf",
-            "arith.truncf")
-CMPI = {0: "equal", 1: "not_equal", 2: "less", 3: "less_equal", 4: "greater",
-        5: "greater_equal", 6: "less", 7: "less_equal", 8: "greater", 9: "greater_equal"}
-CMPF = {"ogt": "greater", "ugt": "greater", "oge": "greater_equal", "uge": "greater_equal",
-        "olt": "less", "ult": "less", "ole": "less_equal", "ule": "less_equal"}
-_CMPF_CODES = {"2": "ogt", "3": "oge", "4": "olt", "5": "ole", "9": "ugt", "10": "uge",
-               "11": "ult", "12": "ule"}
-PAYLOAD_OPS = frozenset({"arith.constant", "arith.cmpi", "arith.cmpf", "arith.select",
-                         "linalg.index", *UNARY_OPS, *FLOAT_OPS, *INT_OPS, *CAST_OPS})
-
-
-def _cmpf_predicate(op: ir.Operation) -> str:
-    raw = str(op.attributes["predicate"])
-    if raw[:1].isdigit():
-        return _CMPF_CODES.get(raw.split(":")[0].strip(), "")
-    return re.sub(r"[^a-z]", " ", raw).split()[-1]
+from fusec.passes.payload import (  # noqa: E402,F401 - the rooms import them here
+    CAST_OPS,
+    CMPF,
+    CMPI,
+    FLOAT_OPS,
+    INT_OPS,
+    PAYLOAD_OPS,
+    UNARY_OPS,
+    PayloadError,
+)
+from fusec.passes.payload import evaluate_payload as _evaluate_payload  # noqa: E402
+from fusec.passes.payload import scalar_body as _scalar_body  # noqa: E402
 
 
 def evaluate_payload(op: ir.Operation, args: list[Any], index: Any = None,
                      only: frozenset[str] = PAYLOAD_OPS, captured: bool = True) -> Any:
-    """The value a one-result linalg.generic's body yields for the block arguments `args`
-    (numpy arrays or numbers), computed in float64 / int64. `index[d]` is loop d's index
-    (for `linalg.index`; None: a body that reads one is refused). Raises CudaCodegenError
-    for an op not in `only` (a subset of PAYLOAD_OPS) or a value the body does not define
-    (a float constant defined outside the body is read when `captured`)."""
-    import numpy as np
-
-    parsed = _scalar_body(op)
-    if parsed is None:
-        raise CudaCodegenError("not a one-result linalg.generic")
-    block_args, ops, yielded = parsed
-    env: dict[int, Any] = {value_key(a): x for a, x in zip(block_args, args)}
-
-    def get(v: ir.Value) -> Any:
-        key = value_key(v)
-        if key in env:
-            return env[key]
-        producer = defining(v) if captured else None
-        if producer is not None and producer.name == "arith.constant":
-            attr = producer.attributes["value"]
-            if isinstance(attr, ir.FloatAttr):
-                return float(attr.value)
-        raise CudaCodegenError("the body reads a value it does not define")
-
-    for o in ops:
-        name = o.name
-        if name not in only:
-            raise CudaCodegenError(f"'{name}' in the body")
-        if name == "arith.constant":
-            attr = o.attributes["value"]
-            if isinstance(attr, ir.FloatAttr):
-                env[value_key(o.results[0])] = np.float64(attr.value)
-            elif isinstance(attr, ir.IntegerAttr):
-                env[value_key(o.results[0])] = np.int64(attr.value)
-            continue
-        if name == "linalg.index":
-            if index is None:
-                raise CudaCodegenError("linalg.index in the body")
-            env[value_key(o.results[0])] = index[ir.IntegerAttr(o.attributes["dim"]).value]
-            continue
-        xs = [get(v) for v in o.operands]
-        if name == "math.erf":
-            from math import erf
-
-            r = np.vectorize(erf)(xs[0])
-        elif name in UNARY_OPS:
-            r = getattr(np, UNARY_OPS[name])(xs[0])
-        elif name in FLOAT_OPS:
-            r = getattr(np, FLOAT_OPS[name])(xs[0], xs[1])
-        elif name in INT_OPS:
-            r = getattr(np, INT_OPS[name])(xs[0], xs[1])
-        elif name in CAST_OPS:
-            to = str(o.results[0].type)
-            r = np.asarray(xs[0]).astype(np.float64 if to.startswith(("f", "bf")) else np.int64)
-        elif name == "arith.cmpi":
-            pred = ir.IntegerAttr(o.attributes["predicate"]).value
-            if pred not in CMPI:
-                raise CudaCodegenError(f"cmpi predicate {pred}")
-            r = getattr(np, CMPI[pred])(xs[0], xs[1])
-        elif name == "arith.cmpf":
-            pred = _cmpf_predicate(o)
-            if pred not in CMPF:
-                raise CudaCodegenError(f"cmpf {pred}")
-            r = getattr(np, CMPF[pred])(xs[0], xs[1])
-        else:  # arith.select
-            r = np.where(xs[0], xs[1], xs[2])
-        env[value_key(o.results[0])] = r
-    return get(yielded)
+    """passes/payload.evaluate_payload, its refusals as CudaCodegenError."""
+    try:
+        return _evaluate_payload(op, args, index, only, captured)
+    except PayloadError as e:
+        raise CudaCodegenError(str(e)) from None
 
 
 # What the epilogue recognition evaluates: no index arithmetic, casts between floats only.

@@ -10,16 +10,16 @@ from fusec.compiler.targets.cuda.body import (
     CAST_OPS,
     INT_OPS,
     RESHAPE_OPS,
-    defining,
     evaluate_payload,
     group_body_ops,
 )
 from fusec.compiler.targets.cuda.device import GROUP_OP, CudaCodegenError
 from fusec.compiler.targets.cuda.rewrites import groups_of, regroup, use_owner
+from fusec.passes.payload import CONSTANT_DTYPES, CONSTANT_MAX_ELEMENTS, constant_array
 
 # Element types a folded constant may have (numpy dtype names), and the most elements.
-FOLD_DTYPES = {"f32": "float32", "f64": "float64", "i64": "int64", "i32": "int32"}
-FOLD_MAX_ELEMENTS = 1 << 16
+FOLD_DTYPES = CONSTANT_DTYPES
+FOLD_MAX_ELEMENTS = CONSTANT_MAX_ELEMENTS
 
 
 # What the folding evaluates (index arithmetic, casts, compares, select, float arithmetic:
@@ -52,26 +52,7 @@ def evaluate_generic(op: ir.Operation, inputs: list[Any]) -> Any:
 
 def _constant_array(value: ir.Value) -> Any:
     """The numpy value of a dense (non-resource) tensor constant, or None."""
-    import numpy as np
-
-    op = defining(value)
-    if op is None or op.name != "arith.constant" or \
-            not isinstance(op.results[0].type, ir.RankedTensorType):
-        return None
-    shape, elt = tensor_info(op.results[0].type)
-    attr = op.attributes["value"]
-    if elt not in FOLD_DTYPES or not isinstance(attr, ir.DenseElementsAttr) or \
-            numel_of(shape) > FOLD_MAX_ELEMENTS:
-        return None
-    try:
-        if attr.is_splat:
-            splat = attr.get_splat_value()
-            scalar = ir.FloatAttr(splat).value if elt.startswith("f") else \
-                ir.IntegerAttr(splat).value
-            return np.full(shape, scalar, dtype=FOLD_DTYPES[elt])
-        return np.array(attr).reshape(shape).astype(FOLD_DTYPES[elt])
-    except Exception:  # noqa: BLE001 - an attribute numpy cannot read: not folded
-        return None
+    return constant_array(value, FOLD_DTYPES, FOLD_MAX_ELEMENTS)
 
 
 def _fold_op(op: ir.Operation) -> Any:

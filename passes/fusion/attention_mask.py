@@ -1,21 +1,29 @@
-"""CUDA target: an attention's mask classified at compile time (attention.py's tile bound).
+"""An attention's mask classified at compile time: the key-tile bound of the attention kernels
+(the CUDA target's and the CPU's, --fusion-cpu-attention).
 
 A mask that is a function of (query row, key) only is evaluated here with numpy on the whole
-grid (`causal_bound`); where every key past row + c is masked, the kernel stops each block
-at its diagonal tile. The group's ops are evaluated as they are (`_np_at`: generics with
-projection maps, reshapes, broadcasts, fills, constants), the scores set to sample values.
+grid (`causal_bound`); where every key past row + c is masked, a kernel stops each block of
+rows at its diagonal tile. The group's ops are evaluated as they are (`_np_at`: generics
+with projection maps, reshapes, broadcasts, fills, constants), the scores set to sample
+values.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import mlir.ir as ir
-from fusec.compiler.targets.cuda.analysis import tensor_info, value_key
-from fusec.compiler.targets.cuda.device import CudaCodegenError
+from fusec.passes.grouping import value_key
+from fusec.passes.payload import PayloadError, constant_array, evaluate_payload
 
-if TYPE_CHECKING:  # the emitter is the caller; no import at run time (attention.py imports us)
-    from fusec.compiler.targets.cuda.attention import AttentionEmitter
+if TYPE_CHECKING:
+    from fusec.passes.fusion.attention import Match
+
+
+def tensor_info(t: ir.Type) -> tuple[list[int], str]:
+    rt = ir.RankedTensorType(t)
+    return list(rt.shape), str(rt.element_type)
 
 
 # The largest score grid classified at compile time (query rows x keys of one head).
@@ -32,9 +40,6 @@ def _np_at(value: ir.Value, idx: list, s_key, s_value, memo: dict):
     fills, constants). Raises _Unknown for anything else (a group input: data)."""
     import numpy as np
 
-    from fusec.compiler.targets.cuda.body import evaluate_payload
-    from fusec.compiler.targets.cuda.folding import _constant_array
-
     key = (value_key(value), id(idx))
     if key in memo:
         return memo[key]
@@ -46,7 +51,7 @@ def _np_at(value: ir.Value, idx: list, s_key, s_value, memo: dict):
     op = owner.operation
     shape = tensor_info(value.type)[0]
     if op.name == "arith.constant":
-        const = _constant_array(value)
+        const = constant_array(value)
         if const is None:
             attr = op.attributes["value"]
             if isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
@@ -108,7 +113,7 @@ def _np_at(value: ir.Value, idx: list, s_key, s_value, memo: dict):
         try:
             with np.errstate(all="ignore"):
                 result = evaluate_payload(op, args, index=loops)
-        except CudaCodegenError as e:
+        except PayloadError as e:
             raise _Unknown(str(e)) from e
     else:
         raise _Unknown(f"'{op.name}'")
@@ -116,9 +121,19 @@ def _np_at(value: ir.Value, idx: list, s_key, s_value, memo: dict):
     return result
 
 
-def _feeding(emitter: "AttentionEmitter") -> list[ir.Operation]:
+@dataclass(frozen=True)
+class _Scores:
+    """The attention whose mask is classified: its chain, S's key, M rows, N keys."""
+
+    match: "Match"
+    s_key: tuple
+    m: int
+    n: int
+
+
+def _feeding(emitter: _Scores) -> list[ir.Operation]:
     """The ops the score X is computed from, X first (not the softmax after it)."""
-    feeding, stack, seen = [], [emitter.m.score], set()
+    feeding, stack, seen = [], [emitter.match.score], set()
     while stack:
         owner = stack.pop().owner
         if isinstance(owner, ir.Block) or value_key(owner.operation.results[0]) in seen:
@@ -147,7 +162,7 @@ def _head_independent(feeding: list[ir.Operation]) -> bool:
     return True
 
 
-def causal_bound(emitter: "AttentionEmitter") -> int | None:
+def causal_bound(match: "Match", q_len: int, kv_len: int) -> int | None:
     """The key-tile bound of a mask that is a function of (query row, key) only and masks
     every key past row + c (causal, c = 0 top-left aligned, N - M bottom-right): returns c,
     checked on the whole (row, key) grid here (X is -inf wherever it is for S = 0 and 1.5 at
@@ -155,8 +170,8 @@ def causal_bound(emitter: "AttentionEmitter") -> int | None:
     head index or a constant that varies with them: `_head_independent`), so that the
     kernel stops at the tile holding key m0 + BM - 1 + c. None where there is no such bound
     (no mask, a mask read from memory, or one whose visible keys do not end at row + c)."""
-    o = emitter.ops
-    if not emitter.m.sides or o.m * o.n > MASK_GRID_MAX:
+    emitter = o = _Scores(match, value_key(match.qk.results[0]), q_len, kv_len)
+    if not emitter.match.sides or o.m * o.n > MASK_GRID_MAX:
         return None
     feeding = _feeding(emitter)
     if not _head_independent(feeding):
@@ -178,12 +193,12 @@ def causal_bound(emitter: "AttentionEmitter") -> int | None:
 _CAUSAL_CACHE: dict = {}
 
 
-def _classify(emitter: "AttentionEmitter") -> int | None:
+def _classify(emitter: _Scores) -> int | None:
     """causal_bound's evaluation on the grid (see there)."""
     import numpy as np
 
-    o = emitter.ops
-    score = emitter.m.score
+    o = emitter
+    score = emitter.match.score
     shape = tensor_info(score.type)[0]
     rows = np.arange(o.m, dtype=np.int64)[:, None]
     cols = np.arange(o.n, dtype=np.int64)[None, :]
