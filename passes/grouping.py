@@ -147,7 +147,10 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
                 if _is_inside(operand, nested):
                     continue
                 producer = defining_op(operand)
-                if producer is not None and producer.name in CLONED_INTO_GROUPS:
+                # A free op is cloned in unless it reads values (a dynamic tensor.empty's
+                # sizes): then its result is an input, as the clone could not read them.
+                if producer is not None and producer.name in CLONED_INTO_GROUPS and \
+                        not len(producer.operands):
                     key = op_key(producer)
                     if key not in clone_index:
                         clone_index[key] = len(clones)

@@ -192,6 +192,19 @@ def test_16bit_attention_at_torch_error_level(dtype):
     assert error < 1e-2 and error < 1.25 * unfused
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_attention_with_a_short_last_row_tile(dtype):
+    """257 rows (prime: the last row tile is short, a dynamic size). Regressions found by the
+    fuzzer: a dynamic tensor.empty cloned into a fence group without its size (a verifier
+    error), and the mask's bf16 select in the scalar remainder loop, which LLVM promotes
+    through f32 and a `__truncsfbf2` libgcc lacks (a link error)."""
+    torch.manual_seed(9)
+    args = _randn(*[(2, 1, 257, 64)] * 3, dtype=dtype)
+    module, out = _run(_causal, args)
+    assert _kinds(module) == ["attention"]
+    assert _error(out, _reference(_causal, args)) < 1e-2
+
+
 def test_attention_off_gives_the_planners_kernels():
     torch.manual_seed(6)
     args = _randn(*[(1, 2, 64, 32)] * 3)

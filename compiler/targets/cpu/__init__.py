@@ -401,6 +401,30 @@ def vector_bits(cpu: str) -> int:
     return "generic"
 
 
+# f32 -> bf16 rounding (to nearest even, NaN to a quiet NaN) as the libcall LLVM's x86
+# backend makes when it promotes a scalar bf16 operation through f32: InstCombine turns
+# `bitcast (select c, i16 a, i16 b) to bfloat` (arith-expand's bf16 rounding, then a mask's
+# select) into a bfloat select, which the backend legalizes as fpext, select, `__truncsfbf2`,
+# and this machine's libgcc has no `__truncsfbf2`. Defined in every kernel object (weak,
+# hidden: no other artifact or library sees it), in LLVM IR so that the ABI of its bfloat
+# result is LLVM's own; its body has no bfloat arithmetic, so it calls nothing.
+BF16_TRUNCATION = """
+define weak hidden bfloat @__truncsfbf2(float %x) {
+  %bits = bitcast float %x to i32
+  %nan = fcmp uno float %x, %x
+  %shifted = lshr i32 %bits, 16
+  %lsb = and i32 %shifted, 1
+  %bias = add i32 %lsb, 32767
+  %rounded = add i32 %bits, %bias
+  %high = lshr i32 %rounded, 16
+  %half = trunc i32 %high to i16
+  %result = select i1 %nan, i16 32704, i16 %half
+  %bf = bitcast i16 %result to bfloat
+  ret bfloat %bf
+}
+"""
+
+
 def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | None = None) -> None:
     """Compile a `cpu`-stage module to a position-independent object file at `path`.
 
@@ -424,6 +448,7 @@ def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | Non
         optimized = os.path.join(tmp, "kernels.opt.bc")
         with open(source, "w") as f:
             f.write(str(llvm_dialect.translate_module_to_llvmir(clean.operation)))
+            f.write(BF16_TRUNCATION)
             f.write(_weights_asm(weights))
         _check_call([llvm_tool("opt"), f"-O{opt_level}", *target, source, "-o", optimized])
         _check_call([llvm_tool("llc"), f"-O{opt_level}", *target, "-relocation-model=pic",
