@@ -24,6 +24,13 @@ absent) are reported and skipped.
 
 Prints pass/fail/crash counts and the failures grouped by cause (the first line of the error,
 with numbers and paths normalised so that one cause is one group).
+
+`--target cuda --build-dir DIR` builds instead of running (this machine has no GPU): each test's
+artifacts for sm_90 go to DIR, with the inputs the suite's FX configuration hands the backend
+and the golden outputs (torch eager, here) in DIR/<test>.pt; a test the CUDA target refuses is
+a compile_error with its located message, one that builds is `built`. test/gpu/e2e_cuda.py
+runs DIR on the H200 and judges each result as the suite's reporting does (shape, dtype,
+allclose rtol 1e-3, atol 1e-7, NaN equal).
 """
 
 from __future__ import annotations
@@ -51,7 +58,8 @@ import numpy as np
 
 SUITE_SUBDIR = os.path.join("projects", "pt1", "python")
 E2E_SUBDIR = os.path.join("projects", "pt1")
-OUTCOMES = ("pass", "fail", "import_error", "compile_error", "runtime_error", "crash", "timeout")
+OUTCOMES = ("pass", "fail", "import_error", "compile_error", "runtime_error", "crash", "timeout",
+            "built")
 # A hung test is killed this long after its own timeout (SIGALRM cannot interrupt C code).
 KILL_GRACE_SECONDS = 60
 
@@ -126,8 +134,9 @@ def crashing_set() -> set[str]:
 # fusec as a LinalgOnTensorsBackend
 
 
-def make_fusec_backend(workdir: str, fusion: bool) -> Any:
-    """A `LinalgOnTensorsBackend` whose artifact is a fusec `.so` built in `workdir`."""
+def make_fusec_backend(workdir: str, fusion: bool, target: str = "cpu") -> Any:
+    """A `LinalgOnTensorsBackend` whose artifact is a fusec `.so` built in `workdir` (for
+    target cuda: kept there, and `load` records the inputs instead of running)."""
     from torch_mlir_e2e_test.linalg_on_tensors_backends.abc import LinalgOnTensorsBackend
 
     class FusecBackend(LinalgOnTensorsBackend):
@@ -136,6 +145,9 @@ def make_fusec_backend(workdir: str, fusion: bool) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.count = 0
+            self.test = ""  # target cuda: the test being built (its artifacts' names)
+            self.built: list[str] = []
+            self.recorded: list[list[Any]] = []
 
         def compile(self, module: Any) -> str:
             from fusec.compiler import driver
@@ -150,12 +162,19 @@ def make_fusec_backend(workdir: str, fusion: bool) -> Any:
             check_dialects(text, context)
             text = to_generic(text, context)
             self.count += 1
-            path = os.path.join(workdir, f"test{os.getpid()}_{self.count}.so")
-            options = CompileOptions(target="cpu", fusion=fusion)
+            if target == "cuda":
+                path = os.path.join(workdir, f"{self.test}.{len(self.built)}.so")
+            else:
+                path = os.path.join(workdir, f"test{os.getpid()}_{self.count}.so")
+            options = CompileOptions(target=target, fusion=fusion)
             driver.compile_text(text, "<torch-mlir-suite>", options, path)
+            if target == "cuda":
+                self.built.append(os.path.basename(path))
             return path
 
         def load(self, artifact: str) -> Any:
+            if target == "cuda":
+                return RecordingInvoker(self.recorded)
             import fusec.runtime
 
             return FusecInvoker(fusec.runtime.load(artifact))
@@ -175,6 +194,22 @@ class FusecInvoker:
 
         def invoke(*arrays: Any) -> Any:
             return module(*signless_inputs(arrays, module.signature.inputs))
+
+        return invoke
+
+
+class RecordingInvoker:
+    """Target cuda, built here: `getattr(invoker, name)(*numpy_arrays)` keeps the arrays (the
+    inputs the H200 run gets) and returns a placeholder, whose verdict is not used."""
+
+    def __init__(self, recorded: list) -> None:
+        self._recorded = recorded
+
+    def __getattr__(self, name: str) -> Any:
+        def invoke(*arrays: Any) -> Any:
+            self._recorded.append([np.array(a, copy=True) if isinstance(a, np.ndarray) else a
+                                   for a in arrays])
+            return np.zeros(1, np.float32)
 
         return invoke
 
@@ -214,7 +249,7 @@ def _configs_package_without_init() -> None:
         sys.modules[name] = package
 
 
-def make_config(backend_name: str, workdir: str, fusion: bool) -> Any:
+def make_config(backend_name: str, workdir: str, fusion: bool, target: str = "cpu") -> Any:
     """The suite's FX-importer test configuration over the chosen backend."""
     _configs_package_without_init()
     from torch_mlir_e2e_test.configs.fx_importer_backend import FxImporterTestConfig
@@ -225,7 +260,7 @@ def make_config(backend_name: str, workdir: str, fusion: bool) -> Any:
         )
 
         return FxImporterTestConfig(RefBackendLinalgOnTensorsBackend())
-    return FxImporterTestConfig(make_fusec_backend(workdir, fusion))
+    return FxImporterTestConfig(make_fusec_backend(workdir, fusion, target))
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,8 +333,9 @@ def classify(test_result: Any) -> tuple[str, str, str]:
 
 
 def worker_main(checkout: str, backend_name: str, fusion: bool, workdir: str,
-                connection: Any) -> None:
-    """Run the tests the parent sends (one name at a time) and send back Results."""
+                connection: Any, target: str = "cpu") -> None:
+    """Run the tests the parent sends (one name at a time) and send back Results (target
+    cuda: build them into `workdir`, the build directory)."""
     import warnings
 
     warnings.simplefilter("ignore")
@@ -309,7 +345,7 @@ def worker_main(checkout: str, backend_name: str, fusion: bool, workdir: str,
 
     torch.autograd.set_grad_enabled(False)
     tests, _ = register_tests()
-    config = make_config(backend_name, workdir, fusion)
+    config = make_config(backend_name, workdir, fusion, target)
     connection.send("ready")
     while True:
         name = connection.recv()
@@ -317,12 +353,45 @@ def worker_main(checkout: str, backend_name: str, fusion: bool, workdir: str,
             return
         start = time.monotonic()
         try:
-            outcome, cause, detail = classify(compile_and_run_test(tests[name], config))
+            if target == "cuda":
+                outcome, cause, detail = build_for_cuda(tests[name], config, workdir)
+            else:
+                outcome, cause, detail = classify(compile_and_run_test(tests[name], config))
         except Exception as error:  # noqa: BLE001  (the framework's own reporting failed)
             outcome, cause = "runtime_error", f"{type(error).__name__}: {error}"
             detail = traceback.format_exc()
-        _remove_artifacts(workdir)
+        if target != "cuda":
+            _remove_artifacts(workdir)
         connection.send(Result(name, outcome, cause, time.monotonic() - start, detail))
+
+
+def build_for_cuda(test: Any, config: Any, build_dir: str) -> tuple[str, str, str]:
+    """Build one test's artifacts for target cuda and keep what the H200 run needs in
+    `build_dir/<test>.pt`: per trace item the artifact, the inputs the backend got, the
+    golden output (torch eager here) and which outputs are the user's (the suite's FX
+    configuration drops the others, buffer mutations, before comparing)."""
+    import torch
+    from torch_mlir_e2e_test.framework import compile_and_run_test, generate_golden_trace
+
+    backend = config._backend
+    backend.test, backend.built, backend.recorded = test.unique_name, [], []
+    golden = generate_golden_trace(test)
+    result = compile_and_run_test(test, config)
+    text = result.compilation_error or result.runtime_error
+    if text is not None:
+        return _error_outcome(text), error_first_line(text), text[-3000:]
+    if len(backend.built) != len(golden) or len(backend.recorded) != len(golden):
+        return "runtime_error", "a trace item without its artifact or inputs", ""
+    items = []
+    for item, artifact, inputs in zip(golden, backend.built, backend.recorded):
+        program = test.program_factory()
+        specs = torch.export.export(program, tuple(item.inputs), strict=True)
+        user = [s.kind.name == "USER_OUTPUT" for s in specs.graph_signature.output_specs]
+        items.append({"artifact": artifact, "inputs": inputs, "golden": item.output,
+                      "user_outputs": user})
+    torch.save({"test": test.unique_name, "items": items},
+               os.path.join(build_dir, f"{test.unique_name}.pt"))
+    return "built", "", ""
 
 
 def _remove_artifacts(workdir: str) -> None:
@@ -363,7 +432,7 @@ class Runner:
         process = self.context.Process(
             target=worker_main,
             args=(self.args.checkout, self.args.backend, not self.args.no_fusion, self.workdir,
-                  child),
+                  child, self.args.target),
             daemon=True,
         )
         process.start()
@@ -564,6 +633,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run nothing: print the combined report of earlier runs' --json "
                              "files (of one backend); may be repeated")
     parser.add_argument("--no-fusion", action="store_true", help="fusec with fusion off")
+    parser.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: build the tests for the H200 into --build-dir (run them "
+                             "there with test/gpu/e2e_cuda.py)")
+    parser.add_argument("--build-dir", default=None, help="target cuda: where the tests go")
     parser.add_argument("--json", default=None, help="write per-test results here")
     parser.add_argument("--progress", action="store_true", help="progress on stderr")
     return parser.parse_args(argv)
@@ -591,7 +664,13 @@ def main(argv: list[str] | None = None) -> int:
     random.Random(args.seed).shuffle(names)
     if args.limit is not None:
         names = names[: args.limit]
-    workdir = tempfile.mkdtemp(prefix="fusec-e2e-")
+    if args.target == "cuda":
+        if not args.build_dir or args.backend != "fusec":
+            raise SystemExit("error: --target cuda needs --build-dir DIR (backend fusec)")
+        os.makedirs(args.build_dir, exist_ok=True)
+        workdir = os.path.abspath(args.build_dir)
+    else:
+        workdir = tempfile.mkdtemp(prefix="fusec-e2e-")
     start = time.monotonic()
     runner = Runner(args, tests, workdir)
     try:
@@ -599,7 +678,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for worker in list(runner.workers):
             runner.stop_worker(worker)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if args.target != "cuda":
+            shutil.rmtree(workdir, ignore_errors=True)
     seconds = time.monotonic() - start
     print(summarise(runner.results, not_run, skipped_modules, not_attempted, args, seconds))
     if args.compare:
