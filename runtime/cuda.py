@@ -283,6 +283,11 @@ class _CudaCall:
         return _DeviceArg(0, host=np.ascontiguousarray(a), copy_in=is_input)
 
     def _place_host_arrays(self) -> None:
+        if any(arg.host is not None and not arg.owned for arg in self.args):
+            # The device (and so a current context: device 0's primary one if none is) before
+            # allocating: numpy alone in a fresh process makes no context (found by the e2e
+            # suite on the H200: cuMemAlloc failed with CUDA_ERROR_INVALID_CONTEXT).
+            _ = self.device
         for arg in self.args:
             if arg.host is not None and not arg.owned:
                 arg.ptr = _Driver.alloc(arg.host.nbytes)

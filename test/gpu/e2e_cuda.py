@@ -158,16 +158,19 @@ def run(folder: Path, out: Path | None) -> int:
 
 def split(folder: Path, megabytes: float) -> None:
     """Move each test's files (its .pt and artifacts) into DIR/batch0, batch1, ... of at most
-    `megabytes` each (a test bigger than that alone in its batch)."""
+    `megabytes` each; a test bigger than that (its inputs) into DIR/too_large, not run."""
     import shutil
-
-    import torch
 
     batch, size, limit = 0, 0, megabytes * 2**20
     for pt in sorted(folder.glob("*.pt")):
-        record = torch.load(pt, weights_only=False)
-        files = [pt] + [folder / item["artifact"] for item in record["items"]]
+        files = [pt] + sorted(folder.glob(f"{pt.name[:-3]}.*.so"))  # test names have no dots
         total = sum(f.stat().st_size for f in files)
+        if total > limit:
+            (folder / "too_large").mkdir(exist_ok=True)
+            for f in files:
+                shutil.move(str(f), folder / "too_large" / f.name)
+            print(f"{pt.name[:-3]}: {total / 2**20:.0f} MB, over a batch: not carried")
+            continue
         if size and size + total > limit:
             batch, size = batch + 1, 0
         target = folder / f"batch{batch}"

@@ -140,3 +140,33 @@ def test_gemm_table_is_column_major(model) -> None:
     assert t[:4] == [0, 0, 1, 0]
     assert t[4:7] == [16, 32, 16] and t[7:10] == [16, 8, 16] and t[10:12] == [32, 8]
     assert t[13] == cg.CUBLASLT_EPILOGUES["relu_bias"] and t[14] == 1
+
+
+def test_numpy_inputs_make_a_context_current_before_allocating(model, monkeypatch) -> None:
+    """numpy alone in a fresh process: no context is current until the runtime makes device
+    0's primary one current, which must come before its first cuMemAlloc (the e2e suite on the
+    H200 found CUDA_ERROR_INVALID_CONTEXT)."""
+    from fusec.runtime import cuda as rt_cuda
+
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def current_device(cls=None):
+        calls.append("context")
+        return 0
+
+    def alloc(nbytes):
+        calls.append("alloc")
+        raise Stop
+
+    monkeypatch.setattr(rt_cuda._Driver, "current_device", classmethod(lambda cls: current_device()))
+    monkeypatch.setattr(rt_cuda._Driver, "alloc", classmethod(lambda cls, n: alloc(n)))
+    monkeypatch.setattr(rt_cuda._Driver, "free", classmethod(lambda cls, p: None))
+    x = np.random.rand(8, 16).astype(np.float32)
+    w = np.random.rand(32, 16).astype(np.float32)
+    b = np.random.rand(32).astype(np.float32)
+    with pytest.raises(Stop):
+        model(x, w, b)
+    assert calls[:2] == ["context", "alloc"]

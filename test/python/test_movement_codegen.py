@@ -342,3 +342,23 @@ def test_embedding_then_layernorm_is_cut_before_the_reduction(tmp_path):
     meta = driver.compile_text(text, "<test>", options, str(tmp_path / "m.so"))
     paths = [k["info"]["path"] for k in meta["kernels"]]
     assert "fallback" not in paths and "movement" in paths and "fast" in paths, paths
+
+
+def test_an_insert_slice_split_inside_a_vector_reads_each_lanes_own_destination() -> None:
+    """slice_scatter of one column into an [6, 8] f32 tensor (torch-mlir's e2e
+    SliceScatterStaticModule_basic, wrong on the H200): the slice boundary falls inside each
+    thread's 4-lane vector, so the lanes choose apart, and each lane outside the slice must read
+    the destination at its own column (the bug: every lane read lane 0's)."""
+    x, src = torch.randn(6, 8), torch.randn(6, 1)
+    program, kernels = _program(
+        lambda a, b: torch.ops.aten.slice_scatter(a, b, dim=1, start=0, end=1, step=1), x, src)
+    assert len(kernels) == 1 and kernels[0].info["path"] == "movement"
+    branches = re.findall(r"arith\.cmpi ult, (%\w+), %\w+ : index\n\s*%\w+ = scf\.if [^\n]*\n"
+                          r"(.*?)\} else \{(.*?)scf\.yield", program.kernels_mlir, re.S)
+    assert len(branches) == 4  # one per lane
+    lanes = set()
+    for column, _, outside in branches:
+        read = re.search(r"arith\.addi (%\w+), %\w+ : index", outside)
+        assert read and read.group(1) == column, (column, outside)
+        lanes.add(column)
+    assert len(lanes) == 4

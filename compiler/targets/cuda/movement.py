@@ -549,7 +549,7 @@ class MovementEmitter(KernelEmitter):
         bounds = [(d, low[d], low[d] + src_shape[d]) for d in range(len(src_shape))
                   if low[d] or high[d]]
         return self._guarded(idx, bounds, src, [-lo for lo in low],
-                             lambda: [self.scalar(yielded)] * self.V,
+                             lambda at: [self.scalar(yielded)] * self.V,
                              str(ir.RankedTensorType(src.type).element_type))
 
     def eval_insert(self, op: ir.Operation, idx: list[Ix]) -> list[str]:
@@ -565,13 +565,16 @@ class MovementEmitter(KernelEmitter):
         bounds = [(d, offsets[d], offsets[d] + sizes[d]) for d in range(len(sizes))
                   if offsets[d] or sizes[d] != dest_shape[d]]
         return self._guarded(idx, bounds, src, [-o for o in offsets],
-                             lambda: self.at(dest, idx),
+                             lambda at: self.at(dest, at),
                              str(ir.RankedTensorType(src.type).element_type))
 
     def _guarded(self, idx: list[Ix], bounds: list[tuple[int, int, int]], src: ir.Value,
-                 shift: list[int], outside: Callable[[], list[str]], elt: str) -> list[str]:
+                 shift: list[int], outside: Callable[[list[Ix]], list[str]],
+                 elt: str) -> list[str]:
         """`src` at `idx + shift` where every (dim, lo, hi) of `bounds` holds, else
-        `outside()`."""
+        `outside(idx)` (at the same index: per lane, the lane's; found by the e2e suite on
+        the H200, an insert_slice whose boundary splits a vector read lane 0's element of
+        the destination for every lane)."""
         if not all(self._uniform_range(idx[d], lo, hi) for d, lo, hi in bounds):
             return self.per_lane(lambda one: self._guarded(one, bounds, src, shift,
                                                            outside, elt), idx)
@@ -584,13 +587,13 @@ class MovementEmitter(KernelEmitter):
             return inside()
         if all(idx[d].const is not None for d, _, _ in bounds):
             ok = all(lo <= idx[d].const < hi for d, lo, hi in bounds)
-            return inside() if ok else outside()
+            return inside() if ok else outside(idx)
         cond = None
         for d, lo, hi in bounds:
             for c in ([self.arith("cmpi uge,", idx[d].name, self.index(lo))] if lo > 0 else []) + \
                     [self.arith("cmpi ult,", idx[d].name, self.index(hi))]:
                 cond = c if cond is None else self.arith("andi", cond, c, "i1")
-        return self.branch(cond, inside, outside, [elt] * self.V)
+        return self.branch(cond, inside, lambda: outside(idx), [elt] * self.V)
 
     # -- generics
 
