@@ -1221,3 +1221,23 @@ def test_checks_whose_guards_folded_away_leave_nothing_to_read() -> None:
     program.plan.metadata["index_checks"] = ["<test>: index {index} is out of range"]
     assert "fusec_index_status" not in program.ptx
     assert "fusec_index_messages, 0," in cg.host_code(program)
+
+
+def test_an_output_no_kernel_writes_gets_its_buffer() -> None:
+    """native_batch_norm in eval returns two zero-size tensors (tensor.empty, no kernel writes
+    them): each gets an output buffer of its own, as on the CPU (the e2e suite's
+    NativeBatchNorm*, embedding_bag and tril_indices tests were refused: 'a returned value is
+    not an input or a group result')."""
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, x, w, b, mean, var):
+            return torch.ops.aten.native_batch_norm(x, w, b, mean, var, training=False,
+                                                    momentum=0.1, eps=1e-5)
+
+    program = _cuda_program(Model(), torch.rand(2, 5, 3), torch.rand(5), torch.rand(5),
+                            torch.rand(5), torch.rand(5) + 0.5)
+    plan = program.plan
+    shapes = [plan.buffers[b].shape for b in plan.outputs]
+    assert shapes == [[2, 5, 3], [0], [0]]
+    assert len(set(plan.outputs)) == 3  # the value returned twice: two buffers
