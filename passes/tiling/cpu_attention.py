@@ -39,9 +39,9 @@ Before:
       ... linalg.batch_matmul, score ops, softmax, linalg.batch_matmul ...
     }
 After:
-    %o = fusion.group attention (...) attributes {fusion.grid = 8 : i64,
-                                                  fusion.tile_sizes = array<i64: 1, 48, 64>} {
-      %0 = scf.forall (%b, %i) in (2, 4) shared_outs(%out = %empty) -> (tensor<2x192x64xf32>) {
+    %o = fusion.group attention (...) attributes {fusion.grid = 6 : i64,
+                                                  fusion.tile_sizes = array<i64: 1, 64, 128>} {
+      %0 = scf.forall (%b, %i) in (2, 3) shared_outs(%out = %empty) -> (tensor<2x192x64xf32>) {
         %1:3 = scf.for %j = %c0 to %c3 step %c1 iter_args(%m = ..., %l = ..., %acc = ...) {...}
         ...
       }
