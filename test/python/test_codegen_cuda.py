@@ -1241,3 +1241,46 @@ def test_an_output_no_kernel_writes_gets_its_buffer() -> None:
     shapes = [plan.buffers[b].shape for b in plan.outputs]
     assert shapes == [[2, 5, 3], [0], [0]]
     assert len(set(plan.outputs)) == 3  # the value returned twice: two buffers
+
+
+def test_a_tensor_constant_read_from_outside_a_group_is_a_constant_buffer(tmp_path) -> None:
+    """torch-mlir's own import of reflection_pad2d (the e2e suite's ReflectionPad2dModule_
+    Bottom) leaves the pad's index table as a tensor constant outside the kernels that read
+    it: a constant buffer, as a weight is (it was refused: 'a group operand is a tensor
+    constant outside the group')."""
+    import torch
+    from torch_mlir import fx
+
+    from fusec.compiler import driver
+    from fusec.compiler.frontend import check_dialects, inline_dense_resources, to_generic
+    from fusec.compiler.pipeline import CompileOptions
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.aten.reflection_pad2d(x, (0, 0, 0, 5))
+
+    program = torch.export.export(Model(), (torch.rand(2, 3, 10, 10),), strict=True)
+    module = fx.export_and_import(program, output_type="linalg-on-tensors", func_name="main")
+    text = inline_dense_resources(module.operation.get_asm(print_generic_op_form=True))
+    context = make_context()
+    check_dialects(text, context)
+    text = to_generic(text, context)
+    meta = driver.compile_text(text, "<test>", CompileOptions(target="cuda"),
+                               str(tmp_path / "pad.so"))
+    roles = [b["role"] for b in meta["plan"]["buffers"]]
+    assert "constant" in roles
+
+
+def test_int16_tensors_build_for_cuda() -> None:
+    """i16 element types (the e2e suite's Int16 tests were refused: 'element type i16 is not
+    supported'): buffers of int16, the kernel built."""
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.clamp(a + b, -100, 100)
+
+    a = torch.randint(-300, 300, (4, 8), dtype=torch.int16)
+    program = _cuda_program(Model(), a, a.clone())
+    assert {b.dtype for b in program.plan.buffers} == {"int16"}
+    assert "xi16" in program.kernels_mlir

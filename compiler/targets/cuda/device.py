@@ -11,8 +11,9 @@ KERNEL_MODULE = "fusec_kernels"
 
 # numpy dtype names of the MLIR element types we handle.
 DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
-          "i64": "int64", "i32": "int32", "i8": "int8", "i1": "bool"}
-ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i8": 1, "i1": 1}
+          "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "i1": "bool"}
+ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1,
+                 "i1": 1}
 # Element types held in memory as a wider type: i1 as one byte per value.
 MEMORY_ELEMENT = {"i1": "i8"}
 

@@ -201,11 +201,6 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
         kind = str(op.attributes["kind"]).strip('"') if "kind" in op.attributes else "single"
         ops_in = [o.operation.name for o in op.regions[0].blocks[0].operations
                   if o.operation.name.startswith("linalg.")]
-        operands = []
-        for v in op.operands:
-            if value_key(v) not in ids:
-                raise CudaCodegenError("a group operand is a tensor constant outside the group")
-            operands.append(ids[value_key(v)])
 
         def weight_buffer(shape: list[int], elt: str, data: bytes) -> int:
             digest = (hash(data), tuple(shape), elt)
@@ -218,6 +213,20 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                 constants[b.id] = data
                 weight_ids[digest] = b.id
             return weight_ids[digest]
+
+        operands = []
+        for v in op.operands:
+            producer = v.owner.operation if not isinstance(v.owner, ir.Block) else None
+            if value_key(v) not in ids and producer is not None and \
+                    producer.name == "arith.constant" and \
+                    isinstance(v.type, ir.RankedTensorType):
+                # A tensor constant the group reads from outside (torch-mlir's reflection
+                # pads' index tables): a constant buffer, like a weight.
+                shape, elt = tensor_info(v.type)
+                ids[value_key(v)] = weight_buffer(shape, elt, constant_bytes(producer, asm))
+            if value_key(v) not in ids:
+                raise CudaCodegenError("a group operand is computed outside every kernel")
+            operands.append(ids[value_key(v)])
 
         def result_buffers() -> list[int]:
             return [add_buffer(r, "output" if value_key(r) in returned else "temp",
