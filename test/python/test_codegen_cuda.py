@@ -1284,3 +1284,20 @@ def test_int16_tensors_build_for_cuda() -> None:
     program = _cuda_program(Model(), a, a.clone())
     assert {b.dtype for b in program.plan.buffers} == {"int16"}
     assert "xi16" in program.kernels_mlir
+
+
+def test_a_group_is_not_split_where_a_scalar_would_cross() -> None:
+    """nll_loss backward on 1-D input (the e2e suite's NllLossModuleBackward1D*): the split at
+    reshapes would have cut the scatter's serial group where an extracted f32 passes between
+    the pieces, leaving a group that yields a scalar (an internal error in the tiled stage);
+    kernels hand each other tensors only, so the group stays whole."""
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, g, x, t, tw):
+            return torch.ops.aten.nll_loss_backward(g, x, target=t, weight=None, reduction=0,
+                                                    ignore_index=10, total_weight=tw)
+
+    program = _cuda_program(Model(), torch.rand(1), torch.rand(3), torch.tensor(2),
+                            torch.tensor(3.0))
+    assert program.plan.launches

@@ -234,7 +234,7 @@ def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
         # is the fallback's again, alone, as before they existed.
         pieces = [part for piece in _pieces_at_reshapes(ops, cut_concats=not options.movement)
                   for part in _pieces_at_gathered_reduction(piece)]
-        if len(pieces) < 2 or not _convex(pieces):
+        if len(pieces) < 2 or not _convex(pieces) or _scalar_crosses(pieces):
             continue
         kind = str(group.attributes["kind"]).strip('"')
         inline_group(group)
@@ -243,6 +243,32 @@ def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
                        {attributes.SPLIT: ir.StringAttr.get("reshape")})
         count += 1
     return count
+
+
+def _scalar_crosses(pieces: list[list[ir.Operation]]) -> bool:
+    """Whether a value that is not a tensor (a `tensor.extract`'s element) would pass from
+    one piece to another: kernels hand each other tensors only (the e2e suite's nll_loss
+    backward 1-D: a group yielding an f32 was an internal error)."""
+    from fusec.passes.grouping import op_key
+
+    where = {op_key(op): i for i, piece in enumerate(pieces) for op in piece}
+
+    def piece_of(op: ir.Operation) -> int | None:
+        while op is not None and op_key(op) not in where:  # a use nested in a region
+            parent = op.parent
+            op = parent.operation if parent is not None else None
+            if op is not None and op.name in ("func.func", GROUP_OP):
+                return None
+        return None if op is None else where[op_key(op)]
+
+    for i, piece in enumerate(pieces):
+        for op in piece:
+            for r in op.results:
+                if isinstance(r.type, ir.RankedTensorType):
+                    continue
+                if any(piece_of(use_owner(u)) not in (i, None) for u in r.uses):
+                    return True
+    return False
 
 
 def split_multi_output_groups(func: ir.Operation, options: CudaOptions) -> int:
