@@ -342,3 +342,12 @@ def family_tiled(group: ir.Operation) -> bool:
     from fusec.passes import attributes
 
     return attributes.PATH in group.attributes and attributes.GRID in group.attributes
+
+
+def is_attention(group: ir.Operation) -> bool:
+    """Whether `group` is an attention group (`--fusion-attention`: `fusion.path =
+    "attention"`), which each target builds with its own attention kernel."""
+    from fusec.passes import attributes
+
+    return attributes.PATH in group.attributes and \
+        ir.StringAttr(group.attributes[attributes.PATH]).value == "attention"

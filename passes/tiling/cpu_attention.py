@@ -56,7 +56,8 @@ from dataclasses import dataclass
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.attention import NotAttention, _cast_of, match_group
 from fusec.passes.fusion.attention_mask import causal_bound
-from fusec.passes.grouping import RESHAPE_OPS, defining_op, form_group
+from fusec.passes.grouping import (RESHAPE_OPS, defining_op, form_group, is_attention,
+                                   use_owner, walk_ops)
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, PassError, register
 from fusec.passes.tiling.fence_broadcast_consumers import FENCE
@@ -133,14 +134,15 @@ def _elementwise(value: ir.Value, target: ir.Type, sizes: list[Index], fn,
                     lambda *a: [fn(*a[:len(ins)])]).results[0]
 
 
-# The ops `build` puts in fence groups once the loop is built (a group needs its result read).
-_PENDING_FENCES: list[ir.Operation] = []
+# Tags the ops `build` puts in fence groups once the loop is built (a group needs its result
+# read, and the reader comes after the op).
+FENCE_LATER = "fusion.fence_later"
 
 
 def _fenced(op: ir.Operation) -> ir.Operation:
     """`op`, to be put in a fence group (elementwise fusion merges no producer into it, nor
     it into a consumer)."""
-    _PENDING_FENCES.append(op)
+    op.attributes[FENCE_LATER] = ir.UnitAttr.get()
     return op
 
 
@@ -253,8 +255,7 @@ def parts_of(group: ir.Operation) -> _Parts:
     reshapes = []
     value = m.pv.results[0]
     while value != m.out:
-        user = next(iter(value.uses)).owner
-        user = user.operation if hasattr(user, "operation") else user
+        user = use_owner(next(iter(value.uses)))
         if user.name in RESHAPE_OPS:
             reshapes.append(user)
         elif _cast_of(user) is not None:
@@ -354,12 +355,12 @@ def build(group: ir.Operation, parts: _Parts, bm_tile: int, bn_tile: int) -> Non
                 operands=[result], attributes=attrs).results[0]
     p.out.replace_all_uses_with(result)
     _erase_dead(group)
-    for op in reversed(_PENDING_FENCES):
+    for op in reversed(walk_ops(group, lambda o: FENCE_LATER in o.attributes)):
+        del op.attributes[FENCE_LATER]
         if any(list(r.uses) for r in op.results):
             form_group([op], "single", {FENCE: ir.UnitAttr.get()})
         else:  # a Q tile the key tiles read through other offsets
             op.erase()
-    _PENDING_FENCES.clear()
     i64 = ir.IntegerType.get_signless(64)
     group.attributes[attributes.GRID] = ir.IntegerAttr.get(i64, p.batch * blocks)
     group.attributes[attributes.TILE_SIZES] = ir.DenseI64ArrayAttr.get([1, bm_tile, bn_tile])
@@ -492,11 +493,6 @@ def _erase_dead(group: ir.Operation) -> None:
             if all(not list(r.uses) for r in op.results):
                 op.erase()
                 changed = True
-
-
-def is_attention(group: ir.Operation) -> bool:
-    return attributes.PATH in group.attributes and \
-        ir.StringAttr(group.attributes[attributes.PATH]).value == "attention"
 
 
 @register

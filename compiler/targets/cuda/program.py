@@ -31,7 +31,7 @@ from fusec.compiler.targets.cuda.rewrites import (
 )
 from fusec.compiler.targets.cuda.stages import tiled_passes
 from fusec.passes import attributes
-from fusec.passes.grouping import model_functions, producer_through_reshapes
+from fusec.passes.grouping import defining_op, model_functions, producer_through_reshapes
 from fusec.runtime.plan import DTYPE_SIZES, Buffer, Launch, Plan
 
 # ---------------------------------------------------------------- the program
@@ -216,7 +216,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
 
         operands = []
         for v in op.operands:
-            producer = v.owner.operation if not isinstance(v.owner, ir.Block) else None
+            producer = defining_op(v)
             if value_key(v) not in ids and producer is not None and \
                     producer.name == "arith.constant" and \
                     isinstance(v.type, ir.RankedTensorType):
@@ -363,7 +363,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
         launches.append(Launch(symbol=symbol, buffers=args, grid=shape.grid, kind=kind,
                                ops=ops_in, info=info, block=shape.block, shared_bytes=0))
     for k, v in enumerate(ret.operands):
-        producer = v.owner.operation if not isinstance(v.owner, ir.Block) else None
+        producer = defining_op(v)
         if value_key(v) not in ids and producer is not None and producer.name == "tensor.empty":
             # An output no kernel writes (torch.empty's contents are undefined; mostly the
             # zero-size results of native_batch_norm or embedding_bag): its buffer alone

@@ -38,6 +38,7 @@ from fusec.compiler.targets.cuda.layouts import (
 )
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.passes import attributes, cost_model
+from fusec.passes.grouping import is_attention
 from fusec.passes.grouping import use_owner  # noqa: F401 - folding.py imports it here
 
 
@@ -529,9 +530,7 @@ def groups_of(func: ir.Operation) -> list[ir.Operation]:
             if op.operation.name == GROUP_OP and not _is_attention(op.operation)]
 
 
-def _is_attention(group: ir.Operation) -> bool:
-    return attributes.PATH in group.attributes and \
-        ir.StringAttr(group.attributes[attributes.PATH]).value == "attention"
+_is_attention = is_attention
 
 
 def _kind(group: ir.Operation) -> str:
