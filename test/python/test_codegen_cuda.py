@@ -1301,3 +1301,31 @@ def test_a_group_is_not_split_where_a_scalar_would_cross() -> None:
     program = _cuda_program(Model(), torch.rand(1), torch.rand(3), torch.tensor(2),
                             torch.tensor(3.0))
     assert program.plan.launches
+
+
+INT_MATMUL = """
+func.func @main(%a: tensor<16x24xi64>, %b: tensor<24x8xi64>) -> tensor<16x8xi64> {
+  %c0 = arith.constant 0 : i64
+  %e = tensor.empty() : tensor<16x8xi64>
+  %z = linalg.fill ins(%c0 : i64) outs(%e : tensor<16x8xi64>) -> tensor<16x8xi64>
+  %m = linalg.matmul ins(%a, %b : tensor<16x24xi64>, tensor<24x8xi64>)
+      outs(%z : tensor<16x8xi64>) -> tensor<16x8xi64>
+  return %m : tensor<16x8xi64>
+}
+"""
+
+
+def test_integer_matmul_is_built_not_an_internal_error(tmp_path) -> None:
+    """torch.mm of int64 tensors (the suite's AtenIntMM, BmmInt): no GEMM kernel takes
+    integers, so the matmul goes to the fallback path, with the reason; it was an internal
+    error (the GEMM recognisers read the zero fill's value as a float)."""
+    import subprocess
+    import sys
+
+    source, out = tmp_path / "int_mm.mlir", tmp_path / "int_mm.so"
+    source.write_text(INT_MATMUL)
+    done = subprocess.run([sys.executable, "-m", "fusec.tools.fusec", str(source), "--target",
+                           "cuda", "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (kernel,) = cg.load_metadata(out)["kernels"]
+    assert kernel["info"]["path"] == "fallback" and "linalg.matmul" in kernel["info"]["why"]

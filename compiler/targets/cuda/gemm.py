@@ -182,6 +182,21 @@ def split_around(ops: list[ir.Operation], gemm: list[ir.Operation]
     return prologue, epilogue
 
 
+def zero_filled(mm: ir.Operation) -> bool:
+    """Whether `mm` accumulates into a `linalg.fill` of zero (float or integer) that only it
+    reads: the GEMM kernels start from zero and write the result once."""
+    fill = defining(mm.operands[2])
+    if fill is None or fill.name != "linalg.fill" or not single_use(mm.operands[2]):
+        return False
+    zero = defining(fill.operands[0])
+    if zero is None or zero.name != "arith.constant":
+        return False
+    value = zero.attributes["value"]
+    if isinstance(value, ir.FloatAttr):
+        return float(value.value) == 0.0
+    return isinstance(value, ir.IntegerAttr) and value.value == 0
+
+
 def plan_gemm_split(group: ir.Operation) -> GemmSplit | str:
     """The split of `group`, or the reason it is not a cuBLASLt group."""
     body = group.regions[0].blocks[0]
@@ -190,13 +205,9 @@ def plan_gemm_split(group: ir.Operation) -> GemmSplit | str:
     if len(mms) != 1:
         return f"{len(mms)} matmuls in the group"
     mm = mms[0]
-    fill = defining(mm.operands[2])
-    if fill is None or fill.name != "linalg.fill" or not single_use(mm.operands[2]):
+    if not zero_filled(mm):
         return "the matmul does not start from a zero fill"
-    zero = defining(fill.operands[0])
-    if zero is None or zero.name != "arith.constant" or \
-            float(ir.FloatAttr(zero.attributes["value"]).value) != 0.0:
-        return "the matmul accumulates into a non-zero init"
+    fill = defining(mm.operands[2])
     a, b = gemm_operand(mm.operands[0]), gemm_operand(mm.operands[1])
     if a.element != b.element:
         # f32 x bf16 (a model that keeps some activations in f32): both operands as the

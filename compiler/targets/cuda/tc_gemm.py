@@ -29,7 +29,7 @@ import mlir.ir as ir
 from fusec.compiler.targets.cuda import wgmma
 from fusec.compiler.targets.cuda.wgmma import map_entry
 from fusec.compiler.targets.cuda.analysis import parse_map, tensor_info, value_key
-from fusec.compiler.targets.cuda.body import GEMM_OPS, RESHAPE_OPS, defining, single_use
+from fusec.compiler.targets.cuda.body import GEMM_OPS, RESHAPE_OPS, defining
 from fusec.compiler.targets.cuda.device import (
     DTYPES,
     ELEMENT_BYTES,
@@ -47,6 +47,7 @@ from fusec.compiler.targets.cuda.gemm import (
     gemm_operand,
     operand_buffers,
     split_around,
+    zero_filled,
 )
 from fusec.compiler.targets.cuda.layouts import MatrixLayout, matrix_layout
 from fusec.passes import attributes, cost_model
@@ -72,22 +73,13 @@ class TcOperands:
     k: int
 
 
-def _zero_init(mm: ir.Operation) -> bool:
-    fill = defining(mm.operands[2])
-    if fill is None or fill.name != "linalg.fill" or not single_use(mm.operands[2]):
-        return False
-    zero = defining(fill.operands[0])
-    return zero is not None and zero.name == "arith.constant" and \
-        float(ir.FloatAttr(zero.attributes["value"]).value) == 0.0
-
-
 def tc_operands(mm: ir.Operation) -> TcOperands | str:
     """What the kernel reads for `mm`, or why it cannot read it."""
-    if not _zero_init(mm):
-        return "the matmul does not start from a zero fill"
     acc = str(ir.RankedTensorType(mm.results[0].type).element_type)
     if acc not in ("f32", "bf16", "f16"):
         return f"a matmul accumulating in {acc} (the kernel accumulates in f32)"
+    if not zero_filled(mm):
+        return "the matmul does not start from a zero fill"
     a_shape = list(ir.RankedTensorType(mm.operands[0].type).shape)
     b_shape = list(ir.RankedTensorType(mm.operands[1].type).shape)
     if math.prod(a_shape[:-2]) != 1:
