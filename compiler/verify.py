@@ -16,8 +16,10 @@ are not probed; the model's outputs are always compared.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,10 +56,14 @@ class GroupCheck:
     errors: list[float] = field(default_factory=list)  # one per probed output
     tolerances: list[float] = field(default_factory=list)  # the same outputs' tolerances
     unmatched: int = 0  # outputs that could not be found in the unfused program
+    target: str = "cpu"
 
     @property
     def symbol(self) -> str:
-        return f"fusec_kernel_{self.index}"
+        """The CPU kernel's symbol (--fusion-outline-kernels' name for the group); on the
+        CUDA target a group may be built as several kernels (fusec_k<n>), so the group."""
+        return f"fusec_kernel_{self.index}" if self.target == "cpu" else \
+            f"fusion group {self.index}"
 
     def describe(self) -> str:
         counts: dict[str, int] = {}
@@ -77,6 +83,8 @@ class VerifyResult:
     first_bad: GroupCheck | None
     ok: bool
     kernels: tuple[int, int] = (0, 0)  # (fused, unfused) kernel counts
+    target: str = "cpu"
+    source: str | None = None
 
     def kernel_lines(self) -> list[str]:
         """One line per fused kernel: its worst relative error against the unfused program."""
@@ -95,7 +103,7 @@ class VerifyResult:
         probed = sum(1 for g in self.groups if g.errors)
         worst = max([0.0, *self.output_errors], key=_nan_last)
         head = "OK" if self.ok else "MISMATCH"
-        return (f"verify {head}: fused ({self.kernels[0]} kernels) vs unfused "
+        return (f"verify {head} ({self.target}): fused ({self.kernels[0]} kernels) vs unfused "
                 f"({self.kernels[1]} kernels) on random inputs: {probed} of "
                 f"{len(self.groups)} fused kernels compared, worst output relative error "
                 f"{worst:.2e}")
@@ -140,12 +148,20 @@ def _tag_of(value: ir.Value) -> tuple[int, int] | None:
     return ir.IntegerAttr(op.attributes[TAG]).value, ir.OpResult(value).result_number
 
 
-def _add_results(function: ir.Operation, extra: list[ir.Value]) -> None:
-    """Return `extra` from `function` after its own results."""
+def _add_results(function: ir.Operation, extra: list[ir.Value]) -> list[int]:
+    """Return `extra` from `function` after its own results; the result number of each.
+
+    A value already returned is not returned again (a value returned twice costs the CUDA
+    target a copy kernel: the program checked would not be the one fusec builds)."""
     from mlir.dialects import func
 
     ret = _top_level_ops(function)[-1]
-    values = list(ret.operands) + extra
+    values = list(ret.operands)
+    numbers = []
+    for value in extra:
+        if value not in values:
+            values.append(value)
+        numbers.append(values.index(value))
     with ir.InsertionPoint(ret), ret.location:
         func.ReturnOp(values)
     ret.erase()
@@ -153,6 +169,7 @@ def _add_results(function: ir.Operation, extra: list[ir.Value]) -> None:
     with function.context:
         function.attributes["function_type"] = ir.TypeAttr.get(
             ir.FunctionType.get(list(ftype.inputs), [v.type for v in values]))
+    return numbers
 
 
 def _groups(function: ir.Operation, filename: str | None) -> tuple[list[GroupCheck], list]:
@@ -248,12 +265,18 @@ def _exceeds(error: float, tolerance: float) -> bool:
 
 
 def require_linalg(module: ir.Module, filename: str | None,
-                   options: CompileOptions | None = None) -> None:
-    """--verify rebuilds the program unfused, so it needs the input before fusion; and it
-    runs both programs here, so it needs the CPU target."""
-    if options is not None and options.resolved_target() != "cpu":
-        raise FusecError(f"--verify runs both programs on this machine's CPU: it supports "
-                         f"--target cpu only, not '{options.resolved_target()}'", filename)
+                   options: CompileOptions | None = None, *, run_here: bool = True) -> None:
+    """--verify rebuilds the program unfused, so it needs the input before fusion; run here
+    (`run_here`), a CUDA check needs this machine's GPU (else: --verify-dir, and
+    `fusec-verify DIR` where the GPU is)."""
+    if run_here and options is not None and options.resolved_target() == "cuda":
+        from fusec.compiler.pipeline import gpu_present
+
+        if not gpu_present():
+            raise FusecError("--verify runs the fused and the unfused program, and there is no "
+                             "GPU here (libcuda.so.1 and /dev/nvidia0 not found): add "
+                             "--verify-dir DIR to build the check, and run `fusec-verify DIR` "
+                             "where the GPU is", filename)
     stage = detect_stage(module)
     if stage != "torch":
         raise FusecError(f"--verify needs linalg-on-tensors input (a model.py or the .mlir "
@@ -271,12 +294,40 @@ def verify(text: str, filename: str | None, options: CompileOptions | None = Non
     check that a wrong fused program is caught. Raises FusecError if the input is not
     linalg-on-tensors; never raises for a mismatch (see `VerifyResult.ok`).
     """
-    from fusec import runtime
+    if options is not None and options.resolved_target() == "cuda":
+        require_linalg(driver_parse(text, filename), filename, options)
+    with tempfile.TemporaryDirectory(prefix="fusec-verify-", dir=work_dir) as tmp:
+        bundle = os.path.join(tmp, "check")
+        prepare(text, filename, options, bundle, seed=seed, examples=examples,
+                mutate_fused=mutate_fused)
+        return run_bundle(bundle)
+
+
+def driver_parse(text: str, filename: str | None) -> ir.Module:
+    from fusec.compiler import driver
+
+    return driver.parse(text, filename or "<text>")
+
+
+BUNDLE = "verify.json"  # the description of a prepared check, beside fused.so and unfused.so
+
+
+def prepare(text: str, filename: str | None, options: CompileOptions | None, out_dir: str, *,
+            seed: int | None = None, examples: tuple | None = None,
+            mutate_fused: Callable[[str], str] | None = None) -> str:
+    """Build the check's two programs into `out_dir` (fused.so, unfused.so, verify.json and
+    the example inputs), without running them: `run_bundle(out_dir)` runs them, here or on
+    another machine (a CUDA artifact is built here and checked where the GPU is).
+
+    The directory appears whole or not at all: it is built beside `out_dir` and renamed.
+    Returns `out_dir`.
+    """
     from fusec.compiler import driver
 
     options = options or CompileOptions()
     module = driver.parse(text, filename or "<text>")
-    require_linalg(module, filename, options)
+    require_linalg(module, filename, options, run_here=False)
+    _check_bundle_path(out_dir)
     lower(module, options, stop_after="linalg", filename=filename)
     tag_ops(module)
     tagged = module.operation.get_asm(enable_debug_info=True)
@@ -291,25 +342,90 @@ def verify(text: str, filename: str | None, options: CompileOptions | None = Non
     n_outputs = len(ir.FunctionType(ir.TypeAttr(function.attributes["function_type"]).value)
                     .results)
     groups, probes = _groups(function, filename)
-    _add_results(function, [p[1] for p in probes])
+    fused_numbers = _add_results(function, [p[1] for p in probes])
 
     unfused_options = dataclasses.replace(options, fusion=False, dump_dir=None)
     unfused = driver.parse(tagged, filename or "<text>")
-    _add_results(_function(unfused), _tagged_values(_function(unfused),
-                                                    [(p[2], p[3]) for p in probes]))
+    unfused_numbers = _add_results(_function(unfused), _tagged_values(
+        _function(unfused), [(p[2], p[3]) for p in probes]))
 
-    with tempfile.TemporaryDirectory(prefix="fusec-verify-", dir=work_dir) as tmp:
-        fused_path, unfused_path = os.path.join(tmp, "fused.so"), os.path.join(tmp, "unfused.so")
-        _build(fused, fused_options, fused_path, filename)
-        _build(unfused, unfused_options, unfused_path, filename)
-        fused_model, unfused_model = runtime.load(fused_path), runtime.load(unfused_path)
-        inputs = random_inputs(unfused_model.signature, np.random.default_rng(seed), examples)
-        got = _as_tuple(fused_model(*inputs))
-        want = _as_tuple(unfused_model(*inputs))
-        specs = unfused_model.signature.outputs
-        kernels = (len(fused_model.kernels), len(unfused_model.kernels))
-    result = _compare(got, want, specs, n_outputs, groups, probes)
-    result.kernels = kernels
+    if seed is None:
+        seed = int(np.random.SeedSequence().entropy % (1 << 63))
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=".fusec-verify-", dir=parent)
+    try:
+        _build(fused, fused_options, os.path.join(partial, "fused.so"), filename)
+        _build(unfused, unfused_options, os.path.join(partial, "unfused.so"), filename)
+        if examples is not None:
+            np.savez(os.path.join(partial, "examples.npz"),
+                     *[np.asarray(e) for e in examples])
+        description = {
+            "source": filename, "target": options.resolved_target(), "seed": seed,
+            "outputs": n_outputs, "probes": [[p[0], f, u] for p, f, u in
+                                              zip(probes, fused_numbers, unfused_numbers)],
+            "groups": [{"index": g.index, "kind": g.kind, "ops": g.ops,
+                        "location": g.location, "unmatched": g.unmatched} for g in groups]}
+        with open(os.path.join(partial, BUNDLE), "w") as f:
+            json.dump(description, f, indent=1)
+        if os.path.isdir(out_dir):
+            shutil.rmtree(out_dir)  # an earlier bundle (_check_bundle_path allowed it)
+        os.replace(partial, out_dir)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _check_bundle_path(out_dir: str) -> None:
+    """Refuse to replace anything but an empty directory or an earlier bundle."""
+    if not os.path.exists(out_dir):
+        return
+    if not os.path.isdir(out_dir):
+        raise FusecError("--verify-dir: exists and is not a directory", out_dir)
+    if os.listdir(out_dir) and not os.path.exists(os.path.join(out_dir, BUNDLE)):
+        raise FusecError("--verify-dir: the directory is not empty and holds no earlier "
+                         f"check ({BUNDLE}); give a new or empty directory", out_dir)
+
+
+def run_bundle(bundle: str) -> VerifyResult:
+    """Run a check `prepare` built: both programs on the same fresh inputs (from the bundle's
+    seed), every fused kernel's outputs compared with the unfused program's."""
+    from fusec import runtime
+
+    path = os.path.join(bundle, BUNDLE)
+    if not os.path.isfile(path):
+        raise FusecError(f"not a verify bundle (no {BUNDLE}; build one with "
+                         "`fusec MODEL --verify --verify-dir DIR`)", bundle)
+    with open(path) as f:
+        description = json.load(f)
+    target = description["target"]
+    if target == "cuda":
+        from fusec.compiler.pipeline import gpu_present
+
+        if not gpu_present():
+            raise FusecError("the check was built for the CUDA target and there is no GPU "
+                             "here (libcuda.so.1 and /dev/nvidia0 not found): run it where "
+                             "the GPU is", bundle)
+    groups = [GroupCheck(index=g["index"], kind=g["kind"], ops=g["ops"],
+                         location=g["location"], unmatched=g["unmatched"], target=target)
+              for g in description["groups"]]
+    examples = None
+    if os.path.exists(os.path.join(bundle, "examples.npz")):
+        with np.load(os.path.join(bundle, "examples.npz")) as saved:
+            examples = tuple(saved[f"arr_{i}"] for i in range(len(saved.files)))
+    fused_model = runtime.load(os.path.join(bundle, "fused.so"))
+    unfused_model = runtime.load(os.path.join(bundle, "unfused.so"))
+    inputs = random_inputs(unfused_model.signature,
+                           np.random.default_rng(description["seed"]), examples)
+    got = _as_tuple(fused_model(*inputs))
+    want = _as_tuple(unfused_model(*inputs))
+    result = _compare(got, fused_model.signature.outputs, want,
+                      unfused_model.signature.outputs, description["outputs"], groups,
+                      description["probes"])
+    result.kernels = (len(fused_model.kernels), len(unfused_model.kernels))
+    result.target = target
+    result.source = description["source"]
     return result
 
 
@@ -326,16 +442,16 @@ def _as_float(array: np.ndarray, dtype: str) -> np.ndarray:
     return array
 
 
-def _compare(got: tuple, want: tuple, specs: Any, n_outputs: int, groups: list[GroupCheck],
-             probes: list) -> VerifyResult:
-    tolerances = [TOLERANCE.get(s.dtype, 0.0) for s in specs]
-    got = tuple(_as_float(a, s.dtype) for a, s in zip(got, specs))
-    want = tuple(_as_float(a, s.dtype) for a, s in zip(want, specs))
+def _compare(got: tuple, got_specs: Any, want: tuple, want_specs: Any, n_outputs: int,
+             groups: list[GroupCheck], probes: list) -> VerifyResult:
+    """`probes`: (group index, fused result number, unfused result number) per probed value."""
+    tolerances = [TOLERANCE.get(s.dtype, 0.0) for s in want_specs]
+    got = tuple(_as_float(a, s.dtype) for a, s in zip(got, got_specs))
+    want = tuple(_as_float(a, s.dtype) for a, s in zip(want, want_specs))
     output_errors = [relative_error(g, w) for g, w in zip(got[:n_outputs], want[:n_outputs])]
-    for k, (group_index, *_rest) in enumerate(probes):
-        i = n_outputs + k
-        groups[group_index].errors.append(relative_error(got[i], want[i]))
-        groups[group_index].tolerances.append(tolerances[i])
+    for group_index, f, u in probes:
+        groups[group_index].errors.append(relative_error(got[f], want[u]))
+        groups[group_index].tolerances.append(tolerances[u])
     first_bad = next((g for g in groups
                       if any(_exceeds(e, t) for e, t in zip(g.errors, g.tolerances))), None)
     outputs_ok = not any(_exceeds(e, t) for e, t in zip(output_errors, tolerances))

@@ -2,7 +2,7 @@
 
     fusec MODEL.{py,mlir} [-o model.so] [--target cpu|cuda|auto] [--arch sm_90]
           [--emit STAGE] [--dump-dir DIR] [--report[=json]] [--no-fusion] [--check]
-          [--verify] [--debug] [--cpu-FIELD ...] [--cuda-FIELD ...]
+          [--verify [--verify-dir DIR]] [--debug] [--cpu-FIELD ...] [--cuda-FIELD ...]
 
 A model.py defines `model()` (a torch.nn.Module) and `example_inputs()`. `--emit STAGE` prints
 the IR after STAGE (linalg, fusion, tiled, bufferized, cpu) and stops; IR given as input
@@ -66,6 +66,10 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
                         help="also build the unfused program and check, on random inputs, "
                              "that every fused kernel agrees with it (names the first that "
                              "does not)")
+    parser.add_argument("--verify-dir", dest="verify_dir", metavar="DIR",
+                        help="with --verify: keep the check (both programs, the inputs' seed) "
+                             "in DIR; `fusec-verify DIR` runs it again, or runs it where the "
+                             "GPU is when this machine has none")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     _add_target_flags(parser)
     parser.error = _usage_error  # type: ignore[method-assign]
@@ -179,7 +183,7 @@ def run(argv: list[str]) -> int:
     if args.verify:
         from fusec.compiler.verify import require_linalg
 
-        require_linalg(module, args.input, options)
+        require_linalg(module, args.input, options, run_here=args.verify_dir is None)
     if args.emit:
         _write_text(args.output, emit_text(module, options, args.emit, args.input))
         return 0
@@ -204,7 +208,7 @@ def run(argv: list[str]) -> int:
           f"{'s' if kernels != 1 else ''}, compiled in {elapsed:.2f} s)", file=sys.stderr)
     status = _check(output, model, inputs, args.input) if args.check else 0
     if args.verify:
-        _verify(text, args.input, options, inputs)
+        _verify(text, args.input, options, inputs, args.verify_dir)
     return status
 
 
@@ -220,6 +224,8 @@ def _check_args(args: argparse.Namespace, options) -> None:
                              f"'{options.resolved_target()}' are: {', '.join(stages)}")
     if args.dump_dir and os.path.exists(args.dump_dir) and not os.path.isdir(args.dump_dir):
         raise FusecError("--dump-dir: exists and is not a directory", args.dump_dir)
+    if args.verify_dir and not args.verify:
+        raise FusecError("--verify-dir keeps the check that --verify builds: add --verify")
     if args.check and not args.input.endswith(".py"):
         raise FusecError("--check needs a model.py input (it compares with PyTorch)",
                          args.input)
@@ -237,12 +243,22 @@ def _check_args(args: argparse.Namespace, options) -> None:
         driver.check_output_path(default_output(args.input))
 
 
-def _verify(text: str, path: str, options, inputs) -> None:
-    """Fused vs unfused, kernel by kernel; raises VerificationError on a mismatch."""
+def _verify(text: str, path: str, options, inputs, bundle: str | None) -> None:
+    """Fused vs unfused, kernel by kernel; raises VerificationError on a mismatch. With
+    `bundle`, the check is kept there, and only built where it cannot run (CUDA, no GPU)."""
     from fusec.compiler import verify
+    from fusec.compiler.pipeline import gpu_present
 
     examples = tuple(t.numpy() for t in inputs) if inputs is not None else None
-    result = verify.verify(text, path, options, examples=examples)
+    if bundle is None:
+        result = verify.verify(text, path, options, examples=examples)
+    else:
+        verify.prepare(text, path, options, bundle, examples=examples)
+        if options.resolved_target() == "cuda" and not gpu_present():
+            print(f"fusec: built the check in {bundle} (fused and unfused programs for "
+                  f"cuda); run `fusec-verify {bundle}` where the GPU is", file=sys.stderr)
+            return
+        result = verify.run_bundle(bundle)
     print("\n".join(result.kernel_lines()))
     print(result.summary())
     verify.check_or_raise(result, path)

@@ -129,3 +129,72 @@ def test_compile_api_verify(tmp_path, monkeypatch):
         verify.verify, mutate_fused=_edit_group(0, "arith.divf", "arith.mulf")))
     with pytest.raises(verify.VerificationError, match="kernel 0"):
         fusec.compile(_text("softmax"), verify=True)
+
+
+def test_bundle_is_built_once_and_run_again(tmp_path, capsys):
+    """--verify-dir keeps the check: fusec-verify runs it again on the same inputs (the
+    bundle's seed), and reaches the same numbers."""
+    from fusec.tools.verify import main as verify_main
+
+    bundle = tmp_path / "check"
+    assert fusec_main([str(EXAMPLES / "softmax" / "model.mlir"), "-o", str(tmp_path / "m.so"),
+                       "--verify", "--verify-dir", str(bundle)]) == 0
+    first = capsys.readouterr().out
+    assert sorted(p.name for p in bundle.iterdir()) == ["fused.so", "unfused.so", "verify.json"]
+    assert verify_main([str(bundle)]) == 0
+    again = capsys.readouterr().out
+    assert "verify OK (cpu)" in again and first.splitlines()[-1] == again.splitlines()[-1]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".fusec-verify")]
+
+
+def test_bundle_of_a_wrong_program_names_the_kernel(tmp_path, capsys):
+    from fusec.tools.verify import main as verify_main
+
+    bundle = str(tmp_path / "check")
+    verify.prepare(_text("mlp"), "mlp.mlir", None, bundle,
+                   mutate_fused=_edit_group(1, "arith.addf", "arith.subf"))
+    assert verify_main([bundle]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.match(r"mlp\.mlir:\d+:\d+: error: --verify: kernel 1 "
+                                      r"\(fusec_kernel_1, ", err[0]), err
+
+
+def test_cuda_check_is_built_here_and_refused_to_run_without_a_gpu(tmp_path, capsys):
+    """No GPU here: --verify for the CUDA target needs --verify-dir (refused before any
+    compile, no artifact written); with it, both CUDA programs are built, and fusec-verify
+    says where the check can run."""
+    from fusec.compiler.pipeline import gpu_present
+    from fusec.tools.verify import main as verify_main
+
+    if gpu_present():
+        pytest.skip("this machine has a GPU: the check runs here (test/gpu/verify_cuda.py)")
+    source, out = str(EXAMPLES / "softmax" / "model.mlir"), tmp_path / "m.so"
+    assert fusec_main([source, "--target", "cuda", "-o", str(out), "--verify"]) == 1
+    assert "add --verify-dir DIR" in capsys.readouterr().err and not out.exists()
+    bundle = tmp_path / "check"
+    assert fusec_main([source, "--target", "cuda", "-o", str(out), "--verify",
+                       "--verify-dir", str(bundle)]) == 0
+    assert f"run `fusec-verify {bundle}` where the GPU is" in capsys.readouterr().err
+    import json
+
+    description = json.loads((bundle / "verify.json").read_text())
+    assert description["target"] == "cuda" and len(description["groups"]) == 1
+    from fusec.compiler.targets import cuda as cg
+
+    fused, unfused = (len(cg.load_metadata(bundle / n)["kernels"])
+                      for n in ("fused.so", "unfused.so"))
+    assert fused == 1 and unfused > 1
+    assert verify_main([str(bundle)]) == 1
+    assert "no GPU here" in capsys.readouterr().err
+
+
+def test_verify_dir_is_refused_where_it_would_replace_something(tmp_path, capsys):
+    source, out = str(EXAMPLES / "softmax" / "model.mlir"), str(tmp_path / "m.so")
+    assert fusec_main([source, "-o", out, "--verify-dir", str(tmp_path / "d")]) == 1
+    assert "add --verify" in capsys.readouterr().err
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    assert fusec_main([source, "-o", out, "--verify", "--verify-dir", str(busy)]) == 1
+    assert "not empty" in capsys.readouterr().err
+    assert [p.name for p in busy.iterdir()] == ["notes.txt"]
