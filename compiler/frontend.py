@@ -61,15 +61,89 @@ def import_torch(
     """
     from fusec.dialects import make_context
 
-    text, signature = _torch_mlir_generic_text(module, example_inputs, func_name)
-    text = inline_dense_resources(text)
+    import tempfile
+
+    weights_dir = tempfile.mkdtemp(prefix="fusec-weights-")
+    try:
+        text, signature = _torch_mlir_generic_text(module, example_inputs, func_name,
+                                                   weights_dir)
+        weights = read_weights(weights_dir)
+    finally:
+        import shutil
+
+        shutil.rmtree(weights_dir, ignore_errors=True)
+    if "dialect_resources" in text:
+        text = inline_dense_resources(text)
     context = make_context()
     check_dialects(text, context)
     module_ir = parse_module(text, context)
+    attach_weights(module_ir, weights)
     # What torch knows of the signature and MLIR does not (argument names, unsigned
     # integers: torch-mlir's i8 is signless) travels with the IR to the artifact.
     module_ir.operation.attributes[SIGNATURE_ATTR] = ir_string(json.dumps(signature), context)
     return module_ir.operation.get_asm(print_generic_op_form=True, enable_debug_info=locations)
+
+
+# The weights cross from torch-mlir's process to fusec's as raw bytes (one file and its index),
+# not as the hex of a `dialect_resources` section: printing, scanning and parsing 2 bytes of
+# text per byte of weight was most of a large model's import.
+WEIGHTS_DATA, WEIGHTS_INDEX = "weights.bin", "weights.json"
+
+
+def write_weights(folder: str, blobs: dict[str, Any]) -> None:
+    """Write `blobs` (resource name -> numpy array) as one file of bytes and its index."""
+    index, offset = {}, 0
+    with open(os.path.join(folder, WEIGHTS_DATA), "wb") as f:
+        for name, array in blobs.items():
+            data = memoryview(array.reshape(-1).view("u1"))
+            f.write(data)
+            index[name] = [offset, len(data)]
+            offset += len(data)
+    with open(os.path.join(folder, WEIGHTS_INDEX), "w") as f:
+        json.dump(index, f)
+
+
+def read_weights(folder: str) -> dict[str, bytes]:
+    """What `write_weights` wrote: resource name -> bytes ({} if nothing was written)."""
+    path = os.path.join(folder, WEIGHTS_INDEX)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        index = json.load(f)
+    with open(os.path.join(folder, WEIGHTS_DATA), "rb") as f:
+        data = f.read()
+    view = memoryview(data)
+    return {name: view[offset:offset + size] for name, (offset, size) in index.items()}
+
+
+def attach_weights(module: ir.Module, weights: dict[str, Any]) -> None:
+    """Give every constant whose value is `dense_resource<name>` with `name` in `weights`
+    the equivalent `dense<...>` (from the bytes, without text)."""
+    if not weights:
+        return
+    import mlir.ir as ir
+    import numpy as np
+
+    unsigned = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+    def visit(op: Any) -> Any:
+        if op.name == "arith.constant":
+            value = op.attributes["value"]
+            text = str(value)
+            if text.startswith("dense_resource<"):
+                name = text[len("dense_resource<"):text.index(">")]
+                if name in weights:
+                    shaped = ir.RankedTensorType(op.results[0].type)
+                    width = ir.FloatType(shaped.element_type).width if \
+                        isinstance(shaped.element_type, ir.FloatType) else \
+                        ir.IntegerType(shaped.element_type).width
+                    array = np.frombuffer(weights[name], dtype=unsigned[width])
+                    op.attributes["value"] = ir.DenseElementsAttr.get(
+                        array, type=shaped.element_type, shape=list(shaped.shape),
+                        context=op.context)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
 
 
 SIGNATURE_ATTR = attributes.TORCH_SIGNATURE
@@ -121,10 +195,12 @@ def torch_signature(program: Any) -> dict:
 
 
 def _torch_mlir_generic_text(
-    module: torch.nn.Module, example_inputs: tuple[Any, ...], func_name: str
+    module: torch.nn.Module, example_inputs: tuple[Any, ...], func_name: str,
+    weights_dir: str | None = None,
 ) -> tuple[str, dict]:
     """Run torch-mlir and print its module in generic form with torch-mlir's own MLIR; also
-    the program's `torch_signature`."""
+    the program's `torch_signature`. With `weights_dir`, the weights are written there
+    (`write_weights`) and left out of the text's resource section."""
     try:
         import torch
 
@@ -167,7 +243,7 @@ def _torch_mlir_generic_text(
     from fusec.compiler.isolate import IsolatedFailure, run_isolated
 
     try:
-        text = run_isolated(lambda: _lower_with_torch_mlir(program, func_name),
+        text = run_isolated(lambda: _lower_with_torch_mlir(program, func_name, weights_dir),
                             "torch-mlir's import")
     except IsolatedFailure as failure:
         where = _model_source(module)
@@ -242,14 +318,16 @@ def _model_source(module: Any) -> str:
         return ""
 
 
-def _lower_with_torch_mlir(program: Any, func_name: str) -> str:
+def _lower_with_torch_mlir(program: Any, func_name: str, weights_dir: str | None = None) -> str:
     """torch-mlir's import and lowering to linalg-on-tensors of an exported program, printed
-    in generic form with torch-mlir's own MLIR."""
+    in generic form with torch-mlir's own MLIR; with `weights_dir`, the weights' bytes go
+    there instead of into the text."""
     from torch_mlir import fx
     from torch_mlir.compiler_utils import TorchMlirCompilerError
     from torch_mlir.extras.fx_importer import FxImporter
 
     context, errors, handler = _torch_mlir_context()
+    hooks = _literal_hooks()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
@@ -259,8 +337,17 @@ def _lower_with_torch_mlir(program: Any, func_name: str) -> str:
                 output_type="linalg-on-tensors",
                 func_name=func_name,
                 decomposition_table={},
-                fx_importer=FxImporter(context=context),
+                fx_importer=FxImporter(context=context, hooks=hooks),
             )
+        if weights_dir is not None and hooks.blobs:
+            # Every resource blob left is one of the weights (else: printed as they are).
+            smallest = min(a.nbytes for a in hooks.blobs.values())
+            text = imported.operation.get_asm(print_generic_op_form=True,
+                                              enable_debug_info=True,
+                                              large_resource_limit=smallest - 1)
+            if set(_RESOURCE_NAME.findall(text)) <= set(hooks.blobs):
+                write_weights(weights_dir, hooks.blobs)
+                return text
         return imported.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
     except TorchMlirCompilerError as error:
         raise FrontendError(_describe_torch_mlir_failure(errors, str(error))) from error
@@ -270,6 +357,63 @@ def _lower_with_torch_mlir(program: Any, func_name: str) -> str:
         ) from error
     finally:
         handler.detach()
+
+
+def _literal_hooks() -> Any:
+    """torch-mlir's importer hooks with a fast path for weights (frozen parameters and
+    buffers, lifted tensor constants).
+
+    torch-mlir's default literal import converts a tensor to a nested Python list and back
+    to numpy (`np.array(tensor.tolist())`, written for fake tensors): 15 of the 19 s of
+    ResNet-18's import here. A real tensor's bytes are handed over as they are instead, as a
+    `DenseResourceElementsAttr` blob of a name of its own (uniqued per tensor as torch-mlir
+    does), kept in `blobs` so that they can cross to fusec's process as bytes; a fake tensor,
+    a one-element tensor (a splat) or a dtype without a numpy view goes the default way.
+    """
+    import numpy as np
+    import torch
+    from torch_mlir.extras.fx_importer import FxImporterHooks
+    from torch_mlir.ir import DenseResourceElementsAttr, Operation
+
+    views = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
+             torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16,
+             torch.int8: np.int8, torch.uint8: np.uint8}
+    try:
+        import ml_dtypes
+
+        views[torch.bfloat16] = ml_dtypes.bfloat16
+    except ImportError:
+        pass
+
+    class Hooks(FxImporterHooks):
+        def __init__(self) -> None:
+            self.blobs: dict[str, Any] = {}  # resource name -> the weight's bytes (numpy)
+
+        def resolve_literal(self, gni: Any, literal: Any, info: Any) -> Any:
+            if not isinstance(literal, torch.Tensor) or literal.dtype not in views or \
+                    literal.numel() <= 1 or isinstance(literal, torch._subclasses.FakeTensor):
+                return None
+            cc = gni._cc
+            mapping = cc._py_attr_tracker.track(literal)
+            if mapping.is_empty:
+                tensor = literal.detach().cpu().contiguous()
+                if tensor.dtype == torch.bfloat16:
+                    array = tensor.view(torch.int16).numpy().view(views[torch.bfloat16])
+                else:
+                    array = tensor.numpy()
+                # A name of its own per weight: MLIR renames a clash, which would break
+                # the name -> bytes map.
+                name = f"fusec_weight_{len(self.blobs)}"
+                from torch_mlir.extras.fx_importer import create_mlir_tensor_type
+
+                mapping.value = DenseResourceElementsAttr.get_from_buffer(
+                    array, name, create_mlir_tensor_type(tensor))
+                self.blobs[name] = array
+            return Operation.create(name="torch.vtensor.literal",
+                                    results=[cc.tensor_to_vtensor_type(literal)],
+                                    attributes={"value": mapping.value}).result
+
+    return Hooks()
 
 
 def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> Any:
@@ -621,6 +765,7 @@ _GENERIC_OP_NAME = re.compile(r'^\s*(?:%[^=]*=\s*)?"([\w$]+\.[\w.$]+)"\(', re.MU
 
 _RESOURCE_SECTION = re.compile(r"\{-#\s*dialect_resources\s*:.*?#-\}", re.DOTALL)
 _RESOURCE_ENTRY = re.compile(r'([\w.$-]+)\s*:\s*"0x([0-9A-Fa-f]*)"')
+_RESOURCE_NAME = re.compile(r"dense_resource<([\w.$-]+)>")
 _RESOURCE_USE = re.compile(r"dense_resource<([\w.$-]+)>(\s*:\s*tensor<([^>]*)>)")
 
 

@@ -228,7 +228,9 @@ def run_stage(module: ir.Module, stage: str, options: CompileOptions,
     from fusec.passes import PassError, run_pipeline
 
     passes = STAGE_PASSES[stage](options)
-    before = module.operation.get_asm(enable_debug_info=True)
+    # The reproducer's input, printed only if the stage fails: a clone shares the module's
+    # (uniqued) attributes, so it costs nothing like printing the weights at every stage.
+    before = module.operation.clone()
     started = time.perf_counter()
     try:
         run_pipeline(module, passes)
@@ -242,7 +244,7 @@ def run_stage(module: ir.Module, stage: str, options: CompileOptions,
         else:
             error = FusecError(f"internal error in stage '{stage}': {type(exc).__name__}: {exc}",
                                filename)
-        command = _reproducer(before, stage, passes, options)
+        command = _reproducer(before.get_asm(enable_debug_info=True), stage, passes, options)
         error.message += f" [stage '{stage}'; reproduce with: {command}]"
         raise error from exc
     if options.verbose:

@@ -23,7 +23,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument("bundle", metavar="DIR", help="the directory --verify-dir wrote")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     args = parser.parse_args(argv)
-    from fusec.compiler import verify
+    from fusec.compiler import verify_run as verify  # numpy and the runtime only, no MLIR
 
     result = verify.run_bundle(args.bundle)
     print("\n".join(result.kernel_lines()))

@@ -103,10 +103,10 @@ CLI_CASES = [
      (r"argument --target: invalid choice: 'tpu' \(choose from 'cpu', 'cuda', 'auto'\) "
      r"\(see fusec --help\)")),
     ("no-input", {}, [], None, r"the following arguments are required: input"),
-    ("verify-needs-cpu-target", {"add.mlir": ADD_MLIR},
+    ("verify-cuda-needs-a-gpu-or-a-dir", {"add.mlir": ADD_MLIR},
      ["add.mlir", "-o", "{out}", "--verify", "--target", "cuda"], "add.mlir",
-     (r"--verify runs both programs on this machine's CPU: it supports --target cpu only, "
-     r"not 'cuda'")),
+     (r"--verify runs the fused and the unfused program, and there is no GPU here .*: add "
+      r"--verify-dir DIR to build the check, and run `fusec-verify DIR` where the GPU is")),
     ("model-py-without-model", {"m.py": "import torch\ndef example_inputs():\n"
                                         "    return (torch.randn(4),)\n"},
      ["m.py", "-o", "{out}"], "m.py",

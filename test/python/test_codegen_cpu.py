@@ -495,3 +495,27 @@ def test_torch_large_weights_leave_the_llvm_ir(tmp_path):
     symbols = subprocess.run([codegen_cpu.llvm_tool("llvm-nm"), str(tmp_path / "kernels.o")],
                              capture_output=True, text=True, check=True).stdout
     assert " R __constant_" in symbols  # the weights are read-only data of the object
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_large_16bit_weights_leave_the_llvm_ir(tmp_path, monkeypatch, dtype):
+    """16-bit weights (no numpy view in the bindings) are read from the attribute's hex and
+    placed by .incbin like any other: they were left in the LLVM IR as literals."""
+    torch = pytest.importorskip("torch")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    import fusec
+
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    torch_dtype = getattr(torch, dtype)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),
+                                torch.nn.Linear(512, 64)).to(torch_dtype).eval()
+    x = torch.randn(32, 256).to(torch_dtype)
+    compiled = fusec.compile(model, x)
+    symbols = subprocess.run([codegen_cpu.llvm_tool("llvm-nm"), str(compiled.path)],
+                             capture_output=True, text=True, check=True).stdout
+    assert " r __constant_256x512x" in symbols.lower() or " R __constant_" in symbols
+    view = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    got = np.asarray(compiled(x.view(torch.int16).numpy().view(view)), dtype=np.float64)
+    own = model(x).double().detach().numpy()
+    ref = model.double()(x.double()).detach().numpy()
+    assert rel_err(got, ref) < max(1e-2, 4 * rel_err(own, ref))

@@ -198,3 +198,27 @@ def test_verify_dir_is_refused_where_it_would_replace_something(tmp_path, capsys
     assert fusec_main([source, "-o", out, "--verify", "--verify-dir", str(busy)]) == 1
     assert "not empty" in capsys.readouterr().err
     assert [p.name for p in busy.iterdir()] == ["notes.txt"]
+
+
+def test_a_bundle_runs_where_mlir_is_not(tmp_path):
+    """fusec-verify needs numpy and the runtime only: the H200's image has no MLIR bindings.
+    Here in a child process whose `import mlir` (and torch) fails."""
+    import json
+    import subprocess
+    import sys
+
+    bundle = str(tmp_path / "check")
+    verify.prepare(_text("softmax"), "softmax.mlir", None, bundle)
+    code = (
+        "import sys\n"
+        "sys.modules.update({'mlir': None, 'torch': None, 'torch_mlir': None})\n"
+        "from fusec.tools.verify import main\n"
+        f"status = main([{bundle!r}])\n"
+        "import json\n"
+        "heavy = [m for m in sys.modules if m.startswith(('fusec.passes', 'fusec.dialects'))]\n"
+        "print(json.dumps({'status': status, 'heavy': heavy}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "verify OK (cpu)" in done.stdout
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": 0, "heavy": []}

@@ -20,9 +20,9 @@ import os
 import re
 import subprocess
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
-import numpy as np
+from fusec.compiler.targets.constants import dense_bytes
 from fusec.compiler.targets.cpu.options import CpuOptions
 from fusec.passes import attributes, cost_model
 from fusec.runtime.plan import Plan
@@ -260,12 +260,12 @@ def llvm_tool(name: str) -> str:
 def llvm_ir(module: ir.Module) -> str:
     """The module (LLVM dialect, after the `cpu` stage) as textual LLVM IR, weights inline."""
     with module.context:
-        clean = ir.Module.parse(str(module))
+        clean = module.operation.clone()
         _drop_fusion_attributes(clean)
         return str(llvm_dialect.translate_module_to_llvmir(clean.operation))
 
 
-def _drop_fusion_attributes(module: ir.Module) -> None:
+def _drop_fusion_attributes(module: Any) -> None:
     # Our attributes mean nothing to LLVM; the translation would warn on unknown ones.
     if attributes.PLAN in module.operation.attributes:
         del module.operation.attributes[attributes.PLAN]
@@ -288,30 +288,36 @@ def _resource_blobs(text: str) -> dict[str, bytes]:
     return blobs
 
 
-def _constant_bytes(value: ir.Attribute, blobs: dict[str, bytes]) -> bytes | None:
-    """The raw bytes of a dense or dense_resource constant (None: leave it inline)."""
-    text = str(value)
-    if text.startswith("dense_resource<"):
-        return blobs.get(text[len("dense_resource<"):text.index(">")])
-    try:
-        dense = ir.DenseElementsAttr(value)
-    except (TypeError, ValueError):
+def _constant_bytes(value: ir.Attribute, blobs: Callable[[], dict[str, bytes]]) -> bytes | None:
+    """The raw bytes of a dense or dense_resource constant (None: leave it inline).
+    `blobs()`: the module's resource blobs (printed only if a dense_resource is met)."""
+    if not isinstance(value, ir.DenseElementsAttr):
+        # (The bindings give a dense_resource as a plain Attribute: its text is its name.)
+        text = str(value)
+        if text.startswith("dense_resource<"):
+            return blobs().get(text[len("dense_resource<"):text.index(">")])
         return None
-    if str(ir.ShapedType(dense.type).element_type) == "i1":
-        return None  # bit-packed in MLIR, bytes in memory: keep such (small) masks inline
-    return np.array(dense).tobytes()
+    # i1 (bit-packed in MLIR, bytes in memory): None, such (small) masks stay inline.
+    return dense_bytes(value)
 
 
-def externalize_weights(module: ir.Module, text: str,
-                        min_bytes: int = EXTERNAL_WEIGHT_BYTES) -> list[tuple[str, bytes, int]]:
+def externalize_weights(module: Any, min_bytes: int = EXTERNAL_WEIGHT_BYTES
+                        ) -> list[tuple[str, bytes, int]]:
     """Turn large constant `llvm.mlir.global`s into external declarations; return their data.
 
     Printing weights as LLVM IR literals and parsing them back in opt and llc costs seconds
-    per megabyte; the caller places the bytes in the object directly (`.incbin`). `text` is
-    the printed module, where dense_resource blobs (torch-mlir's weights) can be read.
-    Returns (symbol, bytes, alignment) per global.
+    per megabyte; the caller places the bytes in the object directly (`.incbin`). Weights
+    are dense constants (the frontend attaches torch-mlir's as bytes); dense_resource blobs
+    (IR given as text with a resource section) are read from the printed module, printed
+    only if there is one. Returns (symbol, bytes, alignment) per global.
     """
-    blobs = _resource_blobs(text)
+    printed: list[dict[str, bytes]] = []
+
+    def blobs() -> dict[str, bytes]:
+        if not printed:
+            printed.append(_resource_blobs(module.operation.get_asm()))
+        return printed[0]
+
     moved = []
     for op in module.body.operations:
         op = op.operation
@@ -434,12 +440,11 @@ def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | Non
     """
     target = [f"-mtriple={host_triple()}", f"-mcpu={cpu or default_cpu()}"]
     with tempfile.TemporaryDirectory(prefix="fusec-obj-") as tmp, module.context:
-        clean = ir.Module.parse(module.operation.get_asm())
+        # A clone (the weights' attributes shared, not printed and parsed back).
+        clean = module.operation.clone()
         _drop_fusion_attributes(clean)
-        # Printed again: parsing renamed the resource blobs (their names are per context).
-        text = clean.operation.get_asm()
         weights = []
-        for i, (symbol, data, alignment) in enumerate(externalize_weights(clean, text)):
+        for i, (symbol, data, alignment) in enumerate(externalize_weights(clean)):
             blob = os.path.join(tmp, f"weight{i}.bin")
             with open(blob, "wb") as f:
                 f.write(data)

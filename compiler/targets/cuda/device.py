@@ -74,10 +74,3 @@ INDEX_STATUS = "fusec_index_status"
 INDEX_STATUS_GLOBAL = (f'memref.global @{INDEX_STATUS} : memref<2xi64> = dense<0>')
 
 
-def bf16_bits(value: float) -> int:
-    """The bf16 bit pattern of `value` rounded to nearest-even (through f32), as MLIR and
-    torch round."""
-    import numpy as np
-
-    bits = int(np.array(np.float32(value)).view(np.uint32))
-    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16

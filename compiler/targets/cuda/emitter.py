@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mlir.ir as ir
+from fusec.compiler.targets.constants import dense_bytes
 from fusec.compiler.targets.cuda.analysis import (
     GroupGeometry,
     MapInfo,
@@ -954,54 +955,11 @@ def constant_bytes(op: ir.Operation, module_asm: Any, attribute: str = "value") 
         if not found:
             raise CudaCodegenError(f"resource {m.group(1)} not found in the module")
         return bytes.fromhex(found.group(1))[4:]  # the blob starts with its alignment (u32)
-    try:
-        import numpy as np
-
-        return np.array(attr).tobytes()
-    except Exception:  # noqa: BLE001 - bf16/f16 have no Python buffer
-        hexdata = re.match(r'dense<"0x([0-9A-Fa-f]*)">', text)
-        if hexdata:
-            return bytes.fromhex(hexdata.group(1))
-        values = _dense_16bit(attr)
-        if values is not None:
-            return values
+    data = dense_bytes(attr)
+    if data is not None:
+        return data
     raise CudaCodegenError(f"cannot read the data of constant {text[:80]}")
 
 
-def _dense_16bit(attr: ir.Attribute) -> bytes | None:
-    """The bytes of a bf16 / f16 constant MLIR printed as a list of numbers (a short one:
-    `dense<[1.0, 0.75]> : tensor<2xbf16>`), rounded to nearest-even as MLIR stored them."""
-    import numpy as np
-
-    t = ir.RankedTensorType(attr.type)
-    elt = str(t.element_type)
-    if elt not in ("bf16", "f16"):
-        return None
-    text = str(attr)
-    if not text.startswith("dense<") or "> :" not in text:
-        return None
-    body = text[len("dense<"):text.rindex("> :")]
-    tokens = [x for x in re.split(r"[\s,\[\]()]+", body) if x]
-    count = int(np.prod(t.shape)) if t.shape else 1
-    if len(tokens) == 1 and count > 1:
-        tokens = tokens * count  # a splat
-    if len(tokens) != count:
-        return None
-    out = np.empty(count, dtype=np.uint16)
-    for i, token in enumerate(tokens):
-        if token.lower().startswith("0x"):  # MLIR prints inf / nan as their bits
-            out[i] = int(token, 16)
-            continue
-        try:
-            value = np.float32(float(token))
-        except ValueError:
-            return None
-        if elt == "f16":
-            out[i] = np.array(value).astype(np.float16).view(np.uint16)
-        else:
-            from fusec.compiler.targets.cuda.device import bf16_bits
-
-            out[i] = bf16_bits(value)
-    return out.tobytes()
 
 

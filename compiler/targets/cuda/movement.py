@@ -1186,7 +1186,7 @@ def _round_to(value: float, type_: str) -> float | None:
     if type_ == "f16":
         return float(np.float16(value))
     if type_ == "bf16":
-        from fusec.compiler.targets.cuda.device import bf16_bits
+        from fusec.compiler.targets.constants import bf16_bits
 
         return float(np.array(bf16_bits(value) << 16, dtype=np.uint32).view(np.float32))
     return None

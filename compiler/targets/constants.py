@@ -1,0 +1,84 @@
+"""The bytes of dense tensor constants, for every element type, shared by the targets.
+
+numpy reads a `DenseElementsAttr` of the types it knows through the bindings' buffer; for
+bf16 and f16 it has none (and the base class's buffer is an object array, not the data), so
+their bytes come from the attribute's printed form: the hex MLIR prints for large constants,
+or the short list of numbers it prints for small ones, rounded as MLIR stored them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import mlir.ir as ir
+
+
+def bf16_bits(value: float) -> int:
+    """The bf16 bit pattern of `value` rounded to nearest-even (through f32), as MLIR and
+    torch round."""
+    import numpy as np
+
+    bits = int(np.array(np.float32(value)).view(np.uint32))
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+
+
+_HEX = re.compile(r'dense<"0x([0-9A-Fa-f]*)">')
+
+
+def dense_bytes(attr: ir.Attribute) -> bytes | None:
+    """The raw little-endian data of a dense constant (one element for a splat), or None
+    where it is not a dense constant or its data cannot be read (i1: bit-packed)."""
+    import numpy as np
+
+    if not isinstance(attr, ir.DenseElementsAttr):
+        return None
+    element = str(ir.ShapedType(attr.type).element_type)
+    if element == "i1":
+        return None
+    if element not in ("bf16", "f16"):
+        try:
+            array = np.array(attr)
+        except Exception:  # noqa: BLE001 - a type numpy cannot view: from the text below
+            array = None
+        if array is not None and array.dtype != object:
+            return array.tobytes()
+    text = str(attr)
+    found = _HEX.match(text)
+    if found:
+        return bytes.fromhex(found.group(1))
+    return _dense_16bit(attr)
+
+
+def _dense_16bit(attr: ir.Attribute) -> bytes | None:
+    """The bytes of a bf16 / f16 constant MLIR printed as a list of numbers (a short one:
+    `dense<[1.0, 0.75]> : tensor<2xbf16>`), rounded to nearest-even as MLIR stored them."""
+    import numpy as np
+
+    t = ir.RankedTensorType(attr.type)
+    elt = str(t.element_type)
+    if elt not in ("bf16", "f16"):
+        return None
+    text = str(attr)
+    if not text.startswith("dense<") or "> :" not in text:
+        return None
+    body = text[len("dense<"):text.rindex("> :")]
+    tokens = [x for x in re.split(r"[\s,\[\]()]+", body) if x]
+    count = int(np.prod(t.shape)) if t.shape else 1
+    if len(tokens) == 1 and count > 1:
+        tokens = tokens * count  # a splat
+    if len(tokens) != count:
+        return None
+    out = np.empty(count, dtype=np.uint16)
+    for i, token in enumerate(tokens):
+        if token.lower().startswith("0x"):  # MLIR prints inf / nan as their bits
+            out[i] = int(token, 16)
+            continue
+        try:
+            value = np.float32(float(token))
+        except ValueError:
+            return None
+        if elt == "f16":
+            out[i] = np.array(value).astype(np.float16).view(np.uint16)
+        else:
+            out[i] = bf16_bits(value)
+    return out.tobytes()
