@@ -334,11 +334,11 @@ def _lower_with_torch_mlir(program: Any, func_name: str, weights_dir: str | None
             # The decompositions ran in export_program: an empty table skips torch-mlir's.
             imported = fx.export_and_import(
                 program,
-                output_type="linalg-on-tensors",
                 func_name=func_name,
                 decomposition_table={},
                 fx_importer=FxImporter(context=context, hooks=hooks),
             )
+        _lower_to_linalg(imported)
         if weights_dir is not None and hooks.blobs:
             # Every resource blob left is one of the weights (else: printed as they are).
             smallest = min(a.nbytes for a in hooks.blobs.values())
@@ -357,6 +357,36 @@ def _lower_with_torch_mlir(program: Any, func_name: str, weights_dir: str | None
         ) from error
     finally:
         handler.detach()
+
+
+# torch-mlir's own lowering of an imported program (torch_mlir.fx's, for the
+# linalg-on-tensors output type), run here: its wrapper prints the whole module, weights
+# included, for a reproducer before each pipeline (10 s of GPT-2-small's import).
+_TORCH_MLIR_PIPELINES = (
+    ("Lowering TorchFX IR -> Torch Backend IR",
+     "builtin.module(func.func(torch-match-quantized-custom-ops), "
+     "torchdynamo-export-to-torch-backend-pipeline{ extra-library=})"),
+    ("Lowering Torch Backend IR -> Linalg-on-Tensors Backend IR",
+     "builtin.module(torch-backend-to-linalg-on-tensors-backend-pipeline"
+     "{allow-non-finites=True})"),
+)
+
+
+def _lower_to_linalg(module: Any) -> None:
+    """torch-mlir's two pipelines, torch dialect -> linalg-on-tensors, in place; a failure
+    raises TorchMlirCompilerError as torch-mlir's wrapper does (the diagnostics are collected
+    by the context's handler)."""
+    from torch_mlir.compiler_utils import TorchMlirCompilerError
+    from torch_mlir.passmanager import PassManager
+
+    for description, pipeline in _TORCH_MLIR_PIPELINES:
+        with module.context as context:
+            context.emit_error_diagnostics = True
+            try:
+                PassManager.parse(pipeline).run(module.operation)
+            except Exception as error:  # noqa: BLE001 - torch-mlir's MLIRError
+                raise TorchMlirCompilerError(
+                    f"{description} failed with the following diagnostics:\n{error}") from None
 
 
 def _literal_hooks() -> Any:

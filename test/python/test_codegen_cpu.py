@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -519,3 +520,33 @@ def test_large_16bit_weights_leave_the_llvm_ir(tmp_path, monkeypatch, dtype):
     own = model(x).double().detach().numpy()
     ref = model.double()(x.double()).detach().numpy()
     assert rel_err(got, ref) < max(1e-2, 4 * rel_err(own, ref))
+
+
+def test_many_kernels_are_compiled_in_parts(tmp_path, monkeypatch):
+    """Unfused, the transformer example is 48 kernels: compiled in parts (one per core, at
+    least KERNELS_PER_PART kernels each), every kernel in exactly one part, the parts joined
+    into one object; the model computes what it computes in one part."""
+    import fusec
+    from fusec.compiler import driver
+    from fusec.compiler.pipeline import CompileOptions, lower
+
+    text = (Path(__file__).resolve().parents[2] / "examples" / "transformer" /
+            "model.mlir").read_text()
+    module = driver.parse(text, "transformer.mlir")
+    lower(module, CompileOptions(fusion=False))
+    parts = codegen_cpu.kernel_parts(module, cores=4)
+    names = [name for part in parts for name in part]
+    assert len(parts) == 4 and len(names) == len(set(names)) >= 4 * codegen_cpu.KERNELS_PER_PART
+    assert all(name.startswith("fusec_kernel_") and not name.endswith("_body") for name in names)
+    assert codegen_cpu.kernel_parts(module, cores=1) == [set(names)]
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    outputs = []
+    for cores in (1, 4):
+        monkeypatch.setattr(codegen_cpu.os, "cpu_count", lambda cores=cores: cores)
+        compiled = fusec.compile(text, fusion=False, cache=False)
+        assert len(compiled.kernels) == len(names)
+        rng = np.random.default_rng(3)
+        inputs = [rng.standard_normal(s.shape).astype(s.numpy_dtype)
+                  for s in compiled.signature.inputs]
+        outputs.append(compiled(*inputs))
+    assert np.array_equal(outputs[0], outputs[1])
