@@ -1,4 +1,5 @@
 // RUN: fusec-opt %s '--fusion-cpu-attention=threads=2 block-rows=8 block-keys=8' --split-input-file | filecheck %s
+// RUN: fusec-opt %s '--fusion-cpu-attention=threads=2 block-rows=8 block-keys=8' --fusion-tile=threads=2 --fusion-place --split-input-file | filecheck %s --check-prefix=TILE
 
 // --fusion-cpu-attention builds an attention group (--fusion-attention{device=cpu}) as one
 // tile loop with an online softmax: a tile per (batch x head, BM query rows), the keys in
@@ -11,6 +12,20 @@
 
 // Causal SDPA (bf16, 2 heads, 16 x 16, the mask computed from indices): 2 x 2 tiles, two
 // key tiles of 8 each.
+// Then --fusion-tile must leave the kernel as its family built it (its grid, tile sizes and
+// its one tile loop: no second scf.forall), and --fusion-place describes it as any tiled
+// group: a placement on the group, and the ops inside the key loop placed (in registers).
+// TILE-LABEL: func.func @causal
+// TILE: fusion.group attention
+// TILE-SAME: fusion.grid = 4 : i64, fusion.path = "attention", fusion.placement = {global = 4096 : i64
+// TILE-SAME: fusion.tile_sizes = array<i64: 1, 8, 8>
+// TILE: scf.forall (%{{.*}}, %{{.*}}) in (2, 2)
+// TILE-NOT: scf.forall
+// TILE: scf.for
+// TILE-NOT: scf.forall
+// TILE: linalg.generic {{.*}}attrs =  {fusion.mem = #fusion.mem<register>}
+// TILE-NOT: scf.forall
+// TILE: scf.yield
 // CHECK-LABEL: func.func @causal
 // CHECK: fusion.group attention
 // CHECK-SAME: fusion.grid = 4 : i64

@@ -181,3 +181,50 @@ module {
   }
   func.func private @fusec_index_error(i64, i64)
 }
+
+// -----
+
+// The first group of @main with an element of the exp (a tensor.extract) read by the sum's
+// payload, past the reshape: cut there, a scalar would pass from one kernel to the next, and
+// kernels hand each other tensors only (the e2e suite's nll_loss backward 1-D). The group
+// stays whole.
+// CHECK-LABEL: func.func @scalar_across_the_cut
+// CHECK: fusion.group vertical
+// CHECK-NOT: fusion.split
+// CHECK: math.exp
+// CHECK: tensor.extract
+// CHECK: tensor.expand_shape
+// CHECK: linalg.transpose
+// CHECK: arith.addf
+// CHECK: arith.mulf
+// CHECK-NOT: fusion.group
+// CHECK: return
+#mm = affine_map<(d0, d1) -> (d0, d1)>
+#m3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#r3 = affine_map<(d0, d1, d2) -> (d0, d1)>
+func.func @scalar_across_the_cut(%x: tensor<16x32xf32>) -> tensor<4x16xf32> {
+  %g = fusion.group vertical (%a = %x : tensor<16x32xf32>) -> tensor<4x16xf32> {
+    %e = tensor.empty() : tensor<16x32xf32>
+    %ex = linalg.generic {indexing_maps = [#mm, #mm], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<16x32xf32>) outs(%e : tensor<16x32xf32>) {
+    ^bb0(%i: f32, %o: f32):
+      %t = math.exp %i : f32
+      linalg.yield %t : f32
+    } -> tensor<16x32xf32>
+    %c0 = arith.constant 0 : index
+    %el = tensor.extract %ex[%c0, %c0] : tensor<16x32xf32>
+    %r = tensor.expand_shape %ex [[0], [1, 2]] output_shape [16, 4, 8] : tensor<16x32xf32> into tensor<16x4x8xf32>
+    %e2 = tensor.empty() : tensor<4x16x8xf32>
+    %t = linalg.transpose ins(%r : tensor<16x4x8xf32>) outs(%e2 : tensor<4x16x8xf32>) permutation = [1, 0, 2]
+    %z = arith.constant 0.0 : f32
+    %e3 = tensor.empty() : tensor<4x16xf32>
+    %f = linalg.fill ins(%z : f32) outs(%e3 : tensor<4x16xf32>) -> tensor<4x16xf32>
+    %s = linalg.generic {indexing_maps = [#m3, #r3], iterator_types = ["parallel", "parallel", "reduction"]} ins(%t : tensor<4x16x8xf32>) outs(%f : tensor<4x16xf32>) {
+    ^bb0(%i: f32, %o: f32):
+      %p = arith.addf %i, %o : f32
+      %q = arith.mulf %p, %el : f32
+      linalg.yield %q : f32
+    } -> tensor<4x16xf32>
+    fusion.yield %s : tensor<4x16xf32>
+  }
+  return %g : tensor<4x16xf32>
+}
