@@ -69,32 +69,41 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     import fusec.runtime as runtime
     from fusec.compiler import driver
 
+    imported = None
     if isinstance(model, str):
         if example_inputs:
             raise TypeError("example inputs are only for torch modules; MLIR text has its "
                             "signature")
         text, filename = model, "<text>"
     else:
-        from fusec.compiler.frontend import import_torch
+        from fusec.compiler.frontend import import_torch_module
 
         # torch.export's style, one tuple of inputs, is accepted as well as separate inputs.
         if len(example_inputs) == 1 and isinstance(example_inputs[0], (tuple, list)):
             example_inputs = tuple(example_inputs[0])
         driver.check_example_inputs(example_inputs, "<torch>")
         with driver.quiet_torch_logs():
-            text, filename = import_torch(model, *example_inputs, locations=True), "<torch>"
+            # The module as imported (its weights never printed): the key is the import's
+            # fingerprint, not its text.
+            imported, filename = import_torch_module(model, *example_inputs), "<torch>"
+        # --verify builds the model again, fused and unfused, from its text.
+        text = driver.as_text(imported.module) if verify else None
     cuda = cuda or CudaOptions()
     if arch is not None:
         cuda = dataclasses.replace(cuda, arch=arch)
     options = CompileOptions(target=target, fusion=fusion, dump_dir=dump_dir,
                              cpu=cpu or CpuOptions(), cuda=cuda)
     options.target = options.resolved_target()
+    source_key = "torch:" + imported.fingerprint if imported is not None else text
     key = hashlib.sha256((compiler_fingerprint() + options.cache_key() + _codegen_environment()
-                          + text).encode()).hexdigest()[:32]
+                          + source_key).encode()).hexdigest()[:32]
     path = os.path.join(cache_dir(), f"{key}.so")
     if not (cache and os.path.exists(path)):
         os.makedirs(cache_dir(), exist_ok=True)
-        driver.compile_text(text, filename, options, path)
+        if imported is not None:
+            driver.compile_module(imported.module, filename, options, path)
+        else:
+            driver.compile_text(text, filename, options, path)
     if verify:
         from fusec.compiler import verify as verifier
 

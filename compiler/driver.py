@@ -69,6 +69,21 @@ def _name_unsupported_op(text: str, filename: str) -> None:
     _check_supported(module, filename)
 
 
+def as_module(source: str | ir.Module, filename: str) -> ir.Module:
+    """`load_input`'s MLIR as a module: text is parsed, an imported module checked."""
+    if isinstance(source, str):
+        return parse(source, filename)
+    _check_supported(source, filename)
+    return source
+
+
+def as_text(source: str | ir.Module) -> str:
+    """`load_input`'s MLIR as text (generic form, with locations)."""
+    if isinstance(source, str):
+        return source
+    return source.operation.get_asm(print_generic_op_form=True, enable_debug_info=True)
+
+
 def check_output_path(path: str) -> None:
     """Fail before compiling if `path` cannot be written: its folder must exist, be writable,
     and `path` itself must not be a folder."""
@@ -81,23 +96,25 @@ def check_output_path(path: str) -> None:
         raise FusecError(f"cannot write output: directory {directory} is not writable", path)
 
 
-def load_input(path: str) -> tuple[str, tuple | None, object | None]:
+def load_input(path: str) -> tuple[str | ir.Module, tuple | None, object | None]:
     """Read `path` (.mlir, or .py defining model()/example_inputs()).
 
-    Returns (MLIR text, example inputs or None, the torch module or None).
+    Returns (the MLIR: text for a .mlir, the imported module for a .py, whose weights are
+    never printed on the way; `as_module` and `as_text` take either), example inputs or
+    None, the torch module or None).
     """
     if not os.path.exists(path):
         raise FusecError("no such file", path)
     if os.path.isdir(path):
         raise FusecError("is a directory, expected a .mlir or .py file", path)
     if path.endswith(".py"):
-        from fusec.compiler.frontend import FrontendError, import_torch, load_model_file
+        from fusec.compiler.frontend import FrontendError, import_torch_module, load_model_file
 
         try:
             model, inputs = load_model_file(path)
             check_example_inputs(inputs, path)
             with quiet_torch_logs():
-                return import_torch(model, *inputs, locations=True), inputs, model
+                return import_torch_module(model, *inputs).module, inputs, model
         except FrontendError as exc:
             raise _one_line(str(exc), path) from None
     try:
@@ -169,7 +186,14 @@ def _one_line(message: str, path: str) -> FusecError:
 def compile_text(text: str, filename: str, options: CompileOptions, output: str) -> dict:
     """Parse, lower through every stage and write `output`; returns the artifact metadata."""
     check_output_path(output)
-    module = parse(text, filename)
+    return compile_module(parse(text, filename), filename, options, output)
+
+
+def compile_module(module: ir.Module, filename: str, options: CompileOptions,
+                   output: str) -> dict:
+    """`compile_text` for a module already in fusec's MLIR (lowered in place)."""
+    check_output_path(output)
+    module = as_module(module, filename)
     lower(module, options, filename=filename)
     return build(module, options, output, filename)
 

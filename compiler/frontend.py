@@ -26,6 +26,7 @@ import re
 import sys
 import sysconfig
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fusec.passes import attributes
@@ -59,9 +60,31 @@ def import_torch(
     torch-mlir's locations (the Python lines of the model that made each op), so that errors
     can point at the model's source; they are absolute paths, so committed files leave them out.
     """
-    from fusec.dialects import make_context
+    imported = import_torch_module(module, *example_inputs, func_name=func_name)
+    return imported.module.operation.get_asm(print_generic_op_form=True,
+                                             enable_debug_info=locations)
 
+
+@dataclass
+class Imported:
+    """A model imported into fusec's MLIR, not printed: `module` (torch-mlir's locations
+    kept, the weights dense constants) and `fingerprint`, a hash of everything it holds
+    (the import's text without the weights, the weights' bytes, the torch signature), so a
+    cache can key on the model without printing its weights."""
+
+    module: Any
+    fingerprint: str
+
+
+def import_torch_module(module: torch.nn.Module, *example_inputs: torch.Tensor,
+                        func_name: str = DEFAULT_FUNC_NAME) -> Imported:
+    """`import_torch`, with the module handed over as it is (in a fresh fusec context)
+    instead of as text: a model's weights are printed and parsed nowhere on the way."""
+    import hashlib
+    import shutil
     import tempfile
+
+    from fusec.dialects import make_context
 
     weights_dir = tempfile.mkdtemp(prefix="fusec-weights-")
     try:
@@ -69,9 +92,11 @@ def import_torch(
                                                    weights_dir)
         weights = read_weights(weights_dir)
     finally:
-        import shutil
-
         shutil.rmtree(weights_dir, ignore_errors=True)
+    digest = hashlib.sha256(text.encode())
+    for name in sorted(weights):
+        digest.update(name.encode() + b"\0" + bytes(weights[name]))
+    digest.update(json.dumps(signature, sort_keys=True).encode())
     if "dialect_resources" in text:
         text = inline_dense_resources(text)
     context = make_context()
@@ -81,7 +106,7 @@ def import_torch(
     # What torch knows of the signature and MLIR does not (argument names, unsigned
     # integers: torch-mlir's i8 is signless) travels with the IR to the artifact.
     module_ir.operation.attributes[SIGNATURE_ATTR] = ir_string(json.dumps(signature), context)
-    return module_ir.operation.get_asm(print_generic_op_form=True, enable_debug_info=locations)
+    return Imported(module_ir, digest.hexdigest())
 
 
 # The weights cross from torch-mlir's process to fusec's as raw bytes (one file and its index),

@@ -173,13 +173,15 @@ def run(argv: list[str]) -> int:
                              **target_options(args))
     _check_args(args, options)
     started = time.perf_counter()
-    text, inputs, model = driver.load_input(args.input)
+    source, inputs, model = driver.load_input(args.input)
     if args.verbose and model is not None:
         print(f"fusec: stage torch: {time.perf_counter() - started:.2f} s", file=sys.stderr)
     if args.emit == "torch":
-        _write_text(args.output, text)
+        _write_text(args.output, driver.as_text(source))
         return 0
-    module = driver.parse(text, args.input)
+    # --verify builds the model again, fused and unfused, from the text of the input.
+    text = driver.as_text(source) if args.verify else None
+    module = driver.as_module(source, args.input)
     if args.verify:
         from fusec.compiler.verify import require_linalg
 

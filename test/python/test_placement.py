@@ -176,8 +176,8 @@ def _tiled_example(name: str):
     from fusec.compiler.pipeline import CompileOptions, lower
 
     path = os.path.join(EXAMPLES, name, "model.py")
-    text, _, _ = driver.load_input(path)
-    module = driver.parse(text, path)
+    source, _, _ = driver.load_input(path)
+    module = driver.as_module(source, path)
     fusion = ir.Module.parse(str(module), module.context)
     lower(fusion, CompileOptions(target="cpu"), stop_after="fusion")
     lower(module, CompileOptions(target="cpu"), stop_after="tiled")
