@@ -59,7 +59,7 @@ _RESERVED_SYMBOLS = set(EXPORTED_SYMBOLS) | {
     "fusec_set_error",
 }
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_ROLES = ("input", "output", "temp")
+_ROLES = ("input", "output", "temp", "constant")
 
 
 class PlanError(ValueError):
@@ -113,6 +113,10 @@ def _check_buffers(buffers: Sequence[Buffer]) -> dict[int, Buffer]:
             raise PlanError(f"{where}: unknown dtype {b.dtype!r}")
         if not all(isinstance(d, int) and d >= 0 for d in b.shape):
             raise PlanError(f"{where}: shape {b.shape!r} must be non-negative integers")
+        if b.role == "constant" and (not isinstance(b.symbol, str) or
+                                     not _C_IDENTIFIER.match(b.symbol)):
+            raise PlanError(f"{where}: a constant buffer needs its global's symbol, a C "
+                            f"identifier (got {b.symbol!r})")
         by_id[b.id] = b
     return by_id
 
@@ -319,6 +323,9 @@ def generate_host_code(plan: Plan) -> str:
     out += [
         f"extern void {s}(void **buffers, int64_t tile_begin, int64_t tile_end);" for s in symbols
     ]
+    # The weights the kernels take as arguments: globals of the kernels' object.
+    out += [f'extern const unsigned char {b.symbol}[] __attribute__((visibility("hidden")));'
+            for b in plan.buffers if b.role == "constant"]
     out += [
         "",
         f"const char fusec_plan_metadata[] = {_c_bytes(metadata)};",
@@ -409,6 +416,8 @@ def _buffer_table(plan: Plan, by_id: dict[int, Buffer], slots: list[TempSlot]) -
             where = f"inputs[{plan.inputs.index(b.id)}]"
         elif b.role == "output":
             where = f"outputs[{first_output[b.id]}]"
+        elif b.role == "constant":
+            where = f"(void *){b.symbol}"
         elif b.id in offsets:
             where = f"temps + {offsets[b.id]}"
         else:  # an empty temporary: no storage, never dereferenced

@@ -34,8 +34,9 @@ class Buffer:
     """One dense buffer: a model input, a model output, or a temporary between kernels."""
 
     id: int
-    # "input" | "output" | "temp"; "constant" (cuda only): a weight whose bytes the CUDA
-    # code generator embeds in the artifact (CudaProgram.constants) and uploads once.
+    # "input" | "output" | "temp"; "constant": a weight. On the GPU its bytes are embedded
+    # in the artifact (CudaProgram.constants) and uploaded once; on the CPU it is a global
+    # of the kernels' object, `symbol`, that the host code points the buffer at.
     role: str
     name: str
     shape: list[int]
@@ -47,6 +48,8 @@ class Buffer:
     # starts `view_offset` bytes into buffer `view_of` and has no storage of its own.
     view_of: int | None = None
     view_offset: int = 0
+    # cpu only: the symbol of a `constant` buffer's global.
+    symbol: str | None = None
 
     @property
     def nbytes(self) -> int:

@@ -91,6 +91,17 @@ class _PlanBuilder:
             if op.name == "memref.alloc":
                 self.add_buffer(op.results[0], "temp", f"temp{temps}")
                 temps += 1
+            elif op.name == "memref.get_global":
+                # A weight the kernels read as an argument (--fusion-cpu-constant-args):
+                # the host code points the buffer at the global's symbol.
+                symbol = ir.FlatSymbolRefAttr(op.attributes["name"]).value
+                key = ("global", symbol)
+                if key in self.ids:
+                    self.ids[value_key(op.results[0])] = self.ids[key]
+                else:
+                    bid = self.add_buffer(op.results[0], "constant", symbol)
+                    self.buffers[bid].symbol = symbol
+                    self.ids[key] = bid
             elif op.name in VIEW_OPS:
                 self.ids[value_key(op.results[0])] = self.id_of(op.operands[0], op)
             elif op.name == "func.call":

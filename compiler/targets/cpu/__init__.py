@@ -143,7 +143,11 @@ def bufferized_passes(options: Any = None) -> list[str]:
 
 def cpu_passes(options: Any = None) -> list[str]:
     """bufferized -> cpu (LLVM dialect, host function gone, plan in `fusion.plan`)."""
+    cpu = _cpu_options(options)
     return [
+        # Weights as kernel arguments, so that kernels differing only in their weights (a
+        # transformer's layers) are one kernel, compiled once.
+        *(["fusion-cpu-constant-args"] if cpu.constant_args else []),
         "fusion-cpu-plan",
         "fusion-cpu-tile-loops",
         "scf-forall-to-for",
@@ -472,6 +476,10 @@ def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | Non
                     name = _kernel_of(op.operation)
                     if name is not None and name not in keep:
                         op.operation.erase()
+                    elif index > 0 and _defines_public_global(op.operation):
+                        # Defined once, in part 0 (the host code names it: a weight the
+                        # kernels take as an argument, --fusion-cpu-constant-args).
+                        del op.operation.attributes["value"]
             source = os.path.join(tmp, f"kernels{index}.ll")
             with open(source, "w") as f:
                 f.write(str(llvm_dialect.translate_module_to_llvmir(part.operation)))
@@ -500,6 +508,14 @@ def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | Non
             from fusec.compiler.artifact import default_cc
 
             _check_call([default_cc(), "-r", "-nostdlib", *objects, "-o", path])
+
+
+def _defines_public_global(op: ir.Operation) -> bool:
+    """An `llvm.mlir.global` with an initial value that other objects may name."""
+    if op.name != "llvm.mlir.global" or "value" not in op.attributes:
+        return False
+    linkage = str(op.attributes["linkage"]) if "linkage" in op.attributes else "external"
+    return not any(word in linkage for word in ("private", "internal"))
 
 
 def _kernel_of(op: ir.Operation) -> str | None:

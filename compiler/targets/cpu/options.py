@@ -35,6 +35,10 @@ class CpuOptions:
     attention: bool = field(default=True, metadata={"help": (
         "Attention chains as one kernel each, with an online softmax over key tiles "
         "(`--fusion-attention`, `--fusion-cpu-attention`); False: the planner's kernels.")})
+    constant_args: bool = field(default=True, metadata={"help": (
+        "Weights as kernel arguments, and kernels that then are the same (a model's "
+        "layers) one kernel, compiled once (`--fusion-cpu-constant-args`); False: each "
+        "kernel reads its weights as globals of its own.")})
     matmul_mr: int = field(default=0, metadata={"help": (
         "The microkernel's rows; 0: the cost model's (CPU_MATMUL_ROWS). The tiling "
         "reads them too (a matmul's row tile is whole blocks of them).")})
