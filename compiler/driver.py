@@ -184,7 +184,8 @@ def _one_line(message: str, path: str) -> FusecError:
 
 
 def compile_text(text: str, filename: str, options: CompileOptions, output: str) -> dict:
-    """Parse, lower through every stage and write `output`; returns the artifact metadata."""
+    """Parse, lower through every stage and write `output`; returns the artifact metadata.
+    (The output path is checked before the parse too: a bad -o fails fast.)"""
     check_output_path(output)
     return compile_module(parse(text, filename), filename, options, output)
 

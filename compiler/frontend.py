@@ -95,7 +95,8 @@ def import_torch_module(module: torch.nn.Module, *example_inputs: torch.Tensor,
         shutil.rmtree(weights_dir, ignore_errors=True)
     digest = hashlib.sha256(text.encode())
     for name in sorted(weights):
-        digest.update(name.encode() + b"\0" + bytes(weights[name]))
+        digest.update(name.encode() + b"\0")
+        digest.update(weights[name])
     digest.update(json.dumps(signature, sort_keys=True).encode())
     if "dialect_resources" in text:
         text = inline_dense_resources(text)
@@ -152,9 +153,10 @@ def attach_weights(module: ir.Module, weights: dict[str, Any]) -> None:
     unsigned = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
     def visit(op: Any) -> Any:
-        if op.name == "arith.constant":
-            value = op.attributes["value"]
-            text = str(value)
+        # (A dense constant is not one of them: not printed, it may be large.)
+        if op.name == "arith.constant" and \
+                not isinstance(op.attributes["value"], ir.DenseElementsAttr):
+            text = str(op.attributes["value"])
             if text.startswith("dense_resource<"):
                 name = text[len("dense_resource<"):text.index(">")]
                 if name in weights:

@@ -31,6 +31,7 @@ from fusec.compiler.targets import cuda as cuda_target
 from fusec.compiler.targets.cpu.options import CpuOptions
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.passes import attributes
+from fusec.runtime import gpu_present  # noqa: F401 - the compiler's callers name it here
 from fusec.runtime.plan import apply_torch_signature
 
 STAGES = ("torch", "linalg", "fusion", "tiled", "bufferized", "cpu", "cuda", "so")
@@ -65,10 +66,6 @@ class CompileOptions:
         return repr(sorted(data.items()))
 
 
-def gpu_present() -> bool:
-    import ctypes.util
-
-    return ctypes.util.find_library("cuda") is not None and os.path.exists("/dev/nvidia0")
 
 
 # --- the passes of each IR stage ------------------------------------------------------------

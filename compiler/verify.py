@@ -178,29 +178,23 @@ def verify(text: str, filename: str | None, options: CompileOptions | None = Non
     check that a wrong fused program is caught. Raises FusecError if the input is not
     linalg-on-tensors; never raises for a mismatch (see `VerifyResult.ok`).
     """
-    if options is not None and options.resolved_target() == "cuda":
-        require_linalg(driver_parse(text, filename), filename, options)
     with tempfile.TemporaryDirectory(prefix="fusec-verify-", dir=work_dir) as tmp:
         bundle = os.path.join(tmp, "check")
         prepare(text, filename, options, bundle, seed=seed, examples=examples,
-                mutate_fused=mutate_fused)
+                mutate_fused=mutate_fused, run_here=True)
         return run_bundle(bundle)
-
-
-def driver_parse(text: str, filename: str | None) -> ir.Module:
-    from fusec.compiler import driver
-
-    return driver.parse(text, filename or "<text>")
 
 
 
 
 def prepare(text: str, filename: str | None, options: CompileOptions | None, out_dir: str, *,
             seed: int | None = None, examples: tuple | None = None,
-            mutate_fused: Callable[[str], str] | None = None) -> str:
+            mutate_fused: Callable[[str], str] | None = None, run_here: bool = False) -> str:
     """Build the check's two programs into `out_dir` (fused.so, unfused.so, verify.json and
     the example inputs), without running them: `run_bundle(out_dir)` runs them, here or on
     another machine (a CUDA artifact is built here and checked where the GPU is).
+    `run_here`: the caller runs it on this machine next (refused before building for CUDA
+    without a GPU).
 
     The directory appears whole or not at all: it is built beside `out_dir` and renamed.
     Returns `out_dir`.
@@ -209,7 +203,7 @@ def prepare(text: str, filename: str | None, options: CompileOptions | None, out
 
     options = options or CompileOptions()
     module = driver.parse(text, filename or "<text>")
-    require_linalg(module, filename, options, run_here=False)
+    require_linalg(module, filename, options, run_here=run_here)
     _check_bundle_path(out_dir)
     lower(module, options, stop_after="linalg", filename=filename)
     tag_ops(module)

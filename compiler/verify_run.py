@@ -163,9 +163,9 @@ def run_bundle(bundle: str) -> VerifyResult:
         description = json.load(f)
     target = description["target"]
     if target == "cuda":
-        import ctypes.util
+        from fusec.runtime import gpu_present
 
-        if ctypes.util.find_library("cuda") is None or not os.path.exists("/dev/nvidia0"):
+        if not gpu_present():
             raise FusecError("the check was built for the CUDA target and there is no GPU "
                              "here (libcuda.so.1 and /dev/nvidia0 not found): run it where "
                              "the GPU is", bundle)

@@ -75,6 +75,13 @@ __all__ = [
     "load",
 ]
 
+def gpu_present() -> bool:
+    """Whether this machine can run a CUDA artifact: the driver library and a GPU device."""
+    import ctypes.util
+
+    return ctypes.util.find_library("cuda") is not None and os.path.exists("/dev/nvidia0")
+
+
 def load(path: str | os.PathLike) -> Module:
     """Load the artifact at `path`; raises ArtifactError if it is not one this runtime can run."""
     p = Path(path)

@@ -402,6 +402,12 @@ def _as_list(value) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return command_main("fusec", run, argv)
+
+
+def command_main(program: str, run, argv: list[str] | None = None) -> int:
+    """A command's entry: `run(argv)`'s status; a FusecError is its one located line (exit
+    1), an internal error one line naming it, a traceback only with --debug."""
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
@@ -417,8 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         first_line = (str(exc).strip().splitlines() or [""])[0]
-        print(f"fusec: internal error: {type(exc).__name__}: {first_line} (rerun with --debug "
-              "for the traceback)", file=sys.stderr)
+        print(f"{program}: internal error: {type(exc).__name__}: {first_line} (rerun with "
+              "--debug for the traceback)", file=sys.stderr)
         return 1
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fusec.compiler.diagnostics import FusecError
-
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fusec-verify", description=__doc__.split("\n")[0])
@@ -33,21 +31,9 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        return run(argv)
-    except FusecError as exc:
-        if "--debug" in argv:
-            raise
-        print(exc, file=sys.stderr)
-        return 1
-    except Exception as exc:
-        if "--debug" in argv:
-            raise
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        print(f"fusec-verify: internal error: {type(exc).__name__}: {first_line} (rerun with "
-              "--debug for the traceback)", file=sys.stderr)
-        return 1
+    from fusec.tools.fusec import command_main
+
+    return command_main("fusec-verify", run, argv)
 
 
 if __name__ == "__main__":

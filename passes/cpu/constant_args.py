@@ -92,9 +92,10 @@ def _reads(kernel: ir.Operation, constants: dict[str, ir.Operation]) -> list[ir.
     return reads
 
 
-def _add_arguments(kernel: ir.Operation, reads: list[ir.Operation]) -> list[str]:
+def _add_arguments(kernel: ir.Operation, reads: list[ir.Operation]
+                   ) -> tuple[list[str], list[ir.Type]]:
     """One new argument per global `reads` name (in order of first read); the reads use
-    it and are erased. Returns the globals' names, in argument order."""
+    it and are erased. Returns the globals' names and types, in argument order."""
     entry = kernel.regions[0].blocks[0]
     names: list[str] = []
     arguments: dict[str, ir.Value] = {}
@@ -112,7 +113,7 @@ def _add_arguments(kernel: ir.Operation, reads: list[ir.Operation]) -> list[str]
         read_only = ir.DictAttr.get({"bufferization.writable": ir.BoolAttr.get(False)})
         kernel.attributes["arg_attrs"] = ir.ArrayAttr.get(
             list(ir.ArrayAttr(kernel.attributes["arg_attrs"])) + [read_only] * len(names))
-    return names
+    return names, [arguments[n].type for n in names]
 
 
 def _pass_globals(call: ir.Operation, names: list[str], types: list[ir.Type]) -> ir.Operation:
@@ -161,14 +162,9 @@ class ConstantArgsPass(Pass):
                 reads = _reads(kernel, constants)
                 if not reads:
                     continue
-                types = {}
-                for read in reads:
-                    types.setdefault(ir.FlatSymbolRefAttr(read.attributes["name"]).value,
-                                     read.results[0].type)
-                names = _add_arguments(kernel, reads)
+                names, types = _add_arguments(kernel, reads)
                 symbol = ir.StringAttr(kernel.attributes["sym_name"]).value
-                calls[symbol] = [_pass_globals(c, names, [types[n] for n in names])
-                                 for c in calls.get(symbol, [])]
+                calls[symbol] = [_pass_globals(c, names, types) for c in calls.get(symbol, [])]
                 for name in names:
                     if "sym_visibility" in constants[name].attributes:
                         del constants[name].attributes["sym_visibility"]

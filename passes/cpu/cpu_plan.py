@@ -62,6 +62,7 @@ class _PlanBuilder:
         self.kernels = kernels
         self.buffers: list[Buffer] = []
         self.ids: dict[tuple, int] = {}
+        self.globals: dict[str, int] = {}  # a constant global's symbol -> its buffer
         self.launches: list[Launch] = []
 
     def add_buffer(self, value: ir.Value, role: str, name: str) -> int:
@@ -95,13 +96,12 @@ class _PlanBuilder:
                 # A weight the kernels read as an argument (--fusion-cpu-constant-args):
                 # the host code points the buffer at the global's symbol.
                 symbol = ir.FlatSymbolRefAttr(op.attributes["name"]).value
-                key = ("global", symbol)
-                if key in self.ids:
-                    self.ids[value_key(op.results[0])] = self.ids[key]
+                if symbol in self.globals:  # read again for another launch: one buffer
+                    self.ids[value_key(op.results[0])] = self.globals[symbol]
                 else:
                     bid = self.add_buffer(op.results[0], "constant", symbol)
                     self.buffers[bid].symbol = symbol
-                    self.ids[key] = bid
+                    self.globals[symbol] = bid
             elif op.name in VIEW_OPS:
                 self.ids[value_key(op.results[0])] = self.id_of(op.operands[0], op)
             elif op.name == "func.call":

@@ -947,7 +947,10 @@ _RESOURCE_RE = re.compile(r"dense_resource<([^>]+)>")
 def constant_bytes(op: ir.Operation, module_asm: Any, attribute: str = "value") -> bytes:
     """The raw little-endian data of a tensor constant (inline dense or dense_resource)."""
     attr = op.attributes[attribute]
-    text = str(attr)
+    data = dense_bytes(attr)
+    if data is not None:
+        return data
+    text = str(attr)  # not a dense constant (those are not printed here: they may be large)
     m = _RESOURCE_RE.match(text)
     if m:
         asm = module_asm()
@@ -955,9 +958,6 @@ def constant_bytes(op: ir.Operation, module_asm: Any, attribute: str = "value") 
         if not found:
             raise CudaCodegenError(f"resource {m.group(1)} not found in the module")
         return bytes.fromhex(found.group(1))[4:]  # the blob starts with its alignment (u32)
-    data = dense_bytes(attr)
-    if data is not None:
-        return data
     raise CudaCodegenError(f"cannot read the data of constant {text[:80]}")
 
 
