@@ -77,6 +77,9 @@ class Workload:
     # Floating-point operations per call (2*M*N*K for a matmul): set for the matmul
     # microbenchmarks, whose figure of merit is GFLOP/s.
     flops: int = 0
+    # New inputs from a seed (token ids, masks: the zoo's models); default: randn of the
+    # example's shapes.
+    fresh: Callable[[int], tuple[Any, ...]] | None = None
 
 
 def _example(name: str) -> Workload:
@@ -163,6 +166,18 @@ def _large_workloads() -> list[Workload]:
 
 def all_workloads() -> list[Workload]:
     return [_example(n) for n in EXAMPLE_NAMES] + _large_workloads()
+
+
+def zoo_workloads(size: str) -> list[Workload]:
+    """The model zoo's whole models (bench/zoo.py) at `size`, named `zoo:<model>`."""
+    spec = importlib.util.spec_from_file_location("fusec_bench_zoo", REPO / "bench" / "zoo.py")
+    zoo = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = zoo
+    spec.loader.exec_module(zoo)
+    return [Workload(f"zoo:{name}", f"{entry.description} ({size})",
+                     lambda entry=entry: entry.build(size),
+                     fresh=lambda seed, entry=entry: zoo.fresh_inputs(entry, size, seed))
+            for name, entry in zoo.ZOO.items()]
 
 
 # ---------------------------------------------------------------- measuring
@@ -294,10 +309,12 @@ def bench_workload(w: Workload, args: argparse.Namespace, bw: float) -> Result:
     model, example = w.build()
     model = model.eval()
     gen = torch.Generator().manual_seed(1234)  # fresh data, not the example's tensors
-    inputs = tuple(torch.randn(x.shape, generator=gen, dtype=x.dtype) for x in example)
+    inputs = (w.fresh(1234) if w.fresh else
+              tuple(torch.randn(x.shape, generator=gen, dtype=x.dtype) for x in example))
     np_inputs = [x.numpy() for x in inputs]
     with torch.no_grad():
-        ref = as_list(copy.deepcopy(model).double()(*(x.double() for x in inputs)))
+        ref = as_list(copy.deepcopy(model).double()(
+            *(x.double() if x.is_floating_point() else x for x in inputs)))
         eager_out = as_list(model(*inputs))
     res.err["eager"] = rel_err(eager_out, ref)
     res.floor_bytes = floor_bytes(model, inputs, eager_out)
@@ -310,7 +327,8 @@ def bench_workload(w: Workload, args: argparse.Namespace, bw: float) -> Result:
     runners: dict[str, Callable[[], Any]] = {"eager": eager}
     res.threads["torch"] = torch.get_num_threads()
 
-    for variant, fusion in (("fusec", True), ("fusec_unfused", False)):
+    plans = (("fusec", True),) if args.no_unfused else (("fusec", True), ("fusec_unfused", False))
+    for variant, fusion in plans:
         try:
             t = time.perf_counter()
             m = fusec.compile(model, *example, target="cpu", fusion=fusion, cache=False)
@@ -479,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true",
                    help="short timing: --budget 0.1 --rounds 2 --warmup 0.05")
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
+    p.add_argument("--zoo", choices=("small", "full"),
+                   help="the model zoo's whole models (bench/zoo.py) at this size instead")
+    p.add_argument("--no-unfused", action="store_true", help="skip fusec's unfused plan")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     args = p.parse_args(argv)
@@ -495,12 +516,15 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
 
-    workloads = all_workloads()
+    workloads = zoo_workloads(args.zoo) if args.zoo else all_workloads()
     if args.only:
-        unknown = set(args.only) - {w.name for w in workloads}
+        def named(w: Workload) -> set[str]:  # a zoo model by its name alone, too
+            return {w.name, w.name.removeprefix("zoo:")}
+
+        unknown = set(args.only) - set().union(*(named(w) for w in workloads))
         if unknown:
             p.error(f"unknown workload(s): {', '.join(sorted(unknown))}")
-        workloads = [w for w in workloads if w.name in args.only]
+        workloads = [w for w in workloads if named(w) & set(args.only)]
 
     info = {
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),

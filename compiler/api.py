@@ -107,7 +107,7 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     if verify:
         from fusec.compiler import verify as verifier
 
-        examples = tuple(t.numpy() for t in example_inputs) if example_inputs else None
+        examples = tuple(t.detach().numpy() for t in example_inputs) if example_inputs else None
         verifier.check_or_raise(verifier.verify(text, filename, options, examples=examples),
                                 filename)
     return runtime.load(path)

@@ -272,6 +272,27 @@ def umasked(mode: int) -> int:
     return mode & ~mask
 
 
+def publish(partial: str, path: str) -> None:
+    """Put the finished `partial` file at `path` in one step (a reader never sees half a file).
+
+    A `path` that exists and is not a regular file (`-o /dev/null`, a named pipe) is written
+    through instead: renaming over it would replace the device with a file.
+    """
+    import shutil
+    import stat
+
+    try:
+        special = not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        special = False
+    if special:
+        with open(partial, "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        os.unlink(partial)
+        return
+    os.replace(partial, path)
+
+
 def _c_bytes(data: bytes, per_line: int = 16) -> str:
     """A C initializer for `data` plus a terminating NUL (no string-literal escaping issues)."""
     values = [f"0x{c:02x}" for c in data + b"\0"]
@@ -566,7 +587,7 @@ def _link(
                 proc.stderr,
             )
         os.chmod(partial, umasked(0o777))  # the mode a linker's output has
-        os.replace(partial, out)
+        publish(partial, out)
     finally:
         if os.path.exists(partial):
             os.unlink(partial)

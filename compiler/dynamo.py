@@ -2,12 +2,16 @@
 
 Registered by entry point (pyproject.toml, group `torch_dynamo_backends`), so that the string
 "fusec" works once the package is installed; `fusec_backend` itself may be passed too.
-Dynamo hands over each captured FX graph with example inputs of static shapes; the graph is
-compiled once per set of shapes and dtypes (Dynamo's guards call the backend again when they
-change) through `fusec.compile`, for the inputs' device (CUDA tensors: target cuda; CPU
-tensors: target cpu) unless `options={"target": ...}` says otherwise, and the compiled
-callable runs the artifact on the caller's tensors (no copy of CUDA tensors; CPU results
-are numpy arrays viewed as tensors, no copy).
+Dynamo hands over each captured FX graph with example inputs; a graph of static shapes is
+compiled once (Dynamo's guards call the backend again when shapes or dtypes change), and a
+graph Dynamo made dynamic (SymInt sizes: it does so by itself for a frame called again with
+new shapes, such as a mixture of experts' per-expert token counts) is compiled once per set
+of concrete shapes it is called with, as a static graph. Each goes through `fusec.compile`
+for the inputs' device (CUDA tensors: target cuda; CPU tensors: target cpu) unless
+`options={"target": ...}` says otherwise, and the compiled callable runs the artifact on the
+caller's tensors (no copy of CUDA tensors; CPU results are numpy arrays viewed as tensors,
+no copy). Dynamo passes the module's parameters and buffers as graph inputs: the artifact
+reads them from the caller at every call (no copy of the weights is made).
 
 What fusec cannot compile runs as Dynamo gave it (eager), and says so: a warning per
 distinct reason, and `fallbacks()` lists every graph that fell back with the reason (the
@@ -18,9 +22,8 @@ Options (`torch.compile(..., options={...})`): "target" ("cpu", "cuda", "auto"),
 (CUDA graph replay of each call, for CUDA), "fusion" (False: one kernel per op), "cpu" /
 "cuda" (CpuOptions / CudaOptions), "fallback" (False: raise instead of running eagerly).
 
-Known limitation: the graph is exported again (`torch.export`, non-strict) by fusec's
-frontend rather than imported as Dynamo gave it, and its parameters are inlined as
-constants of the artifact (what `fusec.compile` does).
+Known limitation: the graph is exported again (`torch.export`, non-strict, with torch-mlir's
+decompositions) by fusec's frontend rather than imported as Dynamo gave it.
 """
 
 from __future__ import annotations
@@ -79,10 +82,14 @@ def _to_torch(value: Any) -> Any:
 
 def fusec_backend(gm: Any, example_inputs: list[Any], options: dict | None = None,
                   **_: Any) -> Callable[..., Any]:
-    """The Dynamo backend: `gm` compiled by fusec for `example_inputs`' shapes."""
+    """The Dynamo backend: `gm` compiled by fusec for `example_inputs`' shapes.
+
+    A graph Dynamo made dynamic (it does so by itself when a frame is called again with new
+    shapes: SymInt inputs, tensors of symbolic sizes) is compiled once per set of concrete
+    shapes it is called with, each as a static graph (fusec's kernels are shape-specialised).
+    """
     import torch
 
-    from fusec import compile as fusec_compile
     from fusec.compiler.diagnostics import FusecError
 
     options = dict(options or {})
@@ -97,41 +104,104 @@ def fusec_backend(gm: Any, example_inputs: list[Any], options: dict | None = Non
             raise FusecError(f"fusec backend: {reason}")
         return _fell_back(gm, reason)
 
-    if not all(isinstance(x, torch.Tensor) for x in example_inputs):
-        kinds = sorted({type(x).__name__ for x in example_inputs
-                        if not isinstance(x, torch.Tensor)})
-        return refuse(f"inputs that are not tensors ({', '.join(kinds)}: dynamic shapes? "
-                      "use torch.compile(..., dynamic=False))")
-    if not example_inputs:
+    others = sorted({type(x).__name__ for x in example_inputs
+                     if not isinstance(x, (torch.Tensor, torch.SymInt, int))})
+    if others:
+        return refuse(f"inputs that are neither tensors nor sizes ({', '.join(others)})")
+    if not any(isinstance(x, torch.Tensor) for x in example_inputs):
         return refuse("a graph without tensor inputs")
-    if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                       for x in example_inputs):
         # The artifact computes the forward pass only: a backward through it would not
         # reach the parameters.
         return refuse("autograd: fusec compiles inference graphs (run the model under "
                       "torch.no_grad() or torch.inference_mode())")
-    devices = {x.device.type for x in example_inputs}
-    target = options.get("target") or ("cuda" if "cuda" in devices else "cpu")
+    devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     if len(devices) > 1:
         return refuse(f"inputs on several devices ({', '.join(sorted(devices))})")
+    target = options.get("target") or ("cuda" if "cuda" in devices else "cpu")
     if target == "cuda" and devices != {"cuda"}:
         return refuse("target cuda needs CUDA tensors")
-    kwargs = {k: options[k] for k in ("fusion", "cpu", "cuda") if k in options}
     gm.eval()  # Dynamo's graph has the ops it traced; the flag only silences a note.
+    if not _symbolic(example_inputs):
+        compiled = _compile_static(gm, list(example_inputs), target, options)
+        return refuse(compiled) if isinstance(compiled, str) else compiled
+
+    # One static artifact per set of concrete shapes (and size arguments) seen at run time.
+    by_shape: dict[tuple, Callable[..., Any]] = {}
+
+    def run_specialised(*args: Any) -> Any:
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else int(a)
+                    for a in args)
+        runner = by_shape.get(key)
+        if runner is None:
+            compiled = _compile_static(gm, list(args), target, options)
+            if isinstance(compiled, str):
+                compiled = refuse(f"{compiled} (shapes {_shapes(args)})")
+            runner = by_shape[key] = compiled
+        return runner(*args)
+
+    return run_specialised
+
+
+def _symbolic(inputs: list[Any]) -> bool:
+    import torch
+
+    return any(isinstance(x, torch.SymInt) or (
+        isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
+        for x in inputs)
+
+
+def _shapes(args: Any) -> str:
+    return ", ".join("x".join(map(str, a.shape)) if hasattr(a, "shape") else str(a)
+                     for a in args)
+
+
+def _with_sizes(gm: Any, args: list[Any]) -> Any:
+    """`gm` with its size arguments fixed to `args`' values: a module of its tensors only."""
+    import torch
+
+    sizes = {i: int(a) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)}
+
+    class Specialised(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gm = gm
+
+        def forward(self, *tensors: Any) -> Any:
+            it = iter(tensors)
+            return self.gm(*[sizes[i] if i in sizes else next(it) for i in range(len(args))])
+
+    return Specialised().eval()
+
+
+def _compile_static(gm: Any, args: list[Any], target: str,
+                    options: dict) -> Callable[..., Any] | str:
+    """The artifact for `args`' concrete shapes and the runner that calls it, or the reason
+    fusec could not compile it."""
+    import torch
+
+    from fusec import compile as fusec_compile
+    from fusec.compiler.diagnostics import FusecError
+
+    tensors = [a.detach() for a in args if isinstance(a, torch.Tensor)]
+    tensor_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    model = gm if len(tensors) == len(args) else _with_sizes(gm, args)
+    kwargs = {k: options[k] for k in ("fusion", "cpu", "cuda") if k in options}
     try:
-        module = fusec_compile(gm, *[x.detach() for x in example_inputs], target=target,
-                               **kwargs)
+        module = fusec_compile(model, *tensors, target=target, **kwargs)
     except FusecError as error:
-        return refuse(str(error).splitlines()[0])
+        return str(error).splitlines()[0]
     except Exception as error:  # noqa: BLE001 - the graph still runs, eagerly, and says why
-        return refuse(f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     # Dynamo's graphs return a tuple (or list) of tensors; fusec's artifact returns one
     # value or a tuple: the wrapper returns what the graph would.
     result = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     as_tuple, as_list = isinstance(result, tuple), isinstance(result, list)
     graph = bool(options.get("graph", False)) and target == "cuda"
 
-    def run(*args: Any) -> Any:
-        inputs = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+    def run(*call_args: Any) -> Any:
+        inputs = [call_args[i].contiguous() for i in tensor_positions]
         if target == "cuda":
             outs = module(*inputs, graph=graph)
         else:

@@ -142,10 +142,10 @@ def _write_text(path: str | None, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fusec-")
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    from fusec.compiler.artifact import umasked
+    from fusec.compiler.artifact import publish, umasked
 
     os.chmod(tmp, umasked(0o666))
-    os.replace(tmp, path)
+    publish(tmp, path)
 
 
 def default_output(input_path: str) -> str:
@@ -292,7 +292,9 @@ def _write_graph(module, path: str) -> None:
     tmp = path + ".partial"
     with open(tmp, "wb") as f:
         f.write(rendered.stdout)
-    os.replace(tmp, path)
+    from fusec.compiler.artifact import publish
+
+    publish(tmp, path)
 
 
 def _built_kernels(metadata: dict) -> str:

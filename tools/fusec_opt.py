@@ -119,10 +119,10 @@ def _write_output(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        from fusec.compiler.artifact import umasked
+        from fusec.compiler.artifact import publish, umasked
 
         os.chmod(tmp, umasked(0o666))
-        os.replace(tmp, path)
+        publish(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -204,6 +204,32 @@ def unshare_fills(group: ir.Operation) -> None:
             owner.operands[number] = clone.results[0]
 
 
+def unshare_empties(group: ir.Operation) -> None:
+    """Give every op whose init is a `tensor.empty` shared with another op an empty of its own.
+
+    CSE leaves one `tensor.empty` for all ops of a shape: a prologue (a ReLU in front of a
+    1x1 convolution) and the root's fill then share one. The root's empty becomes the tile
+    loop's shared output, and `fuse_into_containing_op`, fusing the prologue whole into the
+    loop, rewires the prologue's init to the loop's shared output too: every tile then writes
+    the whole prologue into the kernel's result while other tiles write their part of it
+    (wrong numbers, found by the model zoo through torch.compile). An empty per use costs
+    nothing: it is only a shape.
+    """
+    body = group.regions[0].blocks[0]
+    for op in list(body.operations):
+        op = op.operation
+        if op.name != "tensor.empty":
+            continue
+        uses = [(use.owner, use.operand_number) for use in op.results[0].uses]
+        for owner, number in uses[1:]:
+            owner = owner.operation if hasattr(owner, "operation") else owner
+            if owner.name == "fusion.yield" or owner.parent != group:
+                continue
+            with ir.InsertionPoint(owner):
+                clone = op.clone()
+            owner.operands[number] = clone.results[0]
+
+
 def own_root_inits(root: ir.Operation, group: ir.Operation) -> None:
     """Give the root fresh init tensors where its init comes from outside the group's ops.
 
@@ -371,6 +397,7 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     group.attributes[attributes.GRID] = ir.IntegerAttr.get(i64, 1)
     _record_op_names(group)
     unshare_fills(group)
+    unshare_empties(group)
     _generalize(group)
     for op in group.regions[0].blocks[0].operations:
         if op.operation.name == "linalg.generic":

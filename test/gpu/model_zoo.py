@@ -20,110 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from zoo import ZOO  # noqa: E402
+
 TOLERANCE = 1e-5  # fp32 relative error against float64
-
-
-def _hf_gpt2(attn: str = "eager", layers: int = 2):
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    cfg = GPT2Config(n_layer=layers, n_embd=128, n_head=4, vocab_size=1000, n_positions=64,
-                     attn_implementation=attn, eos_token_id=0, bos_token_id=0)
-    lm = GPT2LMHeadModel(cfg).eval()
-
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lm = lm
-
-        def forward(self, ids):
-            return self.lm(input_ids=ids, use_cache=False).logits
-
-    return Logits().eval(), (torch.randint(0, 1000, (1, 32)),)
-
-
-def _hf_llama():
-    import torch
-    from transformers import LlamaConfig, LlamaModel
-
-    cfg = LlamaConfig(num_hidden_layers=2, hidden_size=128, intermediate_size=256,
-                      num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-                      max_position_embeddings=64, attn_implementation="eager")
-    model = LlamaModel(cfg).eval()
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids):
-            return self.model(input_ids=ids, use_cache=False).last_hidden_state
-
-    return Hidden().eval(), (torch.randint(0, 1000, (1, 32)),)
-
-
-def _hf_bert():
-    """HF BERT with a padding mask and token types (its position_ids: a non-persistent
-    buffer)."""
-    import torch
-    from transformers import BertConfig, BertModel
-
-    cfg = BertConfig(num_hidden_layers=2, hidden_size=128, intermediate_size=256,
-                     num_attention_heads=4, vocab_size=1000, max_position_embeddings=64,
-                     attn_implementation="eager")
-    model = BertModel(cfg).eval()
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids, mask, types):
-            return self.model(input_ids=ids, attention_mask=mask,
-                              token_type_ids=types).last_hidden_state
-
-    ids = torch.randint(0, 1000, (2, 32))
-    mask = torch.ones(2, 32, dtype=torch.int64)
-    mask[1, 20:] = 0
-    return Hidden().eval(), (ids, mask, torch.randint(0, 2, (2, 32)))
-
-
-def _hf_vit():
-    import torch
-    from transformers import ViTConfig, ViTModel
-
-    cfg = ViTConfig(num_hidden_layers=2, hidden_size=128, intermediate_size=256,
-                    num_attention_heads=4, image_size=64, patch_size=8,
-                    attn_implementation="eager")
-    model = ViTModel(cfg, add_pooling_layer=False).eval()
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, pixels):
-            return self.model(pixel_values=pixels).last_hidden_state
-
-    return Hidden().eval(), (torch.randn(1, 3, 64, 64),)
-
-
-def _hf_t5_encoder():
-    import torch
-    from transformers import T5Config, T5EncoderModel
-
-    cfg = T5Config(num_layers=2, d_model=128, d_ff=256, num_heads=4, d_kv=32, vocab_size=1000)
-    model = T5EncoderModel(cfg).eval()
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids):
-            return self.model(input_ids=ids).last_hidden_state
-
-    return Hidden().eval(), (torch.randint(0, 1000, (1, 32)),)
 
 
 def _causal_mask_probe():
@@ -191,36 +91,6 @@ def _resnet_basic():
     return _resnet_basic_channels(32)
 
 
-def _resnet18():
-    """torchvision's ResNet-18 at half width (the artifacts travel to the device; written
-    here: its wheel does not load beside this torch), batch 2, 64x64 images: stride-2
-    downsamples reading the previous block's residual."""
-    import sys
-
-    import torch
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    from test_cnn_blocks import BasicBlock
-
-    class ResNet18(torch.nn.Module):
-        def __init__(self, width=32):
-            super().__init__()
-            self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, width, 7, 2, 3, bias=False),
-                                            torch.nn.BatchNorm2d(width), torch.nn.ReLU(),
-                                            torch.nn.MaxPool2d(3, 2, 1))
-            blocks, c = [], width
-            for i, w in enumerate([width, 2 * width, 4 * width, 8 * width]):
-                blocks += [BasicBlock(c, w, 1 if i == 0 else 2), BasicBlock(w, w, 1)]
-                c = w
-            self.blocks = torch.nn.Sequential(*blocks)
-            self.fc = torch.nn.Linear(c, 10)
-
-        def forward(self, x):
-            return self.fc(self.blocks(self.stem(x)).mean((2, 3)))
-
-    return ResNet18().eval(), (torch.randn(2, 3, 64, 64),)
-
-
 def _resnet_basic_big():
     """The issue's ResNet basic block (32x128x56x56, fp32): its inputs are too large to
     travel, so they are drawn on the device and the reference computed there in float64."""
@@ -247,143 +117,13 @@ def _resnet_basic_channels(c):
     return Basic().eval(), (torch.randn(2, c, 16, 16),)
 
 
-def _hf_whisper_encoder():
-    import torch
-    from transformers import WhisperConfig
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
-    cfg = WhisperConfig(encoder_layers=2, d_model=128, encoder_attention_heads=4,
-                        encoder_ffn_dim=256, num_mel_bins=16, max_source_positions=32,
-                        attn_implementation="eager")
-    encoder = WhisperEncoder(cfg).eval()
-
-    class Hidden(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.encoder = encoder
-
-        def forward(self, features):
-            return self.encoder(features).last_hidden_state
-
-    return Hidden().eval(), (torch.randn(1, 16, 64),)
-
-
-def _hf_mixtral_moe():
-    """HF's Mixtral sparse MoE block (router softmax, top-2, experts' SwiGLU)."""
-    import torch
-    from transformers import MixtralConfig
-    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
-
-    cfg = MixtralConfig(hidden_size=64, intermediate_size=128, num_local_experts=4,
-                        num_experts_per_tok=2)
-    block = MixtralSparseMoeBlock(cfg).eval()
-
-    class Out(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.block = block
-
-        def forward(self, x):
-            out = self.block(x)
-            return out[0] if isinstance(out, tuple) else out
-
-    return Out().eval(), (torch.randn(2, 16, 64),)
-
-
-def _top2_moe():
-    """A top-2 MoE layer written as users write it: every expert on every token, weighted by
-    the renormalised top-2 router probabilities (a scatter of the top-k into a dense mask)."""
-    import torch
-    from torch import nn
-
-    class Top2(nn.Module):
-        def __init__(self, d=64, experts=4):
-            super().__init__()
-            self.router = nn.Linear(d, experts, bias=False)
-            self.up = nn.ModuleList(nn.Linear(d, 2 * d) for _ in range(experts))
-            self.down = nn.ModuleList(nn.Linear(2 * d, d) for _ in range(experts))
-
-        def forward(self, x):
-            probs = torch.softmax(self.router(x), dim=-1)
-            top, which = probs.topk(2, dim=-1)
-            weights = torch.zeros_like(probs).scatter(-1, which, top / top.sum(-1, True))
-            outs = torch.stack([d(torch.nn.functional.gelu(u(x)))
-                                for u, d in zip(self.up, self.down)], dim=-1)
-            return (outs * weights.unsqueeze(-2)).sum(-1)
-
-    return Top2().eval(), (torch.randn(2, 16, 64),)
-
-
-def _mobilenet_v3_small_like():
-    """MobileNetV3-small's blocks (torchvision is not a dependency): hardswish stem, depthwise
-    3x3 with squeeze-excite (hardsigmoid), an inverted residual, pooled classifier."""
-    import torch
-    from torch import nn
-
-    class SE(nn.Module):
-        def __init__(self, c, r=4):
-            super().__init__()
-            self.a, self.b = nn.Conv2d(c, c // r, 1), nn.Conv2d(c // r, c, 1)
-
-        def forward(self, x):
-            s = x.mean((2, 3), keepdim=True)
-            return x * nn.functional.hardsigmoid(self.b(torch.relu(self.a(s))))
-
-    class Block(nn.Module):
-        def __init__(self, cin, cexp, cout, stride, se):
-            super().__init__()
-            self.expand = nn.Sequential(nn.Conv2d(cin, cexp, 1, bias=False),
-                                        nn.BatchNorm2d(cexp), nn.Hardswish())
-            self.dw = nn.Sequential(nn.Conv2d(cexp, cexp, 3, stride, 1, groups=cexp,
-                                              bias=False), nn.BatchNorm2d(cexp), nn.Hardswish())
-            self.se = SE(cexp) if se else nn.Identity()
-            self.project = nn.Sequential(nn.Conv2d(cexp, cout, 1, bias=False),
-                                         nn.BatchNorm2d(cout))
-            self.residual = stride == 1 and cin == cout
-
-        def forward(self, x):
-            y = self.project(self.se(self.dw(self.expand(x))))
-            return x + y if self.residual else y
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False),
-                                      nn.BatchNorm2d(16), nn.Hardswish())
-            self.blocks = nn.Sequential(Block(16, 16, 16, 2, True), Block(16, 72, 24, 2, False),
-                                        Block(24, 88, 24, 1, False), Block(24, 96, 40, 2, True))
-            self.head = nn.Linear(40, 10)
-
-        def forward(self, x):
-            return self.head(self.blocks(self.stem(x)).mean((2, 3)))
-
-    net = Net().eval()
-    with torch.no_grad():  # non-trivial BatchNorm statistics
-        for m in net.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.5, 0.5)
-                m.running_var.uniform_(0.5, 1.5)
-    return net, (torch.randn(2, 3, 64, 64),)
-
-
 # Models whose inputs and reference are made on the device (too large to carry).
 ON_DEVICE = {"resnet_basic_big"}
 
+# The zoo's models (bench/zoo.py, small configs) and probes of the pieces they are made of.
 MODELS = {
+    **{name: (lambda entry=entry: entry.build("small")) for name, entry in ZOO.items()},
     "resnet_basic_big": _resnet_basic_big,
-    "resnet18": _resnet18,
-    "hf_gpt2": lambda: _hf_gpt2("eager"),
-    "hf_gpt2_l0": lambda: _hf_gpt2("eager", layers=0),
-    "hf_gpt2_l1": lambda: _hf_gpt2("eager", layers=1),
-    "hf_gpt2_sdpa": lambda: _hf_gpt2("sdpa"),
-    "hf_llama": _hf_llama,
-    "hf_bert": _hf_bert,
-    "hf_vit": _hf_vit,
-    "hf_t5_encoder": _hf_t5_encoder,
-    "hf_whisper_encoder": _hf_whisper_encoder,
-    "hf_mixtral_moe": _hf_mixtral_moe,
-    "top2_moe": _top2_moe,
-    "mobilenet_v3_small": _mobilenet_v3_small_like,
     "causal_mask": _causal_mask_probe,
     "positions": _positions_probe,
     "rotate_half": _rotate_half_probe,

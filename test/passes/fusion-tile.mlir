@@ -257,3 +257,37 @@ func.func @pools_sharing_a_fill(%x: tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32> 
   }
   return %r : tensor<2x4x8x8xf32>
 }
+
+// -----
+
+// A prologue (a ReLU in front of a 1x1 convolution, the convolution reading all channels)
+// sharing one tensor.empty with the root's fill, as CSE leaves them: the prologue is fused
+// whole into the tile loop, and must write a tensor of its own, never the loop's shared
+// output (every tile would overwrite the other tiles' results with the ReLU). Found by the
+// model zoo's MobileNetV3 through torch.compile (weights as inputs).
+// CHECK-LABEL: func.func @prologue_shares_the_roots_empty
+// CHECK: %[[EMPTY:.+]] = tensor.empty() : tensor<1x16x16x16xf32>
+// CHECK: scf.forall (%{{.+}}) in (16) shared_outs(%[[OUT:.+]] = %[[EMPTY]])
+// CHECK-NOT: outs(%[[OUT]] : tensor<1x16x16x16xf32>)
+// CHECK: %[[RELU:.+]] = linalg.generic {{.*}} outs(%[[EMPTY]] : tensor<1x16x16x16xf32>)
+// CHECK: tensor.extract_slice %[[OUT]]
+// CHECK: linalg.generic {{.*}} ins(%[[RELU]],
+// CHECK: tensor.parallel_insert_slice
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @prologue_shares_the_roots_empty(%x: tensor<1x16x16x16xf32>, %w: tensor<16x16x1x1xf32>) -> tensor<1x16x16x16xf32> {
+  %r = fusion.group vertical (%a = %x : tensor<1x16x16x16xf32>, %b = %w : tensor<16x16x1x1xf32>) -> tensor<1x16x16x16xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<1x16x16x16xf32>
+    %relu = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+        ins(%a : tensor<1x16x16x16xf32>) outs(%e : tensor<1x16x16x16xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %m = arith.maximumf %in, %zero : f32
+      linalg.yield %m : f32
+    } -> tensor<1x16x16x16xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<1x16x16x16xf32>) -> tensor<1x16x16x16xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+        ins(%relu, %b : tensor<1x16x16x16xf32>, tensor<16x16x1x1xf32>) outs(%f : tensor<1x16x16x16xf32>) -> tensor<1x16x16x16xf32>
+    fusion.yield %c : tensor<1x16x16x16xf32>
+  }
+  return %r : tensor<1x16x16x16xf32>
+}

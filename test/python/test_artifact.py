@@ -379,3 +379,32 @@ def test_llc_object_links_and_runs(tmp_path):
     m = rt.load(build(plan, tmp_path / "k.o", tmp_path / "llvm.so"))
     (x,) = random_vectors(1)
     assert rel_err(m(x), 3.0 * x.astype(np.float64)) < 1e-7
+
+
+def test_an_output_that_is_not_a_file_is_written_through_not_replaced(tmp_path):
+    """`-o /dev/null` once replaced the device with a file (outputs are renamed into place):
+    a path that is a device or a pipe is written through; a plain path is still replaced in
+    one step. A named pipe stands in for /dev/null here."""
+    import os
+    import stat
+    import threading
+
+    from fusec.compiler.artifact import publish
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    partial = tmp_path / "out.partial"
+    partial.write_bytes(b"fusec output\n")
+    publish(str(partial), str(fifo))
+    reader.join(timeout=10)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert got == [b"fusec output\n"] and not partial.exists()
+
+    plain, partial2 = tmp_path / "plain.txt", tmp_path / "plain.partial"
+    plain.write_text("old")
+    partial2.write_text("new")
+    publish(str(partial2), str(plain))
+    assert plain.read_text() == "new" and not partial2.exists()

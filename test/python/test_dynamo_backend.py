@@ -82,6 +82,77 @@ def test_graph_breaks_give_graphs_of_their_own():
     assert dynamo.fallbacks() == []
 
 
+class Chatty(torch.nn.Module):
+    """A forward with a print and a branch on a tensor's value: two graph breaks."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        y = torch.tanh(self.a(x))
+        print("fusec test: the first half ran")
+        if y.sum() > 0:  # data-dependent: Dynamo breaks the graph and runs the branch
+            return torch.sigmoid(self.b(y))
+        return torch.relu(self.b(y)) - 1.0
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_print_and_a_data_dependent_branch_break_the_graph_only_there(sign, capsys):
+    graphs = []
+
+    def counting(gm, example_inputs, **kw):
+        graphs.append(gm)
+        return dynamo.fusec_backend(gm, example_inputs, **kw)
+
+    torch.manual_seed(0)
+    model = Chatty().eval()
+    with torch.no_grad():
+        model.a.bias.fill_(3.0 * sign)  # chooses the branch
+        x = torch.rand(4, 32)
+        out = torch.compile(model, backend=counting)(x)
+        ref = Chatty.forward(model.double(), x.double())
+    assert "the first half ran" in capsys.readouterr().out
+    assert _rel(out, ref) < 1e-5
+    assert len(graphs) >= 2  # the pieces between the breaks, each compiled by fusec
+    assert dynamo.fallbacks() == []
+
+
+def test_shapes_dynamo_makes_dynamic_are_compiled_one_by_one():
+    """Called with a second shape, Dynamo recompiles the frame with symbolic sizes; fusec
+    compiles each concrete shape it then sees, once."""
+    compiles = []
+    real = dynamo._compile_static
+
+    def counting(gm, args, target, options):
+        compiles.append(tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor)))
+        return real(gm, args, target, options)
+
+    def fn(x):
+        return torch.softmax(x * 2.0, dim=-1) + 1.0
+
+    symbolic = []
+
+    def backend(gm, example_inputs, **kw):
+        symbolic.append(dynamo._symbolic(example_inputs))
+        return dynamo.fusec_backend(gm, example_inputs, **kw)
+
+    compiled = torch.compile(fn, backend=backend)
+    dynamo._compile_static = counting
+    try:
+        with torch.no_grad():
+            for rows in (8, 16, 24, 16):
+                x = torch.randn(rows, 64)
+                ref = torch.softmax(x.double() * 2.0, dim=-1) + 1.0
+                assert _rel(compiled(x), ref) < 1e-5, rows
+    finally:
+        dynamo._compile_static = real
+    assert sorted(set(compiles)) == [((8, 64),), ((16, 64),), ((24, 64),)]
+    assert len(compiles) == 3  # 16 x 64 twice: compiled once
+    assert symbolic == [False, True]  # one static graph, then one dynamic graph for the rest
+    assert dynamo.fallbacks() == []
+
+
 def test_what_fusec_refuses_runs_eagerly_and_says_why():
     def fn(x):
         return torch.fft.rfft(x).abs() + 1.0  # complex numbers: not compiled by fusec

@@ -1,0 +1,217 @@
+"""The model zoo on the H200: whole models, fusec against torch eager and torch.compile.
+
+Two halves, because MLIR is here and the GPU is there:
+
+  python bench/zoo_gpu.py build DIR [--size full] [--dtype bf16] [--only NAME ...]
+        (this machine) each zoo model (bench/zoo.py) compiled by fusec for target cuda with
+        its parameters as inputs of the artifact (weights beside the artifact, as
+        AOTInductor can keep them: a 124 M parameter model's artifact is its kernels only),
+        DIR/<name>.so and DIR/<name>.json (parameter names, shapes and dtypes in the order
+        the artifact takes them, compile seconds, kernels, the path of every kernel)
+  python3 bench/zoo_gpu.py run DIR OUT [--reps N]
+        (the H200) each model built again from the zoo (the same architecture; its weights
+        drawn there, passed to the artifact and to torch alike), on fresh inputs: fusec's,
+        eager's and Inductor's outputs against float64 on the GPU, then each timed with CUDA
+        events (median of N runs after warm-up) and its kernels counted with the profiler;
+        a table on stdout and OUT/zoo_gpu.json
+
+The run half imports neither MLIR nor fusec's compiler (fusec.runtime loads the artifact).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import zoo  # noqa: E402
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def weights_as_inputs(model, names: list[str]):
+    """`model` as a module whose first inputs are its parameters (torch.func.functional_call),
+    in `names` order; buffers (BatchNorm statistics, position ids) stay constants."""
+    import torch
+
+    class Functional(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            params = dict(zip(names, args[:len(names)]))
+            return torch.func.functional_call(self.model, params, args[len(names):])
+
+    return Functional().eval()
+
+
+def _cast(model, inputs, dtype: str):
+    import torch
+
+    dt = getattr(torch, DTYPES[dtype])
+    model = model.to(dt)
+    return model, tuple(x.to(dt) if x.is_floating_point() else x for x in inputs)
+
+
+def build(folder: Path, size: str, dtype: str, names: list[str]) -> int:
+    import torch
+
+    import fusec
+
+    folder.mkdir(parents=True, exist_ok=True)
+    failures = 0
+    for name in names or list(zoo.ZOO):
+        model, inputs = zoo.ZOO[name].build(size)
+        model, inputs = _cast(model, inputs, dtype)
+        params = dict(model.named_parameters())
+        wrapped = weights_as_inputs(model, list(params))
+        record = {"name": name, "size": size, "dtype": dtype,
+                  "params": [[n, list(p.shape), str(p.dtype).removeprefix("torch.")]
+                             for n, p in params.items()],
+                  "inputs": [[list(x.shape), str(x.dtype).removeprefix("torch.")]
+                             for x in inputs],
+                  "parameters": sum(p.numel() for p in params.values())}
+        t = time.perf_counter()
+        try:
+            with torch.no_grad():
+                compiled = fusec.compile(wrapped, *[p.detach() for p in params.values()],
+                                         *inputs, target="cuda", cache=False)
+        except Exception as error:  # noqa: BLE001 - a refusal is a result, recorded
+            record["refused"] = f"{type(error).__name__}: {str(error).splitlines()[0][:400]}"
+            failures += 1
+        else:
+            record["compile_s"] = time.perf_counter() - t
+            record["kernels"] = [{"kind": k.get("kind"), "path": k.get("info", {}).get("path"),
+                                  "ops": len(k.get("ops", []))} for k in compiled.kernels]
+            os.replace(compiled.path, folder / f"{name}.so")
+        (folder / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+        paths = {}
+        for k in record.get("kernels", []):
+            paths[k["path"]] = paths.get(k["path"], 0) + 1
+        print(f"{name}: " + (f"refused: {record['refused']}" if "refused" in record else
+                             f"{len(record['kernels'])} kernels {paths}, compiled in "
+                             f"{record['compile_s']:.1f} s"), flush=True)
+    return failures
+
+
+def run(folder: Path, out: Path, reps: int) -> int:
+    import torch
+
+    import fusec.runtime as rt
+    from gpu import count_kernels, rel_err, time_ms
+
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as torch computes it by default
+    rows = []
+    for meta_path in sorted(folder.glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        name = meta["name"]
+        row = {"name": name, "size": meta["size"], "dtype": meta["dtype"],
+               "parameters": meta["parameters"]}
+        rows.append(row)
+        if "refused" in meta:
+            row["refused"] = meta["refused"]
+            print(f"{name}: refused at compile time: {meta['refused']}", flush=True)
+            continue
+        row["compile_s"] = meta["compile_s"]
+        entry = zoo.ZOO[name]
+        model, _ = entry.build(meta["size"])
+        fresh = zoo.fresh_inputs(entry, meta["size"], seed=1)
+        model, fresh = _cast(model, fresh, meta["dtype"])
+        params = dict(model.named_parameters())
+        theirs = [[n, list(p.shape), str(p.dtype).removeprefix("torch.")]
+                  for n, p in params.items()]
+        if theirs != meta["params"]:
+            row["error"] = "the zoo's parameters differ from the build's (another version?)"
+            print(f"{name}: {row['error']}", flush=True)
+            continue
+        model = model.cuda().eval()
+        xs = [x.cuda() for x in fresh]
+        with torch.no_grad():
+            import copy
+
+            ref = copy.deepcopy(model).double()(
+                *[x.double() if x.is_floating_point() else x for x in xs])
+            weights = [p.detach() for p in model.parameters()]
+            artifact = rt.load(folder / f"{name}.so")
+
+            def fusec_call():
+                return artifact(*weights, *xs)
+
+            def eager():
+                return model(*xs)
+
+            compiled = torch.compile(model)
+            t = time.perf_counter()
+            ind_out = compiled(*xs)
+            torch.cuda.synchronize()
+            row["inductor_compile_s"] = time.perf_counter() - t
+            runs = {"eager": eager, "inductor": lambda: compiled(*xs), "fusec": fusec_call}
+            row["err"] = {"eager": rel_err(eager(), ref), "inductor": rel_err(ind_out, ref),
+                          "fusec": rel_err(fusec_call(), ref)}
+            row["ms"] = {k: time_ms(fn, reps) for k, fn in runs.items()}
+            row["kernels"] = {k: count_kernels(fn) for k, fn in runs.items()}
+        row["fusec_kernels_planned"] = len(meta["kernels"])
+        row["fallback_kernels"] = sum(1 for k in meta["kernels"] if k["path"] == "fallback")
+        print(f"{name}: " + " ".join(f"{k} {v:.3f} ms ({row['kernels'][k]} kernels, err "
+                                     f"{row['err'][k]:.1e})" for k, v in row["ms"].items()),
+              flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    info = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "reps": reps}
+    (out / "zoo_gpu.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")
+    print(table(rows))
+    return 0
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | dtype | params | kernels fusec / eager / Inductor | fallback kernels | "
+             "fusec ms | eager ms | Inductor ms | fusec vs eager | fusec vs Inductor | "
+             "err fusec / Inductor | compile s fusec / Inductor |",
+             "|" + " --- |" * 12]
+    for r in rows:
+        if "ms" not in r:
+            lines.append(f"| {r['name']} | {r['dtype']} | {r['parameters'] / 1e6:.1f} M | "
+                         f"{r.get('refused') or r.get('error')} |" + " |" * 8)
+            continue
+        ms, k, err = r["ms"], r["kernels"], r["err"]
+        lines.append(
+            f"| {r['name']} | {r['dtype']} | {r['parameters'] / 1e6:.1f} M | "
+            f"{k['fusec']} / {k['eager']} / {k['inductor']} | {r['fallback_kernels']} | "
+            f"{ms['fusec']:.3f} | {ms['eager']:.3f} | {ms['inductor']:.3f} | "
+            f"{ms['eager'] / ms['fusec']:.2f}x | {ms['inductor'] / ms['fusec']:.2f}x | "
+            f"{err['fusec']:.1e} / {err['inductor']:.1e} | "
+            f"{r['compile_s']:.1f} / {r['inductor_compile_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("dir", type=Path)
+    b.add_argument("--size", choices=zoo.SIZES, default="full")
+    b.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
+    b.add_argument("--only", nargs="*", default=[])
+    r = sub.add_parser("run")
+    r.add_argument("dir", type=Path)
+    r.add_argument("out", type=Path)
+    r.add_argument("--reps", type=int, default=50)
+    args = p.parse_args(argv)
+    if args.cmd == "build":
+        unknown = set(args.only) - set(zoo.ZOO)
+        if unknown:
+            p.error(f"unknown model(s): {', '.join(sorted(unknown))}")
+        build(args.dir, args.size, args.dtype, args.only)
+        return 0
+    return run(args.dir, args.out, args.reps)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
