@@ -101,7 +101,7 @@ def build(folder: Path, size: str, dtype: str, names: list[str]) -> int:
     return failures
 
 
-def run(folder: Path, out: Path, reps: int) -> int:
+def run(folder: Path, out: Path, reps: int, only: list[str]) -> int:
     import torch
 
     import fusec.runtime as rt
@@ -112,6 +112,8 @@ def run(folder: Path, out: Path, reps: int) -> int:
     for meta_path in sorted(folder.glob("*.json")):
         meta = json.loads(meta_path.read_text())
         name = meta["name"]
+        if only and name not in only:
+            continue
         row = {"name": name, "size": meta["size"], "dtype": meta["dtype"],
                "parameters": meta["parameters"]}
         rows.append(row)
@@ -203,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("dir", type=Path)
     r.add_argument("out", type=Path)
     r.add_argument("--reps", type=int, default=50)
+    r.add_argument("--only", nargs="*", default=[])
     args = p.parse_args(argv)
     if args.cmd == "build":
         unknown = set(args.only) - set(zoo.ZOO)
@@ -210,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown model(s): {', '.join(sorted(unknown))}")
         build(args.dir, args.size, args.dtype, args.only)
         return 0
-    return run(args.dir, args.out, args.reps)
+    return run(args.dir, args.out, args.reps, args.only)
 
 
 if __name__ == "__main__":

