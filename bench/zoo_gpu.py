@@ -8,6 +8,7 @@ Two halves, because MLIR is here and the GPU is there:
         AOTInductor can keep them: a 124 M parameter model's artifact is its kernels only),
         DIR/<name>.so and DIR/<name>.json (parameter names, shapes and dtypes in the order
         the artifact takes them, compile seconds, kernels, the path of every kernel)
+  python bench/zoo_gpu.py table OUT/zoo_gpu.json ...   the markdown table of runs
   python3 bench/zoo_gpu.py run DIR OUT [--reps N]
         (the H200) each model built again from the zoo (the same architecture; its weights
         drawn there, passed to the artifact and to torch alike), on fresh inputs: fusec's,
@@ -16,6 +17,10 @@ Two halves, because MLIR is here and the GPU is there:
         a table on stdout and OUT/zoo_gpu.json
 
 The run half imports neither MLIR nor fusec's compiler (fusec.runtime loads the artifact).
+Parameters as inputs are what `torch.compile(model, backend="fusec")` gets from Dynamo too;
+`fusec.compile(model)` would fold them into the artifact as constants, which at these sizes
+(250 MB for GPT-2 in bf16) cannot travel to the device. Inductor runs in torch.compile's
+default mode and fusec through its runtime's plain launch loop: neither uses CUDA graphs.
 """
 
 from __future__ import annotations
@@ -206,7 +211,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("out", type=Path)
     r.add_argument("--reps", type=int, default=50)
     r.add_argument("--only", nargs="*", default=[])
+    t = sub.add_parser("table", help="the markdown table of earlier runs' zoo_gpu.json files "
+                       "(a model's last row wins)")
+    t.add_argument("json", type=Path, nargs="+")
     args = p.parse_args(argv)
+    if args.cmd == "table":
+        rows: dict[tuple, dict] = {}
+        for path in args.json:
+            for row in json.loads(path.read_text())["rows"]:
+                rows[(row["size"], row["dtype"], row["name"])] = row
+        print(table([rows[k] for k in sorted(rows)]))
+        return 0
     if args.cmd == "build":
         unknown = set(args.only) - set(zoo.ZOO)
         if unknown:

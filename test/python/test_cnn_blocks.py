@@ -120,6 +120,21 @@ class PoolJoin(nn.Module):
         return r, nn.functional.max_pool2d(r, 3, 2, 1)
 
 
+class AudioFrontEnd(nn.Module):
+    """Whisper's front end: two 1-D convolutions (the second strided) with GELUs, then a
+    dilated one (`linalg.conv_1d_ncw_fcw`, rewritten to a 2-D convolution of height 1)."""
+
+    def __init__(self, mels: int = 16, width: int = 32) -> None:
+        super().__init__()
+        self.c1 = nn.Conv1d(mels, width, 3, padding=1)
+        self.c2 = nn.Conv1d(width, width, 3, stride=2, padding=1)
+        self.c3 = nn.Conv1d(width, width, 5, padding=4, dilation=2, bias=False)
+
+    def forward(self, x):
+        y = nn.functional.gelu(self.c2(nn.functional.gelu(self.c1(x))))
+        return self.c3(y) + y
+
+
 def _inputs(shapes, seed):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(*s, generator=g) for s in shapes]
@@ -138,6 +153,7 @@ CASES = [
     pytest.param(Bottleneck, [(2, 32, 12, 12)], 4, id="bottleneck"),
     pytest.param(DepthwiseSE, [(2, 16, 16, 16)], 4, id="depthwise-se"),
     pytest.param(PoolJoin, [(2, 8, 13, 13)] * 2, 1, id="pool-join"),
+    pytest.param(AudioFrontEnd, [(2, 16, 101)], 3, id="conv1d-audio"),
 ]
 
 

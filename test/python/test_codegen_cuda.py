@@ -1329,3 +1329,27 @@ def test_integer_matmul_is_built_not_an_internal_error(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     (kernel,) = cg.load_metadata(out)["kernels"]
     assert kernel["info"]["path"] == "fallback" and "linalg.matmul" in kernel["info"]["why"]
+
+
+def test_conv1d_takes_the_convolution_family_not_the_fallback(ctx) -> None:
+    """Whisper's front end (1-D convolutions, one strided): each `linalg.conv_1d_ncw_fcw` is
+    a 2-D convolution of height 1 by the linalg stage (--fusion-conv1d-as-conv2d), so the
+    GPU builds it as the 2-D family does (an im2col gather and a GEMM); it was a fallback
+    kernel (the H200's Whisper encoder: 2.6x slower than Inductor)."""
+    torch = pytest.importorskip("torch")
+
+    class FrontEnd(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = torch.nn.Conv1d(16, 64, 3, padding=1)
+            self.c2 = torch.nn.Conv1d(64, 64, 3, stride=2, padding=1)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.c2(torch.nn.functional.gelu(self.c1(x))))
+
+    torch.manual_seed(0)
+    module = _planned(FrontEnd().eval(), torch.randn(1, 16, 600))
+    plan = cg.generate(module, cg.CudaOptions(cubin=False)).plan
+    paths = [k.info.get("path") for k in plan.launches]
+    assert "fallback" not in paths, paths
+    assert sum(p in ("gemm", "tc_gemm") for p in paths) == 2, paths
