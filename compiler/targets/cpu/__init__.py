@@ -465,8 +465,11 @@ define weak hidden bfloat @__truncdfbf2(double %x) {
 # A model's kernels are compiled in parts of at least KERNELS_PER_PART, at most one part per
 # core (each part's opt and llc run beside the others'; measured on ResNet-18's 27 kernels,
 # 2 cores: one part 4.7 s, two 2.7 s, four 3.1-3.5 s, seven 4.0-4.2 s: a part repeats the
-# translation of every constant, so parts beyond the cores cost more than they save).
-KERNELS_PER_PART = 8
+# translation of every constant, so parts beyond the cores cost more than they save). Since
+# the weights are kernel arguments (--fusion-cpu-constant-args) a part is cheap: at 4 a
+# model of 15 kernels is two parts (the zoo's small MobileNetV3, BERT and GPT-2 on 2 cores:
+# 3.84 / 3.00 / 2.45 s at 8, 3.22 / 2.30 / 2.10 s at 2, 2026-12-02).
+KERNELS_PER_PART = 4
 MAX_PARTS = 8
 
 
