@@ -106,7 +106,7 @@ def build(folder: Path, size: str, dtype: str, names: list[str]) -> int:
     return failures
 
 
-def run(folder: Path, out: Path, reps: int, only: list[str]) -> int:
+def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = False) -> int:
     import torch
 
     import fusec.runtime as rt
@@ -154,6 +154,11 @@ def run(folder: Path, out: Path, reps: int, only: list[str]) -> int:
             def eager():
                 return model(*xs)
 
+            if check_only:  # under compute-sanitizer: the artifact against float64 only
+                row["err"] = {"fusec": rel_err(fusec_call(), ref)}
+                torch.cuda.synchronize()
+                print(f"{name}: fusec err {row['err']['fusec']:.1e}", flush=True)
+                continue
             compiled = torch.compile(model)
             t = time.perf_counter()
             ind_out = compiled(*xs)
@@ -173,7 +178,8 @@ def run(folder: Path, out: Path, reps: int, only: list[str]) -> int:
     info = {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "reps": reps}
     (out / "zoo_gpu.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")
-    print(table(rows))
+    if not check_only:
+        print(table(rows))
     return 0
 
 
@@ -211,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("out", type=Path)
     r.add_argument("--reps", type=int, default=50)
     r.add_argument("--only", nargs="*", default=[])
+    r.add_argument("--check-only", action="store_true",
+                   help="run fusec against float64 only (no timing, no Inductor): for "
+                   "compute-sanitizer")
     t = sub.add_parser("table", help="the markdown table of earlier runs' zoo_gpu.json files "
                        "(a model's last row wins)")
     t.add_argument("json", type=Path, nargs="+")
@@ -228,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown model(s): {', '.join(sorted(unknown))}")
         build(args.dir, args.size, args.dtype, args.only)
         return 0
-    return run(args.dir, args.out, args.reps, args.only)
+    return run(args.dir, args.out, args.reps, args.only, args.check_only)
 
 
 if __name__ == "__main__":

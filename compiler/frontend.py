@@ -311,6 +311,30 @@ class _torch_logs_quiet:
         self._redirects.close()
 
 
+def _is_ours(path: str) -> bool:
+    """Whether `path` is torch's, torch-mlir's or fusec's own code (not a library the model
+    comes from): by the packages' directories, not by a name in the path (a clone named
+    `fusec` holds its virtual environment, transformers included)."""
+    import torch
+
+    roots = [os.path.dirname(torch.__file__)]
+    try:
+        import torch_mlir  # a namespace package: no __file__
+
+        roots += [os.path.abspath(p) for p in getattr(torch_mlir, "__path__", [])]
+    except ImportError:
+        pass
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fusec's package
+    if re.search(r"[/\\](site|dist)-packages[/\\](torch|torch_mlir|fusec)[/\\]", path):
+        return True  # installed: the package's directory comes right after site-packages
+    path = os.path.abspath(path)
+    if any(path.startswith(root + os.sep) for root in roots):
+        return True
+    inside = path.startswith(here + os.sep)
+    return inside and not any(part in ("site-packages", "dist-packages")
+                              for part in path[len(here):].split(os.sep))
+
+
 def _export_failure(error: Exception) -> FrontendError:
     """torch.export's failure as one line at the user's source line. Control flow on a
     tensor's value (`if x.sum() > 0:`) gets the reason and the way out."""
@@ -321,8 +345,7 @@ def _export_failure(error: Exception) -> FrontendError:
     # The user's line; in a model from a library (a HuggingFace block), the library's line
     # that torch stopped at (not torch's own frames).
     stdlib = sysconfig.get_paths()["stdlib"]
-    outside_torch = [f for f in frames if not f[0].startswith(stdlib)
-                     and not re.search(r"[/\\](torch|torch_mlir|fusec)[/\\]", f[0])]
+    outside_torch = [f for f in frames if not f[0].startswith(stdlib) and not _is_ours(f[0])]
     at = user[-1] if user else outside_torch[-1] if outside_torch else None
     where = f"{at[0]}:{at[1]}: " if at else ""
     if "data-dependent" in text or type(error).__name__ == "GuardOnDataDependentSymNode":

@@ -487,3 +487,23 @@ def test_control_flow_in_a_library_model_is_located_at_the_librarys_line() -> No
     assert str(error).startswith("/env/lib/python3.11/site-packages/transformers/models/"
                                  "mixtral/modeling_mixtral.py:80: control flow depends on a "
                                  "tensor's value"), str(error)
+
+
+def test_a_library_frame_inside_a_clone_named_fusec_is_the_models():
+    """torch.export's failure is located at the model library's line; a clone named `fusec`
+    (README's `git clone`) holds its virtual environment, so a transformers frame there has
+    `/fusec/` in its path and must still count as the model's, not fusec's."""
+    import os
+
+    import torch
+
+    from fusec.compiler import frontend
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(frontend.__file__)))
+    venv = os.path.join(root, ".venv", "lib", "python3.11", "site-packages")
+    assert not frontend._is_ours(os.path.join(venv, "transformers", "models", "mixtral",
+                                              "modeling_mixtral.py"))
+    assert not frontend._is_ours("/home/u/fusec/model.py")
+    assert frontend._is_ours(os.path.join(root, "compiler", "frontend.py"))
+    assert frontend._is_ours(os.path.join(os.path.dirname(torch.__file__), "export",
+                                          "_trace.py"))
