@@ -361,6 +361,21 @@ def _row_dim(root: ir.Operation) -> int | None:
     return ir.AffineDimExpr(results[-2]).position
 
 
+def stale_dims_shifted(dims: int | list[int], rank: int) -> int | list[int]:
+    """The planner's tile dims for a root that has since lost leading unit dims.
+
+    `fusion.tile_dims` names loops of the group's last op as the planner saw it; the tiled
+    stage's reshape passes may then collapse that op's leading unit dims (a batch of 1:
+    [1, 128, 768] -> [128, 768]), so dims [1, 2] (rows and columns) would name column and
+    nothing: GPT-2's MLP on the CPU then tiled its second matmul along the columns only and
+    recomputed the GELU in front of it for each of 29 tiles, at 10 GFLOP/s. A dim past the
+    root's loops means the loops were shifted by that many collapsed leading dims."""
+    if isinstance(dims, int) or not dims or max(dims) < rank:
+        return dims
+    shift = max(dims) - (rank - 1)
+    return [d - shift for d in dims if d >= shift]
+
+
 def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
                    iterators: list[str], threads: int, tiles_per_thread: int,
                    min_tile_bytes: int, max_tile_bytes: int,
@@ -369,7 +384,7 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
     """The root's tile sizes on `device` (None: the CPU policy) for a kernel of `kind`
     (`_kernel_kind`), capped by the group's `fusion.max_tile_rows`; a CPU matmul's row tile
     is whole blocks of `matmul_rows` (the microkernel's rows; 0: the cost model's)."""
-    dims = tileable_dims(group)
+    dims = stale_dims_shifted(tileable_dims(group), len(ranges))
     if device is not None and device.threads_per_block > 1:
         allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
         sizes = cost_model.gpu_tile_sizes(ranges, iterators, _memory_element_bytes(group),

@@ -291,3 +291,27 @@ func.func @prologue_shares_the_roots_empty(%x: tensor<1x16x16x16xf32>, %w: tenso
   }
   return %r : tensor<1x16x16x16xf32>
 }
+
+// -----
+
+// The planner's `fusion.tile_dims` named the loops of a [1, 64, 256] op (rows 1, columns 2);
+// the reshape passes have since collapsed its unit batch, so the root is [64, 256]: the dims
+// are shifted with it (rows 0, columns 1) and the rows are tiled, as the planner meant (read
+// as [1, 2] they allowed the columns only, and a prologue was recomputed in every column tile).
+// CHECK-LABEL: func.func @tile_dims_after_a_collapsed_batch
+// CHECK: fusion.group vertical
+// CHECK-SAME: fusion.tile_sizes = array<i64: {{[1-9][0-9]*}}, 0>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @tile_dims_after_a_collapsed_batch(%x: tensor<64x256xf32>) -> tensor<64x256xf32> {
+  %r = fusion.group vertical (%a = %x : tensor<64x256xf32>) -> tensor<64x256xf32> attributes {fusion.tile_dims = [1, 2]} {
+    %e = tensor.empty() : tensor<64x256xf32>
+    %y = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+        ins(%a : tensor<64x256xf32>) outs(%e : tensor<64x256xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %t = math.tanh %in : f32
+      linalg.yield %t : f32
+    } -> tensor<64x256xf32>
+    fusion.yield %y : tensor<64x256xf32>
+  }
+  return %r : tensor<64x256xf32>
+}
