@@ -36,7 +36,8 @@ from fusec.passes.grouping import defining_op, value_key, walk_ops
 from fusec.passes.registry import Pass, register
 
 HALF = ("bf16", "f16")
-# Payload ops computed in f32 when they touch a 16-bit value (same op, wider type).
+# Payload ops computed in f32 when they touch a 16-bit value (same op, wider type); the CUDA
+# target's widening of elementwise payloads uses the same set.
 WIDENABLE = frozenset({
     "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.negf",
     "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.cmpf",
@@ -44,8 +45,7 @@ WIDENABLE = frozenset({
     "math.log2", "math.tanh", "math.erf", "math.sqrt", "math.rsqrt", "math.sin", "math.cos",
     "math.absf", "math.powf", "math.fma", "math.floor", "math.ceil", "math.round",
     "math.roundeven", "math.trunc", "math.atan", "math.atan2", "math.tan", "math.sinh",
-    "math.cosh", "math.asin", "math.acos", "math.cbrt",
-})
+    "math.cosh", "math.asin", "math.acos", "math.copysign"})
 # Arithmetic whose result a 16-bit accumulator would round (max, min and select do not).
 ROUNDING = frozenset({"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf",
                       "math.fma", "math.powf", "math.exp", "math.log", "math.sqrt"})

@@ -900,16 +900,10 @@ def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int
     return count
 
 
-# Payload ops that compute on floats and are computed in f32 when their type is 16-bit.
-_WIDENABLE = frozenset({
-    "arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.remf", "arith.negf",
-    "arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf", "arith.cmpf",
-    "arith.select", "math.exp", "math.exp2", "math.expm1", "math.log", "math.log1p",
-    "math.log2", "math.tanh", "math.erf", "math.sqrt", "math.rsqrt", "math.sin", "math.cos",
-    "math.absf", "math.powf", "math.fma", "math.floor", "math.ceil", "math.round",
-    "math.roundeven", "math.trunc", "math.atan", "math.atan2", "math.tan", "math.sinh",
-    "math.cosh", "math.asin", "math.acos", "math.copysign"})
-_HALF = ("bf16", "f16")
+# Payload ops that compute on floats and are computed in f32 when their type is 16-bit: the
+# linalg stage's accumulator widening and this payload widening share the set.
+from fusec.passes.linalg.widen_accumulators import HALF as _HALF  # noqa: E402
+from fusec.passes.linalg.widen_accumulators import WIDENABLE as _WIDENABLE  # noqa: E402
 
 
 def widen_16bit_payloads(func: ir.Operation) -> int:
