@@ -199,13 +199,13 @@ def lower_scan(op: ir.Operation) -> list[ir.Value]:
     A 16-bit scan (a bf16 cumsum) carries its running value in f32 beside the outputs and
     rounds each output once, as torch does (torch-mlir's region folds in bf16: a cumsum of
     2048 values near 1 stalled, 65% off)."""
-    from fusec.passes.linalg.widen_accumulators import Widener, _half
+    from fusec.passes.linalg.widen_accumulators import Widener, is_half
 
     (source,), (output, accumulator) = _segments(op)
     dim = _int_attr(op, "dimension")
     inclusive = ir.BoolAttr(op.attributes["inclusive"]).value
     element = _element_type(output)
-    wide = _half(element)
+    wide = is_half(element)
     f32 = ir.F32Type.get()
     inits = [output, accumulator]
     if wide:

@@ -51,7 +51,8 @@ ROUNDING = frozenset({"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "a
                       "math.fma", "math.powf", "math.exp", "math.log", "math.sqrt"})
 
 
-def _half(t: ir.Type) -> bool:
+def is_half(t: ir.Type) -> bool:
+    """bf16 or f16."""
     return str(t) in HALF
 
 
@@ -72,7 +73,7 @@ def _accumulators(generic: ir.Operation) -> list[int]:
         return []
     found = []
     for i, out in enumerate(view.outputs):
-        if not isinstance(out.type, ir.RankedTensorType) or not _half(_element(out)):
+        if not isinstance(out.type, ir.RankedTensorType) or not is_half(_element(out)):
             continue
         if any(True for _ in block.arguments[n_in + i].uses):  # it reads its accumulator
             found.append(i)
@@ -87,7 +88,7 @@ def _wide_init(init: ir.Value, f32: ir.Type, at: ir.Operation) -> ir.Value:
         empty = tensor.EmptyOp(shape, f32).result
         if producer is not None and producer.name == "linalg.fill":
             scalar = producer.operands[0]
-            wide = arith.ExtFOp(f32, scalar).result if _half(scalar.type) else scalar
+            wide = arith.ExtFOp(f32, scalar).result if is_half(scalar.type) else scalar
             return linalg.fill(wide, outs=[empty])
         return _elementwise(init, empty, lambda v: arith.ExtFOp(f32, v).result)
 
@@ -126,7 +127,7 @@ class Widener:
         if key in self.wide:
             return self.wide[key]
         value = self.narrow.get(key, v)  # a value from above the payload stays as it is
-        if not _half(value.type):
+        if not is_half(value.type):
             return value
         self.wide[key] = arith.ExtFOp(self.f32, value).result
         return self.wide[key]
@@ -141,13 +142,13 @@ class Widener:
         return v
 
     def clone(self, op: ir.Operation) -> None:
-        touches_half = any(_half(v.type) for v in list(op.operands) + list(op.results))
+        touches_half = any(is_half(v.type) for v in list(op.operands) + list(op.results))
         if op.name in WIDENABLE and touches_half:
             clone = ir.Operation.create(
-                op.name, results=[self.f32 if _half(r.type) else r.type for r in op.results],
+                op.name, results=[self.f32 if is_half(r.type) else r.type for r in op.results],
                 operands=[self.f32_of(v) for v in op.operands], attributes=_attributes(op))
             for old, res in zip(op.results, clone.results):
-                (self.wide if _half(old.type) else self.narrow)[value_key(old)] = res
+                (self.wide if is_half(old.type) else self.narrow)[value_key(old)] = res
             return
         if op.name == "arith.extf" and value_key(op.operands[0]) in self.wide and \
                 str(op.results[0].type) == "f32":

@@ -180,6 +180,24 @@ def find_root(group: ir.Operation) -> ir.Operation | None:
     return None
 
 
+def _one_per_use(group: ir.Operation, name: str, top_level_only: bool = False) -> None:
+    """Clone every `name` op of the group's body for each of its users past the first (of
+    the group's own ops only, with `top_level_only`)."""
+    body = group.regions[0].blocks[0]
+    for op in list(body.operations):
+        op = op.operation
+        if op.name != name:
+            continue
+        uses = [(use.owner, use.operand_number) for use in op.results[0].uses]
+        for owner, number in uses[1:]:
+            owner = owner.operation if hasattr(owner, "operation") else owner
+            if owner.name == "fusion.yield" or top_level_only and owner.parent != group:
+                continue
+            with ir.InsertionPoint(owner):
+                clone = op.clone()
+            owner.operands[number] = clone.results[0]
+
+
 def unshare_fills(group: ir.Operation) -> None:
     """Give every op whose init is a `linalg.fill` shared with another op a fill of its own.
 
@@ -189,19 +207,7 @@ def unshare_fills(group: ir.Operation) -> None:
     pool of a chain read uninitialised memory on the GPU). One fill per use is what the
     tiles need; a fill costs nothing but its own write.
     """
-    body = group.regions[0].blocks[0]
-    for op in list(body.operations):
-        op = op.operation
-        if op.name != "linalg.fill":
-            continue
-        uses = [(use.owner, use.operand_number) for use in op.results[0].uses]
-        for owner, number in uses[1:]:
-            owner = owner.operation if hasattr(owner, "operation") else owner
-            if owner.name == "fusion.yield":
-                continue
-            with ir.InsertionPoint(owner):
-                clone = op.clone()
-            owner.operands[number] = clone.results[0]
+    _one_per_use(group, "linalg.fill")
 
 
 def unshare_empties(group: ir.Operation) -> None:
@@ -215,19 +221,7 @@ def unshare_empties(group: ir.Operation) -> None:
     (wrong numbers, found by the model zoo through torch.compile). An empty per use costs
     nothing: it is only a shape.
     """
-    body = group.regions[0].blocks[0]
-    for op in list(body.operations):
-        op = op.operation
-        if op.name != "tensor.empty":
-            continue
-        uses = [(use.owner, use.operand_number) for use in op.results[0].uses]
-        for owner, number in uses[1:]:
-            owner = owner.operation if hasattr(owner, "operation") else owner
-            if owner.name == "fusion.yield" or owner.parent != group:
-                continue
-            with ir.InsertionPoint(owner):
-                clone = op.clone()
-            owner.operands[number] = clone.results[0]
+    _one_per_use(group, "tensor.empty", top_level_only=True)
 
 
 def own_root_inits(root: ir.Operation, group: ir.Operation) -> None:

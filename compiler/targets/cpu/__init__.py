@@ -420,6 +420,9 @@ def vector_bits(cpu: str) -> int:
 # and this machine's libgcc has no `__truncsfbf2`. Defined in every kernel object (weak,
 # hidden: no other artifact or library sees it), in LLVM IR so that the ABI of its bfloat
 # result is LLVM's own; its body has no bfloat arithmetic, so it calls nothing.
+# f64 -> bf16 (torch-mlir computes a bf16 `var` in f64): no `__truncdfbf2` in libgcc either.
+# Rounded once, correctly: to f32 rounding to odd (an inexact result gets its last bit set;
+# infinities and NaNs kept), which leaves `__truncsfbf2`'s rounding to nearest even exact.
 BF16_TRUNCATION = """
 define weak hidden bfloat @__truncsfbf2(float %x) {
   %bits = bitcast float %x to i32
@@ -445,21 +448,11 @@ define weak hidden bfloat @__truncdfbf2(double %x) {
   %keep = or i1 %exact, %inf
   %odd = or i32 %bits0, 1
   %bits = select i1 %keep, i32 %bits0, i32 %odd
-  %nan = fcmp uno double %x, %x
-  %shifted = lshr i32 %bits, 16
-  %lsb = and i32 %shifted, 1
-  %bias = add i32 %lsb, 32767
-  %rounded = add i32 %bits, %bias
-  %high = lshr i32 %rounded, 16
-  %half = trunc i32 %high to i16
-  %result = select i1 %nan, i16 32704, i16 %half
-  %bf = bitcast i16 %result to bfloat
+  %to_odd = bitcast i32 %bits to float
+  %bf = call bfloat @__truncsfbf2(float %to_odd)
   ret bfloat %bf
 }
 """
-# f64 -> bf16 (torch-mlir computes a bf16 `var` in f64): no `__truncdfbf2` in libgcc either.
-# Rounded once, correctly: to f32 rounding to odd (an inexact result gets its last bit set;
-# infinities and NaNs kept), which leaves the f32 -> bf16 rounding to nearest even exact.
 
 
 # A model's kernels are compiled in parts of at least KERNELS_PER_PART, at most one part per

@@ -38,6 +38,10 @@ from fusec.compiler.targets.cuda.layouts import (
 )
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.passes import attributes, cost_model
+# Payload ops computed in f32 when their type is 16-bit: one set for the linalg stage's
+# accumulator widening and this target's payload widening.
+from fusec.passes.linalg.widen_accumulators import HALF as _HALF
+from fusec.passes.linalg.widen_accumulators import WIDENABLE as _WIDENABLE
 from fusec.passes.grouping import is_attention
 from fusec.passes.grouping import use_owner  # noqa: F401 - folding.py imports it here
 
@@ -900,10 +904,6 @@ def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int
     return count
 
 
-# Payload ops that compute on floats and are computed in f32 when their type is 16-bit: the
-# linalg stage's accumulator widening and this payload widening share the set.
-from fusec.passes.linalg.widen_accumulators import HALF as _HALF  # noqa: E402
-from fusec.passes.linalg.widen_accumulators import WIDENABLE as _WIDENABLE  # noqa: E402
 
 
 def widen_16bit_payloads(func: ir.Operation) -> int:
