@@ -45,6 +45,7 @@ EXPORTED_SYMBOLS = (
     "fusec_run",
     "fusec_run_stream",
     "fusec_num_threads",
+    "fusec_profile",
 )
 # Names the shim and plan.c use; a kernel may not take them.
 _RESERVED_SYMBOLS = set(EXPORTED_SYMBOLS) | {

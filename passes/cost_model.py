@@ -53,6 +53,12 @@ class Device:
     # (a transpose, a slice, a pad, ...) goes to a path with one tile loop per kernel, so code
     # generation splits it into one kernel per output.
     multi_output_needs_fast_emitter: bool = False
+    # Matmuls run on a register-blocked microkernel that reads each operand as a strided
+    # view of memory with one reduction loop (the CPU's, passes/cpu/cpu_matmul.py): a
+    # transpose whose dims a reshape then merges (the attention's head merge in front of
+    # its output projection) is no view, and fused it would turn the matmul into a plain
+    # loop nest (GPT-2's projection: 23 GFLOP/s instead of 60).
+    matmul_microkernel: bool = False
 
 
 H200 = Device(
@@ -88,6 +94,7 @@ CPU_HOST = Device(
     parallel_units=2,
     l2_bytes=1024 * 1024,
     max_untiled_contraction_extent=256,
+    matmul_microkernel=True,
 )
 
 DEVICES = {"nvidia-h200": H200, "h200": H200, "cuda": H200, "cpu": CPU_HOST}
@@ -196,6 +203,13 @@ def gemm_prologue_is_kernel(absorbed_by_library: bool, device: Device) -> bool:
     generation, so fusing it there saves nothing and may take it from a better group (the
     bias add of the matmul before, which the library fuses as that matmul's epilogue)."""
     return device.gemm_library and not absorbed_by_library
+
+
+def transposed_operand_is_kernel(is_view: bool, device: Device) -> bool:
+    """Whether a transpose in front of a contraction stays a kernel of its own: where the
+    matmul microkernel needs views, a transpose that a reshape merges (no view) costs one
+    copy of the operand, far less than the microkernel it would cost the matmul."""
+    return device.matmul_microkernel and not is_view
 
 
 def gemm_operand_view_is_free(absorbed_by_library: bool, device: Device) -> bool:
@@ -644,6 +658,19 @@ def gpu_block_threads(kind: str, tile_points: int, element_bytes: int, device: D
 CPU_MATMUL_ROWS = 6
 
 
+# The bytes of B's packed block (kc x nr floats) the CPU matmul microkernel keeps in L1
+# (a quarter of a 32 KB L1d: the rows of A stream through the rest; measured on this
+# machine, noisy: 8 KB panels 4.0-5.3 ms for a Linear 3072 -> 768 at seq 128, 16 KB 5.7-6.2,
+# 64 KB 5.6, none 11.3).
+CPU_MATMUL_PANEL_BYTES = 8 * 1024
+
+
+def cpu_matmul_depth_block(nr: int, elem_bytes: int = 4) -> int:
+    """The depth block of the CPU matmul microkernel for `nr` columns: the packed B block
+    fills `CPU_MATMUL_PANEL_BYTES`, in whole 64-deep steps."""
+    return max(64, CPU_MATMUL_PANEL_BYTES // (nr * elem_bytes) // 64 * 64)
+
+
 def cpu_matmul_columns(f32_lanes: int) -> int:
     """The microkernel's columns for a CPU with `f32_lanes`-wide vectors: two vectors."""
     return 2 * f32_lanes
@@ -813,6 +840,82 @@ def matmul_row_tile(extent: int, size: int, row_block: int = CPU_MATMUL_ROW_BLOC
     blocked = [r for r in divisors if r % row_block == 0 and r < 2 * least]
     rows = (blocked or divisors)[0]
     return 0 if rows >= extent else rows
+
+
+# Column tiles of a CPU matmul are whole multiples of the widest microkernel block (two
+# AVX-512 vectors), and divide N where they can: a tile narrower than one block is all
+# remainder, which the microkernel leaves to scalar loops (GPT-2's MLP in 29 tiles of 27
+# columns: 10 GFLOP/s).
+CPU_MATMUL_COLUMN_QUANTUM = 32
+# The narrowest column tile of a width that does not divide N: eight quanta, so that the
+# dynamic remainder is a small part of the last tile only.
+CPU_MATMUL_MIN_RAGGED_COLUMNS = 8 * CPU_MATMUL_COLUMN_QUANTUM
+
+
+def _column_width(cols: int, tiles: int) -> int:
+    """The widest column tile giving at least `tiles` tiles: whole quanta dividing N, else
+    a ragged width of whole quanta (0: none)."""
+    q = CPU_MATMUL_COLUMN_QUANTUM
+    if tiles <= 1:
+        return cols
+    widths = [w for w in range(q, cols, q) if cols % w == 0 and cols // w >= tiles]
+    if widths:
+        return widths[-1]
+    if cols // tiles >= CPU_MATMUL_MIN_RAGGED_COLUMNS:
+        # No such divisor (a vocabulary of 50257): tiles of a dynamic width, whose whole
+        # column blocks the microkernel still runs vectorized (its n loop is peeled), and
+        # only the last tile's last block at its own size. Measured: a Linear 768 -> 50257
+        # at seq 128, 2 threads: 162 ms in 4 row tiles, 84 ms in 9 column tiles of 5568.
+        return (cols // tiles) // q * q
+    return 0
+
+
+@dataclass(frozen=True)
+class MatmulTiling:
+    """A CPU matmul kernel's tiles: rows and columns per tile (0: whole)."""
+
+    rows: int
+    cols: int
+
+
+def cpu_matmul_tiling(rows: int, cols: int, depth: int, elem_bytes: int, row_tile: int,
+                      threads: int, prologue_row_bytes: int = 0, prologue_row_flops: int = 0,
+                      tiles_per_thread: int = 4, device: Device = CPU_HOST) -> MatmulTiling:
+    """Rows and columns per tile of a CPU matmul kernel C[rows, cols] = A[rows, depth]
+    B[depth, cols] (with an elementwise prologue on A of `prologue_row_bytes` and
+    `prologue_row_flops` per row) that the row policy gave tiles of `row_tile` rows.
+
+    Each row tile packs and reads all of B; each column tile reads its rows of A and
+    recomputes their prologue. With few rows and a B larger than a core's L2 (a Linear at
+    batch 1, seq 128: B is 7-9 MB, A 0.4 MB), row tiles stream B from memory once per
+    tile; column tiles (or both) read it fewer times. The choice: the fewest bytes read
+    among tilings of at least `threads * tiles_per_thread` tiles whose prologue stays on
+    chip and is recomputed for at most 1/16 of the matmul's work. Measured (2 threads,
+    seq 128): a Linear 768 -> 3072 8.3 -> 5.5 ms; GPT-2-small 500 -> 402 ms."""
+    b_bytes = depth * cols * elem_bytes
+    a_bytes = rows * depth * elem_bytes
+    row_tiles_now = math.ceil(rows / row_tile) if row_tile else 1
+    keep = MatmulTiling(row_tile, 0)
+    if b_bytes <= device.l2_bytes:
+        return keep
+    want = threads * tiles_per_thread
+    flops = 2 * rows * cols * depth
+    options = {rows} | {r for r in range(CPU_MATMUL_MIN_ROWS, rows) if rows % r == 0}
+    best, best_bytes = keep, row_tiles_now * b_bytes + a_bytes
+    for r in sorted(options, reverse=True):
+        row_tiles = rows // r
+        if prologue_row_bytes * r > device.on_chip_bytes:
+            continue
+        width = _column_width(cols, math.ceil(want / row_tiles))
+        if not width or width >= cols:
+            continue
+        col_tiles = math.ceil(cols / width)
+        if prologue_row_flops * rows * col_tiles * 16 > flops:
+            continue
+        moved = row_tiles * b_bytes + col_tiles * a_bytes
+        if moved < best_bytes:
+            best, best_bytes = MatmulTiling(0 if r == rows else r, width), moved
+    return best
 
 
 # The CPU attention kernel's tiles (passes/tiling/cpu_attention.py): at most 64 query rows

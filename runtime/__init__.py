@@ -168,6 +168,31 @@ class Module:
             outputs = _numbers_for_scalars(outputs, self.signature.outputs)
         return self._pack(outputs)
 
+    def profile(self, reset: bool = True) -> list[dict[str, Any]]:
+        """CPU: where the time of the runs since the last reset went, launch by launch.
+
+        One dict per launch in plan order: its metadata (`symbol`, `kind`, `ops`, `grid`,
+        `info`) and `ms`, the mean wall time per run in milliseconds (from posting the
+        launch to its last tile's end, so a launch that cannot use every thread shows it),
+        and `share`, its fraction of the launches' total. `reset` starts a new count.
+        Every run is timed (two clock reads per launch); `fusec --profile` prints this."""
+        fn = self._lib.profile
+        if fn is None:
+            raise RuntimeError(f"{self.path.name}: this artifact has no profiler "
+                               f"(target {self.target}, or built before it)")
+        kernels = self.kernels
+        ns = (ctypes.c_int64 * max(1, len(kernels)))()
+        runs = ctypes.c_int64(0)
+        used = fn(ns, len(kernels), ctypes.byref(runs), int(reset))
+        if runs.value == 0:
+            return []
+        if used != len(kernels):
+            raise RuntimeError(f"{self.path.name}: the profile has {used} launches, "
+                               f"the metadata {len(kernels)}")
+        total = sum(ns[:used]) or 1
+        return [dict(k, ms=ns[i] / runs.value / 1e6, share=ns[i] / total)
+                for i, k in enumerate(kernels)]
+
     def _raise_failed_index_check(self, stream: Any = None) -> None:
         """For a "cuda" artifact that checks indices read from data (embeddings, gathers):
         wait for `stream` and raise IndexError if a kernel found an index out of range (the

@@ -88,6 +88,12 @@ class _Library:
         if self.index_status is not None:
             self.index_status.restype = ctypes.c_int
             self.index_status.argtypes = [ctypes.c_void_p]
+        # CPU artifacts since the profiler (optional): per-launch nanoseconds over runs.
+        self.profile = getattr(self.cdll, "fusec_profile", None)
+        if self.profile is not None:
+            self.profile.restype = ctypes.c_int64
+            self.profile.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64,
+                                     ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
 
     def _function(self, path: Path, name: str, restype: Any, argtypes: list) -> Any:
         try:

@@ -54,6 +54,13 @@
  *       CPU: the number of threads that run tiles (the caller included), or -1 (with
  *       fusec_last_error set) when FUSEC_NUM_THREADS is invalid.
  *
+ *   int64_t fusec_profile(int64_t *ns, int64_t capacity, int64_t *runs, int reset);
+ *       CPU only: per-launch wall time. Every run adds each launch's nanoseconds (from the
+ *       post to the last tile's end) to a slot per launch, in plan order; this copies up to
+ *       `capacity` slots into `ns` (if not NULL), the number of runs they sum into `*runs`
+ *       (if not NULL), returns the number of launches recorded, and with `reset` clears
+ *       both. Two clock reads per launch: always on.
+ *
  *   int fusec_run_graph(void **inputs, void **outputs, void *stream);
  *       CUDA only (runtime/shim_cuda.c): fusec_run_stream through a CUDA graph of the whole
  *       launch sequence, captured on the first call and replayed while the pointers are the
@@ -86,6 +93,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FUSEC_ABI_VERSION 1
@@ -279,7 +287,7 @@ static int pool_start(void) {
 }
 
 /* Runs tiles [0, grid) of `fn` over the pool; returns when all are done. */
-FUSEC_HIDDEN void fusec_parallel_for(fusec_kernel_fn fn, void **buffers, int64_t grid) {
+static void parallel_for(fusec_kernel_fn fn, void **buffers, int64_t grid) {
   if (grid <= 0) return;
   if (pool.num_workers == 0 || grid == 1) {
     fn(buffers, 0, grid);
@@ -304,6 +312,37 @@ FUSEC_HIDDEN void fusec_parallel_for(fusec_kernel_fn fn, void **buffers, int64_t
   pthread_mutex_lock(&pool.mu);
   while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
   pthread_mutex_unlock(&pool.mu);
+}
+
+/* Per-launch nanoseconds summed over runs (fusec_profile); guarded by run_mu, as the runs are. */
+static int64_t *profile_ns;
+static int64_t profile_slots; /* allocated */
+static int64_t profile_used;  /* launches recorded */
+static int64_t profile_runs;
+static int64_t profile_next;  /* the next launch's slot in this run */
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+FUSEC_HIDDEN void fusec_parallel_for(fusec_kernel_fn fn, void **buffers, int64_t grid) {
+  int64_t start = now_ns();
+  parallel_for(fn, buffers, grid);
+  int64_t elapsed = now_ns() - start;
+  int64_t slot = profile_next++;
+  if (slot >= profile_slots) {
+    int64_t grown = profile_slots ? profile_slots * 2 : 64;
+    while (grown <= slot) grown *= 2;
+    int64_t *p = realloc(profile_ns, (size_t)grown * sizeof *p);
+    if (p == NULL) return; /* the profile is best effort: the run goes on */
+    memset(p + profile_slots, 0, (size_t)(grown - profile_slots) * sizeof *p);
+    profile_ns = p;
+    profile_slots = grown;
+  }
+  profile_ns[slot] += elapsed;
+  if (slot >= profile_used) profile_used = slot + 1;
 }
 
 /* Joins the workers before the code they run is unmapped (dlclose, process exit). */
@@ -378,7 +417,9 @@ FUSEC_API int fusec_run_stream(void **inputs, void **outputs, void *stream) {
     arena = p;
   }
   atomic_store(&failed_check, -1);
+  profile_next = 0;
   int status = fusec_plan_execute(inputs, outputs, arena, stream);
+  profile_runs++;
   int failed = report_failed_check();
   pthread_mutex_unlock(&run_mu);
   return status != 0 ? status : failed;
@@ -386,4 +427,20 @@ FUSEC_API int fusec_run_stream(void **inputs, void **outputs, void *stream) {
 
 FUSEC_API int fusec_run(void **inputs, void **outputs) {
   return fusec_run_stream(inputs, outputs, NULL);
+}
+
+FUSEC_API int64_t fusec_profile(int64_t *ns, int64_t capacity, int64_t *runs, int reset) {
+  error_message[0] = '\0';
+  pthread_mutex_lock(&run_mu);
+  int64_t used = profile_used;
+  if (ns != NULL)
+    for (int64_t i = 0; i < capacity && i < used; ++i) ns[i] = profile_ns[i];
+  if (runs != NULL) *runs = profile_runs;
+  if (reset) {
+    if (profile_ns != NULL) memset(profile_ns, 0, (size_t)profile_slots * sizeof *profile_ns);
+    profile_used = 0;
+    profile_runs = 0;
+  }
+  pthread_mutex_unlock(&run_mu);
+  return used;
 }

@@ -70,6 +70,10 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
                         help="with --verify: keep the check (both programs, the inputs' seed) "
                              "in DIR; `fusec-verify DIR` runs it again, or runs it where the "
                              "GPU is when this machine has none")
+    parser.add_argument("--profile", metavar="RUNS", type=int, default=0,
+                        help="run the CPU result RUNS times on random inputs (a model.py's "
+                             "integer inputs as given) and print each kernel's mean time, "
+                             "slowest first")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     _add_target_flags(parser)
     parser.error = _usage_error  # type: ignore[method-assign]
@@ -209,6 +213,8 @@ def run(argv: list[str]) -> int:
     print(f"fusec: wrote {output} ({options.resolved_target()}, {kernels} kernel"
           f"{'s' if kernels != 1 else ''}, compiled in {elapsed:.2f} s)", file=sys.stderr)
     status = _check(output, model, inputs, args.input) if args.check else 0
+    if args.profile:
+        _profile(output, inputs, args.profile)
     if args.verify:
         _verify(text, args.input, options, inputs, args.verify_dir)
     return status
@@ -237,6 +243,13 @@ def _check_args(args: argparse.Namespace, options) -> None:
         raise FusecError("--check runs the compiled model, and there is no GPU here "
                          "(libcuda.so.1 and /dev/nvidia0 not found): build without --check "
                          "and run the .so where a GPU is, with fusec.runtime.load(PATH)")
+    if args.profile < 0:
+        raise FusecError(f"--profile {args.profile}: the number of runs must be positive")
+    if args.profile and options.resolved_target() != "cpu":
+        raise FusecError("--profile times the CPU target's launches; for cuda use Nsight "
+                         "Systems (nsys) on the GPU machine")
+    if args.profile and args.output == "-":
+        raise FusecError("--profile runs the artifact: give -o a file, not '-'")
     if args.graph:
         driver.check_output_path(args.graph)
     if args.output and args.output != "-":
@@ -394,6 +407,43 @@ def _check(output: str, model, inputs, path: str) -> int:
     print(f"{'OK' if ok else 'MISMATCH'}: {kernels} kernel{'s' if kernels != 1 else ''}, "
           f"worst relative error {worst:.2e}")
     return 0 if ok else 1
+
+
+def _profile(output: str, inputs, runs: int) -> None:
+    """Run the artifact `runs` times (after one warm-up) and print where the time went."""
+    import fusec.runtime as runtime
+    import numpy as np
+
+    compiled = runtime.load(output)
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    given = [t.numpy() for t in inputs] if inputs is not None else None
+    arrays = []
+    for i, spec in enumerate(compiled.signature.inputs):
+        if spec.dtype in ("float32", "float64", "float16", "bfloat16"):
+            arrays.append(rng.standard_normal(spec.shape).astype(spec.numpy_dtype))
+        elif given is not None and i < len(given):
+            arrays.append(given[i])  # indices, masks: random ones could be out of range
+        else:
+            arrays.append(np.zeros(spec.shape, spec.numpy_dtype))
+    compiled(*arrays)
+    compiled.profile(reset=True)
+    started = time.perf_counter()
+    for _ in range(runs):
+        compiled(*arrays)
+    wall = (time.perf_counter() - started) / runs * 1e3
+    rows = compiled.profile()
+    total = sum(r["ms"] for r in rows)
+    print(f"fusec: profile of {runs} run{'s' if runs != 1 else ''} on "
+          f"{compiled.num_threads} thread{'s' if compiled.num_threads != 1 else ''}: "
+          f"{wall:.3f} ms per run, {total:.3f} ms in {len(rows)} launches")
+    print(f"{'#':>4} {'ms':>9} {'share':>6} {'grid':>6}  kind          ops")
+    order = sorted(range(len(rows)), key=lambda i: -rows[i]["ms"])
+    for i in order:
+        r = rows[i]
+        ops = ",".join(r.get("ops", []))
+        ops = ops if len(ops) <= 60 else ops[:57] + "..."
+        print(f"{i:>4} {r['ms']:>9.3f} {100 * r['share']:>5.1f}% {r['grid']:>6}  "
+              f"{r['kind']:<13} {ops}")
 
 
 def _as_list(value) -> list:

@@ -32,7 +32,14 @@ Ops that are not such contractions (elementwise, reductions, convolutions, f64, 
 down a column as in Q @ K^T) are left alone, as is any op whose n extent is below one
 vector (8 floats).
 
-Options: `mr` (rows per microkernel, default 6), `nr` (columns, a multiple of 8; the
+Depth blocks: a deep K (GPT-2's 3072 -> 768 projection) is first tiled by `kc`, so that the
+packed B block (kc x nr floats) stays in L1 while every row block of A streams past it;
+each depth block adds to C what the ones before it left there (the op accumulates into its
+buffer). Without it the 3072 x 16 block lives in L2 and is read from there once per row
+block.
+
+Options: `mr` (rows per microkernel, default 6), `kc` (depth block: -1 the cost model's
+`cpu_matmul_depth_block`, 0 none), `nr` (columns, a multiple of 8; the
 pipeline gives two vectors: 16 for AVX2, 32 for AVX-512). A block narrower than nr gets
 nr reduced in steps of 8.
 
@@ -200,10 +207,19 @@ def _tile_steps(i: int, n_loops: int, steps: list[tuple[str, dict[int, int]]],
     return "\n    ".join(lines)
 
 
-def _outer_script(i: int, c: Contraction, nr: int) -> str:
-    """Phase 1 for op `i`: batch dims tiled by 1, n by `nr` (peeled when partial)."""
-    steps = [(f"b{j}", {d: 1}) for j, d in enumerate(c.batch)] + [("n", {c.n: nr})]
-    peels = ["n"] if _needs_peel(c.extents[c.n], nr) else []
+def _outer_script(i: int, c: Contraction, nr: int, kc: int) -> str:
+    """Phase 1 for op `i`: batch dims tiled by 1, k by `kc` when deeper (0: not), n by
+    `nr` (each peeled when partial)."""
+    steps = [(f"b{j}", {d: 1}) for j, d in enumerate(c.batch)]
+    peels = []
+    k = c.ks[0]
+    if kc and (c.extents[k] < 0 or c.extents[k] > kc):
+        steps.append(("kc", {k: kc}))
+        if _needs_peel(c.extents[k], kc):
+            peels.append("kc")
+    steps.append(("n", {c.n: nr}))
+    if _needs_peel(c.extents[c.n], nr):
+        peels.append("n")
     return _tile_steps(i, len(c.extents), steps, peels)
 
 
@@ -383,6 +399,7 @@ class CpuMatmulPass(Pass):
     ARGUMENT = "fusion-cpu-matmul"
     mr: int = cost_model.CPU_MATMUL_ROWS
     nr: int = 16
+    kc: int = -1  # depth block; -1: the cost model's, 0: none
 
     def run(self, module: ir.Operation) -> None:
         if self.nr % MIN_VECTOR or self.mr < 1:
@@ -396,7 +413,8 @@ class CpuMatmulPass(Pass):
             nr = self.nr
             while c.extents[c.n] >= 0 and nr > MIN_VECTOR and c.extents[c.n] < nr:
                 nr -= MIN_VECTOR
-            scripts.append(_outer_script(i, c, nr))
+            kc = self.kc if self.kc >= 0 else cost_model.cpu_matmul_depth_block(nr)
+            scripts.append(_outer_script(i, c, nr, kc))
         if not scripts:
             return
         # Canonicalized, a peeled loop's full tiles have static sizes (the affine.min folds).

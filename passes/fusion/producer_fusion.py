@@ -50,6 +50,7 @@ from fusec.passes.fusion.analysis import (
     FILL,
     REDUCTION,
     RESHAPE,
+    SLICE,
     WINDOW,
     WINDOWED,
     BlockGraph,
@@ -101,12 +102,17 @@ class Candidate:
     refused_codes: list[str] = field(default_factory=list)
     # Contractions and the members upstream of them (their prologue).
     prologue: set[int] = field(default_factory=set)
+    # Root dims along which a member's loop is covered only in part by the root's
+    # iteration: a narrowing slice lies between them (the root reads V's third of a QKV).
+    narrowed: dict[int, set[int]] = field(default_factory=dict)
 
-    def add(self, key: int, mapping: dict[int, int], lost: set[int], duplicate: bool) -> None:
+    def add(self, key: int, mapping: dict[int, int], lost: set[int], duplicate: bool,
+            narrowed: set[int] | None = None) -> None:
         self.members.append(key)
         self.member_set.add(key)
         self.dim_map[key] = mapping
         self.lost[key] = lost
+        self.narrowed[key] = narrowed or set()
         if duplicate:
             self.duplicated.append(key)
 
@@ -126,6 +132,7 @@ class Absorption:
     partial: set[int]
     in_prologue: bool
     root_position: int
+    narrowed: set[int] = field(default_factory=set)
     duplicate: bool = False
     tiles: set[int] = field(default_factory=set)
     held: list[tuple[int, int]] = field(default_factory=list)
@@ -202,6 +209,23 @@ def _map_producer(cand: Candidate, graph: BlockGraph, p: OpFacts,
     return mapped, lost, partial
 
 
+def _narrowed(cand: Candidate, graph: BlockGraph,
+              uses: list[tuple[int, int, int]]) -> set[int]:
+    """Root dims along which the root's iteration covers only part of the producer's
+    result: those of its users, and those a user that is a narrowing slice cuts."""
+    narrowed: set[int] = set()
+    for ukey, operand_index, _ in uses:
+        user = graph.facts[ukey]
+        narrowed |= cand.narrowed.get(ukey, set())
+        if user.category != SLICE or operand_index != 0:
+            continue
+        source = tensor_shape(user.op.operands[0].type) or []
+        result = tensor_shape(user.op.results[0].type) or []
+        cut = {d for d, (a, b) in enumerate(zip(source, result)) if a != b}
+        narrowed |= {r for r, d in cand.dim_map[ukey].items() if d in cut}
+    return narrowed
+
+
 def _downstream(cand: Candidate, graph: BlockGraph, key: int) -> set[int]:
     """Members that (transitively) use `key`."""
     seen: set[int] = set()
@@ -269,8 +293,10 @@ class Planner:
         refusal = self._check_kind(cand, p, in_prologue and strict_prologue)
         if refusal is None:
             mapping, lost, partial = _map_producer(cand, self.graph, p, uses)
-            step = Absorption(p, uses, mapping, lost, partial, in_prologue, root_position)
-            for check in (self._check_gemm_prologue, self._check_outside_users,
+            step = Absorption(p, uses, mapping, lost, partial, in_prologue, root_position,
+                              _narrowed(cand, self.graph, uses))
+            for check in (self._check_gemm_prologue, self._check_matmul_operand,
+                          self._check_outside_users,
                           self._check_tiles,
                           self._check_contractions, self._check_huge_axis,
                           self._check_capacity, self._check_recompute):
@@ -280,7 +306,7 @@ class Planner:
         if refusal is not None:
             self.refuse(cand, p, *refusal)
             return False
-        cand.add(p.key, step.mapping, step.lost, step.duplicate)
+        cand.add(p.key, step.mapping, step.lost, step.duplicate, step.narrowed)
         cand.tile_dims = step.tiles
         cand.held = step.held
         if in_prologue:
@@ -334,6 +360,23 @@ class Planner:
                 f"{self.device.name}, which reads its operands from memory: this {p.category} "
                 f"before it would be a kernel of its own{after}")
 
+    def _check_matmul_operand(self, cand: Candidate, step: Absorption) -> Refusal:
+        """A transpose whose result a reshape of the prologue merges is no strided view of
+        memory: where the matmul runs on a microkernel that reads views, it stays out."""
+        p = step.p
+        if not step.in_prologue or p.category != "transpose":
+            return None
+        merging = [self.graph.facts[u] for u, _, _ in step.uses
+                   if self.graph.facts[u].category == RESHAPE
+                   and not _reshape_keeps_view(self.graph.facts[u].op, p.op)]
+        if not merging or not cost_model.transposed_operand_is_kernel(False, self.device):
+            return None
+        r = merging[0]
+        return ("matmul-operand", f"{r.name}@{r.location} merges dims this transpose "
+                f"separates: no strided view of memory, so the contraction after it would "
+                f"lose {self.device.name}'s matmul microkernel; it is copied once instead "
+                f"({p.bytes_written} bytes)")
+
     def _check_outside_users(self, cand: Candidate, step: Absorption) -> Refusal:
         """Users outside the group: write the value out, recompute it, or refuse."""
         p = step.p
@@ -342,8 +385,13 @@ class Planner:
             return None
         positions = self.graph.positions
         earlier = [u for u in outside if positions.get(u, 1 << 60) < step.root_position]
+        # Written out whole, it must be computed whole by the tiles: a tile dim that reaches
+        # it through a narrowing slice would leave the rest of it to be computed beside the
+        # tile loop, by one thread (a CPU kernel with code outside its loop has one tile).
+        # A unit dim of the root has one tile: nothing to follow.
         follows_tiles = all(r in step.mapping and r not in step.partial
-                            for r in cand.tile_dims - step.lost)
+                            and r not in step.narrowed
+                            for r in cand.tile_dims - step.lost if cand.root_extents[r] > 1)
         if not earlier and follows_tiles:
             return None  # exported: the group writes it once for its later users
         if cost_model.should_duplicate(p.bytes_read, p.bytes_written, p.is_cheap):
@@ -536,10 +584,47 @@ class Planner:
             for k in cand.members:
                 if k in cand.duplicated:
                     self.remaining_users[k] -= cand.member_set
+                    # The group's copy reads k's producers from outside the group: they
+                    # keep a user there (the group, known by its root), later in the block.
+                    for pk in self.graph.facts[k].producers:
+                        if pk not in cand.member_set:
+                            self.remaining_users[pk].add(cand.root)
                 else:
                     self.assigned.add(k)
             groups.append(cand)
         return groups
+
+
+def _permutation(op: ir.Operation) -> list[int] | None:
+    """Result dim i of a transpose is source dim perm[i] (None: not a known transpose)."""
+    if op.name == "linalg.transpose":
+        return list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    if op.name == "linalg.generic" and len(op.operands) == 2:
+        maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+        ins, out = maps
+        if not (ins.is_permutation and out.is_permutation):
+            return None
+        loop_of_in = [ir.AffineDimExpr(e).position for e in ins.results]
+        loop_of_out = [ir.AffineDimExpr(e).position for e in out.results]
+        return [loop_of_in.index(loop) for loop in loop_of_out]
+    return None
+
+
+def _reshape_keeps_view(reshape: ir.Operation, transpose: ir.Operation) -> bool:
+    """Whether `reshape` of `transpose`'s result is still a strided view of the transpose's
+    source: every merged group of non-unit dims is consecutive, in order, in the source."""
+    if reshape.name == "tensor.expand_shape":
+        return True  # splitting a dim of a strided view is a view
+    perm = _permutation(transpose)
+    shape = tensor_shape(transpose.results[0].type)
+    if perm is None or shape is None or "reassociation" not in reshape.attributes:
+        return False
+    for group in ir.ArrayAttr(reshape.attributes["reassociation"]):
+        dims = [ir.IntegerAttr(d).value for d in ir.ArrayAttr(group)]
+        source = [perm[d] for d in dims if shape[d] != 1]
+        if any(b != a + 1 for a, b in zip(source, source[1:])):
+            return False
+    return True
 
 
 def gemm_absorbs(p: OpFacts) -> bool:

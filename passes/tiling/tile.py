@@ -370,6 +370,86 @@ def stale_dims_shifted(dims: int | list[int], rank: int) -> int | list[int]:
     return [d - shift for d in dims if d >= shift]
 
 
+def _col_dim(root: ir.Operation) -> int | None:
+    """The root's loop that indexes its result's columns (the last dim)."""
+    if "indexing_maps" not in root.attributes:
+        return None
+    out_map = ir.AffineMapAttr(list(root.attributes["indexing_maps"])[-len(root.results)]).value
+    results = list(out_map.results)
+    if not results or not isinstance(results[-1], ir.AffineDimExpr):
+        return None
+    return ir.AffineDimExpr(results[-1]).position
+
+
+# Ops that may sit in front of a matmul whose columns are tiled: nothing of theirs is
+# recomputed by each column tile but their views.
+_FREE_PROLOGUE = frozenset({"linalg.fill", "tensor.empty", "tensor.expand_shape",
+                            "tensor.collapse_shape", "arith.constant"})
+
+
+def _is_fill(op: ir.Operation) -> bool:
+    """A fill, named or generalized (a generic that yields its only, scalar, input)."""
+    if op.name == "linalg.fill":
+        return True
+    if op.name != "linalg.generic" or len(op.operands) != 2:
+        return False
+    if isinstance(op.operands[0].type, ir.ShapedType):
+        return False
+    block = op.regions[0].blocks[0]
+    last = list(block.operations)[-1]
+    return len(last.operands) == 1 and last.operands[0] == block.arguments[0]
+
+
+def _is_elementwise(op: ir.Operation) -> bool:
+    return op.name == "linalg.generic" and all(
+        "parallel" in str(a) for a in op.attributes["iterator_types"])
+
+
+def _payload_flops(op: ir.Operation) -> int:
+    """Points of an elementwise op times the ops of its payload."""
+    points = math.prod(ir.ShapedType(op.results[0].type).shape)
+    return points * max(1, len(list(op.regions[0].blocks[0].operations)) - 1)
+
+
+def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
+                  iterators: list[str], sizes: list[int], m: int, dims: int | list[int], threads: int,
+                  tiles_per_thread: int) -> list[int]:
+    """The CPU matmul kernel's tiles along its columns (and rows) instead of its rows alone
+    where the cost model says so (`cpu_matmul_tiling`): the columns must be a tile dim of
+    the plan, and only elementwise ops and views may come before the matmul (a column tile
+    recomputes its rows of them; the cost model weighs that)."""
+    n = _col_dim(root)
+    allowed = set(range(dims)) if isinstance(dims, int) else set(dims)
+    if n is None or n == m or n not in allowed or iterators[n] != "parallel":
+        return sizes
+    body = list(group.regions[0].blocks[0].operations)
+    contraction = next((op.operation for i, op in enumerate(body) if _is_tileable(op)
+                        and describe(op.operation, i).category == CONTRACTION), None)
+    if contraction is None:
+        return sizes
+    before = [op.operation for op in body[:[op.operation for op in body].index(contraction)]]
+    before = [op for op in before if op.name not in _FREE_PROLOGUE and not _is_fill(op)]
+    if any(not _is_elementwise(op) for op in before):
+        return sizes
+    space = _iteration_space(contraction)
+    if space is None:
+        return sizes
+    depth = math.prod(r for r, kind in zip(*space) if kind == "reduction")
+    # Each column tile computes its rows of the prologue whole and keeps them.
+    prologue_flops = sum(_payload_flops(op) for op in before)
+    prologue_bytes = sum(_element_bytes(op) * math.prod(ir.ShapedType(op.results[0].type).shape)
+                         for op in before)
+    tiling = cost_model.cpu_matmul_tiling(
+        ranges[m], ranges[n], depth, _element_bytes(contraction), sizes[m], threads,
+        prologue_row_bytes=prologue_bytes // ranges[m],
+        prologue_row_flops=prologue_flops // ranges[m], tiles_per_thread=tiles_per_thread)
+    if not tiling.cols:
+        return sizes
+    sizes = list(sizes)
+    sizes[m], sizes[n] = tiling.rows, tiling.cols
+    return sizes
+
+
 def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
                    iterators: list[str], threads: int, tiles_per_thread: int,
                    min_tile_bytes: int, max_tile_bytes: int,
@@ -393,6 +473,8 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
         if m is not None:
             sizes[m] = matmul_row_tile(ranges[m], sizes[m],
                                        matmul_rows or cost_model.CPU_MATMUL_ROW_BLOCK)
+            sizes = _column_tiles(group, root, ranges, iterators, sizes, m, dims, threads,
+                                  tiles_per_thread)
     if MAX_TILE_ROWS_ATTR in group.attributes:
         sizes = limit_tile_rows(sizes, ir.IntegerAttr(group.attributes[MAX_TILE_ROWS_ATTR]).value)
     return sizes

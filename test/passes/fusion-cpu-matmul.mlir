@@ -99,3 +99,26 @@ func.func @not_contractions(%a: memref<16x16xf32>, %b: memref<16x16xf32>, %c: me
   }
   return
 }
+
+// -----
+
+// A deep K (512 > the depth block of 128 for nr = 16: an 8 KB packed block, kept in L1):
+// K is tiled first, then the columns; each depth block packs its 128 x 16 part of B and
+// adds into C what the blocks before it left there. A K within one block (the matmul
+// above, K = 32) gets no depth loop.
+// CHECK-LABEL: func.func @deep_k
+// CHECK: %[[PACK:.+]] = memref.alloca() : memref<8192xi8>
+// CHECK: scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c128
+// CHECK:   scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c16
+// CHECK:     linalg.copy
+// CHECK:     scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c6
+// CHECK:       vector.fma
+func.func @deep_k(%a: memref<12x512xf32>, %b: memref<512x32xf32>, %c: memref<12x32xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(i, k, j) -> (i, k)>, affine_map<(i, k, j) -> (k, j)>, affine_map<(i, k, j) -> (i, j)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%a, %b : memref<12x512xf32>, memref<512x32xf32>) outs(%c : memref<12x32xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m fastmath<reassoc> : f32
+    linalg.yield %s : f32
+  }
+  return
+}

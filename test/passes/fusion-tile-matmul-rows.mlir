@@ -35,3 +35,99 @@ func.func @not_a_matmul(%a: tensor<240x64xf32>) -> tensor<240x64xf32> {
   }
   return %r : tensor<240x64xf32>
 }
+
+// -----
+
+// Few rows and a B far larger than a core's L2 (a Linear at batch 1, seq 128: B is 9.4 MB):
+// row tiles would each stream all of B from memory, so the columns are tiled instead, in
+// 8 tiles of 384 (whole 32-column quanta dividing N). Each tile reads A (0.4 MB) and its
+// columns of B once.
+// ROWS6-LABEL: func.func @linear_columns
+// ROWS6: fusion.grid = 8
+// ROWS6-SAME: fusion.tile_sizes = array<i64: 0, 384, 0>
+func.func @linear_columns(%a: tensor<128x768xf32>, %b: tensor<768x3072xf32>) -> tensor<128x3072xf32> {
+  %r = fusion.group single (%x = %a : tensor<128x768xf32>, %y = %b : tensor<768x3072xf32>) -> tensor<128x3072xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<128x3072xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<128x3072xf32>) -> tensor<128x3072xf32>
+    %m = linalg.matmul ins(%x, %y : tensor<128x768xf32>, tensor<768x3072xf32>) outs(%f : tensor<128x3072xf32>) -> tensor<128x3072xf32>
+    fusion.yield %m : tensor<128x3072xf32>
+  }
+  return %r : tensor<128x3072xf32>
+}
+
+// -----
+
+// A vocabulary projection (N = 50257, no 32-multiple divides it): column tiles of a ragged
+// width (6272: the last tile is narrower), still far fewer reads of B than row tiles.
+// ROWS6-LABEL: func.func @lm_head_ragged_columns
+// ROWS6: fusion.tile_sizes = array<i64: 0, 6272, 0>
+func.func @lm_head_ragged_columns(%a: tensor<128x768xf32>, %b: tensor<768x50257xf32>) -> tensor<128x50257xf32> {
+  %r = fusion.group single (%x = %a : tensor<128x768xf32>, %y = %b : tensor<768x50257xf32>) -> tensor<128x50257xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<128x50257xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<128x50257xf32>) -> tensor<128x50257xf32>
+    %m = linalg.matmul ins(%x, %y : tensor<128x768xf32>, tensor<768x50257xf32>) outs(%f : tensor<128x50257xf32>) -> tensor<128x50257xf32>
+    fusion.yield %m : tensor<128x50257xf32>
+  }
+  return %r : tensor<128x50257xf32>
+}
+
+// -----
+
+// An elementwise prologue on A (GPT-2's GELU before its 3072 -> 768 projection): a column
+// tile recomputes its rows of the GELU and keeps them, and all 128 rows of it (1.5 MB) do
+// not fit a core's L2: rows and columns are both tiled (64 rows x 192 columns, 8 tiles),
+// B read twice instead of four times.
+// ROWS6-LABEL: func.func @prologue_rows_and_columns
+// ROWS6: fusion.tile_sizes = array<i64: 64, 192, 0>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @prologue_rows_and_columns(%a: tensor<128x3072xf32>, %b: tensor<3072x768xf32>) -> tensor<128x768xf32> {
+  %r = fusion.group epilogue (%x = %a : tensor<128x3072xf32>, %y = %b : tensor<3072x768xf32>) -> tensor<128x768xf32> {
+    %zero = arith.constant 0.0 : f32
+    %ea = tensor.empty() : tensor<128x3072xf32>
+    %g = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<128x3072xf32>) outs(%ea : tensor<128x3072xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %t = math.tanh %in : f32
+      %p = arith.mulf %in, %t : f32
+      linalg.yield %p : f32
+    } -> tensor<128x3072xf32>
+    %e = tensor.empty() : tensor<128x768xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<128x768xf32>) -> tensor<128x768xf32>
+    %m = linalg.matmul ins(%g, %y : tensor<128x3072xf32>, tensor<3072x768xf32>) outs(%f : tensor<128x768xf32>) -> tensor<128x768xf32>
+    fusion.yield %m : tensor<128x768xf32>
+  }
+  return %r : tensor<128x768xf32>
+}
+
+// -----
+
+// Not with a reduction in front of the matmul (a column tile would recompute it whole):
+// the rows stay the tiles, though B is large.
+// ROWS6-LABEL: func.func @reduction_prologue_keeps_rows
+// ROWS6: fusion.tile_sizes = array<i64: 32, 0, 0>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#rows = affine_map<(d0, d1) -> (d0)>
+func.func @reduction_prologue_keeps_rows(%a: tensor<128x768xf32>, %b: tensor<768x3072xf32>) -> tensor<128x3072xf32> {
+  %r = fusion.group epilogue (%x = %a : tensor<128x768xf32>, %y = %b : tensor<768x3072xf32>) -> tensor<128x3072xf32> {
+    %zero = arith.constant 0.0 : f32
+    %es = tensor.empty() : tensor<128xf32>
+    %fs = linalg.fill ins(%zero : f32) outs(%es : tensor<128xf32>) -> tensor<128xf32>
+    %s = linalg.generic {indexing_maps = [#id, #rows], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<128x768xf32>) outs(%fs : tensor<128xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %p = arith.addf %in, %out : f32
+      linalg.yield %p : f32
+    } -> tensor<128xf32>
+    %ea = tensor.empty() : tensor<128x768xf32>
+    %n = linalg.generic {indexing_maps = [#id, #rows, #id], iterator_types = ["parallel", "parallel"]} ins(%x, %s : tensor<128x768xf32>, tensor<128xf32>) outs(%ea : tensor<128x768xf32>) {
+    ^bb0(%in: f32, %t: f32, %out: f32):
+      %p = arith.mulf %in, %t : f32
+      linalg.yield %p : f32
+    } -> tensor<128x768xf32>
+    %e = tensor.empty() : tensor<128x3072xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<128x3072xf32>) -> tensor<128x3072xf32>
+    %m = linalg.matmul ins(%n, %y : tensor<128x768xf32>, tensor<768x3072xf32>) outs(%f : tensor<128x3072xf32>) -> tensor<128x3072xf32>
+    fusion.yield %m : tensor<128x3072xf32>
+  }
+  return %r : tensor<128x3072xf32>
+}

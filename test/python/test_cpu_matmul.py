@@ -118,3 +118,39 @@ def test_microkernel_shape_follows_the_cpu():
         assert codegen_cpu._matmul_passes(CpuOptions(arch=arch))[0] == expected
     assert codegen_cpu._matmul_passes(CpuOptions(arch="generic")) == []
     assert codegen_cpu._matmul_passes(CpuOptions(arch="x86-64-v3", matmul=False)) == []
+
+
+class GeluLinear(torch.nn.Module):
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(k, n)
+
+    def forward(self, x):
+        return self.linear(torch.nn.functional.gelu(x, approximate="tanh"))
+
+
+def _tile_sizes(tmp_path) -> list[int]:
+    tiled = (tmp_path / "model.tiled.mlir").read_text()
+    found = re.search(r"fusion.tile_sizes = array<i64: ([\d, ]+)>", tiled)
+    assert found, "no tiled kernel"
+    return [int(s) for s in found.group(1).split(",")]
+
+
+@pytest.mark.parametrize("model,shape,expected", [
+    # B 2 MB, over a core's L2: 8 column tiles of 128 (2 threads x 4), all rows each.
+    (LinearGelu(512, 1024), (1, 64, 512), [0, 128]),
+    # N = 2083 has no 32-multiple divisor: ragged tiles of 256 columns, the last narrower.
+    (LinearGelu(256, 2083), (1, 64, 256), [0, 256]),
+    # A GELU before the matmul: each column tile recomputes its rows of it (cheap here).
+    (GeluLinear(640, 1024), (1, 48, 640), [0, 128]),
+])
+def test_column_tiles_with_deep_k(model, shape, expected, tmp_path):
+    """Few rows, a B larger than L2: the kernel tiles its columns (each tile reads its
+    columns of B once) and the microkernel blocks the depth (K > 128 for nr = 16); the
+    numbers agree with float64 whatever the tile widths and remainders."""
+    cpu_ir = compile_and_check(model, [shape], tmp_path, kernels=1,
+                               cpu=CpuOptions(arch="x86-64-v3", threads=2))
+    assert VECTOR_FMA.search(cpu_ir)
+    sizes = _tile_sizes(tmp_path)
+    # Only the columns are tiled (the rows and a unit batch dim are whole: 0).
+    assert sorted(set(sizes)) == sorted({0, expected[1]}), sizes

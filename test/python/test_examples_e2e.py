@@ -18,10 +18,13 @@ import fusec  # noqa: E402
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 
-# example -> kernels fusec launches (Inductor: transformer 10, GPT-2 block 13, ResNet-ish 9).
+# example -> kernels fusec launches on the CPU (Inductor: transformer 10, GPT-2 block 13,
+# ResNet-ish 9). GPT-2's block has 10 since its QKV projection is a kernel of its own (it used
+# to be computed beside V's head-split tile loop, on one thread) and its head merge a copy in
+# front of the output projection (which keeps the matmul microkernel): 0.583 -> 0.507 ms.
 KERNELS = {
     "elementwise": 1, "softmax": 1, "rmsnorm": 1, "layernorm_mlp": 1, "mlp": 2,
-    "attention": 1, "cnn": 2, "transformer": 6, "gpt2_block": 8,
+    "attention": 1, "cnn": 2, "transformer": 6, "gpt2_block": 10,
 }
 
 
