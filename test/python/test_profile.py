@@ -15,11 +15,11 @@ import fusec
 class LayerNormLinear(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.norm = torch.nn.LayerNorm(64)
-        self.linear = torch.nn.Linear(64, 96)
+        self.norm = torch.nn.LayerNorm(256)
+        self.linear = torch.nn.Linear(256, 512)
 
     def forward(self, x):
-        return torch.relu(self.linear(self.norm(x))) * 2.0
+        return torch.nn.functional.gelu(self.linear(self.norm(x)))
 
 
 MODEL_PY = """
@@ -27,24 +27,24 @@ import torch
 class M(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.norm = torch.nn.LayerNorm(64)
-        self.linear = torch.nn.Linear(64, 96)
+        self.norm = torch.nn.LayerNorm(256)
+        self.linear = torch.nn.Linear(256, 512)
     def forward(self, x):
-        return torch.relu(self.linear(self.norm(x))) * 2.0
+        return torch.nn.functional.gelu(self.linear(self.norm(x)))
 def model():
     return M()
 def example_inputs():
-    return (torch.randn(32, 64),)
+    return (torch.randn(64, 256),)
 """
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    return fusec.compile(LayerNormLinear().eval(), torch.randn(32, 64), cache=False)
+    return fusec.compile(LayerNormLinear().eval(), torch.randn(64, 256), cache=False)
 
 
 def test_profile_counts_each_launch(compiled):
-    x = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
     compiled(x)
     compiled.profile(reset=True)
     assert compiled.profile() == []  # no run since the reset
@@ -66,7 +66,7 @@ def test_profile_counts_each_launch(compiled):
 def test_profile_reads_no_more_than_the_metadata(compiled):
     """The shim's slots are per launch in plan order: a count that disagrees with the
     metadata would be a broken artifact, and is an error, not a silent misattribution."""
-    x = np.ones((32, 64), np.float32)
+    x = np.ones((64, 256), np.float32)
     compiled(x)
     rows = compiled.profile()
     assert len(rows) == len(compiled.kernels)
