@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -220,8 +221,10 @@ def _reproducer(module_text: str, stage: str, passes: list[str], options: Compil
     path = os.path.join(directory, f"{options.model_name}.before-{stage}.mlir")
     with open(path, "w") as f:
         f.write(module_text)
-    flags = " ".join(f"'--{p}'" if "{" in p else f"--{p}" for p in passes)
-    return f"fusec-opt {path} {flags}"
+    # Quoted for a POSIX shell: options' braces and nested pipelines' parentheses
+    # (`--func.func(buffer-loop-hoisting)`) are shell syntax.
+    flags = " ".join(shlex.quote(f"--{p}") for p in passes)
+    return f"fusec-opt {shlex.quote(path)} {flags}"
 
 
 def run_stage(module: ir.Module, stage: str, options: CompileOptions,

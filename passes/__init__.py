@@ -54,6 +54,7 @@ from fusec.passes.bufferized import outline_kernels  # noqa: F401,E402
 from fusec.passes.cpu import constant_args  # noqa: F401,E402
 from fusec.passes.cpu import copies_to_linalg  # noqa: F401,E402
 from fusec.passes.cpu import cpu_abi  # noqa: F401,E402
+from fusec.passes.cpu import cpu_conv  # noqa: F401,E402
 from fusec.passes.cpu import cpu_matmul  # noqa: F401,E402
 from fusec.passes.cpu import cpu_plan  # noqa: F401,E402
 from fusec.passes.cpu import cpu_tile_loops  # noqa: F401,E402

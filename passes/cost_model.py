@@ -671,6 +671,73 @@ def cpu_matmul_depth_block(nr: int, elem_bytes: int = 4) -> int:
     return max(64, CPU_MATMUL_PANEL_BYTES // (nr * elem_bytes) // 64 * 64)
 
 
+# The fewest output pixels an im2col chunk of a CPU convolution is given (measured on
+# ResNet's 3x3 layers, one thread: 28-pixel chunks of a 14x14 layer ran 30x slower than
+# the whole image, 224-pixel chunks of a 56x56 layer 1.2x faster).
+CPU_CONV_MIN_CHUNK_PIXELS = 256
+
+
+def cpu_conv_rows(out_h: int, out_w: int, depth: int, elem_bytes: int = 4,
+                  device: Device = CPU_HOST) -> int:
+    """Output rows per im2col chunk of a CPU convolution (`--fusion-cpu-conv`): the most rows
+    whose col buffer (`depth` = C * KH * KW rows of `rows * out_w` pixels) fits in half a
+    core's L2, so that the matmul reads back from cache what the gather just wrote. A
+    divisor of `out_h`: every chunk then has the same static shape (a dynamic last chunk
+    would leave the microkernel's columns to scalar loops). At least one row."""
+    budget = device.l2_bytes // 2
+    row_bytes = max(1, depth * out_w * elem_bytes)
+    divisors = [rows for rows in range(1, out_h + 1) if out_h % rows == 0]
+    best = max([rows for rows in divisors if rows * row_bytes <= budget], default=1)
+    if best * out_w < CPU_CONV_MIN_CHUNK_PIXELS:
+        # Narrow chunks starve the microkernel (few column blocks per packed filter
+        # panel): a larger chunk from L3 is faster than a narrow one from L2.
+        best = min([rows for rows in divisors if rows * out_w >= CPU_CONV_MIN_CHUNK_PIXELS],
+                   default=out_h)
+    return best
+
+
+# The pixels of a CPU convolution's im2col are padded to whole multiples of this many
+# (the matmul microkernel's AVX-512 vector): a 7x7 layer's 49 columns were a 32-column block
+# and a 17-wide remainder, 9x slower than an 8x8 layer of the same channels (measured,
+# ResNet-18's 512-channel 3x3, one thread: 21 ms against 2.4).
+CPU_CONV_PIXEL_MULTIPLE = 16
+
+
+def cpu_conv_padded_pixels(pixels: int) -> int:
+    """The columns of a CPU convolution's im2col matmul for `pixels` output pixels: the
+    next multiple of CPU_CONV_PIXEL_MULTIPLE (extra columns are zeros, their results
+    dropped), unless the remainder is already a whole 8-lane vector."""
+    if pixels % 8 == 0:
+        return pixels
+    return -(-pixels // CPU_CONV_PIXEL_MULTIPLE) * CPU_CONV_PIXEL_MULTIPLE
+
+
+def cpu_conv_tile_sizes(ranges: list[int], n: int, oh: int | None, ow: int | None,
+                        allowed: Collection[int], threads: int,
+                        tiles_per_thread: int = 4) -> list[int]:
+    """Tile sizes (0 = not tiled) for a CPU kernel whose root is a convolution that
+    `--fusion-cpu-conv` builds as im2col + the matmul microkernel (loop dims `n`, `oh`,
+    `ow` of `ranges`): images first, then output rows, each tile a divisor of the rows (a
+    static shape) of at least `CPU_CONV_MIN_CHUNK_PIXELS` pixels. Never output channels: a
+    tile of channels gathers the whole image's im2col again (ResNet-18's 64-channel layers
+    in 8 channel tiles: 8 gathers, 15x the time of one), nor the width (a tile's pixels
+    would not be one contiguous run of the output). `oh` None: the root's loops are not
+    the convolution's output (a padding after it), so images only."""
+    sizes = [0] * len(ranges)
+    want = max(1, threads * tiles_per_thread)
+    if n in allowed and ranges[n] > 1:
+        sizes[n] = 1
+        want = math.ceil(want / ranges[n])
+    if want <= 1 or oh is None or ow is None or oh not in allowed or ranges[oh] <= 1:
+        return sizes
+    out_h, out_w = ranges[oh], ranges[ow]
+    fits = [rows for rows in range(1, out_h) if out_h % rows == 0
+            and rows * out_w >= CPU_CONV_MIN_CHUNK_PIXELS and out_h // rows <= want]
+    if fits:
+        sizes[oh] = min(fits)
+    return sizes
+
+
 def cpu_matmul_columns(f32_lanes: int) -> int:
     """The microkernel's columns for a CPU with `f32_lanes`-wide vectors: two vectors."""
     return 2 * f32_lanes

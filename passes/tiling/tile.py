@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
 from fusec.passes.cost_model import cpu_tile_sizes, matmul_row_tile
+from fusec.passes.cpu.cpu_conv import conv_loops
 from fusec.passes.fusion.analysis import CONTRACTION, describe
 from fusec.passes.grouping import (RESHAPE_OPS, defining_op, family_tiled, is_compute,
                                    memory_element_type, op_key, producer_through_reshapes,
@@ -450,14 +451,40 @@ def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
     return sizes
 
 
+def _conv_dims(group: ir.Operation,
+               root: ir.Operation) -> tuple[int, int | None, int | None] | None:
+    """The root's (images, output rows, output columns) loop dims where the group's
+    contraction is a convolution (`conv_loops`): the root itself, or an epilogue after it
+    (BatchNorm, ReLU, a residual add) whose loops are the convolution's output, in order.
+    A root that is neither (the next layer's padding) has its images first, and no rows
+    the convolution's map to: (0, None, None). None: no convolution."""
+    body = [op.operation for op in group.regions[0].blocks[0].operations]
+    convs = [(op, c) for op in body if _is_tileable(op) and (c := conv_loops(op)) is not None]
+    if len(convs) != 1:
+        return None
+    conv, c = convs[0]
+    if conv == root:
+        return c.n, c.oh, c.ow
+    out_shape = list(ir.ShapedType(conv.operands[2].type).shape)
+    space = _iteration_space(root)
+    if space is None or space[0] != out_shape or "indexing_maps" not in root.attributes:
+        return 0, None, None
+    out_map = ir.AffineMapAttr(root.attributes["indexing_maps"][len(root.operands) - 1]).value
+    if out_map != ir.AffineMap.get_identity(4, root.context):
+        return 0, None, None
+    return 0, 2, 3
+
+
 def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
                    iterators: list[str], threads: int, tiles_per_thread: int,
                    min_tile_bytes: int, max_tile_bytes: int,
                    device: cost_model.Device | None, kind: str,
-                   matmul_rows: int = 0) -> list[int]:
+                   matmul_rows: int = 0, conv_builds_as_gemm: bool = False) -> list[int]:
     """The root's tile sizes on `device` (None: the CPU policy) for a kernel of `kind`
     (`_kernel_kind`), capped by the group's `fusion.max_tile_rows`; a CPU matmul's row tile
-    is whole blocks of `matmul_rows` (the microkernel's rows; 0: the cost model's)."""
+    is whole blocks of `matmul_rows` (the microkernel's rows; 0: the cost model's); a CPU
+    convolution that `--fusion-cpu-conv` builds (`conv_builds_as_gemm`) is tiled by images
+    and output rows (`cost_model.cpu_conv_tile_sizes`)."""
     dims = stale_dims_shifted(tileable_dims(group), len(ranges))
     if device is not None and device.threads_per_block > 1:
         allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
@@ -469,7 +496,13 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
         # Whole microkernel row blocks; not when the caller asked for the finest tiles
         # (min-tile-kb=0: the GPU fallback path, one thread per tile).
         microkernel = min_tile_bytes > 0 and kind == "contraction"
-        m = _row_dim(root) if microkernel else None
+        # (A convolution is a windowed op to the planner, not a "contraction" kernel.)
+        conv = _conv_dims(group, root) if min_tile_bytes > 0 and conv_builds_as_gemm else None
+        m = _row_dim(root) if microkernel and conv is None else None
+        if conv is not None:
+            allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
+            sizes = cost_model.cpu_conv_tile_sizes(ranges, *conv, allowed, threads,
+                                                   tiles_per_thread)
         if m is not None:
             sizes[m] = matmul_row_tile(ranges[m], sizes[m],
                                        matmul_rows or cost_model.CPU_MATMUL_ROW_BLOCK)
@@ -482,7 +515,8 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
 
 def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
                min_tile_bytes: int, max_tile_bytes: int = 256 * 1024,
-               device: cost_model.Device | None = None, matmul_rows: int = 0) -> None:
+               device: cost_model.Device | None = None, matmul_rows: int = 0,
+               conv_builds_as_gemm: bool = False) -> None:
     """Tile `group`'s root and fuse its producers; record sizes and grid on the group."""
     i64 = ir.IntegerType.get_signless(64)
     group.attributes[attributes.GRID] = ir.IntegerAttr.get(i64, 1)
@@ -503,7 +537,8 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     own_root_inits(root, group)
     kind = _kernel_kind(group)
     sizes = tile_sizes_for(group, root, ranges, iterators, threads, tiles_per_thread,
-                           min_tile_bytes, max_tile_bytes, device, kind, matmul_rows)
+                           min_tile_bytes, max_tile_bytes, device, kind, matmul_rows,
+                           conv_builds_as_gemm)
     if device is not None and device.threads_per_block > 1:
         _record_block(group, kind, sizes, ranges, device)
     if not any(sizes):
@@ -861,6 +896,9 @@ class TileGroupsPass(Pass):
     # The CPU matmul microkernel's rows (`--fusion-cpu-matmul{mr}`): a matmul's row tile is
     # whole blocks of them; 0: the cost model's CPU_MATMUL_ROWS.
     matmul_rows: int = 0
+    # The CPU target builds f32 convolutions as im2col + the matmul microkernel
+    # (`--fusion-cpu-conv`): their tiles are then images and output rows, never channels.
+    conv_as_gemm: bool = False
 
     def run(self, module: ir.Operation) -> None:
         threads = self.threads or os.cpu_count() or 1
@@ -876,7 +914,7 @@ class TileGroupsPass(Pass):
 
         def tile(group: ir.Operation) -> None:
             tile_group(group, threads, self.tiles_per_thread, self.min_tile_kb * 1024,
-                       self.max_tile_kb * 1024, device, self.matmul_rows)
+                       self.max_tile_kb * 1024, device, self.matmul_rows, self.conv_as_gemm)
 
         # Imported here: capacity builds on placement, which runs after tiling.
         from fusec.passes.tiling.capacity import tile_accepted, tile_to_fit

@@ -122,3 +122,25 @@ func.func @deep_k(%a: memref<12x512xf32>, %b: memref<512x32xf32>, %c: memref<12x
   }
   return
 }
+
+// -----
+
+// A deep K that the depth block does not divide (700 = 5 x 128 + 60: the kc loop is
+// peeled) around columns that nr does not divide (40 = 2 x 16 + 8: the n loop is peeled
+// inside it). The inner loop is peeled first: peeling the kc loop clones its body, and the
+// n loop's handle would not survive it (the transform sequence failed, an internal error of
+// the `cpu` stage for any such Linear, e.g. a convolution's 147-deep im2col over 784 pixels).
+// CHECK-LABEL: func.func @deep_and_ragged
+// CHECK: scf.for {{.+}} step %c128
+// CHECK: vector.fma
+// CHECK: vector<6x8xf32>
+// CHECK-NOT: linalg.generic {{.+}} ins({{.+}} : memref<14x700xf32>
+func.func @deep_and_ragged(%a: memref<14x700xf32>, %b: memref<700x40xf32>, %c: memref<14x40xf32>) {
+  linalg.generic {indexing_maps = [affine_map<(i, k, j) -> (i, k)>, affine_map<(i, k, j) -> (k, j)>, affine_map<(i, k, j) -> (i, j)>], iterator_types = ["parallel", "reduction", "parallel"]} ins(%a, %b : memref<14x700xf32>, memref<700x40xf32>) outs(%c : memref<14x40xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}

@@ -611,3 +611,18 @@ def test_training_mode_is_said_once(tmp_path, monkeypatch, capsys):
     fusec.compile(Noted(torch.nn.Linear(4, 4)), torch.randn(2, 4))
     err = capsys.readouterr().err
     assert err.count("Noted is in training mode; compiling it in eval mode") == 1
+
+
+def test_a_stage_reproducer_is_one_shell_command(tmp_path):
+    """The command printed on a stage's failure survives a POSIX shell: nested pipelines'
+    parentheses and options' braces are quoted (an unquoted `--func.func(...)` was a shell
+    syntax error)."""
+    import shlex
+
+    from fusec.compiler.pipeline import CompileOptions, _reproducer
+
+    passes = ["func.func(buffer-loop-hoisting)", "fusion-tile{threads=1,fit=true}", "cse"]
+    command = _reproducer("module {}", "cpu", passes, CompileOptions(dump_dir=str(tmp_path)))
+    argv = shlex.split(command)
+    assert argv[0] == "fusec-opt" and argv[1] == str(tmp_path / "model.before-cpu.mlir")
+    assert argv[2:] == [f"--{p}" for p in passes]

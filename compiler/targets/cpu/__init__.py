@@ -105,7 +105,7 @@ def tiled_passes(options: Any = None) -> list[str]:
         # fit: a tile over the device's capacity is re-tiled smaller, or its group split.
         (f"fusion-tile{{threads={cpu.threads},tiles-per-thread={cpu.tiles_per_thread},"
          f"min-tile-kb={cpu.min_tile_kb},max-tile-kb={cpu.max_tile_kb},fit={fit},"
-         f"matmul-rows={matmul_rows(cpu)}}}"),
+         f"matmul-rows={matmul_rows(cpu)},conv-as-gemm={_convs_as_gemm(options)}}}"),
         # Tiling leaves the fused-away producers dead and duplicates slices: clean both.
         "canonicalize",
         "cse",
@@ -151,6 +151,9 @@ def cpu_passes(options: Any = None) -> list[str]:
         "fusion-cpu-plan",
         "fusion-cpu-tile-loops",
         "scf-forall-to-for",
+        # Convolutions as im2col + a matmul (for the microkernel below); before the
+        # temporaries' passes, which hoist, place and free the im2col buffer.
+        *(["fusion-cpu-conv"] if _convs_as_gemm(options) else []),
         # A tile's temporaries: once the tile loop is a serial loop inside one call (one
         # thread), they can move out of it and, when small, onto the stack; the rest are
         # freed.
@@ -203,6 +206,12 @@ def matmul_rows(cpu: CpuOptions) -> int:
     """The matmul microkernel's rows: the options', else the cost model's CPU_MATMUL_ROWS
     (the tiling's row blocks too)."""
     return cpu.matmul_mr or cost_model.CPU_MATMUL_ROWS
+
+
+def _convs_as_gemm(options: Any = None) -> bool:
+    """Whether f32 convolutions become im2col + the matmul microkernel (option `conv`,
+    with the microkernel on and buildable here)."""
+    return _cpu_options(options).conv and bool(_matmul_passes(options))
 
 
 def _matmul_passes(options: Any = None) -> list[str]:

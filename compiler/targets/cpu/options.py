@@ -32,6 +32,9 @@ class CpuOptions:
     matmul: bool = field(default=True, metadata={"help": (
         "Matmuls as register-blocked FMA microkernels (`--fusion-cpu-matmul`); False: "
         "loops.")})
+    conv: bool = field(default=True, metadata={"help": (
+        "f32 2-D convolutions as im2col + the matmul microkernel (`--fusion-cpu-conv`; "
+        "with `matmul`); False: loops.")})
     attention: bool = field(default=True, metadata={"help": (
         "Attention chains as one kernel each, with an online softmax over key tiles "
         "(`--fusion-attention`, `--fusion-cpu-attention`); False: the planner's kernels.")})
