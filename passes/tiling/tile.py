@@ -452,27 +452,35 @@ def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
 
 
 def _conv_dims(group: ir.Operation,
-               root: ir.Operation) -> tuple[int, int | None, int | None] | None:
+               root: ir.Operation) -> tuple[int, int | None, int | None, bool] | None:
     """The root's (images, output rows, output columns) loop dims where the group's
     contraction is a convolution (`conv_loops`): the root itself, or an epilogue after it
     (BatchNorm, ReLU, a residual add) whose loops are the convolution's output, in order.
     A root that is neither (the next layer's padding) has its images first, and no rows
-    the convolution's map to: (0, None, None). None: no convolution."""
+    the convolution's map to: (0, None, None, _). None: no convolution.
+
+    The last element says whether output-row tiles are exact and cheap whatever the plan's
+    `fusion.tile_dims` say: every other op of the group is elementwise, a fill or a
+    padding, so a row tile recomputes at most a window's halo of them (the planner leaves
+    out rows reached through a window expression, as it must for a reduction or a
+    contraction in front of one)."""
     body = [op.operation for op in group.regions[0].blocks[0].operations]
     convs = [(op, c) for op in body if _is_tileable(op) and (c := conv_loops(op)) is not None]
     if len(convs) != 1:
         return None
     conv, c = convs[0]
+    cheap = all(op == conv or _is_elementwise(op) or _is_fill(op) or op.name == "tensor.pad"
+                for op in body if _is_tileable(op))
     if conv == root:
-        return c.n, c.oh, c.ow
+        return c.n, c.oh, c.ow, cheap
     out_shape = list(ir.ShapedType(conv.operands[2].type).shape)
     space = _iteration_space(root)
     if space is None or space[0] != out_shape or "indexing_maps" not in root.attributes:
-        return 0, None, None
+        return 0, None, None, False
     out_map = ir.AffineMapAttr(root.attributes["indexing_maps"][len(root.operands) - 1]).value
     if out_map != ir.AffineMap.get_identity(4, root.context):
-        return 0, None, None
-    return 0, 2, 3
+        return 0, None, None, False
+    return 0, 2, 3, cheap
 
 
 def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
@@ -486,6 +494,7 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
     convolution that `--fusion-cpu-conv` builds (`conv_builds_as_gemm`) is tiled by images
     and output rows (`cost_model.cpu_conv_tile_sizes`)."""
     dims = stale_dims_shifted(tileable_dims(group), len(ranges))
+    conv = None
     if device is not None and device.threads_per_block > 1:
         allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
         sizes = cost_model.gpu_tile_sizes(ranges, iterators, _memory_element_bytes(group),
@@ -501,7 +510,10 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
         m = _row_dim(root) if microkernel and conv is None else None
         if conv is not None:
             allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
-            sizes = cost_model.cpu_conv_tile_sizes(ranges, *conv, allowed, threads,
+            n, oh, ow, rows_free = conv
+            if rows_free and oh is not None:
+                allowed.add(oh)
+            sizes = cost_model.cpu_conv_tile_sizes(ranges, n, oh, ow, allowed, threads,
                                                    tiles_per_thread)
         if m is not None:
             sizes[m] = matmul_row_tile(ranges[m], sizes[m],
@@ -510,6 +522,11 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
                                   tiles_per_thread)
     if MAX_TILE_ROWS_ATTR in group.attributes:
         sizes = limit_tile_rows(sizes, ir.IntegerAttr(group.attributes[MAX_TILE_ROWS_ATTR]).value)
+        if conv is not None and conv[1] is not None and sizes[conv[1]] > 0:
+            # Still whole row blocks: a ragged last tile has a dynamic row count, which the
+            # convolution's im2col rewrite does not take (its loops ran 10x slower).
+            rows = ranges[conv[1]]
+            sizes[conv[1]] = max(d for d in range(1, sizes[conv[1]] + 1) if rows % d == 0)
     return sizes
 
 
