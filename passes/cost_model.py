@@ -937,6 +937,40 @@ def _column_width(cols: int, tiles: int) -> int:
     return 0
 
 
+def cpu_matmul_limit_tile(ranges: list[int], sizes: list[int], m: int, n: int | None,
+                          limit: int, row_block: int = CPU_MATMUL_ROW_BLOCK) -> list[int]:
+    """`sizes` (a CPU matmul kernel's tile: row dim `m`, column dim `n`; 0 = whole) shrunk
+    until its split dims' product is at most `limit` (the capacity check's rows), by whole
+    microkernel blocks: rows first, to a divisor of the rows (a static row count), in whole
+    `row_block`s where such a divisor fits, then columns in whole CPU_MATMUL_COLUMN_QUANTUM widths
+    (dividing N where one does). Never below one block of each: what still does not fit
+    stays over, as the generic shrink leaves a tile of one row."""
+    sizes = list(sizes)
+
+    def others(d: int) -> int:
+        return math.prod(x for i, x in enumerate(sizes) if x and i != d)
+
+    def points() -> int:
+        return math.prod(x for x in sizes if x)
+
+    if points() <= limit:
+        return sizes
+    if sizes[m]:
+        allowed = max(1, limit // others(m))
+        divisors = [r for r in range(row_block, min(sizes[m], allowed) + 1)
+                    if ranges[m] % r == 0]
+        blocks = [r for r in divisors if r % row_block == 0]
+        # Whole blocks if a divisor has them, else any divisor (its static remainder rows
+        # are vectorized at their own size), else one block.
+        sizes[m] = max(blocks or divisors or [min(sizes[m], row_block)])
+    q = CPU_MATMUL_COLUMN_QUANTUM
+    if points() > limit and n is not None and sizes[n] > q:
+        allowed = max(q, limit // others(n) // q * q)
+        divisors = [w for w in range(q, allowed + 1, q) if ranges[n] % w == 0]
+        sizes[n] = max(divisors) if divisors else allowed
+    return sizes
+
+
 @dataclass(frozen=True)
 class MatmulTiling:
     """A CPU matmul kernel's tiles: rows and columns per tile (0: whole)."""

@@ -420,7 +420,7 @@ def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
     the plan, and only elementwise ops and views may come before the matmul (a column tile
     recomputes its rows of them; the cost model weighs that)."""
     n = _col_dim(root)
-    allowed = set(range(dims)) if isinstance(dims, int) else set(dims)
+    allowed = _allowed_dims(dims, len(ranges))
     if n is None or n == m or n not in allowed or iterators[n] != "parallel":
         return sizes
     body = list(group.regions[0].blocks[0].operations)
@@ -483,6 +483,11 @@ def _conv_dims(group: ir.Operation,
     return 0, 2, 3, cheap
 
 
+def _allowed_dims(dims: int | list[int], rank: int) -> set[int]:
+    """`tileable_dims`' answer as a set of loop dims (an int n: the first n)."""
+    return set(range(min(dims, rank))) if isinstance(dims, int) else set(dims)
+
+
 def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
                    iterators: list[str], threads: int, tiles_per_thread: int,
                    min_tile_bytes: int, max_tile_bytes: int,
@@ -494,9 +499,9 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
     convolution that `--fusion-cpu-conv` builds (`conv_builds_as_gemm`) is tiled by images
     and output rows (`cost_model.cpu_conv_tile_sizes`)."""
     dims = stale_dims_shifted(tileable_dims(group), len(ranges))
-    conv = None
+    conv = m = None
     if device is not None and device.threads_per_block > 1:
-        allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
+        allowed = _allowed_dims(dims, len(ranges))
         sizes = cost_model.gpu_tile_sizes(ranges, iterators, _memory_element_bytes(group),
                                           allowed, kind, device)
     else:
@@ -509,7 +514,7 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
         conv = _conv_dims(group, root) if min_tile_bytes > 0 and conv_builds_as_gemm else None
         m = _row_dim(root) if microkernel and conv is None else None
         if conv is not None:
-            allowed = set(range(min(dims, len(ranges)))) if isinstance(dims, int) else set(dims)
+            allowed = _allowed_dims(dims, len(ranges))
             n, oh, ow, rows_free = conv
             if rows_free and oh is not None:
                 allowed.add(oh)
@@ -521,7 +526,16 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
             sizes = _column_tiles(group, root, ranges, iterators, sizes, m, dims, threads,
                                   tiles_per_thread)
     if MAX_TILE_ROWS_ATTR in group.attributes:
-        sizes = limit_tile_rows(sizes, ir.IntegerAttr(group.attributes[MAX_TILE_ROWS_ATTR]).value)
+        limit = ir.IntegerAttr(group.attributes[MAX_TILE_ROWS_ATTR]).value
+        if m is not None:
+            # A matmul's tile shrinks by whole microkernel blocks, rows first: a column
+            # tile narrower than one block is all scalar remainder (a 1024^3 matmul's
+            # columns cut from 256 to 20 by the generic shrink ran at 9 GFLOP/s, not 90).
+            sizes = cost_model.cpu_matmul_limit_tile(
+                ranges, sizes, m, _col_dim(root), limit,
+                matmul_rows or cost_model.CPU_MATMUL_ROW_BLOCK)
+        else:
+            sizes = limit_tile_rows(sizes, limit)
         if conv is not None and conv[1] is not None and sizes[conv[1]] > 0:
             # Still whole row blocks: a ragged last tile has a dynamic row count, which the
             # convolution's im2col rewrite does not take (its loops ran 10x slower).

@@ -131,3 +131,23 @@ func.func @reduction_prologue_keeps_rows(%a: tensor<128x768xf32>, %b: tensor<768
   }
   return %r : tensor<128x3072xf32>
 }
+
+// -----
+
+// A capacity bound (`fusion.max_tile_rows`, as --fusion-capacity leaves it) on a matmul the
+// policy tiles by rows and columns ([512, 256] for 1024^3 with B over a core's L2): the tile
+// shrinks by whole microkernel blocks, rows first to a divisor of M (32: 8192 points, under
+// 10485), and keeps its 256 columns. It must not shrink the columns to a width under one
+// 32-column block (the generic shrink gave [512, 20]: all scalar remainder, 9 GFLOP/s).
+// ROWS6-LABEL: func.func @matmul_capacity
+// ROWS6: fusion.tile_sizes = array<i64: 32, 256, 0>
+func.func @matmul_capacity(%a: tensor<1024x1024xf32>, %b: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {
+  %r = fusion.group single (%x = %a : tensor<1024x1024xf32>, %y = %b : tensor<1024x1024xf32>) -> tensor<1024x1024xf32> attributes {fusion.max_tile_rows = 10485 : i64} {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<1024x1024xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+    %m = linalg.matmul ins(%x, %y : tensor<1024x1024xf32>, tensor<1024x1024xf32>) outs(%f : tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+    fusion.yield %m : tensor<1024x1024xf32>
+  }
+  return %r : tensor<1024x1024xf32>
+}
