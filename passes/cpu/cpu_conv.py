@@ -61,7 +61,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
-from fusec.passes.cpu.cpu_matmul import apply_script, is_multiply_accumulate
+from fusec.passes.cpu.cpu_matmul import (affine_map_attr, apply_script, collapsible,
+                                         collapse_view, is_multiply_accumulate,
+                                         iterator_types_attr, memref_strides)
 from fusec.passes.grouping import walk_ops
 from fusec.passes.registry import Pass, register
 from mlir import ir
@@ -169,65 +171,10 @@ def conv_loops(op: ir.Operation) -> Conv | None:
                 (rows[2], cols[2]))
 
 
-def _strides(t: ir.Type) -> tuple[list[int], int]:
-    return ir.MemRefType(t).get_strides_and_offset()
-
-
-def _identity_layout(t: ir.Type) -> bool:
-    layout = ir.MemRefType(t).layout
-    if not isinstance(layout, ir.AffineMapAttr):
-        return False
-    amap = layout.value
-    return amap == ir.AffineMap.get_identity(amap.n_dims, amap.context)
-
-
-def _collapsible(t: ir.Type, groups: list[list[int]]) -> bool:
-    """Whether each group of dims is one contiguous run of memory (static strides)."""
-    shape = ir.MemRefType(t).shape
-    strides, _ = _strides(t)
-    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
-    for group in groups:
-        for outer, inner in zip(group, group[1:]):
-            if strides[inner] == dynamic or shape[inner] < 0 \
-                    or strides[outer] != strides[inner] * shape[inner]:
-                return False
-    return True
-
-
-def _collapse(value: ir.Value, groups: list[list[int]]) -> ir.Value:
-    """`memref.collapse_shape` of `value` by `groups` (checked with `_collapsible`)."""
-    t = ir.MemRefType(value.type)
-    shape = list(t.shape)
-    result_shape = []
-    for group in groups:
-        extent = 1
-        for d in group:
-            extent *= shape[d]
-        result_shape.append(extent)
-    if _identity_layout(value.type):
-        result = ir.MemRefType.get(result_shape, t.element_type)
-    else:
-        strides, offset = _strides(value.type)
-        layout = ir.StridedLayoutAttr.get(offset, [strides[g[-1]] for g in groups])
-        result = ir.MemRefType.get(result_shape, t.element_type, layout)
-    i64 = ir.IntegerType.get_signless(64)
-    reassociation = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in g])
-                                      for g in groups])
-    return memref.CollapseShapeOp(result, value, reassociation).result
-
-
-def _map(n_dims: int, exprs: list[ir.AffineExpr]) -> ir.AffineMapAttr:
-    return ir.AffineMapAttr.get(ir.AffineMap.get(n_dims, 0, exprs))
-
-
-def _iterators(kinds: list[str]) -> ir.ArrayAttr:
-    return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
-
-
 def _subview(source: ir.Value, offsets: list[int], sizes: list[int | ir.Value]) -> ir.Value:
     """A unit-stride `memref.subview` of `source` at static `offsets` (sizes static or
     dynamic), its strided result type spelled out (mixed sizes need it)."""
-    strides, offset = _strides(source.type)
+    strides, offset = memref_strides(source.type)
     dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
     if offset != dynamic:
         for at, stride in zip(offsets, strides):
@@ -243,7 +190,7 @@ def _copy_generic(source: ir.Value, dest: ir.Value, source_map: ir.AffineMapAttr
                   dest_map: ir.AffineMapAttr, rank: int, element: ir.Type) -> None:
     """A parallel `linalg.generic` over `dest` writing `source` read through `source_map`."""
     gather = linalg.GenericOp([], [source], [dest], ir.ArrayAttr.get([source_map, dest_map]),
-                              _iterators(["parallel"] * rank))
+                              iterator_types_attr(["parallel"] * rank))
     block = gather.regions[0].blocks.append(element, element)
     with ir.InsertionPoint(block):
         linalg.YieldOp([block.arguments[0]])
@@ -261,7 +208,7 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
         return False
     batch, _, out_h, out_w = y_shape
     _, channels, win_h, win_w = w_shape
-    if not (_collapsible(y.type, [[0], [1], [2, 3]]) and _collapsible(w.type, [[0], [1, 2, 3]])):
+    if not (collapsible(y.type, [[0], [1], [2, 3]]) and collapsible(w.type, [[0], [1, 2, 3]])):
         return False
     k, p = channels * win_h * win_w, out_h * out_w
     p_pad = cost_model.cpu_conv_padded_pixels(p)
@@ -292,10 +239,10 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
             # innermost, reading the input's rows.
             d = [ir.AffineDimExpr.get(i, ctx) for i in range(6)]
             col = alloc([batch, channels, win_h, win_w, out_h, out_w], dynamic(images))
-            x_map = _map(6, [d[0], d[1], d[4] * s0 + d[2] * d0 + const(p0),
+            x_map = affine_map_attr(6, [d[0], d[1], d[4] * s0 + d[2] * d0 + const(p0),
                              d[5] * s1 + d[3] * d1 + const(p1)])
-            _copy_generic(x, col, x_map, _map(6, d), 6, f32)
-            b = _collapse(col, [[0], [1, 2, 3], [4, 5]])
+            _copy_generic(x, col, x_map, affine_map_attr(6, d), 6, f32)
+            b = collapse_view(col, [[0], [1, 2, 3], [4, 5]])
         else:
             # The pixels padded to whole vectors (a 7x7 image's 49 to 64): col's dims are
             # (n, c, kh, kw, q) with q = oh * OW + ow; the pad columns are zeros, met by
@@ -304,16 +251,16 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
             col = alloc([batch, channels, win_h, win_w, p_pad], dynamic(images))
             q_row = ir.AffineFloorDivExpr.get(d[4], const(out_w))
             q_col = ir.AffineModExpr.get(d[4], const(out_w))
-            x_map = _map(5, [d[0], d[1], q_row * s0 + d[2] * d0 + const(p0),
+            x_map = affine_map_attr(5, [d[0], d[1], q_row * s0 + d[2] * d0 + const(p0),
                              q_col * s1 + d[3] * d1 + const(p1)])
             shape = [images, channels, win_h, win_w]
             zero = arith.ConstantOp(f32, 0.0).result
             linalg.fill(zero, outs=[_subview(col, [0, 0, 0, 0, p], shape + [p_pad - p])])
             valid = _subview(col, [0] * 5, shape + [p])
-            _copy_generic(x, valid, x_map, _map(5, d), 5, f32)
-            b = _collapse(col, [[0], [1, 2, 3], [4]])
-        a = _collapse(w, [[0], [1, 2, 3]])
-        c = out = _collapse(y, [[0], [1], [2, 3]])
+            _copy_generic(x, valid, x_map, affine_map_attr(5, d), 5, f32)
+            b = collapse_view(col, [[0], [1, 2, 3], [4]])
+        a = collapse_view(w, [[0], [1, 2, 3]])
+        c = out = collapse_view(y, [[0], [1], [2, 3]])
         if p_pad != p:
             # The matmul writes a staging buffer as wide as col; the output's own values
             # (the convolution's init: zeros, a bias) go in and the result comes out.
@@ -325,10 +272,10 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
         # The matmul's dims: (n, f, p, k).
         e = [ir.AffineDimExpr.get(i, ctx) for i in range(4)]
         mm = linalg.GenericOp([], [a, b], [c],
-                              ir.ArrayAttr.get([_map(4, [e[1], e[3]]),
-                                                _map(4, [e[0], e[3], e[2]]),
-                                                _map(4, [e[0], e[1], e[2]])]),
-                              _iterators(["parallel"] * 3 + ["reduction"]))
+                              ir.ArrayAttr.get([affine_map_attr(4, [e[1], e[3]]),
+                                                affine_map_attr(4, [e[0], e[3], e[2]]),
+                                                affine_map_attr(4, [e[0], e[1], e[2]])]),
+                              iterator_types_attr(["parallel"] * 3 + ["reduction"]))
         body = mm.regions[0].blocks.append(f32, f32, f32)
         with ir.InsertionPoint(body):
             product = arith.MulFOp(body.arguments[0], body.arguments[1]).result

@@ -67,7 +67,7 @@ from fusec.passes import attributes, cost_model
 from fusec.passes.grouping import op_key
 from fusec.passes.registry import Pass, register
 from mlir import ir
-from mlir.dialects import scf
+from mlir.dialects import arith, linalg, memref, scf
 from mlir.dialects.transform import interpreter
 
 TAG = attributes.CPU_MATMUL
@@ -125,6 +125,157 @@ def is_multiply_accumulate(op: ir.Operation) -> bool:
             or (add.operands[1] == out and add.operands[0] == mul.results[0])):
         return False
     return yield_.operands[0] == add.results[0]
+
+
+def memref_strides(t: ir.Type) -> tuple[list[int], int]:
+    """A memref type's strides and offset (dynamic ones as MLIR's sentinel)."""
+    return ir.MemRefType(t).get_strides_and_offset()
+
+
+def identity_layout(t: ir.Type) -> bool:
+    """Whether a memref type has the identity (row-major, offset 0) layout."""
+    layout = ir.MemRefType(t).layout
+    if not isinstance(layout, ir.AffineMapAttr):
+        return False
+    amap = layout.value
+    return amap == ir.AffineMap.get_identity(amap.n_dims, amap.context)
+
+
+def collapsible(t: ir.Type, groups: list[list[int]]) -> bool:
+    """Whether each group of dims is one contiguous run of memory (static strides)."""
+    shape = ir.MemRefType(t).shape
+    strides, _ = memref_strides(t)
+    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+    for group in groups:
+        for outer, inner in zip(group, group[1:]):
+            if strides[inner] == dynamic or shape[inner] < 0 \
+                    or strides[outer] != strides[inner] * shape[inner]:
+                return False
+    return True
+
+
+def collapse_view(value: ir.Value, groups: list[list[int]]) -> ir.Value:
+    """`memref.collapse_shape` of `value` by `groups` (checked with `_collapsible`)."""
+    t = ir.MemRefType(value.type)
+    shape = list(t.shape)
+    result_shape = []
+    for group in groups:
+        extent = 1
+        for d in group:
+            extent = -1 if extent < 0 or shape[d] < 0 else extent * shape[d]
+        result_shape.append(extent if extent >= 0 else ir.ShapedType.get_dynamic_size())
+    if identity_layout(value.type):
+        result = ir.MemRefType.get(result_shape, t.element_type)
+    else:
+        strides, offset = memref_strides(value.type)
+        layout = ir.StridedLayoutAttr.get(offset, [strides[g[-1]] for g in groups])
+        result = ir.MemRefType.get(result_shape, t.element_type, layout)
+    i64 = ir.IntegerType.get_signless(64)
+    reassociation = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in g])
+                                      for g in groups])
+    return memref.CollapseShapeOp(result, value, reassociation).result
+
+
+def affine_map_attr(n_dims: int, exprs: list[ir.AffineExpr]) -> ir.AffineMapAttr:
+    """An indexing map attribute over `n_dims` loop dims."""
+    return ir.AffineMapAttr.get(ir.AffineMap.get(n_dims, 0, exprs))
+
+
+def iterator_types_attr(kinds: list[str]) -> ir.ArrayAttr:
+    """linalg.generic's `iterator_types` ("parallel", "reduction") as an attribute."""
+    return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
+
+
+def _run_in(dims: list[int], group: list[int], tail: bool = False) -> list[int] | None:
+    """The positions of `group`'s dims in `dims` when they stand there side by side in
+    `group`'s order (at its end when `tail`), else None."""
+    if group[0] not in dims:
+        return None
+    first = dims.index(group[0])
+    positions = list(range(first, first + len(group)))
+    if [dims[i] for i in positions if i < len(dims)] != group:
+        return None
+    if tail and positions[-1] != len(dims) - 1:
+        return None
+    return positions
+
+
+def _reassociation(rank: int, runs: list[list[int]]) -> list[list[int]]:
+    """Groups of positions 0..rank-1: each run one group, every other position its own."""
+    groups, i = [], 0
+    starts = {run[0]: run for run in runs}
+    while i < rank:
+        run = starts.get(i)
+        groups.append(run if run else [i])
+        i += len(run) if run else 1
+    return groups
+
+
+def merge_split_dims(op: ir.Operation) -> ir.Operation | None:
+    """A matmul-like generic whose columns or depth are split over several loop dims, as
+    one with each merged into one dim (the operands viewed through `memref.collapse_shape`),
+    or None when there is nothing to merge or a view would not be contiguous.
+
+    torch-mlir's attention projections split them: Q = x @ Wq followed by the head split
+    becomes, once tiled with it, C[b, t, h, d] += A[b, t, k] * B[k, h, d] (columns (h, d)),
+    and the output projection A[b, t, h, d] * B[h, d, n] (depth (h, d)). The microkernel
+    takes one column and one depth loop: its matcher read such a C's `h` as the rows, and
+    the projections ran as 2-row matmuls (BERT's Q, K and V kernels: 12 GFLOP/s)."""
+    if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results):
+        return None
+    types = [v.type for v in op.operands]
+    if not all(isinstance(t, ir.MemRefType) for t in types):
+        return None
+    if any(str(ir.MemRefType(t).element_type) != "f32" for t in types):
+        return None
+    if not is_multiply_accumulate(op):
+        return None
+    iterators = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
+    maps = [_dims(ir.AffineMapAttr(m).value) for m in op.attributes["indexing_maps"]]
+    if any(m is None for m in maps):
+        return None
+    a_dims, b_dims, c_dims = maps
+    ks = [d for d in a_dims if iterators[d] == "reduction"]
+    ns = [d for d in c_dims if d in b_dims and d not in a_dims]
+    runs: list[tuple[list[int], list[list[int] | None]]] = []
+    if len(ns) > 1:
+        runs.append((ns, [None, _run_in(b_dims, ns, tail=True), _run_in(c_dims, ns, tail=True)]))
+    if len(ks) > 1 and set(ks) == {d for d, it in enumerate(iterators) if it == "reduction"}:
+        runs.append((ks, [_run_in(a_dims, ks), _run_in(b_dims, ks), None]))
+    runs = [(group, places) for group, places in runs
+            if all(p is not None for i, p in enumerate(places) if group[0] in maps[i])]
+    if not runs:
+        return None
+    groups = [_reassociation(len(maps[i]), [p for _, places in runs
+                                            if (p := places[i]) is not None])
+              for i in range(3)]
+    if not all(collapsible(t, g) for t, g in zip(types, groups)):
+        return None
+    # New loop dims: each merged group becomes its first dim; the others keep their order.
+    merged_away = {d for group, _ in runs for d in group[1:]}
+    new_index = {}
+    for d in range(len(iterators)):
+        if d not in merged_away:
+            new_index[d] = len(new_index)
+    ctx = op.context
+    new_dims = [ir.AffineDimExpr.get(i, ctx) for i in range(len(new_index))]
+    with ir.InsertionPoint(op), op.location:
+        views = [v if len(g) == len(m) else collapse_view(v, g)
+                 for v, g, m in zip(op.operands, groups, maps)]
+        new_maps = [affine_map_attr(len(new_index), [new_dims[new_index[m[g[0]]]] for g in grp])
+                    for m, grp in zip(maps, groups)]
+        f32 = ir.F32Type.get(ctx)
+        generic = linalg.GenericOp([], views[:2], [views[2]], ir.ArrayAttr.get(new_maps),
+                                   iterator_types_attr([iterators[d] for d in new_index]))
+        body = generic.regions[0].blocks.append(f32, f32, f32)
+        with ir.InsertionPoint(body):
+            product = arith.MulFOp(body.arguments[0], body.arguments[1]).result
+            linalg.YieldOp([arith.AddFOp(body.arguments[2], product).result])
+    for named in [op.attributes[i] for i in range(len(op.attributes))]:
+        if named.name not in ("indexing_maps", "iterator_types", "operandSegmentSizes"):
+            generic.operation.attributes[named.name] = named.attr
+    op.erase()
+    return generic.operation
 
 
 def match_contraction(op: ir.Operation, min_columns: int = MIN_VECTOR) -> Contraction | None:
@@ -414,6 +565,10 @@ class CpuMatmulPass(Pass):
         if self.nr % MIN_VECTOR or self.mr < 1:
             raise ValueError(f"fusion-cpu-matmul: nr={self.nr} must be a multiple of "
                              f"{MIN_VECTOR}, mr={self.mr} positive")
+        # Columns or depth split over several loops (attention's head split and merge,
+        # tiled with the projection) are merged first: one column and one depth loop.
+        for op in _walk(module, "linalg.generic"):
+            merge_split_dims(op)
         # Phase 1: batch and column blocks.
         scripts = []
         for i, (op, c) in enumerate(_contractions(module)):
