@@ -186,6 +186,16 @@ def iterator_types_attr(kinds: list[str]) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
 
 
+def is_f32_memref_generic(op: ir.Operation) -> bool:
+    """Whether `op` is a bufferized `linalg.generic` of two f32 inputs and one f32 output
+    (the shape of every op the microkernel takes)."""
+    if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results):
+        return False
+    types = [v.type for v in op.operands]
+    return all(isinstance(t, ir.MemRefType) and str(ir.MemRefType(t).element_type) == "f32"
+               for t in types)
+
+
 def _run_in(dims: list[int], group: list[int], tail: bool = False) -> list[int] | None:
     """The positions of `group`'s dims in `dims` when they stand there side by side in
     `group`'s order (at its end when `tail`), else None."""
@@ -221,13 +231,9 @@ def merge_split_dims(op: ir.Operation) -> ir.Operation | None:
     and the output projection A[b, t, h, d] * B[h, d, n] (depth (h, d)). The microkernel
     takes one column and one depth loop: its matcher read such a C's `h` as the rows, and
     the projections ran as 2-row matmuls (BERT's Q, K and V kernels: 12 GFLOP/s)."""
-    if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results):
+    if not is_f32_memref_generic(op):
         return None
     types = [v.type for v in op.operands]
-    if not all(isinstance(t, ir.MemRefType) for t in types):
-        return None
-    if any(str(ir.MemRefType(t).element_type) != "f32" for t in types):
-        return None
     if not is_multiply_accumulate(op):
         return None
     iterators = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
@@ -281,13 +287,9 @@ def merge_split_dims(op: ir.Operation) -> ir.Operation | None:
 def match_contraction(op: ir.Operation, min_columns: int = MIN_VECTOR) -> Contraction | None:
     """The dims of a matmul-like f32 `linalg.generic` on memrefs at least `min_columns`
     wide (when static), or None."""
-    if op.name != "linalg.generic" or len(op.operands) != 3 or len(op.results):
+    if not is_f32_memref_generic(op):
         return None
     types = [v.type for v in op.operands]
-    if not all(isinstance(t, ir.MemRefType) for t in types):
-        return None
-    if any(str(ir.MemRefType(t).element_type) != "f32" for t in types):
-        return None
     iterators = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
     reductions = [d for d, it in enumerate(iterators) if it == "reduction"]
     # One reduction dim: with K split in two (torch-mlir's heads x head_dim projection) the
