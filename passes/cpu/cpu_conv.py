@@ -70,7 +70,7 @@ from mlir import ir
 from mlir.dialects import arith, linalg, memref
 
 TAG = attributes.CPU_CONV
-CHUNK_TAG = "fusion.cpu_conv_chunk"  # the pass's own, between its two steps
+CHUNK_TAG = attributes.CPU_CONV_CHUNK
 
 
 @dataclass
