@@ -63,7 +63,8 @@ from dataclasses import dataclass
 from fusec.passes import attributes, cost_model
 from fusec.passes.cpu.cpu_matmul import (affine_map_attr, apply_script, collapsible,
                                          collapse_view, is_multiply_accumulate,
-                                         iterator_types_attr, memref_strides)
+                                         iterator_types_attr, memref_strides,
+                                         multiply_accumulate)
 from fusec.passes.grouping import walk_ops
 from fusec.passes.registry import Pass, register
 from mlir import ir
@@ -271,16 +272,10 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
             linalg.copy(out, outs=[staged])
         # The matmul's dims: (n, f, p, k).
         e = [ir.AffineDimExpr.get(i, ctx) for i in range(4)]
-        mm = linalg.GenericOp([], [a, b], [c],
-                              ir.ArrayAttr.get([affine_map_attr(4, [e[1], e[3]]),
-                                                affine_map_attr(4, [e[0], e[3], e[2]]),
-                                                affine_map_attr(4, [e[0], e[1], e[2]])]),
-                              iterator_types_attr(["parallel"] * 3 + ["reduction"]))
-        body = mm.regions[0].blocks.append(f32, f32, f32)
-        with ir.InsertionPoint(body):
-            product = arith.MulFOp(body.arguments[0], body.arguments[1]).result
-            total = arith.AddFOp(body.arguments[2], product).result
-            linalg.YieldOp([total])
+        mm = multiply_accumulate(a, b, c, [affine_map_attr(4, [e[1], e[3]]),
+                                           affine_map_attr(4, [e[0], e[3], e[2]]),
+                                           affine_map_attr(4, [e[0], e[1], e[2]])],
+                                 ["parallel"] * 3 + ["reduction"])
         if p_pad != p:
             linalg.copy(staged, outs=[out])
     f = ir.MemRefType(y.type).shape[1]

@@ -196,6 +196,20 @@ def is_f32_memref_generic(op: ir.Operation) -> bool:
                for t in types)
 
 
+def multiply_accumulate(a: ir.Value, b: ir.Value, c: ir.Value, maps: list[ir.AffineMapAttr],
+                        iterators: list[str]) -> linalg.GenericOp:
+    """A `linalg.generic` `c += a * b` (f32, on memrefs) with these indexing maps and loop
+    kinds: the payload the microkernel matches (`is_multiply_accumulate`)."""
+    f32 = ir.F32Type.get()
+    generic = linalg.GenericOp([], [a, b], [c], ir.ArrayAttr.get(maps),
+                               iterator_types_attr(iterators))
+    body = generic.regions[0].blocks.append(f32, f32, f32)
+    with ir.InsertionPoint(body):
+        product = arith.MulFOp(body.arguments[0], body.arguments[1]).result
+        linalg.YieldOp([arith.AddFOp(body.arguments[2], product).result])
+    return generic
+
+
 def _run_in(dims: list[int], group: list[int], tail: bool = False) -> list[int] | None:
     """The positions of `group`'s dims in `dims` when they stand there side by side in
     `group`'s order (at its end when `tail`), else None."""
@@ -270,13 +284,8 @@ def merge_split_dims(op: ir.Operation) -> ir.Operation | None:
                  for v, g, m in zip(op.operands, groups, maps)]
         new_maps = [affine_map_attr(len(new_index), [new_dims[new_index[m[g[0]]]] for g in grp])
                     for m, grp in zip(maps, groups)]
-        f32 = ir.F32Type.get(ctx)
-        generic = linalg.GenericOp([], views[:2], [views[2]], ir.ArrayAttr.get(new_maps),
-                                   iterator_types_attr([iterators[d] for d in new_index]))
-        body = generic.regions[0].blocks.append(f32, f32, f32)
-        with ir.InsertionPoint(body):
-            product = arith.MulFOp(body.arguments[0], body.arguments[1]).result
-            linalg.YieldOp([arith.AddFOp(body.arguments[2], product).result])
+        generic = multiply_accumulate(views[0], views[1], views[2], new_maps,
+                                      [iterators[d] for d in new_index])
     for named in [op.attributes[i] for i in range(len(op.attributes))]:
         if named.name not in ("indexing_maps", "iterator_types", "operandSegmentSizes"):
             generic.operation.attributes[named.name] = named.attr
