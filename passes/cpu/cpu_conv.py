@@ -63,8 +63,8 @@ from dataclasses import dataclass
 from fusec.passes import attributes, cost_model
 from fusec.passes.cpu.cpu_matmul import (affine_map_attr, apply_script, collapsible,
                                          collapse_view, is_multiply_accumulate,
-                                         iterator_types_attr, memref_strides,
-                                         multiply_accumulate)
+                                         iterator_kinds, iterator_types_attr, map_dims,
+                                         memref_strides, multiply_accumulate)
 from fusec.passes.grouping import walk_ops
 from fusec.passes.registry import Pass, register
 from mlir import ir
@@ -114,12 +114,6 @@ def _linear(expr: ir.AffineExpr) -> dict[int, int] | None:
     return None
 
 
-def _dims(amap: ir.AffineMap) -> list[int] | None:
-    if not all(isinstance(e, ir.AffineDimExpr) for e in amap.results):
-        return None
-    return [e.position for e in amap.results]
-
-
 def _window(expr: ir.AffineExpr, out_dim: int, window_dim: int) -> tuple[int, int, int] | None:
     """(stride, dilation, offset) of an input index `out * s + window * d + offset`."""
     terms = _linear(expr)
@@ -149,11 +143,11 @@ def conv_loops(op: ir.Operation) -> Conv | None:
     if any(str(ir.ShapedType(t).element_type) != "f32" or ir.ShapedType(t).rank != 4
            for t in types):
         return None
-    iterators = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
+    iterators = iterator_kinds(op)
     if len(iterators) != 7 or iterators.count("reduction") != 3:
         return None
     x_map, w_map, y_map = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
-    y_dims, w_dims = _dims(y_map), _dims(w_map)
+    y_dims, w_dims = map_dims(y_map), map_dims(w_map)
     if y_dims is None or w_dims is None or len(set(y_dims)) != 4 or len(set(w_dims)) != 4:
         return None
     n, f, oh, ow = y_dims

@@ -92,7 +92,12 @@ class Contraction:
     extents: list[int]  # static extent per loop dim, or a negative number when dynamic
 
 
-def _dims(amap: ir.AffineMap) -> list[int] | None:
+def iterator_kinds(op: ir.Operation) -> list[str]:
+    """A linalg op's `iterator_types` as strings ("parallel", "reduction")."""
+    return [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
+
+
+def map_dims(amap: ir.AffineMap) -> list[int] | None:
     """The dim of each result of a projected permutation map, or None."""
     dims = []
     for expr in amap.results:
@@ -155,7 +160,7 @@ def collapsible(t: ir.Type, groups: list[list[int]]) -> bool:
 
 
 def collapse_view(value: ir.Value, groups: list[list[int]]) -> ir.Value:
-    """`memref.collapse_shape` of `value` by `groups` (checked with `_collapsible`)."""
+    """`memref.collapse_shape` of `value` by `groups` (checked with `collapsible`)."""
     t = ir.MemRefType(value.type)
     shape = list(t.shape)
     result_shape = []
@@ -250,8 +255,8 @@ def merge_split_dims(op: ir.Operation) -> ir.Operation | None:
     types = [v.type for v in op.operands]
     if not is_multiply_accumulate(op):
         return None
-    iterators = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
-    maps = [_dims(ir.AffineMapAttr(m).value) for m in op.attributes["indexing_maps"]]
+    iterators = iterator_kinds(op)
+    maps = [map_dims(ir.AffineMapAttr(m).value) for m in op.attributes["indexing_maps"]]
     if any(m is None for m in maps):
         return None
     a_dims, b_dims, c_dims = maps
@@ -299,14 +304,14 @@ def match_contraction(op: ir.Operation, min_columns: int = MIN_VECTOR) -> Contra
     if not is_f32_memref_generic(op):
         return None
     types = [v.type for v in op.operands]
-    iterators = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
+    iterators = iterator_kinds(op)
     reductions = [d for d, it in enumerate(iterators) if it == "reduction"]
     # One reduction dim: with K split in two (torch-mlir's heads x head_dim projection) the
     # tiled contraction keeps two unit reduction dims, which the outer-product lowering
     # does not take (it emits a scalar dot product per element, slower than the loops).
     if len(reductions) != 1 or len(iterators) < 3:
         return None
-    maps = [_dims(ir.AffineMapAttr(m).value) for m in op.attributes["indexing_maps"]]
+    maps = [map_dims(ir.AffineMapAttr(m).value) for m in op.attributes["indexing_maps"]]
     if any(m is None for m in maps):
         return None
     a_dims, b_dims, c_dims = maps
