@@ -154,6 +154,15 @@ def _large_workloads() -> list[Workload]:
                  make(MatMul, (512, 512), (512, 512)), flops=2 * 512**3),
         Workload("matmul_4096x1024x1024", "a @ b, 4096x1024 @ 1024x1024 fp32",
                  make(MatMul, (4096, 1024), (1024, 1024)), flops=2 * 4096 * 1024 * 1024),
+        # The microkernel's table (one shape per use it serves; run them at every stop, so that
+        # a regression of the plain matmul shows the same day): GPT-2's MLP Linear at seq 128,
+        # a ResNet 3x3 layer as im2col GEMM (filters @ columns), and a shape nothing divides.
+        *[Workload(f"matmul_{m}x{k}x{n}", f"a @ b, {m}x{k} @ {k}x{n} fp32 ({use})",
+                   make(MatMul, (m, k), (k, n)), flops=2 * m * k * n)
+          for m, k, n, use in [(128, 768, 3072, "Linear at seq 128"),
+                               (64, 576, 3136, "a 3x3 convolution's GEMM"),
+                               (1024, 1024, 1024, "square"),
+                               (100, 700, 1000, "ragged: no block divides")]],
         Workload("ew_chain_16M", "gelu(x*2+1)*3 over 16M fp32", make(EwChain, (1 << 24,))),
         Workload("softmax_4096x4096", "softmax(x, -1), 4096x4096 fp32",
                  make(Softmax, (4096, 4096))),

@@ -49,6 +49,7 @@ from fusec.passes.tiling import reassociate_reductions  # noqa: F401,E402
 from fusec.passes.tiling import report_indices  # noqa: F401,E402
 from fusec.passes.tiling import tile  # noqa: F401,E402
 from fusec.passes.tiling import unfence  # noqa: F401,E402
+from fusec.passes.tiling import unshare_empties  # noqa: F401,E402
 from fusec.passes.bufferized import distinct_outputs  # noqa: F401,E402
 from fusec.passes.bufferized import outline_kernels  # noqa: F401,E402
 from fusec.passes.cpu import constant_args  # noqa: F401,E402

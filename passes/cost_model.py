@@ -714,7 +714,7 @@ def cpu_conv_padded_pixels(pixels: int) -> int:
 
 def cpu_conv_tile_sizes(ranges: list[int], n: int, oh: int | None, ow: int | None,
                         allowed: Collection[int], threads: int,
-                        tiles_per_thread: int = 4) -> list[int]:
+                        tiles_per_thread: int = 4, f: int | None = None) -> list[int]:
     """Tile sizes (0 = not tiled) for a CPU kernel whose root is a convolution that
     `--fusion-cpu-conv` builds as im2col + the matmul microkernel (loop dims `n`, `oh`,
     `ow` of `ranges`): images first, then output rows, each tile a divisor of the rows (a
@@ -722,25 +722,54 @@ def cpu_conv_tile_sizes(ranges: list[int], n: int, oh: int | None, ow: int | Non
     tile of channels gathers the whole image's im2col again (ResNet-18's 64-channel layers
     in 8 channel tiles: 8 gathers, 15x the time of one), nor the width (a tile's pixels
     would not be one contiguous run of the output). `oh` None: the root's loops are not
-    the convolution's output (a padding after it), so images only."""
+    the convolution's output (a padding after it), so images only.
+
+    The one exception to "never channels": when images and rows give fewer tiles than
+    `threads` (batch 1, a 7x7 or 14x14 layer whose rows are under the pixels a chunk
+    needs), the output channels `f` are split into `threads` tiles (a divisor of them, at
+    least a microkernel's rows): each thread gathers the image again, at the same time as the others, and does
+    its share of the GEMM (ResNet-18's last stages ran on one core of two)."""
     sizes = [0] * len(ranges)
     want = max(1, threads * tiles_per_thread)
     if n in allowed and ranges[n] > 1:
         sizes[n] = 1
         want = math.ceil(want / ranges[n])
-    if want <= 1 or oh is None or ow is None or oh not in allowed or ranges[oh] <= 1:
-        return sizes
-    out_h, out_w = ranges[oh], ranges[ow]
-    fits = [rows for rows in range(1, out_h) if out_h % rows == 0
-            and rows * out_w >= CPU_CONV_MIN_CHUNK_PIXELS and out_h // rows <= want]
-    if fits:
-        sizes[oh] = min(fits)
+    if want > 1 and oh is not None and ow is not None and oh in allowed and ranges[oh] > 1:
+        out_h, out_w = ranges[oh], ranges[ow]
+        fits = [rows for rows in range(1, out_h) if out_h % rows == 0
+                and rows * out_w >= CPU_CONV_MIN_CHUNK_PIXELS and out_h // rows <= want]
+        if fits:
+            sizes[oh] = min(fits)
+    tiles = math.prod(math.ceil(r / s) for r, s in zip(ranges, sizes) if s)
+    if threads > 1 and tiles < threads and f is not None and f in allowed:
+        split = math.ceil(threads / tiles)
+        channels = [c for c in range(CPU_MATMUL_ROWS, ranges[f])
+                    if ranges[f] % c == 0 and ranges[f] // c <= split]
+        if channels:
+            sizes[f] = min(channels)
     return sizes
 
 
 def cpu_matmul_columns(f32_lanes: int) -> int:
-    """The microkernel's columns for a CPU with `f32_lanes`-wide vectors: two vectors."""
-    return 2 * f32_lanes
+    """The microkernel's columns for a CPU with `f32_lanes`-wide vectors: as many vectors
+    as keep `CPU_MATMUL_ROWS` rows of accumulators, the B vectors and a broadcast in the
+    register file (AVX-512's 32 registers: 6 x 4 + 4 + 1; AVX2's 16: 6 x 2 + 2 + 1).
+    Measured on one core here (2026-12-03, 6 rows): 4 vectors of 16 against 2, 64x576 @
+    576x3136 109 -> 123 GFLOP/s, 1024^3 93 -> 110."""
+    vectors = 4 if f32_lanes >= 16 else 2
+    return vectors * f32_lanes
+
+
+def cpu_matmul_column_pieces(width: int, smallest: int) -> list[int]:
+    """A static column block `width` wide cut into power-of-two widths, widest first, down
+    to `smallest` (what is left under it stays scalar). A vector<6x48xf32> is no register
+    shape: LLVM legalizes its rows through the stack (4.6 GFLOP/s, against 123 as 32 + 16)."""
+    pieces = []
+    while width >= smallest:
+        piece = 1 << (width.bit_length() - 1)
+        pieces.append(piece)
+        width -= piece
+    return pieces
 
 
 # Threads per block of a GPU fallback kernel (a tile per thread).

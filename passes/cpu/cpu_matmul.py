@@ -76,6 +76,8 @@ VECTOR_TAG = attributes.CPU_MATMUL_VECTOR
 MIN_VECTOR = 8
 # f32 lanes in the narrowest vector a column block's remainder is built from (SSE: 4).
 REMAINDER_VECTOR = 4
+# Tags of the column blocks `_split_columns` cuts (apart from phase 1's, which they keep).
+SPLIT_TAGS = 1 << 20
 # The largest B column block packed into a stack buffer (K * nr floats).
 PACK_LIMIT_BYTES = 256 * 1024
 
@@ -403,6 +405,30 @@ def _inner_script(i: int, c: Contraction, mr: int, pack: bool) -> str:
     return _tile_steps(i, len(c.extents), steps, peels, promote=pack)
 
 
+def _split_columns(module: ir.Operation) -> None:
+    """Cut each column block whose static width is no power of two (a remainder of `nr`,
+    or an op narrower than it) into power-of-two blocks, widest first
+    (`cost_model.cpu_matmul_column_pieces`): one more tile-and-peel per piece. Each cut gets
+    a tag of its own (the pieces keep theirs: a reused tag would match them again)."""
+    next_tag = SPLIT_TAGS
+    for _ in range(8):  # a piece per round; widths under 2^8 * 4 need no more
+        scripts = []
+        for op in _walk(module, "linalg.generic"):
+            if TAG not in op.attributes:
+                continue
+            c = match_contraction(op, REMAINDER_VECTOR)
+            width = c.extents[c.n] if c is not None else -1
+            if width < 0 or width & (width - 1) == 0:
+                continue
+            piece = cost_model.cpu_matmul_column_pieces(width, REMAINDER_VECTOR)[0]
+            _tag(op, next_tag)
+            scripts.append(_tile_steps(next_tag, len(c.extents), [("s", {c.n: piece})], ["s"]))
+            next_tag += 1
+        if not scripts:
+            return
+        apply_script(module, "\n    ".join(scripts + [_CANONICALIZE]))
+
+
 def _sequence(body: str) -> str:
     return f"""
 module attributes {{transform.with_named_sequence}} {{
@@ -589,16 +615,18 @@ class CpuMatmulPass(Pass):
         scripts = []
         for i, (op, c) in enumerate(_contractions(module)):
             _tag(op, i)
-            # A narrower op gets a narrower microkernel rather than none.
+            # A narrower op gets a narrower microkernel rather than none (halved: column
+            # blocks stay whole vectors of a power-of-two width).
             nr = self.nr
             while c.extents[c.n] >= 0 and nr > MIN_VECTOR and c.extents[c.n] < nr:
-                nr -= MIN_VECTOR
+                nr = max(MIN_VECTOR, nr // 2)
             kc = self.kc if self.kc >= 0 else cost_model.cpu_matmul_depth_block(nr)
             scripts.append(_outer_script(i, c, nr, kc))
         if not scripts:
             return
         # Canonicalized, a peeled loop's full tiles have static sizes (the affine.min folds).
         apply_script(module, "\n    ".join(scripts + [_CANONICALIZE]))
+        _split_columns(module)
         # Phase 2: each column block's B packed, row blocks, k loop.
         scripts = []
         allocas = {op_key(op) for op in _walk(module, "memref.alloca")}

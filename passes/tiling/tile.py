@@ -64,10 +64,11 @@ from fusec.passes import attributes, cost_model
 from fusec.passes.cost_model import cpu_tile_sizes, matmul_row_tile
 from fusec.passes.cpu.cpu_conv import conv_loops
 from fusec.passes.fusion.analysis import CONTRACTION, describe
-from fusec.passes.grouping import (RESHAPE_OPS, defining_op, family_tiled, is_compute,
+from fusec.passes.grouping import (CLONED_INTO_GROUPS, RESHAPE_OPS, defining_op, family_tiled,
+                                   form_group, is_compute,
                                    memory_element_type, op_key, producer_through_reshapes,
                                    walk_ops)
-from fusec.passes.inline_groups import groups_in
+from fusec.passes.inline_groups import groups_in, inline_group
 from fusec.passes.registry import Pass, PassError, register
 from fusec.passes.targets import kernel_builder
 from mlir import ir
@@ -179,6 +180,96 @@ def find_root(group: ir.Operation) -> ir.Operation | None:
         if op is not None and _is_tileable(op):
             return op
     return None
+
+
+SPLIT_PAD = ("the padding after the kernel's last op is a kernel of its own: tiled by the "
+             "padding, every other op would run before the tile loop, whole, on one thread")
+
+
+SPLIT_PROLOGUE = ("what a padding in the kernel reads is a kernel of its own: computed before "
+                  "the tile loop, whole, it would run on one thread")
+
+
+def split_at_pads(group: ir.Operation) -> list[ir.Operation]:
+    """On the CPU, `split_trailing_pad`, then `split_padded_prologue` of what is left."""
+    parts = split_trailing_pad(group)
+    return split_padded_prologue(parts[0]) + parts[1:]
+
+
+def split_padded_prologue(group: ir.Operation) -> list[ir.Operation]:
+    """On the CPU, the ops of a group that compute what a padding inside it reads (a
+    BatchNorm, ReLU and residual add in front of the next convolution's padding) become a
+    kernel of their own, before the rest.
+
+    A padding's producers stay outside its tile loop (`_feeds_pad`): computed whole before
+    the loop, by one thread, into a buffer of the kernel's (or into the kernel's output, when
+    the group also yields them, which then cannot be split across threads at all: ResNet's
+    residual sums). As a kernel of their own they are tiled like any elementwise kernel; the
+    buffer between the two is the one the loop read anyway."""
+    root = find_root(group)
+    body = [op.operation for op in group.regions[0].blocks[0].operations][:-1]
+    pads = [op for op in body if op.name == "tensor.pad" and op != root]
+    in_body = {op_key(op) for op in body}
+    prologue: dict[tuple, ir.Operation] = {}
+    pending = [defining_op(p.operands[0]) for p in pads]
+    while pending:
+        op = pending.pop()
+        if op is None or op_key(op) not in in_body or op_key(op) in prologue:
+            continue
+        prologue[op_key(op)] = op
+        pending += [defining_op(v) for v in op.operands]
+    members = [op for op in body if op_key(op) in prologue and is_compute(op)
+               and op.name not in CLONED_INTO_GROUPS]
+    if not members or root is None or op_key(root) in prologue \
+            or not any(_is_tileable(op) for op in members):
+        return [group]
+    if any(not (_is_elementwise(op) or _is_fill(op) or op.name in RESHAPE_OPS
+                or op.name == "tensor.pad") for op in members):
+        return [group]  # only elementwise work moves (a reduction's plan is the planner's)
+    kind = str(ir.StringAttr(group.attributes["kind"]).value)
+    named = [group.attributes[i] for i in range(len(group.attributes))]
+    keep = {a.name: a.attr for a in named if a.name != "kind"}
+    rest = [op for op in body if op_key(op) not in prologue and is_compute(op)
+            and op.name not in CLONED_INTO_GROUPS]
+    inline_group(group)
+    head = form_group(members, "single")
+    head.attributes[attributes.SPLIT] = ir.StringAttr.get(SPLIT_PROLOGUE)
+    core = form_group(rest, kind, keep)
+    return [head, core]
+
+
+def split_trailing_pad(group: ir.Operation) -> list[ir.Operation]:
+    """On the CPU, a group whose root is a padding of what an op of its own computes (a
+    convolution's epilogue padded for the next layer) becomes two kernels: the group
+    without the padding, tiled by its own last op, and the padding, a copy into a bordered
+    buffer tiled by itself (`fusion.split` says why).
+
+    Tiled by the padding, the group's other ops would all be computed before the loop,
+    whole, on one thread (a padding's producer cannot be fused into its tile loop,
+    `_feeds_pad`); kept beside a loop of the producer, the padding would write the kernel's
+    output outside its tiles, which cannot be split across threads either. ResNet-18's
+    last stages, convolution and epilogue, ran on one core of two. The copy costs one
+    pass over a small tensor (7x7 and 14x14 maps)."""
+    root = find_root(group)
+    if root is None or root.name != "tensor.pad":
+        return [group]
+    source = defining_op(root.operands[0])
+    if source is None or not _is_tileable(source) or source.parent != root.parent:
+        return [group]
+    if any(use.owner.name != "fusion.yield" for use in root.results[0].uses):
+        return [group]  # the padding is read inside the group too: leave it whole
+    body = [op.operation for op in group.regions[0].blocks[0].operations][:-1]
+    kind = str(ir.StringAttr(group.attributes["kind"]).value)
+    # The planner's figures and reasons describe the kernel as planned: the head keeps them.
+    named = [group.attributes[i] for i in range(len(group.attributes))]
+    keep = {a.name: a.attr for a in named if a.name != "kind"}
+    rest = [op for op in body if op != root and is_compute(op)
+            and op.name not in CLONED_INTO_GROUPS]
+    inline_group(group)
+    head = form_group(rest, kind, keep)
+    pad = form_group([root], "single")
+    pad.attributes[attributes.SPLIT] = ir.StringAttr.get(SPLIT_PAD)
+    return [head, pad]
 
 
 def _one_per_use(group: ir.Operation, name: str, top_level_only: bool = False) -> None:
@@ -452,8 +543,9 @@ def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
 
 
 def _conv_dims(group: ir.Operation,
-               root: ir.Operation) -> tuple[int, int | None, int | None, bool] | None:
-    """The root's (images, output rows, output columns) loop dims where the group's
+               root: ir.Operation) -> tuple[int, int | None, int | None, bool, int | None] | None:
+    """The root's (images, output rows, output columns, cheap rows, output channels) loop
+    dims where the group's
     contraction is a convolution (`conv_loops`): the root itself, or an epilogue after it
     (BatchNorm, ReLU, a residual add) whose loops are the convolution's output, in order.
     A root that is neither (the next layer's padding) has its images first, and no rows
@@ -471,16 +563,23 @@ def _conv_dims(group: ir.Operation,
     conv, c = convs[0]
     cheap = all(op == conv or _is_elementwise(op) or _is_fill(op) or op.name == "tensor.pad"
                 for op in body if _is_tileable(op))
+    # Output-channel tiles recompute nothing but the gather when the convolution's input is
+    # computed before the tile loop anyway: a group argument, or a padding (whose producers
+    # stay outside the loop, `_feeds_pad`), and every op after it is elementwise.
+    source = defining_op(conv.operands[0])
+    whole_input = source is None or source.name == "tensor.pad"
+    f = c.f if conv == root else 1
+    f = f if cheap and whole_input else None
     if conv == root:
-        return c.n, c.oh, c.ow, cheap
+        return c.n, c.oh, c.ow, cheap, f
     out_shape = list(ir.ShapedType(conv.operands[2].type).shape)
     space = _iteration_space(root)
     if space is None or space[0] != out_shape or "indexing_maps" not in root.attributes:
-        return 0, None, None, False
+        return 0, None, None, False, None
     out_map = ir.AffineMapAttr(root.attributes["indexing_maps"][len(root.operands) - 1]).value
     if out_map != ir.AffineMap.get_identity(4, root.context):
-        return 0, None, None, False
-    return 0, 2, 3, cheap
+        return 0, None, None, False, None
+    return 0, 2, 3, cheap, f
 
 
 def _allowed_dims(dims: int | list[int], rank: int) -> set[int]:
@@ -515,11 +614,13 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
         m = _row_dim(root) if microkernel and conv is None else None
         if conv is not None:
             allowed = _allowed_dims(dims, len(ranges))
-            n, oh, ow, rows_free = conv
+            n, oh, ow, rows_free, channels = conv
             if rows_free and oh is not None:
                 allowed.add(oh)
+            if channels is not None:
+                allowed.add(channels)
             sizes = cost_model.cpu_conv_tile_sizes(ranges, n, oh, ow, allowed, threads,
-                                                   tiles_per_thread)
+                                                   tiles_per_thread, channels)
         if m is not None:
             sizes[m] = matmul_row_tile(ranges[m], sizes[m],
                                        matmul_rows or cost_model.CPU_MATMUL_ROW_BLOCK)
@@ -950,15 +1051,20 @@ class TileGroupsPass(Pass):
         # Imported here: capacity builds on placement, which runs after tiling.
         from fusec.passes.tiling.capacity import tile_accepted, tile_to_fit
 
-        for group in groups_in(module):
-            if gpu and LIBRARY_PATH_ATTR in group.attributes:
+        for whole in groups_in(module):
+            if gpu and LIBRARY_PATH_ATTR in whole.attributes:
                 continue  # a cuBLASLt call or a view of a buffer: no kernel of ours to tile
-            if family_tiled(group):
+            if family_tiled(whole):
                 continue  # tiled by its family's own pass (--fusion-cpu-attention)
-            if self.fit:
-                parts = tile_to_fit(group, device, tile, accept=accept)
-            else:
-                parts = [tile_accepted(group, tile, accept)]
+            parts = []
+            # Kernels split at their paddings for the CPU's threads; not for the finest tiles
+            # (min-tile-kb=0: the GPU fallback path tiles a group through here, whole).
+            split = not gpu and self.min_tile_kb > 0
+            for group in split_at_pads(whole) if split else [whole]:
+                if self.fit:
+                    parts += tile_to_fit(group, device, tile, accept=accept)
+                else:
+                    parts.append(tile_accepted(group, tile, accept))
             for part in parts if gpu else []:
                 if untiled_on_gpu(part):
                     # Neither emitter's: the fallback path's tiles (one per thread).

@@ -117,6 +117,9 @@ def tiled_passes(options: Any = None) -> list[str]:
         # Last, on the final tile bodies: where each value lives, and whether a tile fits.
         "fusion-place{device=cpu}",
         "fusion-capacity{device=cpu}",
+        # After the last CSE: work beside a tile loop gets buffers of its own, not the
+        # loop's output (a kernel argument), so that its tiles can still be split.
+        "fusion-unshare-empties",
     ]
 
 

@@ -1,0 +1,60 @@
+// RUN: fusec-opt %s '--fusion-tile{threads=2,conv-as-gemm=true}' | filecheck %s
+// RUN: fusec-opt %s '--fusion-tile{threads=2,conv-as-gemm=true,min-tile-kb=0}' | filecheck %s --check-prefix=FINEST
+
+// A ResNet layer as the planner leaves it for the CPU: the previous block's ReLU, the
+// padding the convolution reads, the convolution and its ReLU, and the next layer's
+// padding, one group. A padding's producers stay outside its tile loop, computed whole by
+// one thread, and a padding as the root leaves everything before it outside: so on the CPU
+// the group becomes three kernels: what the first padding reads (`fusion.split` says why),
+// the convolution with its epilogue, tiled by its own last op, and the trailing padding.
+// At batch 1 with 7x7 outputs (under the pixels an im2col chunk wants), the convolution's
+// 16 output channels are split into two tiles of 8, one per thread.
+// CHECK-LABEL: func.func @layer
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.split = "what a padding in the kernel reads is a kernel of its own
+// CHECK: linalg.generic
+// CHECK: fusion.group vertical
+// CHECK-SAME: fusion.tile_sizes = array<i64: 0, 8, 0, 0>
+// CHECK: scf.forall ({{.+}}) in (2)
+// CHECK: tensor.pad
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.split = "the padding after the kernel's last op is a kernel of its own
+// CHECK: tensor.pad
+// What must not happen: the GPU fallback's finest tiles (min-tile-kb=0) tile the group as
+// it is, one group.
+// FINEST-LABEL: func.func @layer
+// FINEST-COUNT-1: fusion.group
+// FINEST-NOT: fusion.split
+#map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+module {
+  func.func @layer(%arg0: tensor<1x8x7x7xf32>) -> tensor<1x16x9x9xf32> {
+    %0 = fusion.group vertical (%arg1 = %arg0 : tensor<1x8x7x7xf32>) -> tensor<1x16x9x9xf32> attributes {fusion.device = "cpu", fusion.tile_dims = [0, 1, 2, 3]} {
+      %w = arith.constant dense<1.000000e-01> : tensor<16x8x3x3xf32>
+      %zero = arith.constant 0.000000e+00 : f32
+      %e8 = tensor.empty() : tensor<1x8x7x7xf32>
+      %e16 = tensor.empty() : tensor<1x16x7x7xf32>
+      %r = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%arg1 : tensor<1x8x7x7xf32>) outs(%e8 : tensor<1x8x7x7xf32>) {
+      ^bb0(%in: f32, %out: f32):
+        %m = arith.maximumf %in, %zero : f32
+        linalg.yield %m : f32
+      } -> tensor<1x8x7x7xf32>
+      %p = tensor.pad %r low[0, 0, 1, 1] high[0, 0, 1, 1] {
+      ^bb0(%i: index, %j: index, %k: index, %l: index):
+        tensor.yield %zero : f32
+      } : tensor<1x8x7x7xf32> to tensor<1x8x9x9xf32>
+      %f = linalg.fill ins(%zero : f32) outs(%e16 : tensor<1x16x7x7xf32>) -> tensor<1x16x7x7xf32>
+      %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%p, %w : tensor<1x8x9x9xf32>, tensor<16x8x3x3xf32>) outs(%f : tensor<1x16x7x7xf32>) -> tensor<1x16x7x7xf32>
+      %y = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%c : tensor<1x16x7x7xf32>) outs(%e16 : tensor<1x16x7x7xf32>) {
+      ^bb0(%in: f32, %out: f32):
+        %m = arith.maximumf %in, %zero : f32
+        linalg.yield %m : f32
+      } -> tensor<1x16x7x7xf32>
+      %q = tensor.pad %y low[0, 0, 1, 1] high[0, 0, 1, 1] {
+      ^bb0(%i: index, %j: index, %k: index, %l: index):
+        tensor.yield %zero : f32
+      } : tensor<1x16x7x7xf32> to tensor<1x16x9x9xf32>
+      fusion.yield %q : tensor<1x16x9x9xf32>
+    }
+    return %0 : tensor<1x16x9x9xf32>
+  }
+}
