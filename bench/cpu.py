@@ -177,15 +177,40 @@ def all_workloads() -> list[Workload]:
     return [_example(n) for n in EXAMPLE_NAMES] + _large_workloads()
 
 
-def zoo_workloads(size: str) -> list[Workload]:
-    """The model zoo's whole models (bench/zoo.py) at `size`, named `zoo:<model>`."""
+def _batched(inputs: tuple[Any, ...], batch: int) -> tuple[Any, ...]:
+    """`inputs` with their batch dim (the first) `batch` long: the example's rows repeated
+    (each row a fresh draw when the inputs were), so that every model keeps its own input
+    kinds (images, token ids, masks)."""
+    import torch
+
+    if batch <= 1:
+        return inputs
+    return tuple(torch.cat([x] * batch) if isinstance(x, torch.Tensor) and x.dim() else x
+                 for x in inputs)
+
+
+def zoo_workloads(size: str, batch: int = 1) -> list[Workload]:
+    """The model zoo's whole models (bench/zoo.py) at `size`, named `zoo:<model>`, at the
+    zoo's batch 1 or `batch` (named `zoo:<model>:b<batch>`)."""
     spec = importlib.util.spec_from_file_location("fusec_bench_zoo", REPO / "bench" / "zoo.py")
     zoo = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = zoo
     spec.loader.exec_module(zoo)
-    return [Workload(f"zoo:{name}", f"{entry.description} ({size})",
-                     lambda entry=entry: entry.build(size),
-                     fresh=lambda seed, entry=entry: zoo.fresh_inputs(entry, size, seed))
+    def build(entry):
+        model, inputs = entry.build(size)
+        return model, _batched(inputs, batch)
+
+    def fresh(entry, seed):
+        rows = [zoo.fresh_inputs(entry, size, seed * 1000 + i) for i in range(batch)]
+        return tuple(torch.cat(parts) if isinstance(parts[0], torch.Tensor) and parts[0].dim()
+                     else parts[0] for parts in zip(*rows))
+
+    import torch
+
+    suffix = f":b{batch}" if batch > 1 else ""
+    return [Workload(f"zoo:{name}{suffix}", f"{entry.description} ({size}, batch {batch})",
+                     lambda entry=entry: build(entry),
+                     fresh=lambda seed, entry=entry: fresh(entry, seed))
             for name, entry in zoo.ZOO.items()]
 
 
@@ -508,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
     p.add_argument("--zoo", choices=("small", "full"),
                    help="the model zoo's whole models (bench/zoo.py) at this size instead")
+    p.add_argument("--batch", type=int, default=1,
+                   help="with --zoo: the batch size (the zoo's inputs are batch 1; their rows "
+                   "are drawn this many times; named zoo:<model>:b<batch>)")
     p.add_argument("--no-unfused", action="store_true", help="skip fusec's unfused plan")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
@@ -525,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
 
-    workloads = zoo_workloads(args.zoo) if args.zoo else all_workloads()
+    workloads = zoo_workloads(args.zoo, args.batch) if args.zoo else all_workloads()
     if args.only:
         def named(w: Workload) -> set[str]:  # a zoo model by its name alone, too
             return {w.name, w.name.removeprefix("zoo:")}

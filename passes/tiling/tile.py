@@ -223,9 +223,8 @@ def split_padded_prologue(group: ir.Operation) -> list[ir.Operation]:
     if not members or root is None or op_key(root) in prologue \
             or not any(_is_tileable(op) for op in members):
         return [group]
-    if any(not (_is_elementwise(op) or _is_fill(op) or op.name in RESHAPE_OPS
-                or op.name == "tensor.pad") for op in members):
-        return [group]  # only elementwise work moves (a reduction's plan is the planner's)
+    if any(describe(op, i).category == CONTRACTION for i, op in enumerate(members)):
+        return [group]  # the group's one contraction is its root's business
     kind = str(ir.StringAttr(group.attributes["kind"]).value)
     named = [group.attributes[i] for i in range(len(group.attributes))]
     keep = {a.name: a.attr for a in named if a.name != "kind"}
@@ -235,7 +234,9 @@ def split_padded_prologue(group: ir.Operation) -> list[ir.Operation]:
     head = form_group(members, "single")
     head.attributes[attributes.SPLIT] = ir.StringAttr.get(SPLIT_PROLOGUE)
     core = form_group(rest, kind, keep)
-    return [head, core]
+    # The prologue may hold a padding of its own (a max pooling's, in front of the one
+    # the convolution reads): split again, until no padding reads work of its group.
+    return split_padded_prologue(head) + [core]
 
 
 def split_trailing_pad(group: ir.Operation) -> list[ir.Operation]:
