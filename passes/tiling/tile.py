@@ -260,6 +260,17 @@ def split_trailing_pad(group: ir.Operation) -> list[ir.Operation]:
     if any(use.owner.name != "fusion.yield" for use in root.results[0].uses):
         return [group]  # the padding is read inside the group too: leave it whole
     body = [op.operation for op in group.regions[0].blocks[0].operations][:-1]
+    # Only where the op before the padding has the convolution's output loops (the
+    # convolution or an elementwise epilogue of it, no reshape between), which the
+    # convolution's tiling then takes (`_conv_dims`). Tiled by another root (Whisper's 1-D
+    # convolution reshaped back to 2-D before its GELU) the convolution would be fused
+    # into hundreds of small tiles: 20 -> 206 ms.
+    convs = [op for op in body if op.name.startswith(("linalg.conv_2d", "linalg.depthwise_conv"))
+             or conv_loops(op) is not None]
+    if len(convs) != 1 or not (source == convs[0] or _is_elementwise(source)) \
+            or list(ir.ShapedType(source.results[0].type).shape) \
+            != list(ir.ShapedType(convs[0].results[0].type).shape):
+        return [group]
     kind = str(ir.StringAttr(group.attributes["kind"]).value)
     # The planner's figures and reasons describe the kernel as planned: the head keeps them.
     named = [group.attributes[i] for i in range(len(group.attributes))]
@@ -637,7 +648,13 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
                 ranges, sizes, m, _col_dim(root), limit,
                 matmul_rows or cost_model.CPU_MATMUL_ROW_BLOCK)
         else:
+            channel_tile = sizes[conv[4]] if conv is not None and conv[4] is not None else 0
             sizes = limit_tile_rows(sizes, limit)
+            if channel_tile:
+                # A convolution's channel tile is one per thread: the im2col rewrite sizes
+                # its own chunks to the L2, and narrower channel tiles would each gather the
+                # image again (Whisper's 768-channel 1-D convolution in 512 tiles: 10x).
+                sizes[conv[4]] = channel_tile
         if conv is not None and conv[1] is not None and sizes[conv[1]] > 0:
             # Still whole row blocks: a ragged last tile has a dynamic row count, which the
             # convolution's im2col rewrite does not take (its loops ran 10x slower).

@@ -1,5 +1,5 @@
-// RUN: fusec-opt %s '--fusion-tile{threads=2,conv-as-gemm=true}' | filecheck %s
-// RUN: fusec-opt %s '--fusion-tile{threads=2,conv-as-gemm=true,min-tile-kb=0}' | filecheck %s --check-prefix=FINEST
+// RUN: fusec-opt %s '--fusion-tile{threads=2,conv-as-gemm=true}' --split-input-file | filecheck %s
+// RUN: fusec-opt %s '--fusion-tile{threads=2,conv-as-gemm=true,min-tile-kb=0}' --split-input-file | filecheck %s --check-prefix=FINEST
 
 // A ResNet layer as the planner leaves it for the CPU: the previous block's ReLU, the
 // padding the convolution reads, the convolution and its ReLU, and the next layer's
@@ -57,4 +57,26 @@ module {
     }
     return %0 : tensor<1x16x9x9xf32>
   }
+}
+
+// -----
+
+// FINEST-LABEL: func.func @retiled
+// A capacity re-tile (`fusion.max_tile_rows`, set by the fit when the kernel's footprint is
+// over the L2) leaves a convolution's channel tile at one per thread: the im2col rewrite
+// sizes its own chunks to the L2, and narrower channel tiles would each gather the image
+// again (Whisper's 768-channel 1-D convolution went to 512 tiles and ran 10x slower).
+// CHECK-LABEL: func.func @retiled
+// CHECK: fusion.tile_sizes = array<i64: 0, 16, 0, 0, 0, 0, 0>
+// CHECK: scf.forall ({{.+}}) in (2)
+func.func @retiled(%arg0: tensor<1x8x1x30xf32>) -> tensor<1x32x1x28xf32> {
+  %0 = fusion.group vertical (%arg1 = %arg0 : tensor<1x8x1x30xf32>) -> tensor<1x32x1x28xf32> attributes {fusion.device = "cpu", fusion.tile_dims = [0, 1, 2, 3], fusion.max_tile_rows = 2 : i64} {
+    %w = arith.constant dense<1.000000e-01> : tensor<32x8x1x3xf32>
+    %zero = arith.constant 0.000000e+00 : f32
+    %e = tensor.empty() : tensor<1x32x1x28xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<1x32x1x28xf32>) -> tensor<1x32x1x28xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%arg1, %w : tensor<1x8x1x30xf32>, tensor<32x8x1x3xf32>) outs(%f : tensor<1x32x1x28xf32>) -> tensor<1x32x1x28xf32>
+    fusion.yield %c : tensor<1x32x1x28xf32>
+  }
+  return %0 : tensor<1x32x1x28xf32>
 }
