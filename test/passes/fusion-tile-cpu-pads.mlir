@@ -11,7 +11,7 @@
 // 16 output channels are split into two tiles of 8, one per thread.
 // CHECK-LABEL: func.func @layer
 // CHECK: fusion.group single
-// CHECK-SAME: fusion.split = "what a padding in the kernel reads is a kernel of its own
+// CHECK-SAME: fusion.split = "what a padding or a convolution's window reads in the kernel is a kernel of its own
 // CHECK: linalg.generic
 // CHECK: fusion.group vertical
 // CHECK-SAME: fusion.tile_sizes = array<i64: 0, 8, 0, 0>
@@ -79,4 +79,40 @@ func.func @retiled(%arg0: tensor<1x8x1x30xf32>) -> tensor<1x32x1x28xf32> {
     fusion.yield %c : tensor<1x32x1x28xf32>
   }
   return %0 : tensor<1x32x1x28xf32>
+}
+
+// -----
+
+// MobileNet's depthwise 3x3 (+ its ReLU) in front of the 1x1 projection, one group: the
+// projection reads the depthwise result through its own window, so it would be computed
+// before the tile loop, whole, as loops (0.66 of a 0.96 ms MobileNetV2 block). It becomes a
+// kernel of its own, tiled like the others; the projection keeps the group's plan.
+// CHECK-LABEL: func.func @depthwise_then_pointwise
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.ops = ["linalg.fill", "linalg.depthwise_conv_2d_nchw_chw", "linalg.generic"]
+// CHECK-SAME: fusion.split = "what a padding or a convolution's window reads in the kernel is a kernel of its own
+// CHECK: fusion.group vertical
+// CHECK-SAME: fusion.ops = ["linalg.fill", "linalg.conv_2d_nchw_fchw"]
+// FINEST-LABEL: func.func @depthwise_then_pointwise
+// FINEST-COUNT-1: fusion.group
+#mapd = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @depthwise_then_pointwise(%arg0: tensor<1x16x9x9xf32>) -> tensor<1x8x7x7xf32> {
+  %0 = fusion.group vertical (%arg1 = %arg0 : tensor<1x16x9x9xf32>) -> tensor<1x8x7x7xf32> attributes {fusion.device = "cpu", fusion.tile_dims = [0, 1, 2, 3]} {
+    %dw = arith.constant dense<1.000000e-01> : tensor<16x3x3xf32>
+    %pw = arith.constant dense<2.000000e-01> : tensor<8x16x1x1xf32>
+    %zero = arith.constant 0.000000e+00 : f32
+    %e16 = tensor.empty() : tensor<1x16x7x7xf32>
+    %e8 = tensor.empty() : tensor<1x8x7x7xf32>
+    %f16 = linalg.fill ins(%zero : f32) outs(%e16 : tensor<1x16x7x7xf32>) -> tensor<1x16x7x7xf32>
+    %d = linalg.depthwise_conv_2d_nchw_chw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%arg1, %dw : tensor<1x16x9x9xf32>, tensor<16x3x3xf32>) outs(%f16 : tensor<1x16x7x7xf32>) -> tensor<1x16x7x7xf32>
+    %r = linalg.generic {indexing_maps = [#mapd, #mapd], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%d : tensor<1x16x7x7xf32>) outs(%e16 : tensor<1x16x7x7xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %m = arith.maximumf %in, %zero : f32
+      linalg.yield %m : f32
+    } -> tensor<1x16x7x7xf32>
+    %f8 = linalg.fill ins(%zero : f32) outs(%e8 : tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%r, %pw : tensor<1x16x7x7xf32>, tensor<8x16x1x1xf32>) outs(%f8 : tensor<1x8x7x7xf32>) -> tensor<1x8x7x7xf32>
+    fusion.yield %c : tensor<1x8x7x7xf32>
+  }
+  return %0 : tensor<1x8x7x7xf32>
 }

@@ -153,7 +153,7 @@ CASES = [
     pytest.param(TwoStages, [(1, 16, 16, 16)], 8, id="two-stages-b1"),
     pytest.param(TwoStages, [(2, 16, 16, 16)], 8, id="two-stages-b2"),
     pytest.param(Bottleneck, [(2, 32, 12, 12)], 5, id="bottleneck"),
-    pytest.param(DepthwiseSE, [(2, 16, 16, 16)], 5, id="depthwise-se"),
+    pytest.param(DepthwiseSE, [(2, 16, 16, 16)], 6, id="depthwise-se"),
     pytest.param(PoolJoin, [(2, 8, 13, 13)] * 2, 2, id="pool-join"),
     pytest.param(AudioFrontEnd, [(2, 16, 101)], 5, id="conv1d-audio"),
 ]
