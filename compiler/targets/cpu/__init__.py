@@ -118,8 +118,10 @@ def tiled_passes(options: Any = None) -> list[str]:
         "fusion-place{device=cpu}",
         "fusion-capacity{device=cpu}",
         # After the last CSE: work beside a tile loop gets buffers of its own, not the
-        # loop's output (a kernel argument), so that its tiles can still be split.
-        "fusion-unshare-empties",
+        # loop's output (a kernel argument), so that its tiles can still be split across
+        # threads. Not for the GPU fallback's finest tiles (min-tile-kb=0), whose
+        # temporaries are per-thread stack buffers on the device: the same IR as before.
+        *(["fusion-unshare-empties"] if cpu.min_tile_kb > 0 else []),
     ]
 
 
