@@ -196,16 +196,17 @@ def zoo_workloads(size: str, batch: int = 1) -> list[Workload]:
     zoo = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = zoo
     spec.loader.exec_module(zoo)
+
     def build(entry):
         model, inputs = entry.build(size)
         return model, _batched(inputs, batch)
 
     def fresh(entry, seed):
+        import torch
+
         rows = [zoo.fresh_inputs(entry, size, seed * 1000 + i) for i in range(batch)]
         return tuple(torch.cat(parts) if isinstance(parts[0], torch.Tensor) and parts[0].dim()
                      else parts[0] for parts in zip(*rows))
-
-    import torch
 
     suffix = f":b{batch}" if batch > 1 else ""
     return [Workload(f"zoo:{name}{suffix}", f"{entry.description} ({size}, batch {batch})",

@@ -727,8 +727,9 @@ def cpu_conv_tile_sizes(ranges: list[int], n: int, oh: int | None, ow: int | Non
     The one exception to "never channels": when images and rows give fewer tiles than
     `threads` (batch 1, a 7x7 or 14x14 layer whose rows are under the pixels a chunk
     needs), the output channels `f` are split into `threads` tiles (a divisor of them, at
-    least a microkernel's rows): each thread gathers the image again, at the same time as the others, and does
-    its share of the GEMM (ResNet-18's last stages ran on one core of two)."""
+    least a microkernel's rows): each thread gathers the image again, at the same time as
+    the others, and does its share of the GEMM (ResNet-18's last stages ran on one core of
+    two)."""
     sizes = [0] * len(ranges)
     want = max(1, threads * tiles_per_thread)
     if n in allowed and ranges[n] > 1:
@@ -760,16 +761,12 @@ def cpu_matmul_columns(f32_lanes: int) -> int:
     return vectors * f32_lanes
 
 
-def cpu_matmul_column_pieces(width: int, smallest: int) -> list[int]:
-    """A static column block `width` wide cut into power-of-two widths, widest first, down
-    to `smallest` (what is left under it stays scalar). A vector<6x48xf32> is no register
-    shape: LLVM legalizes its rows through the stack (4.6 GFLOP/s, against 123 as 32 + 16)."""
-    pieces = []
-    while width >= smallest:
-        piece = 1 << (width.bit_length() - 1)
-        pieces.append(piece)
-        width -= piece
-    return pieces
+def cpu_matmul_column_piece(width: int) -> int:
+    """The widest power-of-two column block in a static block `width` wide: a block of
+    another width is cut into such pieces, widest first (48 = 32 + 16). A
+    vector<6x48xf32> is no register shape: LLVM legalizes its rows through the stack (4.6
+    GFLOP/s, against 123 as 32 + 16)."""
+    return 1 << (width.bit_length() - 1)
 
 
 # Threads per block of a GPU fallback kernel (a tile per thread).

@@ -408,7 +408,7 @@ def _inner_script(i: int, c: Contraction, mr: int, pack: bool) -> str:
 def _split_columns(module: ir.Operation) -> None:
     """Cut each column block whose static width is no power of two (a remainder of `nr`,
     or an op narrower than it) into power-of-two blocks, widest first
-    (`cost_model.cpu_matmul_column_pieces`): one more tile-and-peel per piece. Each cut gets
+    (`cost_model.cpu_matmul_column_piece`): one more tile-and-peel per piece. Each cut gets
     a tag of its own (the pieces keep theirs: a reused tag would match them again)."""
     next_tag = SPLIT_TAGS
     for _ in range(8):  # a piece per round; widths under 2^8 * 4 need no more
@@ -420,7 +420,7 @@ def _split_columns(module: ir.Operation) -> None:
             width = c.extents[c.n] if c is not None else -1
             if width < 0 or width & (width - 1) == 0:
                 continue
-            piece = cost_model.cpu_matmul_column_pieces(width, REMAINDER_VECTOR)[0]
+            piece = cost_model.cpu_matmul_column_piece(width)
             _tag(op, next_tag)
             scripts.append(_tile_steps(next_tag, len(c.extents), [("s", {c.n: piece})], ["s"]))
             next_tag += 1

@@ -207,33 +207,17 @@ def split_padded_prologue(group: ir.Operation) -> list[ir.Operation]:
     residual sums). As a kernel of their own they are tiled like any elementwise kernel; the
     buffer between the two is the one the loop read anyway."""
     root = find_root(group)
-    body = [op.operation for op in group.regions[0].blocks[0].operations][:-1]
+    body = _body_ops(group)
     pads = [op for op in body if op.name == "tensor.pad" and op != root]
-    in_body = {op_key(op) for op in body}
-    prologue: dict[tuple, ir.Operation] = {}
-    pending = [defining_op(p.operands[0]) for p in pads] + _windowed_conv_input(body)
-    while pending:
-        op = pending.pop()
-        if op is None or op_key(op) not in in_body or op_key(op) in prologue:
-            continue
-        prologue[op_key(op)] = op
-        pending += [defining_op(v) for v in op.operands]
-    members = [op for op in body if op_key(op) in prologue and is_compute(op)
-               and op.name not in CLONED_INTO_GROUPS]
+    prologue = _producers_in(body, [defining_op(p.operands[0]) for p in pads]
+                             + _windowed_conv_input(body))
+    members = _kernel_ops(op for op in body if op_key(op) in prologue)
     if not members or root is None or op_key(root) in prologue \
             or not any(_is_tileable(op) for op in members):
         return [group]
     if any(describe(op, i).category == CONTRACTION for i, op in enumerate(members)):
         return [group]  # the group's one contraction is its root's business
-    kind = str(ir.StringAttr(group.attributes["kind"]).value)
-    named = [group.attributes[i] for i in range(len(group.attributes))]
-    keep = {a.name: a.attr for a in named if a.name != "kind"}
-    rest = [op for op in body if op_key(op) not in prologue and is_compute(op)
-            and op.name not in CLONED_INTO_GROUPS]
-    inline_group(group)
-    head = form_group(members, "single")
-    head.attributes[attributes.SPLIT] = ir.StringAttr.get(SPLIT_PROLOGUE)
-    core = form_group(rest, kind, keep)
+    head, core = _split_in_two(group, members, SPLIT_PROLOGUE, None)
     # The prologue may hold a padding of its own (a max pooling's, in front of the one
     # the convolution reads): split again, until no padding reads work of its group.
     return split_padded_prologue(head) + [core]
@@ -252,17 +236,58 @@ def _windowed_conv_input(body: list[ir.Operation]) -> list[ir.Operation]:
     if len(convs) != 1:
         return []
     source = defining_op(convs[0].operands[0])
-    keys = {op_key(op) for op in body}
-    pending, seen = [source], set()
+    producers = _producers_in(body, [source]).values()
+    return [source] if any(op.name.startswith(WINDOW_OPS) for op in producers) else []
+
+
+def _body_ops(group: ir.Operation) -> list[ir.Operation]:
+    """A group's ops, its `fusion.yield` left out."""
+    return [op.operation for op in group.regions[0].blocks[0].operations][:-1]
+
+
+def _producers_in(body: list[ir.Operation],
+                  seeds: list[ir.Operation | None]) -> dict[tuple, ir.Operation]:
+    """`seeds` and every op of `body` they depend on through operands, keyed by `op_key`
+    (ops outside `body`, and block arguments' None, are not followed)."""
+    in_body = {op_key(op) for op in body}
+    found: dict[tuple, ir.Operation] = {}
+    pending = list(seeds)
     while pending:
         op = pending.pop()
-        if op is None or op_key(op) not in keys or op_key(op) in seen:
+        if op is None or op_key(op) not in in_body or op_key(op) in found:
             continue
-        seen.add(op_key(op))
-        if op.name.startswith(WINDOW_OPS):
-            return [source]
+        found[op_key(op)] = op
         pending += [defining_op(v) for v in op.operands]
-    return []
+    return found
+
+
+def _kernel_ops(ops) -> list[ir.Operation]:
+    """The ops a new group is formed of: the compute ops (constants and empties are cloned
+    into each group that uses them)."""
+    return [op for op in ops if is_compute(op) and op.name not in CLONED_INTO_GROUPS]
+
+
+def _split_in_two(group: ir.Operation, first: list[ir.Operation], first_split: str | None,
+                  second_split: str | None) -> tuple[ir.Operation, ir.Operation]:
+    """`group` replaced by two groups in its place: `first` (compute ops of the group), then
+    its other compute ops. The part given a reason (`fusion.split`) is a `single` group; the
+    other keeps the group's kind and the planner's attributes (its figures and reasons
+    describe the kernel as planned)."""
+    kind = str(ir.StringAttr(group.attributes["kind"]).value)
+    named = [group.attributes[i] for i in range(len(group.attributes))]
+    planned = {a.name: a.attr for a in named if a.name != "kind"}
+    keys = {op_key(op) for op in first}
+    second = _kernel_ops(op for op in _body_ops(group) if op_key(op) not in keys)
+    inline_group(group)
+    parts = []
+    for ops, reason in ((first, first_split), (second, second_split)):
+        if reason is None:
+            parts.append(form_group(ops, kind, planned))
+        else:
+            part = form_group(ops, "single")
+            part.attributes[attributes.SPLIT] = ir.StringAttr.get(reason)
+            parts.append(part)
+    return parts[0], parts[1]
 
 
 def split_trailing_pad(group: ir.Operation) -> list[ir.Operation]:
@@ -285,7 +310,7 @@ def split_trailing_pad(group: ir.Operation) -> list[ir.Operation]:
         return [group]
     if any(use.owner.name != "fusion.yield" for use in root.results[0].uses):
         return [group]  # the padding is read inside the group too: leave it whole
-    body = [op.operation for op in group.regions[0].blocks[0].operations][:-1]
+    body = _body_ops(group)
     # Only where the op before the padding has the convolution's output loops (the
     # convolution or an elementwise epilogue of it, no reshape between), which the
     # convolution's tiling then takes (`_conv_dims`). Tiled by another root (Whisper's 1-D
@@ -297,16 +322,8 @@ def split_trailing_pad(group: ir.Operation) -> list[ir.Operation]:
             or list(ir.ShapedType(source.results[0].type).shape) \
             != list(ir.ShapedType(convs[0].results[0].type).shape):
         return [group]
-    kind = str(ir.StringAttr(group.attributes["kind"]).value)
-    # The planner's figures and reasons describe the kernel as planned: the head keeps them.
-    named = [group.attributes[i] for i in range(len(group.attributes))]
-    keep = {a.name: a.attr for a in named if a.name != "kind"}
-    rest = [op for op in body if op != root and is_compute(op)
-            and op.name not in CLONED_INTO_GROUPS]
-    inline_group(group)
-    head = form_group(rest, kind, keep)
-    pad = form_group([root], "single")
-    pad.attributes[attributes.SPLIT] = ir.StringAttr.get(SPLIT_PAD)
+    head, pad = _split_in_two(group, _kernel_ops(op for op in body if op != root), None,
+                              SPLIT_PAD)
     return [head, pad]
 
 
