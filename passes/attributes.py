@@ -82,6 +82,7 @@ KIND = "fusion.kind"  # an outlined kernel function: its group's kind
 NUM_INPUTS = "fusion.num_inputs"  # the host function: how many of its arguments are inputs
 CPU_MATMUL = "fusion.cpu_matmul"  # --fusion-cpu-matmul's tag on a matmul it rewrites
 CPU_MATMUL_VECTOR = "fusion.cpu_matmul_vector"  # and on its microkernel's vector ops
+CPU_VECTORIZE = "fusion.cpu_vectorize"  # --fusion-cpu-vectorize's tag on an op it vectorizes
 CPU_CONV = "fusion.cpu_conv"  # --fusion-cpu-conv's note on the matmul a convolution became
 CPU_CONV_CHUNK = "fusion.cpu_conv_chunk"  # --fusion-cpu-conv: a convolution to cut in row chunks
 

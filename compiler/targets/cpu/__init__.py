@@ -170,6 +170,9 @@ def cpu_passes(options: Any = None) -> list[str]:
         # Matmuls: register-blocked broadcast-FMA microkernels instead of scalar loops;
         # their n-D vector transfers become 1-D loads and stores.
         *_matmul_passes(options),
+        # Elementwise and windowed ops one vector of their contiguous dim at a time, masked
+        # at row ends: LLVM would unroll a short row and vectorize across rows (gathers).
+        *_vectorize_passes(options),
         "convert-linalg-to-loops",
         # MLIR 22's memref-to-LLVM asserts on i1 stores; booleans are bytes anyway.
         "fusion-widen-i1-memrefs",
@@ -217,6 +220,16 @@ def _convs_as_gemm(options: Any = None) -> bool:
     """Whether f32 convolutions become im2col + the matmul microkernel (option `conv`,
     with the microkernel on and buildable here)."""
     return _cpu_options(options).conv and bool(_matmul_passes(options))
+
+
+def _vectorize_passes(options: Any = None) -> list[str]:
+    """`fusion-cpu-vectorize` at the target's f32 vector width (option `vectorize`)."""
+    cpu = _cpu_options(options)
+    lanes = vector_bits(target_cpu(cpu)) // 32
+    if not cpu.vectorize or lanes < 4:
+        return []
+    return [f"fusion-cpu-vectorize{{lanes={lanes}}}", "func.func(lower-vector-mask)",
+            "canonicalize"]
 
 
 def _matmul_passes(options: Any = None) -> list[str]:

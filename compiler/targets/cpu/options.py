@@ -35,6 +35,10 @@ class CpuOptions:
     conv: bool = field(default=True, metadata={"help": (
         "f32 2-D convolutions as im2col + the matmul microkernel (`--fusion-cpu-conv`; "
         "with `matmul`); False: loops.")})
+    vectorize: bool = field(default=True, metadata={"help": (
+        "Elementwise and windowed ops (depthwise convolutions, pooling) vectorized along "
+        "their contiguous dim in MLIR (`--fusion-cpu-vectorize`); False: left to LLVM's "
+        "loop vectorizer.")})
     attention: bool = field(default=True, metadata={"help": (
         "Attention chains as one kernel each, with an online softmax over key tiles "
         "(`--fusion-attention`, `--fusion-cpu-attention`); False: the planner's kernels.")})
