@@ -118,6 +118,30 @@ func.func @matmul_row_tile(%a: tensor<96x32xf32>, %b: tensor<32x64xf32>) -> tens
 
 // -----
 
+// A prime row count (ViT's 197 tokens) has no divisor to make row tiles of: one tile would
+// leave every thread but one idle (a Linear 768 -> 3072 at 197 rows: 6.8 ms in one tile,
+// 3.3 ms in eight on two threads), so the columns are split, in whole 32-column quanta,
+// although B fits in L2: here 256 columns make no 16 tiles (threads x tiles-per-thread) of
+// whole quanta, so one per thread. It must not stay one tile (@short_matmul below stays
+// one: its 2.6 MFLOP are too little work for four threads).
+// CHECK-LABEL: func.func @matmul_prime_rows
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.grid = 4 : i64
+// CHECK-SAME: fusion.tile_sizes = array<i64: 0, 64, 0>
+// CHECK: scf.forall (%{{.+}}) in (4)
+func.func @matmul_prime_rows(%a: tensor<97x256xf32>, %b: tensor<256x256xf32>) -> tensor<97x256xf32> {
+  %r = fusion.group single (%x = %a : tensor<97x256xf32>, %y = %b : tensor<256x256xf32>) -> tensor<97x256xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<97x256xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<97x256xf32>) -> tensor<97x256xf32>
+    %m = linalg.matmul ins(%x, %y : tensor<97x256xf32>, tensor<256x256xf32>) outs(%f : tensor<97x256xf32>) -> tensor<97x256xf32>
+    fusion.yield %m : tensor<97x256xf32>
+  }
+  return %r : tensor<97x256xf32>
+}
+
+// -----
+
 // Not a matmul: the same iteration space keeps the policy's 6-row tiles.
 // CHECK-LABEL: func.func @elementwise_row_tile
 // CHECK: fusion.group single

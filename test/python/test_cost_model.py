@@ -59,3 +59,15 @@ def test_devices_by_name():
     assert cost_model.device_named("cpu") is CPU_HOST
     with pytest.raises(ValueError):
         cost_model.device_named("tpu")
+
+
+def test_cpu_matmul_with_prime_rows_is_split_by_columns():
+    # ViT's 197 tokens: no row divisor in range, so one row tile; its columns go to the
+    # threads (8 tiles of 384 of 3072), not one tile on one core of two.
+    tiling = cost_model.cpu_matmul_tiling(197, 3072, 768, 4, 0, threads=2)
+    assert tiling.rows == 0 and tiling.cols == 384
+    # A small one (64 x 64 x 32, about a microsecond of work per thread) stays one tile.
+    small = cost_model.cpu_matmul_tiling(64, 64, 32, 4, 0, threads=4)
+    assert small.cols == 0
+    # Row tiles enough for the threads, B in L2: kept as the row policy gave them.
+    assert cost_model.cpu_matmul_tiling(192, 256, 256, 4, 48, threads=2).cols == 0
