@@ -66,7 +66,6 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     fused kernel agrees with it (`fusec.compiler.verify`); a mismatch raises
     `VerificationError` (a `FusecError`) naming the first kernel that differs.
     """
-    import fusec.runtime as runtime
     from fusec.compiler import driver
 
     imported = None
@@ -88,6 +87,35 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
             imported, filename = import_torch_module(model, *example_inputs), "<torch>"
         # --verify builds the model again, fused and unfused, from its text.
         text = driver.as_text(imported.module) if verify else None
+    return _compile_imported(imported, text, filename, example_inputs, target, fusion, arch,
+                             cache, dump_dir, verify, cpu, cuda)
+
+
+def compile_fx_graph(graph: Any, *example_inputs: Any, target: str = "cpu",
+                     fusion: bool = True, cache: bool = True,
+                     cpu: CpuOptions | None = None, cuda: CudaOptions | None = None) -> Any:
+    """`compile` for an FX graph as TorchDynamo hands it to a backend (or any callable of
+    tensors): imported as it is (`frontend.import_fx_graph`: one trace to aten ops, no
+    torch.export), then compiled, cached and loaded as `compile` does."""
+    from fusec.compiler import driver
+    from fusec.compiler.frontend import import_fx_graph
+
+    driver.check_example_inputs(example_inputs, "<torch.fx>")
+    with driver.quiet_torch_logs():
+        imported = import_fx_graph(graph, *example_inputs)
+    return _compile_imported(imported, None, "<torch.fx>", example_inputs, target, fusion,
+                             None, cache, None, False, cpu, cuda)
+
+
+def _compile_imported(imported: Any, text: str | None, filename: str,
+                      example_inputs: tuple[Any, ...], target: str, fusion: bool,
+                      arch: str | None, cache: bool, dump_dir: str | None, verify: bool,
+                      cpu: CpuOptions | None, cuda: CudaOptions | None) -> Any:
+    """The artifact of an imported module (or of MLIR `text`, `imported` None), built unless
+    the cache has it, verified if asked, loaded."""
+    import fusec.runtime as runtime
+    from fusec.compiler import driver
+
     cuda = cuda or CudaOptions()
     if arch is not None:
         cuda = dataclasses.replace(cuda, arch=arch)

@@ -22,8 +22,9 @@ Options (`torch.compile(..., options={...})`): "target" ("cpu", "cuda", "auto"),
 (CUDA graph replay of each call, for CUDA), "fusion" (False: one kernel per op), "cpu" /
 "cuda" (CpuOptions / CudaOptions), "fallback" (False: raise instead of running eagerly).
 
-Known limitation: the graph is exported again (`torch.export`, non-strict, with torch-mlir's
-decompositions) by fusec's frontend rather than imported as Dynamo gave it.
+Each graph is imported as Dynamo gave it (`fusec.compiler.api.compile_fx_graph`): traced once
+to aten ops with fusec's decompositions and handed to torch-mlir's graph importer, not
+exported again with torch.export.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def _compile_static(gm: Any, args: list[Any], target: str,
     fusec could not compile it."""
     import torch
 
-    from fusec import compile as fusec_compile
+    from fusec.compiler.api import compile_fx_graph
     from fusec.compiler.diagnostics import FusecError
 
     tensors = [a.detach() for a in args if isinstance(a, torch.Tensor)]
@@ -189,7 +190,7 @@ def _compile_static(gm: Any, args: list[Any], target: str,
     model = gm if len(tensors) == len(args) else _with_sizes(gm, args)
     kwargs = {k: options[k] for k in ("fusion", "cpu", "cuda") if k in options}
     try:
-        module = fusec_compile(model, *tensors, target=target, **kwargs)
+        module = compile_fx_graph(model, *tensors, target=target, **kwargs)
     except FusecError as error:
         return str(error).splitlines()[0]
     except Exception as error:  # noqa: BLE001 - the graph still runs, eagerly, and says why

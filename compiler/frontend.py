@@ -80,11 +80,8 @@ def import_torch_module(module: torch.nn.Module, *example_inputs: torch.Tensor,
                         func_name: str = DEFAULT_FUNC_NAME) -> Imported:
     """`import_torch`, with the module handed over as it is (in a fresh fusec context)
     instead of as text: a model's weights are printed and parsed nowhere on the way."""
-    import hashlib
     import shutil
     import tempfile
-
-    from fusec.dialects import make_context
 
     weights_dir = tempfile.mkdtemp(prefix="fusec-weights-")
     try:
@@ -93,6 +90,93 @@ def import_torch_module(module: torch.nn.Module, *example_inputs: torch.Tensor,
         weights = read_weights(weights_dir)
     finally:
         shutil.rmtree(weights_dir, ignore_errors=True)
+    return _imported(text, signature, weights)
+
+
+def import_fx_graph(graph: Any, *example_inputs: torch.Tensor,
+                    func_name: str = DEFAULT_FUNC_NAME) -> Imported:
+    """An FX graph (TorchDynamo's, for `torch.compile(backend="fusec")`; any callable of
+    tensors) imported as it is: traced once to aten ops by `make_fx`, functionalized, with
+    fusec's decomposition table, and handed to torch-mlir's graph importer. No torch.export
+    and no second trace for the decompositions (what `import_torch_module` does for a
+    module): Dynamo has already captured the graph, with the module's weights among its
+    inputs. Tensors the graph holds (Dynamo's lifted constants) become constants as a
+    module's weights do."""
+    import shutil
+    import tempfile
+
+    graph_module = trace_fx_graph(graph, example_inputs)
+    signature = _graph_signature(graph_module)
+    from fusec.compiler.isolate import IsolatedFailure, run_isolated
+
+    weights_dir = tempfile.mkdtemp(prefix="fusec-weights-")
+    try:
+        try:
+            text = run_isolated(lambda: _lower_with_torch_mlir(
+                None, func_name, weights_dir, graph_module=graph_module),
+                "torch-mlir's import")
+        except IsolatedFailure as failure:
+            raise FrontendError(f"{failure} (importing an FX graph of "
+                                f"{len(graph_module.graph.nodes)} nodes)") from None
+        weights = read_weights(weights_dir)
+    finally:
+        shutil.rmtree(weights_dir, ignore_errors=True)
+    return _imported(text, signature, weights)
+
+
+def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
+    """`graph` traced to a functional aten graph with fusec's decompositions (fake tensors:
+    no op runs), checked and normalised as `export_program` does for torch.export's."""
+    import types
+
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        # A fake mode of our own, of static shapes: called from Dynamo, its tracing context
+        # (a fake mode with symbolic sizes) is still active, and make_fx would take it.
+        fake = FakeTensorMode(allow_non_fake_inputs=True, static_shapes=True)
+        inputs = [fake.from_tensor(x, static_shapes=True) for x in example_inputs]
+        with torch._guards.tracing(None), fake, torch.no_grad(), \
+                warnings.catch_warnings(), _torch_logs_quiet():
+            warnings.simplefilter("ignore", FutureWarning)
+            traced = make_fx(torch.func.functionalize(graph, remove="mutations"),
+                             decomposition_table=fx_decomposition_table(),
+                             tracing_mode="real")(*inputs)
+    except FrontendError:
+        raise
+    except Exception as error:  # tracing raises many types
+        raise FrontendError(f"tracing the graph failed: {type(error).__name__}: "
+                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
+    view = types.SimpleNamespace(graph=traced.graph, graph_module=traced)
+    refuse_data_dependent_shapes(view)
+    normalise_negative_dims(view)
+    return traced
+
+
+def _graph_signature(graph_module: Any) -> dict:
+    """`torch_signature` for a traced graph: its placeholders' names and dtypes, its outputs'
+    dtypes."""
+    def dtype(node: Any) -> str | None:
+        value = node.meta.get("val") if hasattr(node, "meta") else None
+        return str(value.dtype).removeprefix("torch.") if hasattr(value, "dtype") else None
+
+    nodes = list(graph_module.graph.nodes)
+    inputs = [{"name": n.name, "dtype": dtype(n)} for n in nodes if n.op == "placeholder"]
+    output = next(n for n in nodes if n.op == "output").args[0]
+    results = output if isinstance(output, (tuple, list)) else [output]
+    return {"inputs": inputs, "outputs": [{"dtype": dtype(r)} for r in results]}
+
+
+def _imported(text: str, signature: dict, weights: dict[str, Any]) -> Imported:
+    """The module parsed into a fresh fusec context, its weights attached as bytes, and its
+    fingerprint (the text, the weights' bytes, the signature)."""
+    import hashlib
+
+    from fusec.dialects import make_context
+
     digest = hashlib.sha256(text.encode())
     for name in sorted(weights):
         digest.update(name.encode() + b"\0")
@@ -368,10 +452,11 @@ def _model_source(module: Any) -> str:
         return ""
 
 
-def _lower_with_torch_mlir(program: Any, func_name: str, weights_dir: str | None = None) -> str:
-    """torch-mlir's import and lowering to linalg-on-tensors of an exported program, printed
-    in generic form with torch-mlir's own MLIR; with `weights_dir`, the weights' bytes go
-    there instead of into the text."""
+def _lower_with_torch_mlir(program: Any, func_name: str, weights_dir: str | None = None,
+                           graph_module: Any = None) -> str:
+    """torch-mlir's import and lowering to linalg-on-tensors of an exported program (or of
+    a traced, functional `graph_module`), printed in generic form with torch-mlir's own
+    MLIR; with `weights_dir`, the weights' bytes go there instead of into the text."""
     from torch_mlir import fx
     from torch_mlir.compiler_utils import TorchMlirCompilerError
     from torch_mlir.extras.fx_importer import FxImporter
@@ -381,13 +466,18 @@ def _lower_with_torch_mlir(program: Any, func_name: str, weights_dir: str | None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            # The decompositions ran in export_program: an empty table skips torch-mlir's.
-            imported = fx.export_and_import(
-                program,
-                func_name=func_name,
-                decomposition_table={},
-                fx_importer=FxImporter(context=context, hooks=hooks),
-            )
+            if graph_module is not None:
+                importer = FxImporter(context=context, hooks=hooks)
+                importer.import_graph_module(graph_module, func_name=func_name)
+                imported = importer.module
+            else:
+                # The decompositions ran in export_program: an empty table skips torch-mlir's.
+                imported = fx.export_and_import(
+                    program,
+                    func_name=func_name,
+                    decomposition_table={},
+                    fx_importer=FxImporter(context=context, hooks=hooks),
+                )
         _lower_to_linalg(imported)
         if weights_dir is not None and hooks.blobs:
             # Every resource blob left is one of the weights (else: printed as they are).
@@ -660,6 +750,30 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.pow.Tensor_Scalar] = _pow_scalar
     table[aten.floor_divide.default] = _unsigned_floor_divide
     return table
+
+
+def fx_decomposition_table() -> dict[Any, Any]:
+    """`decomposition_table` for graphs traced by make_fx (`trace_fx_graph`), where the
+    composite ops come in as they dispatch after autograd rather than as torch.export's
+    functional forms: an inference batch norm reaches `native_batch_norm` (training False),
+    whose lowering in torch-mlir cannot type its empty saved statistics; it goes to the
+    form torch.export gives (`_native_batch_norm_legit_no_training`)."""
+    import torch
+
+    table = decomposition_table()
+    table[torch.ops.aten.native_batch_norm.default] = _batch_norm_inference
+    return table
+
+
+def _batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: Any,
+                          running_var: Any, training: bool, momentum: float,
+                          eps: float) -> Any:
+    import torch
+
+    if training or running_mean is None or running_var is None:
+        return NotImplemented
+    return torch.ops.aten._native_batch_norm_legit_no_training(
+        x, weight, bias, running_mean, running_var, momentum, eps)
 
 
 def _unsigned_floor_divide(a: torch.Tensor, b: Any) -> torch.Tensor | Any:

@@ -213,3 +213,36 @@ def test_the_examples_through_torch_compile_match_eager(name):
             "_transformer_encoder_layer_fwd" in dynamo.fallbacks()[0].reason
     else:
         assert dynamo.fallbacks() == [], dynamo.fallbacks()
+
+
+def test_graphs_are_imported_as_dynamo_gives_them_not_exported_again(monkeypatch):
+    """The backend traces Dynamo's graph once (make_fx, fusec's decompositions) and imports
+    it; torch.export is never called on the way (it would trace the graph twice more)."""
+    def no_export(*args, **kwargs):
+        raise AssertionError("torch.export.export called by the Dynamo backend")
+
+    monkeypatch.setattr(torch.export, "export", no_export)
+    torch.manual_seed(0)
+    model = Block().eval()
+    x = torch.randn(4, 8, 64)
+    with torch.no_grad():
+        out = torch.compile(model, backend="fusec")(x)
+        ref = model.double()(x.double())
+    assert dynamo.fallbacks() == [], dynamo.fallbacks()
+    assert _rel(out, ref) < 1e-5
+
+
+def test_an_inference_batch_norm_imports_through_the_traced_graph():
+    """BatchNorm in eval mode reaches make_fx as native_batch_norm (training False), which
+    torch-mlir cannot type; fusec's table gives the form torch.export would."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 1.5)
+        x = torch.randn(2, 3, 10, 10)
+        out = torch.compile(model, backend="fusec")(x)
+        ref = model.double()(x.double())
+    assert dynamo.fallbacks() == [], dynamo.fallbacks()
+    assert _rel(out, ref) < 1e-5
