@@ -589,19 +589,33 @@ class TransposeTileShape:
     shared_bytes: int
 
 
-TRANSPOSE_TILE_BYTES = 128  # a square's side: one 128-byte line of the element type
+TRANSPOSE_TILE_BYTES = 128  # a split reduction's columns: one 128-byte line
 SECTOR_BYTES = 32  # the GPU's memory transaction granularity
+# A transposing kernel's square: two 128-byte lines on a side, 512 threads. Measured on the
+# H200 (bench/RESULTS.md run 115, transpose 8192^2 bf16, CUDA-event medians): one line a
+# side with 256 threads 0.0716 ms (0.88-0.89 of the HBM floor), two lines with 256 threads
+# 0.0708 (0.90), with 512 0.0694 (0.915), with 1024 0.0693 (0.917); blocks in the order of
+# the inputs' rows instead of the output's 0.0745 / 0.0723 (worse).
+TRANSPOSE_SQUARE_BYTES = 256
+TRANSPOSE_BLOCK_THREADS = 512
 
 
 def transpose_tile_shape(p: int, l: int, others: int, element_bytes: int,
-                         device: Device = H200) -> TransposeTileShape:
-    """The square of a transposing data-movement kernel: a 128-byte line on each side (64x64
-    bf16, 32x32 fp32: 8 and 4 KB of shared memory), so both the reads along p and the writes
-    along l move whole lines; 256 threads (fewer where a square has fewer vectors)."""
-    tile = max(1, TRANSPOSE_TILE_BYTES // element_bytes)
+                         device: Device = H200,
+                         shared_bytes: int = 48 * 1024) -> TransposeTileShape:
+    """The square of a transposing data-movement kernel: TRANSPOSE_SQUARE_BYTES on each side
+    (128x128 bf16, 64x64 fp32: 32 and 16 KB of shared memory), halved until it fits in
+    `shared_bytes` (a kernel's static shared memory over its outputs' squares), so both the
+    reads along p and the writes along l move whole lines; TRANSPOSE_BLOCK_THREADS threads
+    (fewer where a square has fewer vectors), each with several loads in flight."""
+    side = TRANSPOSE_SQUARE_BYTES
+    while side > SECTOR_BYTES and (side // element_bytes) ** 2 * element_bytes > shared_bytes:
+        side //= 2
+    tile = max(1, side // element_bytes)
     vec_p = vector_width(math.gcd(p, tile), element_bytes, device)
     vec_l = vector_width(math.gcd(l, tile), element_bytes, device)
-    block = min(device.threads_per_block, tile * tile // max(vec_p, vec_l))
+    block = min(TRANSPOSE_BLOCK_THREADS, device.max_threads_per_block,
+                tile * tile // max(vec_p, vec_l))
     grid = others * -(-p // tile) * -(-l // tile)
     return TransposeTileShape(tile, vec_p, vec_l, block, grid, tile * tile * element_bytes)
 

@@ -62,14 +62,14 @@ def test_head_split_is_one_direct_kernel_of_16_byte_vectors() -> None:
 
 def test_a_transpose_goes_through_shared_memory_squares() -> None:
     """K^T (0, 2, 3, 1): the inputs' contiguous dim is not the output's last, so the kernel
-    moves 64x64 bf16 squares through 16-byte-aligned shared memory: vector reads along p,
-    a barrier, vector reads of the square and vector writes along l."""
+    moves 128x128 bf16 squares (256 bytes a side) through 16-byte-aligned shared memory:
+    vector reads along p, a barrier, vector reads of the square and vector writes along l."""
     x = torch.randn(2, 64, 2, 64).to(torch.bfloat16)
     program, kernels = _program(lambda t: t.permute(0, 2, 3, 1).contiguous(), x)
     assert len(kernels) == 1
     info = kernels[0].info
     assert info["path"] == "movement" and info["shape"] == "transpose"
-    assert info["launch"]["tile"] == 64 and info["launch"]["vec_p"] == 8
+    assert info["launch"]["tile"] == 128 and info["launch"]["vec_p"] == 8
     body = _entry(program.ptx, kernels[0].symbol)
     assert "bar.sync" in body and re.search(r"ld\.shared\.v4", body)
     assert re.search(r"ld\.global\.v4", body) and re.search(r"st\.global\.v4", body)
@@ -176,15 +176,20 @@ def test_pad_and_strided_slice_are_data_movement() -> None:
 
 def test_launch_shapes_are_the_cost_models() -> None:
     """The vector runs along the output's last dim only, so its width divides that dim; a
-    transpose square is a 128-byte line on each side."""
+    transpose square is two 128-byte lines on each side (halved until the kernel's outputs'
+    squares fit in static shared memory), moved by 512 threads."""
     assert cost_model.movement_launch_shape(8 * 1024 * 768, 64, 2).vec == 8
     assert cost_model.movement_launch_shape(999 * 1000, 999, 4).vec == 1
     assert cost_model.movement_launch_shape(1000 * 6, 6, 2).vec == 2
     sq = cost_model.transpose_tile_shape(8192, 8192, 1, 2)
-    assert (sq.tile, sq.vec_p, sq.vec_l, sq.block, sq.grid) == (64, 8, 8, 256, 128 * 128)
+    assert (sq.tile, sq.vec_p, sq.vec_l, sq.block, sq.grid) == (128, 8, 8, 512, 64 * 64)
+    assert sq.shared_bytes == 128 * 128 * 2
     sq = cost_model.transpose_tile_shape(999, 1000, 3, 4)
-    assert (sq.tile, sq.vec_p, sq.vec_l) == (32, 1, 4) and sq.grid == 3 * 32 * 32
-    assert sq.shared_bytes == 32 * 32 * 4
+    assert (sq.tile, sq.vec_p, sq.vec_l) == (64, 1, 4) and sq.grid == 3 * 16 * 16
+    assert sq.shared_bytes == 64 * 64 * 4
+    # Two bf16 outputs: each square must fit in half of the 48 KB, so a 128-byte side.
+    sq = cost_model.transpose_tile_shape(8192, 8192, 1, 2, shared_bytes=24 * 1024)
+    assert sq.tile == 64 and sq.shared_bytes == 8 * 1024
 
 
 def test_a_conv_block_is_im2col_a_gemm_and_movement_kernels() -> None:

@@ -30,7 +30,7 @@ Three kernel shapes (the cost model's pure functions give their sizes):
     output's last dim contiguous: slices, head split / merge (0, 2, 1, 3), concat, pad,
     repeat_interleave and expand, embedding gathers.
   * **transpose** (`cost_model.transpose_tile_shape`): when the inputs' contiguous dim is
-    another output dim p (a 2-D transpose, K^T's (0, 2, 3, 1)), each block moves a 128-byte
+    another output dim p (a 2-D transpose, K^T's (0, 2, 3, 1)), each block moves a 256-byte
     square of (p, l): read in vectors along p, kept in shared memory (the chunks XOR-swizzled
     by row so neither phase has bank conflicts), written in vectors along l.
 
@@ -1051,7 +1051,8 @@ class MovementEmitter(KernelEmitter):
         others = [d for d in range(len(out)) if d not in (p_dim, l_dim)]
         P, L = out[p_dim], out[l_dim]
         shape = cost_model.transpose_tile_shape(P, L, numel_of([out[d] for d in others]),
-                                                self.eb, self.device)
+                                                self.eb, self.device,
+                                                STATIC_SHARED_BYTES // max(1, len(elts)))
         self.shape = shape
         if len(elts) * shape.shared_bytes > STATIC_SHARED_BYTES:
             raise CudaCodegenError(f"{len(elts)} outputs' squares exceed static shared memory")
