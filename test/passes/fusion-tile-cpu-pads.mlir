@@ -116,3 +116,41 @@ func.func @depthwise_then_pointwise(%arg0: tensor<1x16x9x9xf32>) -> tensor<1x8x7
   }
   return %0 : tensor<1x8x7x7xf32>
 }
+
+// -----
+
+// A matmul whose group also yields a slice of its result's head-split transpose (LLaMA's
+// query projection: q, and the first half of its heads for RoPE's rotate_half). Tiled by
+// the matmul, the transpose and slice would run after the tile loop, whole, writing the
+// kernel's output there: the runtime could not split the kernel across threads. On the CPU
+// they become a kernel of their own (`fusion.split` says why), and the matmul's kernel is
+// tiled by its rows. What must not happen: the finest tiles (the GPU fallback) split it.
+// CHECK-LABEL: func.func @projection_and_head_slice
+// CHECK: fusion.group epilogue
+// CHECK-SAME: fusion.grid = 2 : i64
+// CHECK: scf.forall ({{.+}}) in (2)
+// CHECK: linalg.generic {{.+}} iterator_types = ["parallel", "parallel", "reduction"]
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.split = "what the kernel yields after its root
+// CHECK: linalg.generic
+// CHECK: tensor.extract_slice
+// FINEST-LABEL: func.func @projection_and_head_slice
+// FINEST-COUNT-1: fusion.group
+// FINEST-NOT: fusion.split
+module {
+  func.func @projection_and_head_slice(%x: tensor<64x128xf32>) -> (tensor<1x64x4x32xf32>, tensor<1x4x64x16xf32>) {
+    %0:2 = fusion.group epilogue (%arg1 = %x : tensor<64x128xf32>) -> (tensor<1x64x4x32xf32>, tensor<1x4x64x16xf32>) attributes {fusion.device = "cpu", fusion.tile_dims = [0, 1]} {
+      %w = arith.constant dense<1.000000e-01> : tensor<128x128xf32>
+      %zero = arith.constant 0.000000e+00 : f32
+      %e = tensor.empty() : tensor<64x128xf32>
+      %et = tensor.empty() : tensor<1x4x64x32xf32>
+      %f = linalg.fill ins(%zero : f32) outs(%e : tensor<64x128xf32>) -> tensor<64x128xf32>
+      %m = linalg.matmul ins(%arg1, %w : tensor<64x128xf32>, tensor<128x128xf32>) outs(%f : tensor<64x128xf32>) -> tensor<64x128xf32>
+      %q = tensor.expand_shape %m [[0, 1], [2, 3]] output_shape [1, 64, 4, 32] : tensor<64x128xf32> into tensor<1x64x4x32xf32>
+      %t = linalg.transpose ins(%q : tensor<1x64x4x32xf32>) outs(%et : tensor<1x4x64x32xf32>) permutation = [0, 2, 1, 3]
+      %h = tensor.extract_slice %t[0, 0, 0, 0] [1, 4, 64, 16] [1, 1, 1, 1] : tensor<1x4x64x32xf32> to tensor<1x4x64x16xf32>
+      fusion.yield %q, %h : tensor<1x64x4x32xf32>, tensor<1x4x64x16xf32>
+    }
+    return %0#0, %0#1 : tensor<1x64x4x32xf32>, tensor<1x4x64x16xf32>
+  }
+}
