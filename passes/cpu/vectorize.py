@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.passes import attributes
+from fusec.passes.cpu.cpu_matmul import _walk as walk
 from fusec.passes.cpu.cpu_matmul import apply_script, iterator_kinds
 from fusec.passes.registry import Pass, register
 from mlir import ir
@@ -164,30 +165,6 @@ _TRANSFER_PATTERNS = """%vfuncs = transform.structured.match ops{["func.func"]} 
     } : !transform.any_op"""
 
 
-def _walk_tagged(module: ir.Operation, name: str, tag: str) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == name and tag in op.attributes:
-            found.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found
-
-
-def _generics_in(loop: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "linalg.generic":
-            found.append(op.operation)
-        return ir.WalkResult.ADVANCE
-
-    loop.walk(visit)
-    return found
-
-
 @register
 @dataclass
 class CpuVectorizePass(Pass):
@@ -201,15 +178,7 @@ class CpuVectorizePass(Pass):
             raise ValueError(f"fusion-cpu-vectorize: lanes={self.lanes} must be a power of "
                              "two, at least 2")
         scripts = []
-        ops: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "linalg.generic":
-                ops.append(op.operation)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
-        for op in ops:
+        for op in walk(module, "linalg.generic"):
             choice = plan(op, self.lanes)
             if choice is None:
                 continue
@@ -228,13 +197,16 @@ class CpuVectorizePass(Pass):
                      f"    {_TRANSFER_PATTERNS}")
         # Each vector loop holds its op's tile, left 1-D by the folding (else not taken).
         tagged = 0
-        for loop in _walk_tagged(module, "scf.for", LOOP_TAG):
+        for loop in walk(module, "scf.for"):
+            if LOOP_TAG not in loop.attributes:
+                continue
             del loop.attributes[LOOP_TAG]
-            inner = _generics_in(loop)
+            inner = walk(loop, "linalg.generic")
             if len(inner) == 1 and len(iterator_kinds(inner[0])) == 1:
                 inner[0].attributes[TAG] = ir.UnitAttr.get()
                 tagged += 1
         if tagged:
             apply_script(module, vectorize)
-        for op in _walk_tagged(module, "linalg.generic", TAG):
-            del op.attributes[TAG]
+        for op in walk(module, "linalg.generic"):
+            if TAG in op.attributes:
+                del op.attributes[TAG]
