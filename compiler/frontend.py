@@ -80,16 +80,8 @@ def import_torch_module(module: torch.nn.Module, *example_inputs: torch.Tensor,
                         func_name: str = DEFAULT_FUNC_NAME) -> Imported:
     """`import_torch`, with the module handed over as it is (in a fresh fusec context)
     instead of as text: a model's weights are printed and parsed nowhere on the way."""
-    import shutil
-    import tempfile
-
-    weights_dir = tempfile.mkdtemp(prefix="fusec-weights-")
-    try:
-        text, signature = _torch_mlir_generic_text(module, example_inputs, func_name,
-                                                   weights_dir)
-        weights = read_weights(weights_dir)
-    finally:
-        shutil.rmtree(weights_dir, ignore_errors=True)
+    (text, signature), weights = _with_weights_dir(
+        lambda folder: _torch_mlir_generic_text(module, example_inputs, func_name, folder))
     return _imported(text, signature, weights)
 
 
@@ -102,26 +94,34 @@ def import_fx_graph(graph: Any, *example_inputs: torch.Tensor,
     module): Dynamo has already captured the graph, with the module's weights among its
     inputs. Tensors the graph holds (Dynamo's lifted constants) become constants as a
     module's weights do."""
-    import shutil
-    import tempfile
-
-    graph_module = trace_fx_graph(graph, example_inputs)
-    signature = _graph_signature(graph_module)
     from fusec.compiler.isolate import IsolatedFailure, run_isolated
 
-    weights_dir = tempfile.mkdtemp(prefix="fusec-weights-")
-    try:
+    graph_module = trace_fx_graph(graph, example_inputs)
+
+    def lower(folder: str) -> str:
         try:
-            text = run_isolated(lambda: _lower_with_torch_mlir(
-                None, func_name, weights_dir, graph_module=graph_module),
-                "torch-mlir's import")
+            return run_isolated(lambda: _lower_with_torch_mlir(
+                None, func_name, folder, graph_module=graph_module), "torch-mlir's import")
         except IsolatedFailure as failure:
             raise FrontendError(f"{failure} (importing an FX graph of "
                                 f"{len(graph_module.graph.nodes)} nodes)") from None
-        weights = read_weights(weights_dir)
+
+    text, weights = _with_weights_dir(lower)
+    return _imported(text, _graph_signature(graph_module), weights)
+
+
+def _with_weights_dir(produce: Any) -> tuple[Any, dict[str, Any]]:
+    """`produce(folder)` with a temporary folder for torch-mlir's weights (`write_weights`),
+    and the weights it left there; the folder is gone afterwards."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="fusec-weights-")
+    try:
+        result = produce(folder)
+        return result, read_weights(folder)
     finally:
-        shutil.rmtree(weights_dir, ignore_errors=True)
-    return _imported(text, signature, weights)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
@@ -130,9 +130,8 @@ def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
     import types
 
     import torch
-    from torch.fx.experimental.proxy_tensor import make_fx
-
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
 
     try:
         # A fake mode of our own, of static shapes: called from Dynamo, its tracing context
@@ -159,15 +158,17 @@ def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
 def _graph_signature(graph_module: Any) -> dict:
     """`torch_signature` for a traced graph: its placeholders' names and dtypes, its outputs'
     dtypes."""
-    def dtype(node: Any) -> str | None:
-        value = node.meta.get("val") if hasattr(node, "meta") else None
-        return str(value.dtype).removeprefix("torch.") if hasattr(value, "dtype") else None
-
     nodes = list(graph_module.graph.nodes)
-    inputs = [{"name": n.name, "dtype": dtype(n)} for n in nodes if n.op == "placeholder"]
+    inputs = [{"name": n.name, "dtype": _node_dtype(n)} for n in nodes if n.op == "placeholder"]
     output = next(n for n in nodes if n.op == "output").args[0]
     results = output if isinstance(output, (tuple, list)) else [output]
-    return {"inputs": inputs, "outputs": [{"dtype": dtype(r)} for r in results]}
+    return {"inputs": inputs, "outputs": [{"dtype": _node_dtype(r)} for r in results]}
+
+
+def _node_dtype(node: Any) -> str | None:
+    """The dtype of an FX node's value (`meta["val"]`) without "torch.", or None."""
+    value = node.meta.get("val") if hasattr(node, "meta") else None
+    return str(value.dtype).removeprefix("torch.") if hasattr(value, "dtype") else None
 
 
 def _imported(text: str, signature: dict, weights: dict[str, Any]) -> Imported:
@@ -285,8 +286,7 @@ def torch_signature(program: Any) -> dict:
     nodes = {n.name: n for n in program.graph.nodes}
 
     def dtype(name: str) -> str | None:
-        value = nodes[name].meta.get("val") if name in nodes else None
-        return str(value.dtype).removeprefix("torch.") if hasattr(value, "dtype") else None
+        return _node_dtype(nodes.get(name))
 
     signature = program.graph_signature
     inputs = [{"name": spec.arg.name, "dtype": dtype(spec.arg.name)}

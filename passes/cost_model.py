@@ -1047,14 +1047,18 @@ def cpu_matmul_tiling(rows: int, cols: int, depth: int, elem_bytes: int, row_til
     # cores idle, which no saving of bytes makes up for: then columns are split even where B
     # fits in L2, if each thread's share is worth MATMUL_MIN_TILE_LAUNCHES launches. Measured
     # (2 threads): a Linear 768 -> 3072 over 197 rows 6.8 ms in one tile, 3.3 ms in eight.
-    starved = row_tiles_now < threads and flops / threads / device.matmul_flops_per_s >= \
+    worth_threads = flops / threads / device.matmul_flops_per_s >= \
         MATMUL_MIN_TILE_LAUNCHES * device.launch_s
-    if b_bytes <= device.l2_bytes and not starved:
+
+    def starved(tiles: int) -> bool:
+        return worth_threads and tiles < threads
+
+    if b_bytes <= device.l2_bytes and not starved(row_tiles_now):
         return keep
     want = threads * tiles_per_thread
     options = {rows} | {r for r in range(CPU_MATMUL_MIN_ROWS, rows) if rows % r == 0}
     # Ordered by (too few tiles for the threads, bytes read).
-    best, best_key = keep, (starved, row_tiles_now * b_bytes + a_bytes)
+    best, best_key = keep, (starved(row_tiles_now), row_tiles_now * b_bytes + a_bytes)
     for r in sorted(options, reverse=True):
         row_tiles = rows // r
         if prologue_row_bytes * r > device.on_chip_bytes:
@@ -1067,7 +1071,7 @@ def cpu_matmul_tiling(rows: int, cols: int, depth: int, elem_bytes: int, row_til
         col_tiles = math.ceil(cols / width)
         if prologue_row_flops * rows * col_tiles * 16 > flops:
             continue
-        key = (row_tiles * col_tiles < threads, row_tiles * b_bytes + col_tiles * a_bytes)
+        key = (starved(row_tiles * col_tiles), row_tiles * b_bytes + col_tiles * a_bytes)
         if key < best_key:
             best, best_key = MatmulTiling(0 if r == rows else r, width), key
     return best

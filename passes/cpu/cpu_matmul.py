@@ -439,11 +439,17 @@ module attributes {{transform.with_named_sequence}} {{
 }}"""
 
 
-_CANONICALIZE = """%all = transform.structured.match ops{["func.func"]} in %root
-      : (!transform.any_op) -> !transform.any_op
-    transform.apply_patterns to %all {
-      transform.apply_patterns.canonicalization
-    } : !transform.any_op"""
+def patterns_script(handle: str, *patterns: str) -> str:
+    """A transform sequence's lines applying upstream `patterns` (names after
+    `transform.apply_patterns.`) to every func.func, matched into `%handle` (a name of its
+    own within the sequence)."""
+    lines = "\n".join(f"      transform.apply_patterns.{p}" for p in patterns)
+    return (f'%{handle} = transform.structured.match ops{{["func.func"]}} in %root\n'
+            f"      : (!transform.any_op) -> !transform.any_op\n"
+            f"    transform.apply_patterns to %{handle} {{\n{lines}\n    }} : !transform.any_op")
+
+
+_CANONICALIZE = patterns_script("all", "canonicalization")
 
 _VECTORIZE = f"""%v = transform.structured.match attributes{{{VECTOR_TAG}}} in %root
       : (!transform.any_op) -> !transform.any_op

@@ -1,4 +1,5 @@
-"""--fusion-cpu-vectorize: elementwise and windowed loops vectorized along their contiguous dim, in MLIR.
+"""--fusion-cpu-vectorize: elementwise and windowed loops vectorized in MLIR, along their
+contiguous dim.
 
 What `--fusion-cpu-matmul` leaves (elementwise epilogues, BatchNorm + ReLU, depthwise
 convolutions, pooling windows, paddings' copies) becomes scalar loops that LLVM's loop
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 
 from fusec.passes import attributes
 from fusec.passes.cpu.cpu_matmul import _walk as walk
-from fusec.passes.cpu.cpu_matmul import apply_script, iterator_kinds
+from fusec.passes.cpu.cpu_matmul import apply_script, iterator_kinds, patterns_script
 from fusec.passes.registry import Pass, register
 from mlir import ir
 
@@ -68,8 +69,12 @@ def _last_dim_uses(expr: ir.AffineExpr, dim: int) -> tuple[int, bool]:
 
 
 def _uses_dim(expr: ir.AffineExpr, dim: int) -> bool:
-    return f"d{dim}" in str(expr).replace("(", " ").replace(")", " ").replace("+", " ") \
-        .replace("*", " ").split()
+    """Whether loop dim `dim` appears anywhere in `expr`."""
+    if isinstance(expr, ir.AffineDimExpr):
+        return expr.position == dim
+    if isinstance(expr, ir.AffineBinaryExpr):
+        return _uses_dim(expr.lhs, dim) or _uses_dim(expr.rhs, dim)
+    return False
 
 
 def plan(op: ir.Operation, lanes: int) -> tuple[list[int], list[int], int] | None:
@@ -151,18 +156,8 @@ def _script(i: int, sizes: list[int], interchange: list[int], vector_loop: int) 
             f'    transform.annotate %t{i}_loops#{vector_loop} "{LOOP_TAG}" : {any_op}')
 
 
-_FOLD_UNIT_DIMS = """%funcs = transform.structured.match ops{["func.func"]} in %root
-      : (!transform.any_op) -> !transform.any_op
-    transform.apply_patterns to %funcs {
-      transform.apply_patterns.linalg.fold_unit_extent_dims_via_slices
-    } : !transform.any_op"""
-
-
-_TRANSFER_PATTERNS = """%vfuncs = transform.structured.match ops{["func.func"]} in %root
-      : (!transform.any_op) -> !transform.any_op
-    transform.apply_patterns to %vfuncs {
-      transform.apply_patterns.vector.transfer_permutation_patterns
-    } : !transform.any_op"""
+_FOLD_UNIT_DIMS = patterns_script("funcs", "linalg.fold_unit_extent_dims_via_slices")
+_TRANSFER_PATTERNS = patterns_script("vfuncs", "vector.transfer_permutation_patterns")
 
 
 @register

@@ -221,16 +221,13 @@ def split_trailing_beside(group: ir.Operation) -> list[ir.Operation]:
         return [group]
     body = _body_ops(group)
     head = _producers_in(body, [root])
-    # Views of the root's result stay with it (the group yields them as the root's).
-    grew = True
-    while grew:
-        grew = False
-        for op in body:
-            if op.name in RESHAPE_OPS and op_key(op) not in head and \
-                    any(op_key(defining_op(v)) in head for v in op.operands
-                        if defining_op(v) is not None):
-                head[op_key(op)] = op
-                grew = True
+    # Views of the root's result stay with it (the group yields them as the root's); the
+    # body is in order, so one pass finds views of views.
+    for op in body:
+        if op.name in RESHAPE_OPS and op_key(op) not in head and \
+                any(defining_op(v) is not None and op_key(defining_op(v)) in head
+                    for v in op.operands):
+            head[op_key(op)] = op
     rest = _kernel_ops(op for op in body if op_key(op) not in head)
     if not rest or not any(_is_tileable(op) for op in rest):
         return [group]
