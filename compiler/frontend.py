@@ -82,6 +82,11 @@ def import_torch_module(module: torch.nn.Module, *example_inputs: torch.Tensor,
     instead of as text: a model's weights are printed and parsed nowhere on the way."""
     (text, signature), weights = _with_weights_dir(
         lambda folder: _torch_mlir_generic_text(module, example_inputs, func_name, folder))
+    for k, entry in enumerate(signature.get("state", [])):
+        # The state's value at compile time travels with the weights, as bytes.
+        name = f"fusec_state_{k}"
+        weights[name] = entry["init"].reshape(-1).numpy().tobytes()
+        entry["init"] = name
     return _imported(text, signature, weights)
 
 
@@ -189,6 +194,7 @@ def _imported(text: str, signature: dict, weights: dict[str, Any]) -> Imported:
     check_dialects(text, context)
     module_ir = parse_module(text, context)
     attach_weights(module_ir, weights)
+    attach_state(module_ir, signature, weights)
     # What torch knows of the signature and MLIR does not (argument names, unsigned
     # integers: torch-mlir's i8 is signless) travels with the IR to the artifact.
     module_ir.operation.attributes[SIGNATURE_ATTR] = ir_string(json.dumps(signature), context)
@@ -235,7 +241,6 @@ def attach_weights(module: ir.Module, weights: dict[str, Any]) -> None:
     import mlir.ir as ir
     import numpy as np
 
-    unsigned = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
     def visit(op: Any) -> Any:
         # (A dense constant is not one of them: not printed, it may be large.)
@@ -245,17 +250,53 @@ def attach_weights(module: ir.Module, weights: dict[str, Any]) -> None:
             if text.startswith("dense_resource<"):
                 name = text[len("dense_resource<"):text.index(">")]
                 if name in weights:
-                    shaped = ir.RankedTensorType(op.results[0].type)
-                    width = ir.FloatType(shaped.element_type).width if \
-                        isinstance(shaped.element_type, ir.FloatType) else \
-                        ir.IntegerType(shaped.element_type).width
-                    array = np.frombuffer(weights[name], dtype=unsigned[width])
-                    op.attributes["value"] = ir.DenseElementsAttr.get(
-                        array, type=shaped.element_type, shape=list(shaped.shape),
-                        context=op.context)
+                    op.attributes["value"] = _dense_from_bytes(
+                        weights[name], ir.RankedTensorType(op.results[0].type), op.context)
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
+
+
+def _dense_from_bytes(data: Any, shaped: Any, context: Any) -> Any:
+    """A `dense<...>` attribute of type `shaped` (a ranked tensor type) holding the
+    row-major `data` (bytes, one byte per i1)."""
+    import mlir.ir as ir
+    import numpy as np
+
+    element = shaped.element_type
+    width = ir.FloatType(element).width if isinstance(element, ir.FloatType) else \
+        ir.IntegerType(element).width
+    unsigned = {1: np.bool_, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+    array = np.frombuffer(data, dtype=unsigned[width])
+    return ir.DenseElementsAttr.get(array, type=element, shape=list(shaped.shape),
+                                    context=context)
+
+
+def attach_state(module: ir.Module, signature: dict, weights: dict[str, Any]) -> None:
+    """Record the buffers the model updates in place (`signature["state"]`, from
+    `separate_mutations`) as the model function's `fusion.state`, the form
+    --fusion-globals-to-state gives a global: argument, result and initial value (the
+    bytes `weights[entry["init"]]`), kept by the artifact between calls."""
+    import mlir.ir as ir
+
+    from fusec.passes.grouping import model_functions
+
+    entries = signature.get("state")
+    if not entries:
+        return
+    function = model_functions(module.operation)[0]
+    arguments = function.regions[0].blocks[0].arguments
+    i64 = ir.IntegerType.get_signless(64, module.context)
+    attrs = []
+    for entry in entries:
+        shaped = ir.RankedTensorType(arguments[entry["input"]].type)
+        attrs.append(ir.DictAttr.get({
+            "name": ir.StringAttr.get(entry["name"], module.context),
+            "input": ir.IntegerAttr.get(i64, entry["input"]),
+            "output": ir.IntegerAttr.get(i64, entry["output"]),
+            "init": _dense_from_bytes(weights[entry["init"]], shaped, module.context),
+        }, context=module.context))
+    function.attributes[attributes.STATE] = ir.ArrayAttr.get(attrs, context=module.context)
 
 
 SIGNATURE_ATTR = attributes.TORCH_SIGNATURE
@@ -289,11 +330,22 @@ def torch_signature(program: Any) -> dict:
         return _node_dtype(nodes.get(name))
 
     signature = program.graph_signature
+    arguments = [spec for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
     inputs = [{"name": spec.arg.name, "dtype": dtype(spec.arg.name)}
-              for spec in signature.input_specs if spec.kind == InputKind.USER_INPUT]
+              for spec in arguments if spec.target is None]
     outputs = [{"dtype": dtype(spec.arg.name) if hasattr(spec.arg, "name") else None}
                for spec in signature.output_specs if spec.kind == OutputKind.USER_OUTPUT]
     result = {"inputs": inputs, "outputs": outputs}
+    # Buffers forward updates in place (`separate_mutations`): an argument and a result each.
+    updated = [spec.target for spec in signature.output_specs
+               if spec.kind == OutputKind.BUFFER_MUTATION]
+    if updated:
+        result["state"] = [
+            {"name": target,
+             "input": next(i for i, spec in enumerate(arguments) if spec.target == target),
+             "output": next(i for i, spec in enumerate(signature.output_specs)
+                            if spec.kind == OutputKind.BUFFER_MUTATION and spec.target == target)}
+            for target in updated]
     # A model returning a flat dict of tensors: the keys name the outputs, and the runtime
     # returns a dict again.
     spec = getattr(getattr(program, "call_spec", None), "out_spec", None)
@@ -348,7 +400,11 @@ def _torch_mlir_generic_text(
         raise
     except Exception as error:  # torch.export raises many types (Unsupported, UserError, ...)
         raise _export_failure(error) from error
+    for note in program.graph_module.meta.get(NOTES_META, []):
+        print(f"fusec: note: {type(module).__name__}: {note}", file=sys.stderr)
     signature = torch_signature(program)
+    for entry, value in zip(signature.get("state", []), state_values(program)):
+        entry["init"] = value.detach().cpu().contiguous()  # bytes in import_torch_module
     # torch-mlir's C++ can abort, crash or grow without bound on some graphs, killing the
     # user's process: it runs in a child, watched (compiler/isolate.py).
     from fusec.compiler.isolate import IsolatedFailure, run_isolated
@@ -604,6 +660,8 @@ def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> 
     program = program.run_decompositions(decomposition_table())
     normalise_negative_dims(program)
     _keep_non_persistent_buffers(program)
+    view_state_in_lists(program)
+    separate_mutations(program)
     return program
 
 
@@ -646,6 +704,126 @@ def _keep_non_persistent_buffers(program: Any) -> None:
     for name in getattr(signature, "non_persistent_buffers", []) or []:
         if name not in program.state_dict and name in program.constants:
             program.state_dict[name] = program.constants[name]
+
+
+NOTES_META = "fusec_notes"  # graph_module.meta: what the export changed, said on stderr
+
+
+def separate_mutations(program: Any) -> None:
+    """Make what `forward` updates in place explicit in the exported program.
+
+    torch.export returns each in-place update of a buffer, a parameter or a user input as
+    one more output, before the user's outputs; imported as they are, a caller expecting
+    one tensor got a tuple whose first element was the updated buffer. Now:
+    - a buffer updated in place (a step counter, a cache) is model state, as torch keeps
+      it: its placeholder becomes a function argument after the user's inputs (its input
+      spec a USER_INPUT with the buffer's name as target, which `torch_signature` lists
+      under "state") and its new value a result after the user's outputs; the artifact
+      keeps it between calls, starting from its value at compile time;
+    - a parameter updated in place (RWKV rescales its weights once, on the first call in
+      eval mode) is computed from its value at compile time on every call, the update not
+      kept; a user input updated in place is not written back. Both are said on stderr.
+    """
+    from torch.export.graph_signature import InputKind, InputSpec, OutputKind
+
+    signature = program.graph_signature
+    output = next(n for n in program.graph.nodes if n.op == "output")
+    values = list(output.args[0])
+    if len(values) != len(signature.output_specs):
+        return
+    kept, state, dropped = [], [], []
+    for value, spec in zip(values, signature.output_specs):
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            state.append((value, spec))
+        elif spec.kind in (OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+            dropped.append(spec)
+        else:
+            kept.append((value, spec))
+    if not state and not dropped:
+        return
+    # Said by the caller (stderr is not shown while torch.export runs).
+    notes = program.graph_module.meta.setdefault(NOTES_META, [])
+    for spec in dropped:
+        what = "parameter" if spec.kind == OutputKind.PARAMETER_MUTATION else "input"
+        notes.append(f"forward updates {what} '{spec.target}' in place; every call of the "
+                     "compiled model computes from its value at compile time and the update "
+                     "is not kept")
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    inputs = list(signature.input_specs)
+    moved = []
+    for _, spec in state:
+        index = next(i for i, s in enumerate(inputs)
+                     if s.kind == InputKind.BUFFER and s.target == spec.target)
+        buffer = inputs.pop(index)
+        moved.append(InputSpec(kind=InputKind.USER_INPUT, arg=buffer.arg, target=buffer.target,
+                               persistent=None))
+        notes.append(f"forward updates buffer '{spec.target}' in place; the compiled model "
+                     "keeps it between calls, starting from its value at compile time")
+    last = [n for n in program.graph.nodes if n.op == "placeholder"][-1]
+    for spec in reversed(moved):
+        last.append(placeholders[spec.arg.name])
+    signature.input_specs[:] = inputs + moved
+    signature.output_specs[:] = [s for _, s in kept] + [s for _, s in state]
+    output.args = (tuple(v for v, _ in kept) + tuple(v for v, _ in state),)
+    program.graph.lint()
+    program.graph_module.recompile()
+
+
+def state_values(program: Any) -> list[Any]:
+    """The values at compile time of the buffers `separate_mutations` made state, in the
+    order of their arguments."""
+    from torch.export.graph_signature import InputKind
+
+    values = []
+    for spec in program.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT and spec.target is not None:
+            values.append(program.state_dict.get(spec.target, program.constants.get(spec.target)))
+    return values
+
+
+def view_state_in_lists(program: Any) -> None:
+    """Give each weight, buffer or lifted constant that an op takes inside a list (the
+    indices of `aten.index.Tensor`: Swin's and LeViT's relative-position tables indexed by
+    a buffer) a view of itself, and put the view in the list.
+
+    torch-mlir's importer of an exported program replaces those placeholders with their
+    tensors, which it can import as an op's argument but not as a list element ("Heterogeneous
+    lists are not supported"); a view of the same shape is a node, imports as a
+    literal's reshape, and folds away.
+    """
+    import torch
+
+    signature = program.graph_signature
+    state = (set(signature.inputs_to_buffers) | set(signature.inputs_to_parameters)
+             | set(getattr(signature, "inputs_to_lifted_tensor_constants", {}) or {}))
+    graph = program.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+
+        def replace(argument: Any, node: Any = node) -> Any:
+            nonlocal changed
+            if not isinstance(argument, (list, tuple)):
+                return argument
+            items = []
+            for item in argument:
+                if isinstance(item, torch.fx.Node) and item.op == "placeholder" and \
+                        item.name in state:
+                    value = item.meta.get("val")
+                    with graph.inserting_before(node):
+                        item_view = graph.call_function(torch.ops.aten.view.default,
+                                                        (item, list(value.shape)))
+                    item_view.meta = dict(item.meta)
+                    changed = True
+                    item = item_view
+                items.append(item)
+            return type(argument)(items)
+
+        node.args = tuple(replace(a) for a in node.args)
+        node.kwargs = {k: replace(v) for k, v in node.kwargs.items()}
+    if changed:
+        program.graph_module.recompile()
 
 
 # Ops whose `dim` names a dim of their first tensor argument (so -1 is rank - 1; not
@@ -736,6 +914,9 @@ def decomposition_table() -> dict[Any, Any]:
     - `aten.pow.Tensor_Scalar` with exponent 2 or 3 (RMSNorm, GELU-tanh): multiplications,
       instead of `math.fpowi`.
     - `aten.floor_divide` of uint8: in int32 (torch-mlir's unsigned lowering segfaults).
+    - `aten.constant_pad_nd` with a negative pad (a crop: RWKV's time shift,
+      `ZeroPad2d((0, 0, 1, -1))`): a slice, then the non-negative pads. torch-mlir folds a
+      pad whose result has its input's shape away as the identity, whatever the pads.
     """
     import torch
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
@@ -749,6 +930,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.gelu.default] = _gelu_tanh
     table[aten.pow.Tensor_Scalar] = _pow_scalar
     table[aten.floor_divide.default] = _unsigned_floor_divide
+    table[aten.constant_pad_nd.default] = _crop_negative_pads
     return table
 
 
@@ -893,6 +1075,25 @@ def _gelu_tanh(x: torch.Tensor, approximate: str = "none") -> torch.Tensor | Any
         return NotImplemented
     inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))
     return 0.5 * x * (1.0 + torch.tanh(inner))
+
+
+def _crop_negative_pads(x: torch.Tensor, pad: list[int], value: float = 0.0
+                        ) -> torch.Tensor | Any:
+    """A constant pad with negative entries as a slice of each cropped dim followed by the
+    pad of the non-negative entries; without negative entries, left to torch-mlir."""
+    import torch
+
+    if all(p >= 0 for p in pad):
+        return NotImplemented
+    for i in range(len(pad) // 2):
+        dim, low, high = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if low < 0 or high < 0:
+            size = x.shape[dim]
+            x = torch.ops.aten.slice.Tensor(x, dim, max(-low, 0), size + min(high, 0))
+    kept = [max(p, 0) for p in pad]
+    if any(kept):
+        x = torch.ops.aten.constant_pad_nd.default(x, kept, value)
+    return x
 
 
 def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:

@@ -144,6 +144,9 @@ def _rewrite(function: ir.Operation, globals_: dict[str, ir.Operation]) -> None:
             "output": _i64(output),
             "init": globals_[name].attributes["value"],
         }))
+    # After any state the frontend recorded (buffers forward updates in place).
+    if STATE_ATTRIBUTE in function.attributes:
+        entries = list(ir.ArrayAttr(function.attributes[STATE_ATTRIBUTE])) + entries
     function.attributes[STATE_ATTRIBUTE] = ir.ArrayAttr.get(entries)
 
 

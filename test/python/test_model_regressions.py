@@ -142,3 +142,134 @@ def test_cuda_outputs_are_named_like_the_cpus():
     gpu = fusec.compile(nn.Softmax(-1), torch.randn(4, 8), target="cuda")
     assert [s.name for s in gpu.signature.outputs] == ["output0"]
     assert [s.name for s in gpu.signature.inputs] == ["input"]
+
+
+class TimeShift(nn.Module):
+    """RWKV's time shift, `ZeroPad2d((0, 0, 1, -1))`: a pad of 1 and a crop of 1 on the
+    sequence, and a crop and pad on both sides of the features. torch-mlir folded the
+    first, whose result has its input's shape, away as the identity (RWKV's outputs were
+    95% wrong)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shift = nn.ZeroPad2d((0, 0, 1, -1))
+
+    def forward(self, x):
+        shifted = self.shift(x)
+        return x * 0.5 + shifted, nn.functional.pad(x, (2, -3, -1, 1), value=0.25)
+
+
+def test_negative_pads_crop():
+    x = torch.randn(2, 6, 8)
+    compiled = fusec.compile(TimeShift().eval(), x)
+    fresh = torch.randn(2, 6, 8)
+    mixed, cropped = compiled(fresh.numpy())
+    ref_mixed, ref_cropped = TimeShift()(fresh.double())
+    assert mixed.shape == (2, 6, 8) and cropped.shape == (2, 6, 7)
+    assert rel_err(mixed, ref_mixed) < 1e-6
+    assert rel_err(cropped, ref_cropped) < 1e-6
+    assert len(compiled.kernels) == 1  # both read x: one horizontal kernel
+
+
+class RelativePositionBias(nn.Module):
+    """Swin's and LeViT's relative-position bias: a learned table indexed by a buffer of
+    indices, the buffer itself inside `index.Tensor`'s list (torch-mlir's importer refused
+    it: "Heterogeneous lists are not supported")."""
+
+    def __init__(self, window: int = 4, heads: int = 2, persistent: bool = True) -> None:
+        super().__init__()
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window),
+                                            indexing="ij")).flatten(1)
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + window - 1
+        index = relative[..., 0] * (2 * window - 1) + relative[..., 1]
+        self.table = nn.Parameter(torch.randn((2 * window - 1) ** 2, heads))
+        self.register_buffer("index", index, persistent=persistent)
+
+    def forward(self, scores):
+        bias = self.table[self.index].permute(2, 0, 1)
+        return (scores + bias).softmax(-1)
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_buffer_as_an_index_in_a_list(persistent):
+    torch.manual_seed(0)
+    model = RelativePositionBias(persistent=persistent).eval()
+    scores = torch.randn(3, 2, 16, 16)
+    compiled = fusec.compile(model, scores)
+    fresh = torch.randn(3, 2, 16, 16)
+    with torch.no_grad():
+        ref = model.double()(fresh.double())
+    assert rel_err(compiled(fresh.numpy()), ref) < 1e-6
+    assert len(compiled.kernels) == 1
+
+
+class StepCounter(nn.Module):
+    """A buffer updated in place by `forward` (a step counter; a cache is the same)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(5))
+        self.register_buffer("steps", torch.zeros(5))
+
+    def forward(self, x):
+        self.steps.add_(1.0)
+        return x * self.weight + self.steps
+
+
+def test_buffer_updated_in_place_is_state_kept_between_calls(capfd):
+    """torch.export returns the updated buffer as an output before the user's: the caller
+    got a tuple whose first element was the buffer. Now it is model state, as in torch."""
+    torch.manual_seed(0)
+    model = StepCounter().eval()
+    reference = StepCounter().eval()
+    reference.load_state_dict(model.state_dict())
+    compiled = fusec.compile(model, torch.randn(5))
+    assert "forward updates buffer 'steps' in place" in capfd.readouterr().err
+    assert [s.name for s in compiled.signature.inputs] == ["x"]
+    assert len(compiled.signature.outputs) == 1 and len(compiled.kernels) == 1
+    for _ in range(3):
+        x = torch.randn(5)
+        out = compiled(x.numpy())
+        assert isinstance(out, np.ndarray)
+        with torch.no_grad():
+            assert rel_err(out, reference.double()(x.double())) < 1e-6
+
+
+def test_parameter_or_input_updated_in_place_is_not_an_output(capfd):
+    """RWKV rescales its weights in place on its first call in eval mode (the compiled model
+    returned the weights first); a model may add to its input in place. Each call computes
+    from the values at compile time; the caller gets the model's one output."""
+
+    class Rescale(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(6))
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.weight.div_(2.0)
+            x.add_(1.0)
+            return x * self.weight
+
+    torch.manual_seed(0)
+    model = Rescale().eval()
+    before = model.weight.detach().clone()
+    compiled = fusec.compile(model, torch.randn(6))
+    err = capfd.readouterr().err
+    assert "forward updates parameter 'weight' in place" in err
+    assert "forward updates input 'x' in place" in err
+    assert torch.equal(model.weight.detach(), before)  # compiling ran nothing for real
+    x = torch.randn(6)
+    kept = x.numpy().copy()
+    for _ in range(2):
+        out = compiled(x.numpy())
+        assert isinstance(out, np.ndarray)
+        assert rel_err(out, (x.double() + 1.0) * before.double() / 2.0) < 1e-6
+    assert np.array_equal(x.numpy(), kept)  # the input is not written
+
+
+def test_cuda_refuses_state_with_its_reason():
+    from fusec.compiler.diagnostics import FusecError
+
+    with pytest.raises(FusecError, match="keeps state between calls .*a buffer forward updates"):
+        fusec.compile(StepCounter().eval(), torch.randn(5), target="cuda")

@@ -61,7 +61,8 @@ def _entry_function(module: ir.Module) -> ir.Operation:
 # Entry-function attributes of CPU-only features: the CUDA plan and runtime have no model
 # state (an RNG seed kept between calls) and return no Python scalars yet.
 _CPU_ONLY_FEATURES = {
-    attributes.STATE: "keeps state between calls (an RNG seed: torch.rand, dropout, ...)",
+    attributes.STATE: "keeps state between calls (an RNG seed: torch.rand, dropout, ...; a "
+                      "buffer forward updates in place)",
     attributes.SCALAR_RESULTS: "returns Python numbers (scalar results)",
 }
 
