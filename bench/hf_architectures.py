@@ -115,8 +115,11 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def build(model_type: str) -> tuple[Any, tuple[Any, ...]]:
-    """(model in eval mode returning its first output, example inputs); seeded."""
+def build(model_type: str, batch: int = 2, seq: int = 24, samples: int = 800,
+          dtype: str = "float32") -> tuple[Any, tuple[Any, ...]]:
+    """(model in eval mode returning its first output, example inputs of `batch` rows:
+    `seq` tokens, an image of the config's size or `samples` audio samples); seeded;
+    weights and float inputs in `dtype`."""
     import torch
     import transformers
 
@@ -126,13 +129,17 @@ def build(model_type: str) -> tuple[Any, tuple[Any, ...]]:
     config._attn_implementation = "eager"
     model = transformers.AutoModel.from_config(config).eval()
     if kind == "text":
-        inputs = (torch.randint(1, 500, (2, 24)),)
+        inputs = (torch.randint(1, 500, (batch, seq)),)
     elif kind == "audio":
-        inputs = (torch.randn(1, 800),)
+        inputs = (torch.randn(batch, samples),)
     else:
         size = getattr(config, "image_size", 64)
         size = size[0] if isinstance(size, (list, tuple)) else size
-        inputs = (torch.randn(2, getattr(config, "num_channels", 3), size, size),)
+        inputs = (torch.randn(batch, getattr(config, "num_channels", 3), size, size),)
+    if dtype != "float32":
+        model = model.to(getattr(torch, dtype))
+        inputs = tuple(x.to(getattr(torch, dtype)) if x.is_floating_point() else x
+                       for x in inputs)
     t5 = model_type == "t5"
 
     class FirstOutput(torch.nn.Module):
@@ -156,8 +163,9 @@ def fresh(inputs: tuple[Any, ...], seed: int = 1) -> tuple[Any, ...]:
                  else torch.randn(x.shape, generator=g) for x in inputs)
 
 
-def check(model_type: str) -> dict[str, Any]:
-    """Compile one architecture, run it on fresh inputs against float64: a result row."""
+def check(model_type: str, **shape: int) -> dict[str, Any]:
+    """Compile one architecture (`shape`: `build`'s batch, seq, samples), run it on fresh
+    inputs against float64: a result row."""
     import numpy as np
     import torch
 
@@ -165,7 +173,7 @@ def check(model_type: str) -> dict[str, Any]:
 
     started = time.perf_counter()
     row: dict[str, Any] = {"model": model_type}
-    model, inputs = build(model_type)
+    model, inputs = build(model_type, **shape)
     run = fresh(inputs)
     with torch.no_grad():
         reference = copy.deepcopy(model).double()(
@@ -191,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="*", help="model types (default: all)")
     p.add_argument("--json", help="write the rows here")
+    p.add_argument("--batch", type=int, default=2, help="rows per input (default 2)")
+    p.add_argument("--seq", type=int, default=24, help="tokens per row (default 24)")
+    p.add_argument("--samples", type=int, default=800,
+                   help="audio samples per row (default 800)")
     args = p.parse_args(argv)
     unknown = [m for m in args.models if m not in ARCHITECTURES]
     if unknown:
@@ -199,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")
     rows = []
     for model_type in args.models or ARCHITECTURES:
-        row = check(model_type)
+        row = check(model_type, batch=args.batch, seq=args.seq, samples=args.samples)
         rows.append(row)
         detail = (f"error {row['error']:.2e}  kernels {row['kernels']:3d}"
                   if row["status"] != "FAIL" else row["error"])
