@@ -22,7 +22,10 @@ What a group may absorb, and why not (each refusal is recorded with its reason c
   (the reduction then sums whole rows, in the original order). When a row reduction cannot
   join a contraction's prologue, the ops that read it are kept out too (`prologue`): the
   row computation stays whole in its own kernel instead of being split.
-- one contraction per group (`one-contraction`).
+- one contraction per group (`one-contraction`). Where the cost model says so (the CPU's
+  microkernel, whose column tiles each recompute a prologue), an elementwise op computed
+  from a contraction's result only stays out of the next contraction's prologue
+  (`epilogue-first`) and becomes the first contraction's epilogue, computed once per element.
 - a value read both by a reduction and by another op of the group must stay on chip across
   the reduction: the sum of those rows per tile must fit the device (`over-capacity`), and a
   reduction whose row is broadcast back to its consumer must itself fit (`huge-axis`).
@@ -46,6 +49,7 @@ import mlir.ir as ir
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.analysis import (
     CONTRACTION,
+    ELEMENTWISE,
     EXPENSIVE,
     FILL,
     REDUCTION,
@@ -295,7 +299,8 @@ class Planner:
             mapping, lost, partial = _map_producer(cand, self.graph, p, uses)
             step = Absorption(p, uses, mapping, lost, partial, in_prologue, root_position,
                               _narrowed(cand, self.graph, uses))
-            for check in (self._check_gemm_prologue, self._check_matmul_operand,
+            for check in (self._check_gemm_prologue, self._check_epilogue_first,
+                          self._check_matmul_operand,
                           self._check_outside_users,
                           self._check_tiles,
                           self._check_contractions, self._check_huge_axis,
@@ -342,6 +347,40 @@ class Planner:
             if f.category == CONTRACTION and f.name in GEMM_OPS:
                 return f
         return None
+
+    def _check_epilogue_first(self, cand: Candidate, step: Absorption) -> Refusal:
+        """An elementwise op computed from contraction results only belongs to the epilogue
+        of the contraction before it (once per element), not to the prologue of the one
+        after it (once per column tile), where the cost model says so."""
+        p = step.p
+        if not (step.in_prologue and p.category == ELEMENTWISE) or \
+                not cost_model.elementwise_after_contraction_is_epilogue(self.device):
+            return None
+        source = self._contraction_behind(p)
+        if source is None:
+            return None
+        return ("epilogue-first", f"it is computed from {source.name}@{source.location}'s "
+                "result: in that contraction's epilogue it runs once per element, in this "
+                "one's prologue once per column tile")
+
+    def _contraction_behind(self, p: OpFacts) -> OpFacts | None:
+        """The contraction `p` is an elementwise function of (through elementwise ops, with
+        graph inputs and constants beside it), or None: None as well when a reduction or any
+        other op is among its producers (a softmax's division stays where it is)."""
+        found, stack, seen = None, [p], {p.key}
+        while stack:
+            for key in stack.pop().producers:
+                if key in seen:
+                    continue
+                seen.add(key)
+                q = self.graph.facts[key]
+                if q.category == CONTRACTION:
+                    found = found or q
+                elif q.category == ELEMENTWISE:
+                    stack.append(q)
+                else:
+                    return None
+        return found
 
     def _check_gemm_prologue(self, cand: Candidate, step: Absorption) -> Refusal:
         """Where matmuls are library calls, a prologue op the library cannot read through is

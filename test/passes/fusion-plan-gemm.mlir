@@ -5,13 +5,15 @@
 // generation can run: a bias add stays with the matmul that produces it (cuBLASLt fuses it
 // as that GEMM's epilogue); an op before a matmul that the library cannot read through is a
 // kernel of its own (`gemm-prologue`); casts and transposes it reads through stay with a
-// large matmul however many tiles it has. The CPU plans are unchanged.
+// large matmul however many tiles it has. On the CPU, an elementwise op computed from a
+// matmul's result goes to that matmul's epilogue too (`epilogue-first`: the next matmul's
+// column tiles would each recompute it as a prologue); one that also depends on a reduction
+// (a softmax's division) stays where the planner puts it.
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #col = affine_map<(d0, d1) -> (d1)>
-// The bias add between two matmuls: on the H200 with the first (an epilogue group), the
-// second records why it did not take it; on the CPU the second matmul's group takes it and
-// the first matmul is refused there (`one-contraction`).
+// The bias add between two matmuls: with the first (an epilogue group) on both targets, and
+// the second records why it did not take it.
 // GPU-LABEL: func.func @bias_stays_with_its_matmul
 // GPU: %[[H:[0-9]+]] = fusion.group epilogue
 // GPU: linalg.matmul
@@ -23,13 +25,15 @@
 // GPU: linalg.matmul
 // GPU: return
 // CPU-LABEL: func.func @bias_stays_with_its_matmul
-// CPU: %[[M:[0-9]+]] = fusion.group single
+// CPU: %[[H:[0-9]+]] = fusion.group epilogue
+// CPU: linalg.matmul
+// CPU: arith.addf
+// CPU: fusion.yield
+// CPU: fusion.group single (%{{.+}} = %[[H]] : tensor<64x256xf32>
+// CPU-SAME: fusion.refused = ["linalg.generic@{{[0-9:]+}}: epilogue-first: it is computed from linalg.matmul@{{[0-9:]+}}'s result: in that contraction's epilogue it runs once per element, in this one's prologue once per column tile"]
 // CPU-NOT: arith.addf
 // CPU: linalg.matmul
-// CPU: fusion.group vertical (%{{.+}} = %[[M]] : tensor<64x256xf32>
-// CPU-SAME: one-contraction
-// CPU: arith.addf
-// CPU: linalg.matmul
+// CPU: return
 func.func @bias_stays_with_its_matmul(%x: tensor<64x128xf32>, %w1: tensor<128x256xf32>, %b1: tensor<256xf32>, %w2: tensor<256x64xf32>) -> tensor<64x64xf32> {
   %cst = arith.constant 0.000000e+00 : f32
   %e1 = tensor.empty() : tensor<64x256xf32>
@@ -202,4 +206,41 @@ func.func @two_small_exps(%a: tensor<16x32xf32>, %b: tensor<8x64xf32>) -> (tenso
     linalg.yield %x : f32
   } -> tensor<8x64xf32>
   return %xa, %xb : tensor<16x32xf32>, tensor<8x64xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#red = affine_map<(d0, d1) -> (d0, 0)>
+// What epilogue-first leaves alone (CPU plans): an elementwise op that also reads a row
+// reduction of the matmul's result (a softmax-like division by the row sum) is no function
+// of the matmul alone: it stays in the second matmul's group with the reduction, as before.
+// CPU-LABEL: func.func @row_division_stays_a_prologue
+// CPU: fusion.group vertical
+// CPU-NOT: epilogue-first
+// CPU: arith.divf
+// CPU: linalg.matmul
+// CPU: return
+func.func @row_division_stays_a_prologue(%x: tensor<64x128xf32>, %w1: tensor<128x256xf32>, %w2: tensor<256x64xf32>) -> tensor<64x64xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e1 = tensor.empty() : tensor<64x256xf32>
+  %f1 = linalg.fill ins(%cst : f32) outs(%e1 : tensor<64x256xf32>) -> tensor<64x256xf32>
+  %m1 = linalg.matmul ins(%x, %w1 : tensor<64x128xf32>, tensor<128x256xf32>) outs(%f1 : tensor<64x256xf32>) -> tensor<64x256xf32>
+  %er = tensor.empty() : tensor<64xf32>
+  %fr = linalg.fill ins(%cst : f32) outs(%er : tensor<64xf32>) -> tensor<64xf32>
+  %sum = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]} ins(%m1 : tensor<64x256xf32>) outs(%fr : tensor<64xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<64xf32>
+  %d = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]} ins(%m1, %sum : tensor<64x256xf32>, tensor<64xf32>) outs(%e1 : tensor<64x256xf32>) {
+  ^bb0(%in: f32, %s: f32, %out: f32):
+    %q = arith.divf %in, %s : f32
+    linalg.yield %q : f32
+  } -> tensor<64x256xf32>
+  %e2 = tensor.empty() : tensor<64x64xf32>
+  %f2 = linalg.fill ins(%cst : f32) outs(%e2 : tensor<64x64xf32>) -> tensor<64x64xf32>
+  %m2 = linalg.matmul ins(%d, %w2 : tensor<64x256xf32>, tensor<256x64xf32>) outs(%f2 : tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %m2 : tensor<64x64xf32>
 }
