@@ -157,7 +157,40 @@ def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
     view = types.SimpleNamespace(graph=traced.graph, graph_module=traced)
     refuse_data_dependent_shapes(view)
     normalise_negative_dims(view)
+    input_updates_as_outputs(traced)
     return traced
+
+
+UPDATES_META = "fusec_input_updates"  # graph_module.meta: [(input, output)] to copy back
+
+
+def input_updates_as_outputs(graph_module: Any) -> None:
+    """Functionalized, an in-place update of a graph input (Dynamo passes a module's
+    buffers as inputs: a step counter, a cache) ends the graph as `copy_(input, value)`,
+    which torch-mlir cannot lower. Each such copy becomes one more output after the graph's
+    own, recorded as (input position, output position) in `meta[UPDATES_META]` (and in the
+    signature as "updates") for the caller to copy back."""
+    import torch
+
+    graph = graph_module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    output = next(n for n in graph.nodes if n.op == "output")
+    results = output.args[0]
+    single = not isinstance(results, (tuple, list))
+    results = [results] if single else list(results)
+    updates = []
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten.copy_.default and \
+                node.args[0] in placeholders and not node.users:
+            updates.append((placeholders.index(node.args[0]), len(results)))
+            results.append(node.args[1])
+            graph.erase_node(node)
+    if not updates:
+        return
+    output.args = (tuple(results),)
+    graph_module.meta[UPDATES_META] = updates
+    graph.lint()
+    graph_module.recompile()
 
 
 def _graph_signature(graph_module: Any) -> dict:
@@ -167,7 +200,10 @@ def _graph_signature(graph_module: Any) -> dict:
     inputs = [{"name": n.name, "dtype": _node_dtype(n)} for n in nodes if n.op == "placeholder"]
     output = next(n for n in nodes if n.op == "output").args[0]
     results = output if isinstance(output, (tuple, list)) else [output]
-    return {"inputs": inputs, "outputs": [{"dtype": _node_dtype(r)} for r in results]}
+    signature = {"inputs": inputs, "outputs": [{"dtype": _node_dtype(r)} for r in results]}
+    if graph_module.meta.get(UPDATES_META):
+        signature["updates"] = [list(u) for u in graph_module.meta[UPDATES_META]]
+    return signature
 
 
 def _node_dtype(node: Any) -> str | None:

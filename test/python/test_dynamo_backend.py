@@ -246,3 +246,34 @@ def test_an_inference_batch_norm_imports_through_the_traced_graph():
         ref = model.double()(x.double())
     assert dynamo.fallbacks() == [], dynamo.fallbacks()
     assert _rel(out, ref) < 1e-5
+
+
+class StepCounter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(5))
+        self.register_buffer("steps", torch.zeros(5))
+
+    def forward(self, x):
+        self.steps.add_(1.0)
+        return x * self.weight + self.steps
+
+
+def test_a_buffer_updated_in_place_is_written_back():
+    """Dynamo passes the buffer in; functionalized, its update is a `copy_` into the input,
+    which torch-mlir cannot lower (the graph fell back to eager). It is now one more output,
+    copied back into the buffer after each call, as eager updates it."""
+    torch.manual_seed(0)
+    model = StepCounter().eval()
+    reference = StepCounter().eval()
+    reference.load_state_dict(model.state_dict())
+    compiled = torch.compile(model, backend="fusec")
+    for step in range(1, 4):
+        x = torch.randn(5)
+        with torch.no_grad():
+            out = compiled(x)
+            ref = reference.double()(x.double())
+        assert isinstance(out, torch.Tensor) and out.shape == (5,)
+        assert _rel(out, ref) < 1e-6
+        assert torch.equal(model.steps, torch.full((5,), float(step)))
+    assert dynamo.fallbacks() == [], dynamo.fallbacks()
