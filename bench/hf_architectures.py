@@ -108,7 +108,7 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any]]] = {
     "bit": ("image", dict(_STAGES, embedding_size=16, num_groups=8)),  # weight standardisation
     "mobilenet_v1": ("image", dict(image_size=64, depth_multiplier=0.35)),
     "mobilenet_v2": ("image", dict(image_size=64, depth_multiplier=0.35)),
-    "cvt": ("image", {}),
+    "cvt": ("image", dict(embed_dim=[16, 32, 64], num_heads=[1, 2, 4], depth=[1, 2, 3])),
     # audio
     "wav2vec2": ("audio", _WAVE),  # feature convolutions, group norm, conv positions
     "hubert": ("audio", _WAVE),
