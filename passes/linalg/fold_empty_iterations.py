@@ -10,6 +10,11 @@ whole iteration space is empty: the op's results are replaced by its inits and i
 does any linalg op whose results have no elements (`torch.triu_indices(0, 0)`): there is
 nothing to write.
 
+The same holds for the tensor ops around them: a slice with no elements (`x[:, 1:]` of a
+one-token sequence, as MobileBERT's trigram embedding takes) is a `tensor.empty`, whose
+bufferization needs no view (a view at offset 1 of a size-1 dim does not verify); an
+`insert_slice` of nothing is its destination; a pad of nothing is a fill of the pad value.
+
 Before:
     %f = linalg.fill ins(%zero : f32) outs(%e : tensor<5x10xf32>) -> tensor<5x10xf32>
     %m = linalg.matmul ins(%a, %b : tensor<5x0xf32>, tensor<0x10xf32>)
@@ -25,8 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
+from mlir.dialects import linalg, tensor
 
-from fusec.passes.grouping import walk_ops
+from fusec.passes.grouping import op_key, walk_ops
 from fusec.passes.registry import Pass, register
 
 # Named ops whose every operand dimension is one loop dimension.
@@ -80,3 +86,41 @@ class FoldEmptyIterationsPass(Pass):
             for result, init in zip(op.results, op.opview.outputs):
                 result.replace_all_uses_with(init)
             op.erase()
+        for op in walk_ops(module, lambda op: op.name in EMPTY_TENSOR_OPS):
+            _fold_empty_tensor_op(op)
+
+
+EMPTY_TENSOR_OPS = ("tensor.extract_slice", "tensor.insert_slice", "tensor.pad")
+
+
+def _empty(value: ir.Value) -> bool:
+    return isinstance(value.type, ir.RankedTensorType) and \
+        value.type.has_static_shape and 0 in value.type.shape
+
+
+def _fold_empty_tensor_op(op: ir.Operation) -> None:
+    """A slice with no elements -> tensor.empty; an insert of nothing -> its destination; a
+    pad of nothing -> a fill of the padded shape with the pad value (when that value is
+    defined outside the pad's body)."""
+    result = op.results[0]
+    if op.name == "tensor.extract_slice" and _empty(result):
+        with ir.InsertionPoint(op), op.location:
+            replacement = tensor.EmptyOp(list(result.type.shape), result.type.element_type)
+        result.replace_all_uses_with(replacement.result)
+        op.erase()
+    elif op.name == "tensor.insert_slice" and _empty(op.operands[0]):
+        result.replace_all_uses_with(op.operands[1])
+        op.erase()
+    elif op.name == "tensor.pad" and _empty(op.operands[0]) and \
+            isinstance(result.type, ir.RankedTensorType) and result.type.has_static_shape:
+        body = op.regions[0].blocks[0]
+        value = list(body.operations)[-1].operands[0]
+        owner = value.owner
+        if isinstance(owner, ir.Block) or owner.parent is None or \
+                op_key(owner.parent) == op_key(op):
+            return  # the pad value is computed in the body (per index): left as it is
+        with ir.InsertionPoint(op), op.location:
+            empty = tensor.EmptyOp(list(result.type.shape), result.type.element_type)
+            filled = linalg.fill(value, outs=[empty.result])
+        result.replace_all_uses_with(filled)
+        op.erase()

@@ -273,3 +273,24 @@ def test_cuda_refuses_state_with_its_reason():
 
     with pytest.raises(FusecError, match="keeps state between calls .*a buffer forward updates"):
         fusec.compile(StepCounter().eval(), torch.randn(5), target="cuda")
+
+
+class TrigramEmbedding(nn.Module):
+    """MobileBERT's trigram input: each token beside its neighbours, `x[:, 1:]` and
+    `x[:, :-1]` padded back. At one token both slices are empty; their views failed to
+    verify after bufferization ("offset 1 is out-of-bounds")."""
+
+    def forward(self, x):
+        f = nn.functional
+        return torch.cat([f.pad(x[:, 1:], [0, 0, 0, 1]), x, f.pad(x[:, :-1], [0, 0, 1, 0])],
+                         dim=2) * 2.0
+
+
+@pytest.mark.parametrize("tokens", [1, 5])
+def test_empty_slices_of_a_one_token_sequence(tokens):
+    compiled = fusec.compile(TrigramEmbedding(), torch.randn(2, tokens, 8))
+    fresh = torch.randn(2, tokens, 8)
+    out = compiled(fresh.numpy())
+    assert out.shape == (2, tokens, 24)
+    assert rel_err(out, TrigramEmbedding()(fresh.double())) < 1e-6
+    assert 1 <= len(compiled.kernels) <= 3
