@@ -5,6 +5,7 @@ meets (HF's position ids and causal masks, gathers, concats, loop kernels, convo
     python test/gpu/model_zoo.py build DIR [NAME ...]   # here: DIR/<name>-<mode>.so + .npz
     python test/gpu/model_zoo.py build DIR --fused hf   # the HF architectures of
                                                         # bench/hf_architectures.py, fused only
+                                                        # (hf16: in bf16; hf1: at one token)
     python3 test/gpu/model_zoo.py run DIR [WRAPPER ...]  # there: one line per artifact,
                                                         # each in its own process
 
@@ -139,6 +140,9 @@ MODELS = {
     **{f"hf_{name}": (lambda name=name: build_architecture(name)) for name in ARCHITECTURES},
     **{f"hf16_{name}": (lambda name=name: build_architecture(name, dtype="bfloat16"))
        for name in ARCHITECTURES},
+    # ... and at one token, batch 1 (the decoding shape): `hf1`.
+    **{f"hf1_{name}": (lambda name=name: build_architecture(name, batch=1, seq=1, samples=400))
+       for name in ARCHITECTURES},
 }
 
 # A 16-bit model passes where its error against float64 is at most this, or twice that of
@@ -201,7 +205,7 @@ def build(folder: Path, names: list[str]) -> None:
     modes = ("fused", "unfused")
     if "--fused" in names:
         names, modes = [n for n in names if n != "--fused"], ("fused",)
-    for family in ("hf", "hf16"):
+    for family in ("hf", "hf16", "hf1"):
         if family in names:
             names = [n for n in names if n != family] + [
                 n for n in MODELS if n.startswith(family + "_")]
