@@ -100,9 +100,7 @@ def compile_fx_graph(graph: Any, *example_inputs: Any, target: str = "cpu",
     updates in place come back as extra outputs after its own, listed as (input, output)
     positions in the module's `input_updates`."""
     from fusec.compiler import driver
-    from fusec.compiler.frontend import import_fx_graph
-
-    from fusec.compiler.frontend import read_torch_signature
+    from fusec.compiler.frontend import import_fx_graph, read_torch_signature
 
     driver.check_example_inputs(example_inputs, "<torch.fx>")
     with driver.quiet_torch_logs():

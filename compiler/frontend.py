@@ -316,23 +316,18 @@ def attach_state(module: ir.Module, signature: dict, weights: dict[str, Any]) ->
     import mlir.ir as ir
 
     from fusec.passes.grouping import model_functions
+    from fusec.passes.linalg.globals_to_state import add_states, state_entry
 
     entries = signature.get("state")
     if not entries:
         return
     function = model_functions(module.operation)[0]
     arguments = function.regions[0].blocks[0].arguments
-    i64 = ir.IntegerType.get_signless(64, module.context)
-    attrs = []
-    for entry in entries:
-        shaped = ir.RankedTensorType(arguments[entry["input"]].type)
-        attrs.append(ir.DictAttr.get({
-            "name": ir.StringAttr.get(entry["name"], module.context),
-            "input": ir.IntegerAttr.get(i64, entry["input"]),
-            "output": ir.IntegerAttr.get(i64, entry["output"]),
-            "init": _dense_from_bytes(weights[entry["init"]], shaped, module.context),
-        }, context=module.context))
-    function.attributes[attributes.STATE] = ir.ArrayAttr.get(attrs, context=module.context)
+    add_states(function, [
+        state_entry(entry["name"], entry["input"], entry["output"], _dense_from_bytes(
+            weights[entry["init"]], ir.RankedTensorType(arguments[entry["input"]].type),
+            module.context))
+        for entry in entries])
 
 
 SIGNATURE_ATTR = attributes.TORCH_SIGNATURE

@@ -52,11 +52,6 @@ def _globals(module: ir.Operation) -> dict[str, ir.Operation]:
             if op.operation.name == "ml_program.global"}
 
 
-
-def _i64(value: int) -> ir.IntegerAttr:
-    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
-
-
 def _check_nesting(function: ir.Operation) -> list[ir.Operation]:
     """The function's loads and stores, in order; each must sit at the top level or in
     `scf.for` bodies (a loop can carry the value; other regions have no single order)."""
@@ -138,16 +133,29 @@ def _rewrite(function: ir.Operation, globals_: dict[str, ir.Operation]) -> None:
     entries = []
     for name, argument in arguments.items():
         output = n_results + stored.index(name) if name in stored else -1
-        entries.append(ir.DictAttr.get({
-            "name": ir.StringAttr.get(name),
-            "input": _i64(argument.arg_number),
-            "output": _i64(output),
-            "init": globals_[name].attributes["value"],
-        }))
-    # After any state the frontend recorded (buffers forward updates in place).
+        entries.append(state_entry(name, argument.arg_number, output,
+                                   globals_[name].attributes["value"]))
+    add_states(function, entries)
+
+
+def state_entry(name: str, input: int, output: int, init: ir.Attribute) -> ir.DictAttr:
+    """One `fusion.state` entry: the state's argument position, its result position (-1:
+    only read) and its initial value."""
+    i64 = ir.IntegerType.get_signless(64, init.context)
+    return ir.DictAttr.get({
+        "name": ir.StringAttr.get(name, init.context),
+        "input": ir.IntegerAttr.get(i64, input),
+        "output": ir.IntegerAttr.get(i64, output),
+        "init": init,
+    }, context=init.context)
+
+
+def add_states(function: ir.Operation, entries: list[ir.DictAttr]) -> None:
+    """Append `entries` to the function's `fusion.state` (after any it has: the buffers
+    the frontend found updated in place come before the globals of this pass)."""
     if STATE_ATTRIBUTE in function.attributes:
         entries = list(ir.ArrayAttr(function.attributes[STATE_ATTRIBUTE])) + entries
-    function.attributes[STATE_ATTRIBUTE] = ir.ArrayAttr.get(entries)
+    function.attributes[STATE_ATTRIBUTE] = ir.ArrayAttr.get(entries, context=function.context)
 
 
 def _append_results(function: ir.Operation, block: ir.Block, values: list[ir.Value]) -> None:
