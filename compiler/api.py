@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import tempfile
 from typing import Any
 
 from fusec.compiler.pipeline import CompileOptions
@@ -52,7 +53,7 @@ def _codegen_environment() -> str:
 def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool = True,
             arch: str | None = None, cache: bool = True, dump_dir: str | None = None,
             verify: bool = False, cpu: CpuOptions | None = None,
-            cuda: CudaOptions | None = None) -> Any:
+            cuda: CudaOptions | None = None, tune: bool = False) -> Any:
     """Compile `model` (a torch.nn.Module with example inputs, given separately or as one
     tuple, or linalg-on-tensors MLIR text) and return the loaded `fusec.runtime.Module`.
 
@@ -65,6 +66,10 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     `verify=True` also builds the unfused program and checks, on random inputs, that every
     fused kernel agrees with it (`fusec.compiler.verify`); a mismatch raises
     `VerificationError` (a `FusecError`) naming the first kernel that differs.
+
+    `tune=True` (target cuda, on a machine with the GPU) times the candidate tiles of our
+    GEMM and attention kernels there and keeps the fastest in the tuning cache
+    (`fusec.compiler.tuner`); every compile reads that cache, tuned or not.
     """
     from fusec.compiler import driver
 
@@ -88,7 +93,7 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
         # --verify builds the model again, fused and unfused, from its text.
         text = driver.as_text(imported.module) if verify else None
     return _compile_imported(imported, text, filename, example_inputs, target, fusion, arch,
-                             cache, dump_dir, verify, cpu, cuda)
+                             cache, dump_dir, verify, cpu, cuda, tune)
 
 
 def compile_fx_graph(graph: Any, *example_inputs: Any, target: str = "cpu",
@@ -114,10 +119,23 @@ def compile_fx_graph(graph: Any, *example_inputs: Any, target: str = "cpu",
     return module
 
 
+def _artifact_path(options: CompileOptions, source_key: str) -> str:
+    """Where the compile cache keeps the artifact of `source_key` built with `options`."""
+    tuned = ""
+    if options.target == "cuda":  # the tiles the tuning cache gives are part of the code
+        from fusec.compiler import tuning
+
+        tuned = tuning.fingerprint(tuning.resolve(options.cuda.tuning))
+    key = hashlib.sha256((compiler_fingerprint() + options.cache_key() + _codegen_environment()
+                          + tuned + source_key).encode()).hexdigest()[:32]
+    return os.path.join(cache_dir(), f"{key}.so")
+
+
 def _compile_imported(imported: Any, text: str | None, filename: str,
                       example_inputs: tuple[Any, ...], target: str, fusion: bool,
                       arch: str | None, cache: bool, dump_dir: str | None, verify: bool,
-                      cpu: CpuOptions | None, cuda: CudaOptions | None) -> Any:
+                      cpu: CpuOptions | None, cuda: CudaOptions | None,
+                      tune: bool = False) -> Any:
     """The artifact of an imported module (or of MLIR `text`, `imported` None), built unless
     the cache has it, verified if asked, loaded."""
     import fusec.runtime as runtime
@@ -130,10 +148,24 @@ def _compile_imported(imported: Any, text: str | None, filename: str,
                              cpu=cpu or CpuOptions(), cuda=cuda)
     options.target = options.resolved_target()
     source_key = "torch:" + imported.fingerprint if imported is not None else text
-    key = hashlib.sha256((compiler_fingerprint() + options.cache_key() + _codegen_environment()
-                          + source_key).encode()).hexdigest()[:32]
-    path = os.path.join(cache_dir(), f"{key}.so")
-    if not (cache and os.path.exists(path)):
+    if tune:
+        from fusec.compiler import tuner
+
+        os.makedirs(cache_dir(), exist_ok=True)
+        source = imported.module if imported is not None else driver.parse(text, filename)
+        fd, built = tempfile.mkstemp(prefix=".tuned-", suffix=".so", dir=cache_dir())
+        os.close(fd)
+        try:
+            tuner.tune(source, filename, options, built)
+        except BaseException:
+            os.unlink(built)
+            raise
+        # Keyed after tuning: the cache now holds the tiles it was built with.
+        path = _artifact_path(options, source_key)
+        os.replace(built, path)
+    else:
+        path = _artifact_path(options, source_key)
+    if not tune and not (cache and os.path.exists(path)):
         os.makedirs(cache_dir(), exist_ok=True)
         if imported is not None:
             driver.compile_module(imported.module, filename, options, path)

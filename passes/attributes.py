@@ -75,6 +75,14 @@ NO_MOVEMENT = "fusion.no_movement"  # on the function: the data-movement kernels
 TF32 = "fusion.tf32"  # GPU: a convolution's matmul runs with TF32 operands (conv_tf32)
 CONV_AS_GEMM = "fusion.conv_as_gemm"  # GPU: a convolution rewritten as im2col + matmul
 FENCE = "fusion.fence"  # --fusion-fence-broadcast-consumers' mark (removed by --fusion-unfence)
+# --fusion-gpu-choose-tiles: a tensor-core GEMM's or attention kernel's tile, where it came
+# from ("cost model" or "tuned: ..." with the measured times), the tuning cache's key for
+# the kernel, how many candidates `--tune` measures for it and the model's prediction.
+KERNEL_TILE = "fusion.kernel_tile"
+KERNEL_TILE_FROM = "fusion.kernel_tile_from"
+TUNE_KEY = "fusion.tune_key"
+KERNEL_TILE_CANDIDATES = "fusion.kernel_tile_candidates"
+KERNEL_TILE_PREDICTED_NS = "fusion.kernel_tile_predicted_ns"  # the model's time for its tile
 LOOP_ORDER = "fusion.loop_order"  # --fusion-cpu-loop-order has ordered this op's loops
 
 # --- bufferized and cpu stages: on kernel functions and ops ------------------------------

@@ -863,6 +863,46 @@ def tc_gemm_ctas_per_sm(tiles: int, device: Device) -> int:
     return 2 if two < one else 1
 
 
+# Our GEMM's tile shapes (BM x BN, BK = one 128-byte swizzle row of 16-bit elements): one
+# warpgroup holds the BM x BN f32 accumulator in registers, BM * BN / 128 per thread, so at
+# most 128 x 128 (128 registers; 128 x 256 would spill).
+TC_GEMM_TILES = ((128, 128), (64, 256), (128, 64), (64, 128))
+TC_GEMM_MAX_ACCUMULATOR = 128 * 128
+
+
+def tc_gemm_tile(m: int, n: int, device: Device) -> tuple[int, int, int, int]:
+    """The model's tile (BM, BN, BK, stages) for an M x N output: 128 x 128 with 4 stages (one
+    CTA per SM) or 3 (two CTAs), by whole waves (`tc_gemm_ctas_per_sm`)."""
+    tiles = -(-m // 128) * -(-n // 128)
+    return (128, 128, 64, 3 if tc_gemm_ctas_per_sm(tiles, device) == 2 else 4)
+
+
+def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_b: bool,
+                            device: Device) -> list[tuple[int, int, int, int]]:
+    """The tiles `--tune` measures for our GEMM, the model's choice first: each shape of
+    TC_GEMM_TILES with the deepest pipeline that fits one CTA per SM and the deepest that
+    fits two (a K x N B, `n_major_b`, is read in 64-column boxes: BN a multiple of 64), no
+    tile wider than the problem needs, no pipeline deeper than K's tiles."""
+    first = tc_gemm_tile(m, n, device)
+    out = [first]
+    bk = 128 // element_bytes
+    k_tiles = max(1, -(-k // bk))
+    budget = device.shared_bytes_per_unit - 1024  # the block's reserved shared memory
+    for bm, bn in TC_GEMM_TILES:
+        if bm * bn > TC_GEMM_MAX_ACCUMULATOR or (n_major_b and bn % 64) or \
+                (bm > 64 and m <= 64) or (bn > 64 and n <= 64):
+            continue
+        stage = (bm + bn) * bk * element_bytes
+        for ctas in (1, 2):
+            stages = min((budget // ctas - 1024) // stage, 8, k_tiles)
+            if stages < 2 or ctas * max(stages * stage, bm * bn * 4) > budget:
+                continue
+            tile = (bm, bn, bk, stages)
+            if tile not in out:
+                out.append(tile)
+    return out
+
+
 def tc_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device, tile_m: int = 128,
               tile_n: int = 128, tile_k: int = 64) -> float:
     """Predicted time of our tensor-core GEMM kernel (with its epilogue's traffic in
@@ -1168,7 +1208,34 @@ def attention_tile(head_dim: int, element_bytes: int, device: Device) -> Attenti
         if 2 * tile.shared_bytes(element_bytes) + 2 * 1024 <= device.shared_bytes_per_unit \
                 and registers <= 128:
             return tile
-    return AttentionTile(64, 64, 1, head_dim)
+    return AttentionTile(64, 64, ATTENTION_STAGES[0], head_dim)
+
+
+# K/V pipeline depths `--tune` tries for the attention kernel: two only. Each step issues the
+# next tile's Q K^T before this tile's P V, so one stage deadlocks (run 126), and three gave
+# wrong results (relative error 0.3-0.8 against two, run 127): the kernel's stage
+# bookkeeping is written for two.
+ATTENTION_STAGES = (2,)
+
+
+def attention_tile_candidates(head_dim: int, element_bytes: int, q_len: int, kv_len: int,
+                              device: Device) -> list[AttentionTile]:
+    """The tiles `--tune` measures for the attention kernel, the model's first: key tiles of
+    128 and 64 with ATTENTION_STAGES K/V stages, each fitting the SM's shared memory, the
+    scores' fragment and the output's in at most 128 registers per thread."""
+    first = attention_tile(head_dim, element_bytes, device)
+    out = [first]
+    for bn in (128, 64):
+        if bn // 2 + head_dim // 2 > 128 or (bn == 128 and kv_len <= 64):
+            continue
+        for stages in ATTENTION_STAGES:
+            tile = AttentionTile(64, bn, stages, head_dim)
+            if stages > 1 and (stages - 1) * bn >= kv_len:
+                continue
+            if tile.shared_bytes(element_bytes) + 1024 <= device.shared_bytes_per_unit and \
+                    tile not in out:
+                out.append(tile)
+    return out
 
 
 def attention_s(batch: int, q_len: int, kv_len: int, head_dim: int, causal: bool,

@@ -168,14 +168,26 @@ class Module:
             outputs = _numbers_for_scalars(outputs, self.signature.outputs)
         return self._pack(outputs)
 
+    def profiling(self, on: bool = True) -> None:
+        """CUDA: time every launch of the runs from now on (a CUDA event before each launch
+        and after the last; each run then waits for its stream), until `profiling(False)`;
+        `profile()` reads the times. CPU artifacts time every run already: a no-op."""
+        if self.target != "cuda":
+            return
+        if self._lib.profile_enable is None:
+            raise RuntimeError(f"{self.path.name}: this artifact has no profiler (built "
+                               f"before it)")
+        self._lib.profile_enable(int(on))
+
     def profile(self, reset: bool = True) -> list[dict[str, Any]]:
-        """CPU: where the time of the runs since the last reset went, launch by launch.
+        """Where the time of the runs since the last reset went, launch by launch (CUDA:
+        the runs since `profiling()` was turned on).
 
         One dict per launch in plan order: its metadata (`symbol`, `kind`, `ops`, `grid`,
-        `info`) and `ms`, the mean wall time per run in milliseconds (from posting the
-        launch to its last tile's end, so a launch that cannot use every thread shows it),
-        and `share`, its fraction of the launches' total. `reset` starts a new count.
-        Every run is timed (two clock reads per launch); `fusec --profile` prints this."""
+        `info`) and `ms`, the mean time per run in milliseconds (CPU: wall time from
+        posting the launch to its last tile's end, so a launch that cannot use every thread
+        shows it; CUDA: GPU time between the events around it), and `share`, its fraction
+        of the launches' total. `reset` starts a new count. `fusec --profile` prints this."""
         fn = self._lib.profile
         if fn is None:
             raise RuntimeError(f"{self.path.name}: this artifact has no profiler "

@@ -88,7 +88,12 @@ class _Library:
         if self.index_status is not None:
             self.index_status.restype = ctypes.c_int
             self.index_status.argtypes = [ctypes.c_void_p]
-        # CPU artifacts since the profiler (optional): per-launch nanoseconds over runs.
+        # Artifacts since the profiler (optional): per-launch nanoseconds over runs (CUDA:
+        # between events, while fusec_profile_enable(1); CPU: every run).
+        self.profile_enable = getattr(self.cdll, "fusec_profile_enable", None)
+        if self.profile_enable is not None:
+            self.profile_enable.restype = None
+            self.profile_enable.argtypes = [ctypes.c_int]
         self.profile = getattr(self.cdll, "fusec_profile", None)
         if self.profile is not None:
             self.profile.restype = ctypes.c_int64

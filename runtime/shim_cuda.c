@@ -21,6 +21,12 @@
  * operands through TMA (the tensor-core GEMM family) take 128-byte tensor maps by value
  * (`__grid_constant__` parameters): the shim encodes them (cuTensorMapEncodeTiled) from the
  * launch's `maps` table and the run's pointers, again only when a pointer changes.
+ *   void fusec_profile_enable(int on);
+ *   int64_t fusec_profile(int64_t *ns, int64_t capacity, int64_t *runs, int reset);
+ *       while enabled, each run records a CUDA event before every launch and after the last
+ *       and waits for the stream at its end (so runs are no longer asynchronous); the
+ *       nanoseconds between consecutive events are summed per launch, as the CPU artifact's
+ *       fusec_profile sums wall time (runtime/shim.c). Graph runs are not profiled.
  *   const char *fusec_last_error(void);   thread-local; "" after a success
  *   int fusec_num_threads(void);          1 (the host thread only queues launches)
  * Return codes: 0 ok, 1 invalid arguments, 2 driver or resource failure.
@@ -107,6 +113,7 @@ typedef struct CUstream_st *CUstream;
 typedef unsigned long long CUdeviceptr;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUevent_st *CUevent;
 #define CU_STREAM_NON_BLOCKING 1
 #define CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
@@ -139,6 +146,10 @@ static struct {
   CUresult (*GraphLaunch)(CUgraphExec, CUstream);
   CUresult (*GraphExecDestroy)(CUgraphExec);
   CUresult (*GraphDestroy)(CUgraph);
+  CUresult (*EventCreate)(CUevent *, unsigned);
+  CUresult (*EventRecord)(CUevent, CUstream);
+  CUresult (*EventSynchronize)(CUevent);
+  CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*TensorMapEncodeTiled)(void *, int, unsigned, void *, const uint64_t *,
                                    const uint64_t *, const unsigned *, const unsigned *, int,
                                    int, int, int);
@@ -221,6 +232,11 @@ static int fusec_load_driver(void) {
   FUSEC_SYM(GraphLaunch, "cuGraphLaunch");
   FUSEC_SYM(GraphExecDestroy, "cuGraphExecDestroy");
   FUSEC_SYM(GraphDestroy, "cuGraphDestroy");
+  /* The profiler's (fusec_profile_enable); a run without it never needs them. */
+  *(void **)&cu.EventCreate = dlsym(lib, "cuEventCreate");
+  *(void **)&cu.EventRecord = dlsym(lib, "cuEventRecord");
+  *(void **)&cu.EventSynchronize = dlsym(lib, "cuEventSynchronize");
+  *(void **)&cu.EventElapsedTime = dlsym(lib, "cuEventElapsedTime");
   /* CUDA 12 drivers and later; only kernels with tensor maps need it. */
   *(void **)&cu.TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
   return 0;
@@ -549,7 +565,10 @@ static int fusec_setup(const fusec_cuda_program *p) {
   }
   for (int k = 0; k < p->num_launches; ++k) {
     const fusec_cuda_launch *l = &p->launches[k];
-    if (l->kernel >= 0 && l->shared > 48 * 1024) {
+    /* Opt in past the default 48 KB when the dynamic part with the kernel's static shared
+     * memory (mbarriers) could pass it: an attention kernel with exactly 48 KB of dynamic
+     * shared memory failed to launch without it (run 127). */
+    if (l->kernel >= 0 && l->shared + 1024 > 48 * 1024) {
       FUSEC_CHECK(cu.FuncSetAttribute(fusec_functions[l->kernel],
                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                       (int)l->shared),
@@ -627,8 +646,84 @@ static int fusec_encode_map(const fusec_cuda_launch *l, int k, int j, const CUde
   return 0;
 }
 
+/* ------------------------------------------------------------ the profiler
+ *
+ * Per-launch GPU time between CUDA events (fusec_profile_enable, fusec_profile); guarded by
+ * fusec_lock, as the runs are. */
+
+static int fusec_profiling;
+static CUevent *fusec_events;   /* num_launches + 1, created on the first profiled run */
+static double *fusec_profile_ms;
+static int64_t fusec_profile_runs;
+
+static int fusec_profile_setup(const fusec_cuda_program *p) {
+  if (fusec_events) return 0;
+  if (!cu.EventCreate || !cu.EventRecord || !cu.EventSynchronize || !cu.EventElapsedTime) {
+    fusec_set_error("the profiler needs cuEventCreate/Record/Synchronize/ElapsedTime, which "
+                    "this driver lacks");
+    return 2;
+  }
+  CUevent *events = calloc((size_t)p->num_launches + 1, sizeof *events);
+  double *ms = calloc((size_t)p->num_launches + 1, sizeof *ms);
+  if (!events || !ms) {
+    free(events);
+    free(ms);
+    fusec_set_error("out of host memory for the profiler");
+    return 2;
+  }
+  for (int k = 0; k <= p->num_launches; ++k)
+    FUSEC_CHECK(cu.EventCreate(&events[k], 0), "cuEventCreate (profiler)");
+  fusec_events = events;
+  fusec_profile_ms = ms;
+  return 0;
+}
+
+/* After a profiled run's launches: wait for the last event, add each launch's time. */
+static int fusec_profile_collect(const fusec_cuda_program *p) {
+  int n = p->num_launches;
+  FUSEC_CHECK(cu.EventSynchronize(fusec_events[n]), "a kernel failed (profiled run)");
+  for (int k = 0; k < n; ++k) {
+    float ms = 0;
+    FUSEC_CHECK(cu.EventElapsedTime(&ms, fusec_events[k], fusec_events[k + 1]),
+                "cuEventElapsedTime (profiler)");
+    fusec_profile_ms[k] += ms;
+  }
+  fusec_profile_runs++;
+  return 0;
+}
+
+FUSEC_API void fusec_profile_enable(int on) {
+  pthread_mutex_lock(&fusec_lock);
+  fusec_profiling = on != 0;
+  pthread_mutex_unlock(&fusec_lock);
+}
+
+FUSEC_API int64_t fusec_profile(int64_t *ns, int64_t capacity, int64_t *runs, int reset) {
+  const fusec_cuda_program *p = fusec_program();
+  pthread_mutex_lock(&fusec_lock);
+  int64_t used = fusec_profile_ms ? p->num_launches : 0;
+  for (int64_t k = 0; k < used && k < capacity; ++k)
+    ns[k] = (int64_t)(fusec_profile_ms[k] * 1e6);
+  if (runs) *runs = fusec_profile_runs;
+  if (reset) {
+    if (fusec_profile_ms) memset(fusec_profile_ms, 0, (size_t)p->num_launches * sizeof(double));
+    fusec_profile_runs = 0;
+  }
+  pthread_mutex_unlock(&fusec_lock);
+  return used;
+}
+
 static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **outputs,
                             CUstream stream, int capturing) {
+  int profile = fusec_profiling && !capturing;
+  if (profile) {
+    int rc = fusec_profile_setup(p);
+    if (rc) return rc;
+  }
+#define FUSEC_MARK(k)                                                             \
+  do {                                                                            \
+    if (profile) FUSEC_CHECK(cu.EventRecord(fusec_events[k], stream), "cuEventRecord"); \
+  } while (0)
   const char *env = getenv("FUSEC_CUDA_SYNC");
   int sync_each = !capturing && env && env[0] && env[0] != '0';
   CUdeviceptr ptrs[FUSEC_MAX_ARGS];
@@ -644,6 +739,7 @@ static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **o
       params[i] = &ptrs[i];
     }
     char what[320];
+    FUSEC_MARK(k);
     if (l->kernel == -2) {
       int rc = fusec_launch_gemm(p, k, ptrs, stream);
       if (rc) return rc;
@@ -690,6 +786,9 @@ static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **o
       FUSEC_CHECK(cu.StreamSynchronize(stream), what);
     }
   }
+  FUSEC_MARK(p->num_launches);
+#undef FUSEC_MARK
+  if (profile) return fusec_profile_collect(p);
   return 0;
 }
 

@@ -2,13 +2,15 @@
 
     fusec MODEL.{py,mlir} [-o model.so] [--target cpu|cuda|auto] [--arch sm_90]
           [--emit STAGE] [--dump-dir DIR] [--report[=json]] [--no-fusion] [--check]
-          [--verify [--verify-dir DIR]] [--debug] [--cpu-FIELD ...] [--cuda-FIELD ...]
+          [--verify [--verify-dir DIR]] [--tune] [--debug] [--cpu-FIELD ...] [--cuda-FIELD ...]
 
 A model.py defines `model()` (a torch.nn.Module) and `example_inputs()`. `--emit STAGE` prints
 the IR after STAGE (linalg, fusion, tiled, bufferized, cpu) and stops; IR given as input
 resumes after the stage it is in. `--check` runs the compiled model on fresh random inputs and
 compares it with PyTorch in float64 (model.py inputs only). `--verify` also builds the unfused
-program and checks, kernel by kernel, that the fused one agrees with it. Errors print as
+program and checks, kernel by kernel, that the fused one agrees with it. `--tune` times the
+candidate tiles of our GEMM and attention kernels on the GPU and keeps the fastest in the
+tuning cache, which every later compile reads. Errors print as
 `file:line:col: error: ...` with exit code 1. Each target's typed options (CpuOptions,
 CudaOptions) are flags, one per field: `fusec --help` lists them.
 """
@@ -74,6 +76,11 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
                         help="run the CPU result RUNS times on random inputs (a model.py's "
                              "integer inputs as given) and print each kernel's mean time, "
                              "slowest first")
+    parser.add_argument("--tune", action="store_true",
+                        help="time each tunable kernel's candidate tiles (our GEMM's, "
+                             "attention's) on the GPU, keep the fastest in the tuning cache "
+                             "(--cuda-tuning, FUSEC_TUNING_CACHE) and build with them; later "
+                             "compiles read the cache without timing")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     _add_target_flags(parser)
     parser.error = _usage_error  # type: ignore[method-assign]
@@ -201,11 +208,15 @@ def run(argv: list[str]) -> int:
             _write_graph(module, args.graph)
         if not args.output:
             return 0
-        lower(module, options, filename=args.input)
+    output = args.output or default_output(args.input)
+    if args.tune:
+        from fusec.compiler import tuner
+
+        metadata = tuner.tune(module, args.input, options, output,
+                              log=lambda line: print(line, file=sys.stderr))
     else:
         lower(module, options, filename=args.input)
-    output = args.output or default_output(args.input)
-    metadata = driver.build(module, options, output, args.input)
+        metadata = driver.build(module, options, output, args.input)
     if args.report == "text" and options.resolved_target() == "cuda":
         print(_built_kernels(metadata))
     elapsed = time.perf_counter() - started
@@ -248,6 +259,9 @@ def _check_args(args: argparse.Namespace, options) -> None:
     if args.profile and options.resolved_target() != "cpu":
         raise FusecError("--profile times the CPU target's launches; for cuda use Nsight "
                          "Systems (nsys) on the GPU machine")
+    if args.tune and (args.emit or args.output == "-"):
+        raise FusecError("--tune builds and runs the artifact: give -o a file (not '-') and "
+                         "no --emit")
     if args.profile and args.output == "-":
         raise FusecError("--profile runs the artifact: give -o a file, not '-'")
     if args.graph:

@@ -106,6 +106,8 @@ Its rooms, one path each (imports run down this list, never up):
   rewrites.py  the IR-to-IR group rewrites the `tiled` stage runs for the GPU
   folding.py   groups that read nothing, folded at compile time
   rewrite_passes.py  the rewrites in order (`REWRITES`), each also a flag of its own
+  choose_tiles.py    each tensor-core GEMM's and attention kernel's tile: the tuning cache's
+               (`fusec --tune`, compiler/tuning.py) or the cost model's, recorded on the group
   program.py   `generate`: the tiled module -> `CudaProgram` (plan, kernels, PTX, weights)
   artifact.py  `model.so`: the host tables, `write_cuda_artifact`, `build_so`
   dump.py      what runs on the GPU, readable: `--emit cuda`/`ptx`, `--dump-dir`'s kernels
@@ -201,3 +203,4 @@ def _register() -> None:
 
 _register()
 from fusec.compiler.targets.cuda import rewrite_passes  # noqa: E402,F401 - registers the flags
+from fusec.compiler.targets.cuda import choose_tiles  # noqa: E402,F401 - registers its flag

@@ -137,7 +137,8 @@ def _metadata(plan: Plan) -> dict:
 
 EXPORTED = ("fusec_abi_version", "fusec_metadata", "fusec_last_error", "fusec_run",
             "fusec_run_stream", "fusec_num_threads", "fusec_run_graph",
-            "fusec_graph_captures_count", "fusec_index_status")
+            "fusec_graph_captures_count", "fusec_index_status", "fusec_profile",
+            "fusec_profile_enable")
 
 
 def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:

@@ -63,6 +63,7 @@ from fusec.compiler.targets.cuda.attention_layouts import (
     operand_views,
     output_view,
 )
+from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS, WARPGROUP, map_entry
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.attention_mask import causal_bound
@@ -110,7 +111,9 @@ class AttentionEmitter(MovementEmitter):
         o = self.ops
         el = o.el
         self.out_view = output_view(group, self.m)
-        self.tile = cost_model.attention_tile(o.d, ELEMENT_BYTES[el], device)
+        recorded = recorded_tile(group)
+        self.tile = cost_model.AttentionTile(recorded[0], recorded[1], recorded[2], o.d) \
+            if recorded else cost_model.attention_tile(o.d, ELEMENT_BYTES[el], device)
         self.s_key = value_key(self.m.qk.results[0])
         self.bound: list[str] | None = None
 
@@ -571,7 +574,7 @@ def attention_launch(group: ir.Operation, symbol: str, operands: list[int],
     params = _params(group)
     info = {"path": "attention", "tile": [t.bm, t.bn, t.stages],
             "flops": 4 * o.batch * o.m * o.n * o.d, "attention": params,
-            "shared_bytes": emitter.shared}
+            "shared_bytes": emitter.shared, **tuning_info(group)}
     launch = Launch(symbol=symbol, buffers=buffers, grid=emitter.grid, kind="attention",
                     ops=[op.operation.name for op in group.regions[0].blocks[0].operations
                          if op.operation.name.startswith("linalg.")],

@@ -64,6 +64,14 @@ class CudaOptions:
         "fp32 convolutions' GEMMs with TF32 operands (torch's default for convolutions: "
         "torch.backends.cudnn.allow_tf32 = True); False (fusec's default): exact fp32.")})
 
+    tuning: str = field(default="", metadata={"help": (
+        "The tuning cache our GEMM and attention kernels' tiles are read from (`fusec "
+        "--tune` writes it): \"\": $FUSEC_TUNING_CACHE, else tuning.json in the compile "
+        "cache's folder; \"off\": the cost model's tiles only.")})
+    tile_candidate: int = field(default=-1, metadata={"help": (
+        "Tuning: every tunable kernel takes its candidate tile of this index (0: the cost "
+        "model's; -1: the cache's or the model's). `--tune` sets it.")})
+
     def __post_init__(self) -> None:
         if self.device not in cost_model.DEVICES or \
                 cost_model.DEVICES[self.device].threads_per_block <= 1:

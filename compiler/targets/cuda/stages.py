@@ -10,9 +10,23 @@ from fusec.compiler.targets.cuda.tc_gemm import TC_ARCHES
 # ---------------------------------------------------------------- pipeline entry points
 
 
+def tuning_path(options: CudaOptions) -> str:
+    """The tuning cache the options name, as a pass option (a path with no character the
+    pipeline syntax uses)."""
+    from fusec.compiler import tuning
+    from fusec.compiler.diagnostics import FusecError
+
+    path = tuning.resolve(options.tuning)
+    if any(c in path for c in " ,{}()="):
+        raise FusecError(f"--cuda-tuning: the tuning cache's path '{path}' has a space, comma, "
+                         f"brace, parenthesis or '=' (name another with FUSEC_TUNING_CACHE)")
+    return path
+
+
 def tiled_passes(options: CudaOptions | None = None) -> list[str]:
     """Target cuda's `tiled` stage: the GPU's kernels and library calls formed from the
-    fusion stage's groups (`--fusion-gpu-kernels`), then each kernel's block tile from the
+    fusion stage's groups (`--fusion-gpu-kernels`), the tiles of our GEMMs and attention
+    kernels (`--fusion-gpu-choose-tiles`: tuned, else the cost model's), then each kernel's block tile from the
     cost model (`--fusion-tile` for the options' device, acting on capacity: re-tiled or
     split, the reason recorded; a tile the tile emitter refuses is undone, the reason in
     `fusion.untiled`), where each value lives (`--fusion-place`) and whether a tile fits
@@ -25,6 +39,8 @@ def tiled_passes(options: CudaOptions | None = None) -> list[str]:
     tf32 = ",conv-tf32=true" if options.conv_tf32 else ""
     return [f"fusion-gpu-kernels{{device={device},gemm={gemm},tc-gemm={tc},"
             f"movement={movement}{tf32}}}",
+            f"fusion-gpu-choose-tiles{{device={device},tuning={tuning_path(options)},"
+            f"candidate={options.tile_candidate}}}",
             "fusion-normalise-kernels",
             f"fusion-tile{{device={device},fit=true}}",
             # The index checks' reports (deferred by the linalg stage), now the tiles exist.

@@ -669,7 +669,10 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     if misaligned(results[0]):
         raise CudaCodegenError("tensor-core GEMM group: its result is a misaligned view")
     epilogue.aligned = {i for i, b in enumerate(buffers[3:]) if not misaligned(b)}
-    t = tile_for(found.m, found.n, device)
+    from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
+
+    recorded = recorded_tile(group)
+    t = wgmma.GemmTile(*recorded) if recorded else tile_for(found.m, found.n, device)
     unroll = cost_model.tc_epilogue_unroll(epilogue_ops(chain))
     text = wgmma.kernel_text(symbol, problem, t, epilogue, unroll)
     eb = wgmma.MMA_INPUTS[found.a.element]
@@ -686,7 +689,7 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     info = {"path": "tc_gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
             "flops": 2 * found.m * found.n * found.k, "epilogue": fused,
             "tile": [t.bm, t.bn, t.bk, t.stages], "b_layout": problem.b_layout,
-            "epilogue_unroll": unroll}
+            "epilogue_unroll": unroll, **tuning_info(group)}
     kind = str(group.attributes["kind"]).strip('"')
     ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
     launch = Launch(symbol=symbol, buffers=buffers, grid=wgmma.grid(problem, t), kind=kind,

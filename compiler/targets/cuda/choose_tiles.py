@@ -1,0 +1,194 @@
+"""CUDA target: each tensor-core GEMM's and attention kernel's tile, from the tuning cache
+where `--tune` measured one, else from the cost model (`--fusion-gpu-choose-tiles`).
+
+For every group the GPU rewrites made our GEMM (`fusion.path = "tc_gemm"`) or an attention
+kernel (`"attention"`), the pass records on the group:
+
+- `fusion.tune_key`: what the kernel's time depends on (the tuning cache's key, with the
+  device): for a GEMM M, N, K, the element types, B's layout and the fused epilogue's steps;
+  for attention batch x heads, the query and key lengths, the head dim and the mask;
+- `fusion.kernel_tile`: the tile code generation builds (GEMM: BM, BN, BK, stages;
+  attention: BM, BN, stages);
+- `fusion.kernel_tile_from`: "cost model", or "tuned: ..." with the measured time of the
+  winner and of the model's tile (`fusec --tune` wrote it, compiler/tuning.py);
+- `fusion.kernel_tile_candidates`: how many tiles `--tune` measures for it
+  (`cost_model.tc_gemm_tile_candidates`, `attention_tile_candidates`; the model's first);
+- `fusion.kernel_tile_predicted_ns`: the cost model's time for its own tile (`--tune`
+  reports it beside the measured times, so the model can be corrected from the gap).
+
+Options: `tuning` (a cache file; "off": the cost model only) and `candidate` (>= 0: every
+such kernel takes its candidate of that index, the last where it has fewer; `--tune` builds
+one program per index and times them all at once). A cache entry whose tile this kernel
+cannot take (another fusec's candidates) is not used, and the reason is said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlir.ir as ir
+from fusec.compiler import tuning
+from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, GROUP_OP, CudaCodegenError
+from fusec.passes import attributes, cost_model
+from fusec.passes.grouping import model_functions
+from fusec.passes.registry import Pass, PassError, register
+
+
+@dataclass
+class KernelTiles:
+    """One kernel's tuning key, the model's prediction for its tile and the candidates."""
+
+    key: str
+    candidates: list[tuple[int, ...]]
+    predicted_us: float
+
+
+def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
+    from fusec.compiler.targets.cuda.body import GEMM_OPS
+    from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _step_name, out_type_of,
+                                                     tc_chain, tc_operands)
+
+    ops = [o.operation for o in group.regions[0].blocks[0].operations]
+    mm = next(o for o in ops if o.name in GEMM_OPS)
+    found = tc_operands(mm)
+    if isinstance(found, str):
+        raise CudaCodegenError(f"tensor-core GEMM group: {found}")
+    chain, _, _ = tc_chain(mm, found.m, found.n)
+    out = out_type_of(mm, chain)
+    steps = "+".join(_step_name(o) for o in chain if o.name == "linalg.generic") or "none"
+    b = "nk" if found.lb.transposed else "kn"
+    key = (f"tc_gemm m={found.m} n={found.n} k={found.k} a={found.a.element} out={out} "
+           f"b={b} epilogue={steps}")
+    eb = ELEMENT_BYTES[found.a.element]
+    candidates = cost_model.tc_gemm_tile_candidates(found.m, found.n, found.k, eb, b == "kn",
+                                                    device)
+    ab = _bytes([found.a.source, found.b.source]) + _bytes([ops[-1].operands[0]])
+    bm, bn, bk, _ = candidates[0]
+    predicted = cost_model.tc_gemm_s(found.m, found.n, found.k, ab, device, bm, bn, bk)
+    return KernelTiles(key, candidates, predicted * 1e6)
+
+
+def attention_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
+    from fusec.compiler.targets.cuda.attention_layouts import match_in, operand_views
+    from fusec.passes.fusion.attention_mask import causal_bound
+
+    m = match_in(group)
+    _, o = operand_views(group, m)
+    causal = causal_bound(m, o.m, o.n)
+    mask = "none"
+    if attributes.ATTENTION in group.attributes:
+        params = ir.DictAttr(group.attributes[attributes.ATTENTION])
+        if "mask" in params:
+            mask = ir.StringAttr(params["mask"]).value
+    key = (f"attention batch={o.batch} q={o.m} kv={o.n} d={o.d} el={o.el} out={o.out_el} "
+           f"mask={mask} causal={'none' if causal is None else causal}")
+    eb = ELEMENT_BYTES[o.el]
+    tiles = cost_model.attention_tile_candidates(o.d, eb, o.m, o.n, device)
+    candidates = [(t.bm, t.bn, t.stages) for t in tiles]
+    predicted = cost_model.attention_s(o.batch, o.m, o.n, o.d, causal is not None, device)
+    return KernelTiles(key, candidates, predicted * 1e6)
+
+
+def kernel_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles | None:
+    """The tuning key and candidates of a tunable group (None: not one)."""
+    if attributes.PATH not in group.attributes:
+        return None
+    path = ir.StringAttr(group.attributes[attributes.PATH]).value
+    if path == "tc_gemm":
+        return gemm_tiles(group, device)
+    if path == "attention":
+        return attention_tiles(group, device)
+    return None
+
+
+def _from_cache(entry: dict, tiles: KernelTiles) -> tuple[tuple[int, ...] | None, str]:
+    tile = tuple(entry.get("tile") or ())
+    if tile not in tiles.candidates:
+        return None, (f"cost model (the tuning cache's tile {list(tile)} is not one of this "
+                      f"kernel's candidates)")
+    measured, model_us = entry.get("measured_us"), entry.get("model_us")
+    text = f"tuned: {measured:.1f} us measured" if isinstance(measured, (int, float)) \
+        else "tuned"
+    if isinstance(model_us, (int, float)):
+        text += f", the cost model's tile {entry.get('model_tile')} {model_us:.1f} us"
+    return tile, text
+
+
+def choose_tiles(func: ir.Operation, device_name: str, cache_path: str,
+                 candidate: int) -> int:
+    """Record the tile of every tunable group of `func`; returns how many there are."""
+    device = cost_model.device_named(device_name)
+    entries = tuning.load(cache_path) if candidate < 0 else {}
+    count = 0
+    for op in func.regions[0].blocks[0].operations:
+        group = op.operation
+        if group.name != GROUP_OP:
+            continue
+        try:
+            tiles = kernel_tiles(group, device)
+        except CudaCodegenError:
+            continue  # code generation says why, located
+        if tiles is None:
+            continue
+        count += 1
+        tile, source = tiles.candidates[0], "cost model"
+        if candidate >= 0:
+            tile = tiles.candidates[min(candidate, len(tiles.candidates) - 1)]
+            source = f"candidate {min(candidate, len(tiles.candidates) - 1)} (--tune)"
+        else:
+            entry = entries.get(tuning.entry_key(device.name, tiles.key))
+            if entry is not None:
+                chosen, source = _from_cache(entry, tiles)
+                tile = chosen or tile
+        i64 = ir.IntegerType.get_signless(64)
+        group.attributes[attributes.TUNE_KEY] = ir.StringAttr.get(tiles.key)
+        group.attributes[attributes.KERNEL_TILE] = ir.DenseI64ArrayAttr.get(list(tile))
+        group.attributes[attributes.KERNEL_TILE_FROM] = ir.StringAttr.get(source)
+        group.attributes[attributes.KERNEL_TILE_CANDIDATES] = ir.IntegerAttr.get(
+            i64, len(tiles.candidates))
+        group.attributes[attributes.KERNEL_TILE_PREDICTED_NS] = ir.IntegerAttr.get(
+            i64, round(tiles.predicted_us * 1e3))
+    return count
+
+
+def recorded_tile(group: ir.Operation) -> list[int] | None:
+    """The tile `--fusion-gpu-choose-tiles` recorded on `group` (None: not run)."""
+    if attributes.KERNEL_TILE not in group.attributes:
+        return None
+    return list(ir.DenseI64ArrayAttr(group.attributes[attributes.KERNEL_TILE]))
+
+
+def tuning_info(group: ir.Operation) -> dict:
+    """What `--fusion-gpu-choose-tiles` recorded, for the launch's info (`--tune` reads
+    `tune_key` to time each kernel; the report shows where the tile came from)."""
+    out = {}
+    for name, key in ((attributes.TUNE_KEY, "tune_key"),
+                      (attributes.KERNEL_TILE_FROM, "tile_from")):
+        if name in group.attributes:
+            out[key] = ir.StringAttr(group.attributes[name]).value
+    if attributes.KERNEL_TILE_CANDIDATES in group.attributes:
+        out["tile_candidates"] = ir.IntegerAttr(
+            group.attributes[attributes.KERNEL_TILE_CANDIDATES]).value
+    if attributes.KERNEL_TILE_PREDICTED_NS in group.attributes:
+        out["predicted_us"] = ir.IntegerAttr(
+            group.attributes[attributes.KERNEL_TILE_PREDICTED_NS]).value / 1e3
+    return out
+
+
+@register
+@dataclass
+class ChooseTilesPass(Pass):
+    """Each tensor-core GEMM's and attention kernel's tile: tuned (the cache) or the cost
+    model's; the key, the source and the candidates' count recorded on the group."""
+
+    ARGUMENT = "fusion-gpu-choose-tiles"
+    device: str = "nvidia-h200"
+    tuning: str = "off"
+    candidate: int = -1
+
+    def run(self, module: ir.Operation) -> None:
+        try:
+            for func in model_functions(module):
+                choose_tiles(func, self.device, self.tuning, self.candidate)
+        except ValueError as e:
+            raise PassError(str(e)) from None
