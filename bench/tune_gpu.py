@@ -209,9 +209,10 @@ def winner(folder: Path, name: str) -> str:
 def record(folder: Path, times_path: Path, cache: Path) -> None:
     import dataclasses
 
-    from fusec.compiler import driver, tuner, tuning
+    from fusec.compiler import driver, tuner
     from fusec.compiler.pipeline import CompileOptions
     from fusec.passes import cost_model
+    from fusec.runtime import tuning
 
     manifest = json.loads((folder / "manifest.json").read_text())
     times = json.loads(times_path.read_text())

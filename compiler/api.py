@@ -67,9 +67,10 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     fused kernel agrees with it (`fusec.compiler.verify`); a mismatch raises
     `VerificationError` (a `FusecError`) naming the first kernel that differs.
 
-    `tune=True` (target cuda, on a machine with the GPU) times the candidate tiles of our
-    GEMM and attention kernels there and keeps the fastest in the tuning cache
-    (`fusec.compiler.tuner`); every compile reads that cache, tuned or not.
+    `tune=True` (on the machine that runs the model: the GPU's for target cuda) times the
+    candidate tiles of our GPU GEMM and attention kernels, or of the CPU's matmul kernels,
+    and keeps the fastest in the tuning cache (`fusec.compiler.tuner`); every compile reads
+    that cache, tuned or not.
     """
     from fusec.compiler import driver
 
@@ -121,11 +122,11 @@ def compile_fx_graph(graph: Any, *example_inputs: Any, target: str = "cpu",
 
 def _artifact_path(options: CompileOptions, source_key: str) -> str:
     """Where the compile cache keeps the artifact of `source_key` built with `options`."""
-    tuned = ""
-    if options.target == "cuda":  # the tiles the tuning cache gives are part of the code
-        from fusec.compiler import tuning
+    from fusec.runtime import tuning
 
-        tuned = tuning.fingerprint(tuning.resolve(options.cuda.tuning))
+    # The tiles the tuning cache gives are part of the code.
+    target = options.cuda if options.target == "cuda" else options.cpu
+    tuned = tuning.fingerprint(tuning.resolve(target.tuning))
     key = hashlib.sha256((compiler_fingerprint() + options.cache_key() + _codegen_environment()
                           + tuned + source_key).encode()).hexdigest()[:32]
     return os.path.join(cache_dir(), f"{key}.so")

@@ -95,3 +95,22 @@ CPU_CONV = "fusion.cpu_conv"  # --fusion-cpu-conv's note on the matmul a convolu
 CPU_CONV_CHUNK = "fusion.cpu_conv_chunk"  # --fusion-cpu-conv: a convolution to cut in row chunks
 
 NAMES = frozenset(v for k, v in dict(globals()).items() if k.isupper() and k != "NAMES")
+
+
+def tuning_info(attrs) -> dict:
+    """What the tile passes recorded on a kernel (`fusion.tune_key` and its kin), as the
+    launch's info in the artifact's metadata: `--tune` times each kernel by its key, and the
+    report shows where each tile came from."""
+    import mlir.ir as ir
+
+    out = {}
+    for name, key in ((TUNE_KEY, "tune_key"),
+                      (KERNEL_TILE_FROM, "tile_from")):
+        if name in attrs:
+            out[key] = ir.StringAttr(attrs[name]).value
+    if KERNEL_TILE_CANDIDATES in attrs:
+        out["tile_candidates"] = ir.IntegerAttr(attrs[KERNEL_TILE_CANDIDATES]).value
+    if KERNEL_TILE_PREDICTED_NS in attrs:
+        out["predicted_us"] = ir.IntegerAttr(
+            attrs[KERNEL_TILE_PREDICTED_NS]).value / 1e3
+    return out

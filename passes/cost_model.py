@@ -1128,6 +1128,39 @@ def cpu_matmul_tiling(rows: int, cols: int, depth: int, elem_bytes: int, row_til
     return best
 
 
+def cpu_matmul_tiling_candidates(rows: int, cols: int, depth: int, elem_bytes: int,
+                                 row_tile: int, threads: int, prologue_row_bytes: int = 0,
+                                 prologue_row_flops: int = 0, tiles_per_thread: int = 4,
+                                 device: Device = CPU_HOST) -> list[MatmulTiling]:
+    """The tilings `--tune` measures for a CPU matmul kernel, the model's
+    (`cpu_matmul_tiling`) first: the row tiles alone, then whole rows in column tiles for
+    1, 2, 4 and 8 tiles per thread, each whose prologue stays on chip and is recomputed for
+    at most 1/16 of the matmul's work. A kernel of less work per thread than
+    MATMUL_MIN_TILE_LAUNCHES launches has the model's alone."""
+    first = cpu_matmul_tiling(rows, cols, depth, elem_bytes, row_tile, threads,
+                              prologue_row_bytes, prologue_row_flops, tiles_per_thread,
+                              device)
+    out = [first]
+    flops = 2 * rows * cols * depth
+    if flops / threads / device.matmul_flops_per_s < MATMUL_MIN_TILE_LAUNCHES * device.launch_s:
+        return out  # microseconds of work: not worth measuring
+    keep = MatmulTiling(row_tile, 0)
+    if row_tile and keep not in out:
+        out.append(keep)
+    if prologue_row_bytes * rows > device.on_chip_bytes:
+        return out
+    for per_thread in (1, 2, 4, 8):
+        width = _column_width(cols, threads * per_thread)
+        if not width or width >= cols:
+            continue
+        if prologue_row_flops * rows * math.ceil(cols / width) * 16 > flops:
+            continue
+        tiling = MatmulTiling(0, width)
+        if tiling not in out:
+            out.append(tiling)
+    return out
+
+
 # The CPU attention kernel's tiles (passes/tiling/cpu_attention.py): at most 64 query rows
 # (measured, B1 H8 S1024 D64: 64 x 128 tiles 15.6 ms, 32 x 128 16.9), key tiles whose f32
 # K^T and V tiles take at most 128 KB (half a core's L2 beside the scores' tile and the

@@ -9,8 +9,9 @@ the IR after STAGE (linalg, fusion, tiled, bufferized, cpu) and stops; IR given 
 resumes after the stage it is in. `--check` runs the compiled model on fresh random inputs and
 compares it with PyTorch in float64 (model.py inputs only). `--verify` also builds the unfused
 program and checks, kernel by kernel, that the fused one agrees with it. `--tune` times the
-candidate tiles of our GEMM and attention kernels on the GPU and keeps the fastest in the
-tuning cache, which every later compile reads. Errors print as
+candidate tiles of our GPU GEMM and attention kernels (or the CPU's matmul kernels) on the
+device and keeps the fastest in the tuning cache, which every later compile reads. Errors
+print as
 `file:line:col: error: ...` with exit code 1. Each target's typed options (CpuOptions,
 CudaOptions) are flags, one per field: `fusec --help` lists them.
 """
@@ -77,10 +78,11 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
                              "integer inputs as given) and print each kernel's mean time, "
                              "slowest first")
     parser.add_argument("--tune", action="store_true",
-                        help="time each tunable kernel's candidate tiles (our GEMM's, "
-                             "attention's) on the GPU, keep the fastest in the tuning cache "
-                             "(--cuda-tuning, FUSEC_TUNING_CACHE) and build with them; later "
-                             "compiles read the cache without timing")
+                        help="time each tunable kernel's candidate tiles (our GPU GEMM's and "
+                             "attention's, the CPU's matmul kernels') on the device, keep the "
+                             "fastest in the tuning cache (--cuda-tuning/--cpu-tuning, "
+                             "FUSEC_TUNING_CACHE) and build with them; later compiles read "
+                             "the cache without timing")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
     _add_target_flags(parser)
     parser.error = _usage_error  # type: ignore[method-assign]

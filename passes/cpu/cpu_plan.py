@@ -149,6 +149,11 @@ class _PlanBuilder:
         for name in (attributes.BYTES, attributes.BYTES_SAVED, attributes.LAUNCHES_SAVED):
             if name in attrs and isinstance(attrs[name], ir.IntegerAttr):
                 info[name.removeprefix("fusion.")] = ir.IntegerAttr(attrs[name]).value
+        # A matmul kernel's tiling and where it came from (the tile pass's record): `--tune`
+        # times each kernel by its key.
+        info.update(attributes.tuning_info(attrs))
+        if attributes.KERNEL_TILE in attrs:
+            info["tile"] = list(ir.DenseI64ArrayAttr(attrs[attributes.KERNEL_TILE]))
         return Launch(symbol, [self.id_of(v, call) for v in call.operands], grid,
                       ir.StringAttr(attrs[attributes.KIND]).value, ops, info)
 

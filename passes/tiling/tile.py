@@ -606,9 +606,56 @@ def _payload_flops(op: ir.Operation) -> int:
     return points * max(1, len(list(op.regions[0].blocks[0].operations)) - 1)
 
 
+@dataclass(frozen=True)
+class MatmulTuning:
+    """Where a CPU matmul kernel's tiling comes from besides the cost model: the tuning
+    cache's entries (runtime/tuning.py) for `device` (the CPU the code is built for), or,
+    for `--tune`'s builds, the candidate of index `candidate` (>= 0)."""
+
+    entries: dict
+    device: str
+    candidate: int = -1
+
+
+def _tuned_tiling(group: ir.Operation, key: str, candidates: list,
+                  predicted_s: float, tuning: MatmulTuning | None):
+    """The tiling of a CPU matmul kernel with tuning key `key` (the model's: candidates[0];
+    the cache's; or --tune's candidate), recorded on the group as the GPU's tiles are
+    (`fusion.kernel_tile` [rows, cols], `fusion.kernel_tile_from`, `fusion.tune_key`...)."""
+    from fusec.runtime import tuning as cache
+
+    chosen, source = candidates[0], "cost model"
+    if tuning is not None and tuning.candidate >= 0:
+        i = min(tuning.candidate, len(candidates) - 1)
+        chosen, source = candidates[i], f"candidate {i} (--tune)"
+    elif tuning is not None:
+        entry = tuning.entries.get(cache.entry_key(tuning.device, key))
+        if entry is not None:
+            tile = tuple(entry.get("tile") or ())
+            found = [c for c in candidates if (c.rows, c.cols) == tile]
+            if found:
+                chosen = found[0]
+                source = (f"tuned: {entry.get('measured_us', 0):.1f} us measured, the cost "
+                          f"model's tile {entry.get('model_tile')} "
+                          f"{entry.get('model_us', 0):.1f} us")
+            else:
+                source = (f"cost model (the tuning cache's tile {list(tile)} is not one of "
+                          f"this kernel's candidates)")
+    i64 = ir.IntegerType.get_signless(64)
+    group.attributes[attributes.TUNE_KEY] = ir.StringAttr.get(key)
+    group.attributes[attributes.KERNEL_TILE] = ir.DenseI64ArrayAttr.get(
+        [chosen.rows, chosen.cols])
+    group.attributes[attributes.KERNEL_TILE_FROM] = ir.StringAttr.get(source)
+    group.attributes[attributes.KERNEL_TILE_CANDIDATES] = ir.IntegerAttr.get(
+        i64, len(candidates))
+    group.attributes[attributes.KERNEL_TILE_PREDICTED_NS] = ir.IntegerAttr.get(
+        i64, round(predicted_s * 1e9))
+    return chosen
+
+
 def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
                   iterators: list[str], sizes: list[int], m: int, dims: int | list[int], threads: int,
-                  tiles_per_thread: int) -> list[int]:
+                  tiles_per_thread: int, tuning: MatmulTuning | None = None) -> list[int]:
     """The CPU matmul kernel's tiles along its columns (and rows) instead of its rows alone
     where the cost model says so (`cpu_matmul_tiling`): the columns must be a tile dim of
     the plan, and only elementwise ops and views may come before the matmul (a column tile
@@ -634,11 +681,21 @@ def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
     prologue_flops = sum(_payload_flops(op) for op in before)
     prologue_bytes = sum(_element_bytes(op) * math.prod(ir.ShapedType(op.results[0].type).shape)
                          for op in before)
-    tiling = cost_model.cpu_matmul_tiling(
-        ranges[m], ranges[n], depth, _element_bytes(contraction), sizes[m], threads,
+    elem = _element_bytes(contraction)
+    candidates = cost_model.cpu_matmul_tiling_candidates(
+        ranges[m], ranges[n], depth, elem, sizes[m], threads,
         prologue_row_bytes=prologue_bytes // ranges[m],
         prologue_row_flops=prologue_flops // ranges[m], tiles_per_thread=tiles_per_thread)
+    flops = 2 * ranges[m] * ranges[n] * depth
+    key = (f"cpu_matmul m={ranges[m]} n={ranges[n]} k={depth} el={elem * 8}b "
+           f"prologue={prologue_bytes}B/{prologue_flops}flop threads={threads} "
+           f"row_tile={sizes[m]}")
+    predicted = flops / (threads * cost_model.CPU_HOST.matmul_flops_per_s)
+    tiling = _tuned_tiling(group, key, candidates, predicted, tuning)
     if not tiling.cols:
+        if tiling.rows != sizes[m]:
+            sizes = list(sizes)
+            sizes[m] = tiling.rows
         return sizes
     sizes = list(sizes)
     sizes[m], sizes[n] = tiling.rows, tiling.cols
@@ -694,7 +751,8 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
                    iterators: list[str], threads: int, tiles_per_thread: int,
                    min_tile_bytes: int, max_tile_bytes: int,
                    device: cost_model.Device | None, kind: str,
-                   matmul_rows: int = 0, conv_builds_as_gemm: bool = False) -> list[int]:
+                   matmul_rows: int = 0, conv_builds_as_gemm: bool = False,
+                   tuning: MatmulTuning | None = None) -> list[int]:
     """The root's tile sizes on `device` (None: the CPU policy) for a kernel of `kind`
     (`_kernel_kind`), capped by the group's `fusion.max_tile_rows`; a CPU matmul's row tile
     is whole blocks of `matmul_rows` (the microkernel's rows; 0: the cost model's); a CPU
@@ -728,7 +786,7 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
             sizes[m] = matmul_row_tile(ranges[m], sizes[m],
                                        matmul_rows or cost_model.CPU_MATMUL_ROW_BLOCK)
             sizes = _column_tiles(group, root, ranges, iterators, sizes, m, dims, threads,
-                                  tiles_per_thread)
+                                  tiles_per_thread, tuning)
     if MAX_TILE_ROWS_ATTR in group.attributes:
         limit = ir.IntegerAttr(group.attributes[MAX_TILE_ROWS_ATTR]).value
         if m is not None:
@@ -757,7 +815,8 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
 def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
                min_tile_bytes: int, max_tile_bytes: int = 256 * 1024,
                device: cost_model.Device | None = None, matmul_rows: int = 0,
-               conv_builds_as_gemm: bool = False) -> None:
+               conv_builds_as_gemm: bool = False,
+               tuning: MatmulTuning | None = None) -> None:
     """Tile `group`'s root and fuse its producers; record sizes and grid on the group."""
     i64 = ir.IntegerType.get_signless(64)
     group.attributes[attributes.GRID] = ir.IntegerAttr.get(i64, 1)
@@ -779,7 +838,7 @@ def tile_group(group: ir.Operation, threads: int, tiles_per_thread: int,
     kind = _kernel_kind(group)
     sizes = tile_sizes_for(group, root, ranges, iterators, threads, tiles_per_thread,
                            min_tile_bytes, max_tile_bytes, device, kind, matmul_rows,
-                           conv_builds_as_gemm)
+                           conv_builds_as_gemm, tuning)
     if device is not None and device.threads_per_block > 1:
         _record_block(group, kind, sizes, ranges, device)
     if not any(sizes):
@@ -1140,10 +1199,22 @@ class TileGroupsPass(Pass):
     # The CPU target builds f32 convolutions as im2col + the matmul microkernel
     # (`--fusion-cpu-conv`): their tiles are then images and output rows, never channels.
     conv_as_gemm: bool = False
+    # CPU matmul kernels' tilings: the tuning cache (`fusec --tune` writes it; "off": the
+    # cost model's), keyed by `tuning_device` (the CPU built for), and --tune's candidate.
+    tuning: str = "off"
+    tuning_device: str = "cpu"
+    candidate: int = -1
 
     def run(self, module: ir.Operation) -> None:
+        from fusec.runtime import tuning as cache
+
         threads = self.threads or os.cpu_count() or 1
         device = cost_model.device_named(self.device)
+        try:
+            entries = cache.load(self.tuning) if self.candidate < 0 else {}
+        except ValueError as e:
+            raise PassError(str(e)) from None
+        tuning = MatmulTuning(entries, self.tuning_device, self.candidate)
         gpu = device.threads_per_block > 1
         # On a GPU, a tile is only worth its loop if code generation builds it: the device's
         # kernel builder is asked (passes/targets.py; the CUDA target's tile emitter); a tile
@@ -1155,7 +1226,8 @@ class TileGroupsPass(Pass):
 
         def tile(group: ir.Operation) -> None:
             tile_group(group, threads, self.tiles_per_thread, self.min_tile_kb * 1024,
-                       self.max_tile_kb * 1024, device, self.matmul_rows, self.conv_as_gemm)
+                       self.max_tile_kb * 1024, device, self.matmul_rows, self.conv_as_gemm,
+                       tuning)
 
         # Imported here: capacity builds on placement, which runs after tiling.
         from fusec.passes.tiling.capacity import tile_accepted, tile_to_fit

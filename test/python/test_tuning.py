@@ -20,10 +20,12 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from fusec.compiler import driver, tuner, tuning  # noqa: E402
+from fusec.compiler import driver, tuner  # noqa: E402
+from fusec.runtime import tuning  # noqa: E402
 from fusec.compiler.diagnostics import FusecError  # noqa: E402
 from fusec.compiler.frontend import import_torch  # noqa: E402
 from fusec.compiler.pipeline import CompileOptions  # noqa: E402
+from fusec.compiler.targets.cpu.options import CpuOptions  # noqa: E402
 from fusec.compiler.targets.cuda.options import CudaOptions  # noqa: E402
 import fusec.runtime as runtime  # noqa: E402
 from fusec.runtime import timing  # noqa: E402
@@ -160,19 +162,71 @@ def test_a_candidate_that_hangs_is_reported_and_skipped(linear_text, tmp_path, m
 
 
 def test_timing_a_cpu_artifact_in_a_child_process(tmp_path):
-    """The real measurement path (a child process, the runtime's profile) on the CPU: a
-    model without tunable kernels gives no keys, its outputs as float32."""
+    """The real measurement path (a child process, the runtime's profile) on the CPU: the
+    matmul kernel's time under its key, the outputs as float32."""
     args = [torch.randn(s) for s in [(16, 32), (24, 32), (24,)]]
     with driver.quiet_torch_logs():
         text = import_torch(LinearGelu().eval(), *args)
     driver.compile_text(text, "<test>", CompileOptions(target="cpu"), str(tmp_path / "c.so"))
     t = timing.time_isolated(str(tmp_path / "c.so"), seed=3, runs=2)
-    assert t.us == {} and t.total_us > 0
+    (key,) = t.us
+    assert key.startswith("cpu_matmul m=16 n=24 k=32") and t.us[key] > 0 and t.total_us > 0
     (out,) = t.outputs
     module = runtime.load(str(tmp_path / "c.so"))
     x, w, b = (torch.from_numpy(a) for a in timing.random_inputs(module, seed=3))
     want = F.gelu(x.double() @ w.double().t() + b.double()).numpy()
     assert out.dtype == np.float32 and timing.relative_error(out, want) < 1e-5
+
+
+class Linear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(768, 3072)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+def test_cpu_tune_times_the_matmul_tilings_for_real(tmp_path):
+    """The CPU target tuned end to end, nothing stood in for: a Linear whose B (9 MB) is
+    larger than a core's L2, so its columns may be tiled; every candidate timed in a child
+    process (two rounds), the winner recorded by the rule, then built from the cache."""
+    cache = tmp_path / "tuning.json"
+    lin = Linear().eval()
+    with driver.quiet_torch_logs():
+        text = import_torch(lin, torch.randn(128, 768))
+    options = CompileOptions(target="cpu", cpu=CpuOptions(tuning=str(cache), threads=2))
+    lines: list[str] = []
+    meta = tuner.tune(text, "<test>", options, str(tmp_path / "tuned.so"), log=lines.append,
+                      runs=3)
+    (launch,) = [k for k in meta["kernels"] if k["info"].get("tune_key")]
+    key = launch["info"]["tune_key"]
+    assert key.startswith("cpu_matmul m=128 n=3072 k=768")
+    from fusec.compiler.targets.cpu import tuning_device
+
+    entry = tuning.lookup(str(cache), tuning_device(options.cpu), key)
+    times = {tuple(t): us for t, us in entry["candidates"]}
+    assert len(times) == launch["info"]["tile_candidates"] == 5
+    assert all(us > 0 for us in times.values())
+    assert entry["model_tile"] == [0, 384] and times[(0, 384)] == entry["model_us"]
+    best = min(times.values())
+    margin = max(tuner.MARGIN, entry["noise"])
+    if entry["tile"] == entry["model_tile"]:
+        assert best > entry["model_us"] * (1 - margin)
+    else:
+        assert times[tuple(entry["tile"])] <= entry["model_us"] * (1 - tuner.MARGIN)
+    assert launch["info"]["tile"] == entry["tile"]
+    assert any(line.startswith(f"fusec: tune: {key}: model [0, 384]") for line in lines)
+    # The tuned artifact computes the Linear (against float64, fresh inputs), and a later
+    # build is the same bytes.
+    module = runtime.load(str(tmp_path / "tuned.so"))
+    x = np.random.default_rng(5).standard_normal((128, 768)).astype(np.float32)
+    with torch.no_grad():
+        want = lin.double()(torch.from_numpy(x).double()).numpy()
+    assert timing.relative_error(module(x), want) < 1e-5
+    again = driver.compile_text(text, "<test>", options, str(tmp_path / "again.so"))
+    assert (tmp_path / "tuned.so").read_bytes() == (tmp_path / "again.so").read_bytes()
+    assert again["kernels"] == meta["kernels"]
 
 
 def test_select_keeps_the_first_of_equal_tiles():
@@ -197,11 +251,12 @@ def test_tune_without_a_gpu_is_a_clear_error(tmp_path):
     assert r.returncode == 1
     assert "error: --tune times each candidate tile on the GPU" in r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "m.so").exists()
-    # The CPU target has nothing to tune: it says so and builds.
-    r = subprocess.run(cmd[:-3] + ["--target", "cpu", "--tune"], capture_output=True,
-                       text=True)
+    # On the CPU the tuner runs here: this model's matmul is too small to tile by columns.
+    r = subprocess.run(cmd[:-3] + ["--target", "cpu", "--tune",
+                                   f"--cpu-tuning={tmp_path / 'cpu.json'}"],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert "the CPU target has no tunable kernels" in r.stderr
+    assert "no tunable kernel (a matmul whose columns may be tiled)" in r.stderr
     assert (tmp_path / "m.so").exists()
 
 

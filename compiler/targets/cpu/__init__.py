@@ -75,6 +75,21 @@ def _cpu_options(options: Any) -> CpuOptions:
     return options.cpu
 
 
+def tuning_device(cpu: CpuOptions) -> str:
+    """The tuning cache's device for CPU kernels: the CPU the code is built for."""
+    return f"cpu-{cpu.arch or default_cpu()}"
+
+
+def _tuning_path(cpu: CpuOptions) -> str:
+    from fusec.compiler.diagnostics import FusecError
+    from fusec.runtime import tuning
+
+    try:
+        return tuning.as_pass_option(cpu.tuning)
+    except ValueError as e:
+        raise FusecError(f"--cpu-tuning: {e}") from None
+
+
 def tiled_passes(options: Any = None) -> list[str]:
     """fusion -> tiled."""
     cpu = _cpu_options(options)
@@ -105,7 +120,9 @@ def tiled_passes(options: Any = None) -> list[str]:
         # fit: a tile over the device's capacity is re-tiled smaller, or its group split.
         (f"fusion-tile{{threads={cpu.threads},tiles-per-thread={cpu.tiles_per_thread},"
          f"min-tile-kb={cpu.min_tile_kb},max-tile-kb={cpu.max_tile_kb},fit={fit},"
-         f"matmul-rows={matmul_rows(cpu)},conv-as-gemm={_convs_as_gemm(options)}}}"),
+         f"matmul-rows={matmul_rows(cpu)},conv-as-gemm={_convs_as_gemm(options)},"
+         f"tuning={_tuning_path(cpu)},tuning-device={tuning_device(cpu)},"
+         f"candidate={cpu.tile_candidate}}}"),
         # Tiling leaves the fused-away producers dead and duplicates slices: clean both.
         "canonicalize",
         "cse",

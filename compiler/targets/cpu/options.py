@@ -52,10 +52,17 @@ class CpuOptions:
     matmul_nr: int = field(default=0, metadata={"help": (
         "The microkernel's columns; 0: the cost model's for the CPU's vector width "
         "(cpu_matmul_columns).")})
+    tuning: str = field(default="", metadata={"help": (
+        "The tuning cache the matmul kernels' tilings are read from (`fusec --tune` writes "
+        "it): \"\": $FUSEC_TUNING_CACHE, else tuning.json in the compile cache's folder; "
+        "\"off\": the cost model's tilings only.")})
+    tile_candidate: int = field(default=-1, metadata={"help": (
+        "Tuning: every matmul kernel takes its candidate tiling of this index (0: the cost "
+        "model's; -1: the cache's or the model's). `--tune` sets it.")})
 
 
 # The CUDA fallback's tiling of a group through the CPU path's `tiled` stage: as many (small)
 # tiles as it allows, one GPU thread each; capacity is the GPU tiling's business (no fit).
 FINEST_TILES = CpuOptions(threads=1 << 24, tiles_per_thread=1, min_tile_kb=0, max_tile_kb=0,
                           attention=False,
-                          fit=False)
+                          fit=False, tuning="off")

@@ -107,7 +107,7 @@ Its rooms, one path each (imports run down this list, never up):
   folding.py   groups that read nothing, folded at compile time
   rewrite_passes.py  the rewrites in order (`REWRITES`), each also a flag of its own
   choose_tiles.py    each tensor-core GEMM's and attention kernel's tile: the tuning cache's
-               (`fusec --tune`, compiler/tuning.py) or the cost model's, recorded on the group
+               (`fusec --tune`, runtime/tuning.py) or the cost model's, recorded on the group
   program.py   `generate`: the tiled module -> `CudaProgram` (plan, kernels, PTX, weights)
   artifact.py  `model.so`: the host tables, `write_cuda_artifact`, `build_so`
   dump.py      what runs on the GPU, readable: `--emit cuda`/`ptx`, `--dump-dir`'s kernels

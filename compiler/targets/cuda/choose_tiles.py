@@ -10,7 +10,7 @@ kernel (`"attention"`), the pass records on the group:
 - `fusion.kernel_tile`: the tile code generation builds (GEMM: BM, BN, BK, stages;
   attention: BM, BN, stages);
 - `fusion.kernel_tile_from`: "cost model", or "tuned: ..." with the measured time of the
-  winner and of the model's tile (`fusec --tune` wrote it, compiler/tuning.py);
+  winner and of the model's tile (`fusec --tune` wrote it, runtime/tuning.py);
 - `fusion.kernel_tile_candidates`: how many tiles `--tune` measures for it
   (`cost_model.tc_gemm_tile_candidates`, `attention_tile_candidates`; the model's first);
 - `fusion.kernel_tile_predicted_ns`: the cost model's time for its own tile (`--tune`
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlir.ir as ir
-from fusec.compiler import tuning
+from fusec.runtime import tuning
 from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, GROUP_OP, CudaCodegenError
 from fusec.passes import attributes, cost_model
 from fusec.passes.grouping import model_functions
@@ -159,20 +159,8 @@ def recorded_tile(group: ir.Operation) -> list[int] | None:
 
 
 def tuning_info(group: ir.Operation) -> dict:
-    """What `--fusion-gpu-choose-tiles` recorded, for the launch's info (`--tune` reads
-    `tune_key` to time each kernel; the report shows where the tile came from)."""
-    out = {}
-    for name, key in ((attributes.TUNE_KEY, "tune_key"),
-                      (attributes.KERNEL_TILE_FROM, "tile_from")):
-        if name in group.attributes:
-            out[key] = ir.StringAttr(group.attributes[name]).value
-    if attributes.KERNEL_TILE_CANDIDATES in group.attributes:
-        out["tile_candidates"] = ir.IntegerAttr(
-            group.attributes[attributes.KERNEL_TILE_CANDIDATES]).value
-    if attributes.KERNEL_TILE_PREDICTED_NS in group.attributes:
-        out["predicted_us"] = ir.IntegerAttr(
-            group.attributes[attributes.KERNEL_TILE_PREDICTED_NS]).value / 1e3
-    return out
+    """What this pass recorded on `group`, for the launch's info (runtime/tuning.py)."""
+    return attributes.tuning_info(group.attributes)
 
 
 @register

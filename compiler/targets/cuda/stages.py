@@ -11,16 +11,14 @@ from fusec.compiler.targets.cuda.tc_gemm import TC_ARCHES
 
 
 def tuning_path(options: CudaOptions) -> str:
-    """The tuning cache the options name, as a pass option (a path with no character the
-    pipeline syntax uses)."""
-    from fusec.compiler import tuning
+    """The tuning cache the options name, as a pass option."""
     from fusec.compiler.diagnostics import FusecError
+    from fusec.runtime import tuning
 
-    path = tuning.resolve(options.tuning)
-    if any(c in path for c in " ,{}()="):
-        raise FusecError(f"--cuda-tuning: the tuning cache's path '{path}' has a space, comma, "
-                         f"brace, parenthesis or '=' (name another with FUSEC_TUNING_CACHE)")
-    return path
+    try:
+        return tuning.as_pass_option(options.tuning)
+    except ValueError as e:
+        raise FusecError(f"--cuda-tuning: {e}") from None
 
 
 def tiled_passes(options: CudaOptions | None = None) -> list[str]:

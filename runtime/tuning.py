@@ -2,8 +2,10 @@
 
 A kernel's key names what its time depends on and nothing else (for our GEMM: M, N, K, the
 element types, B's layout and the fused epilogue's steps; for attention: batch x heads, the
-query and key lengths, the head dim, the mask), so two models with the same GEMM share the
-answer. One JSON file:
+query and key lengths, the head dim, the mask; for the CPU's matmul kernels: the shape, the
+prologue and the threads), so two models with the same kernel share the answer. The passes
+that choose tiles read it (`--fusion-gpu-choose-tiles`, `--fusion-tile`); `fusec --tune`
+(compiler/tuner.py) writes it. One JSON file:
 
     {"version": 1,
      "entries": {"nvidia-h200|tc_gemm m=8192 n=4096 k=4096 ...": {
@@ -43,6 +45,16 @@ def default_path() -> str:
 def resolve(path: str) -> str:
     """The options' `tuning` field as a file path ("" -> default_path(); "off" stays)."""
     return path or default_path()
+
+
+def as_pass_option(path: str) -> str:
+    """The options' `tuning` field as a pass option: the cache's path, which must have no
+    character the pipeline syntax uses (a ValueError says so)."""
+    path = resolve(path)
+    if any(c in path for c in " ,{}()="):
+        raise ValueError(f"the tuning cache's path '{path}' has a space, comma, brace, "
+                         f"parenthesis or '=' (name another with FUSEC_TUNING_CACHE)")
+    return path
 
 
 def load(path: str) -> dict[str, Any]:
@@ -89,3 +101,4 @@ def fingerprint(path: str) -> str:
     """What of the cache a compile depends on (the tiles only), for the artifact cache key."""
     tiles = {k: v.get("tile") for k, v in load(path).items()}
     return hashlib.sha256(json.dumps(tiles, sort_keys=True).encode()).hexdigest()[:16]
+
