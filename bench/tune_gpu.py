@@ -108,24 +108,23 @@ def _inputs(name: str, device: str, seed: int):
     return out
 
 
+def _bench_gpu():
+    """bench/gpu.py as a module (its Wrap, FusecModel and timers)."""
+    spec = importlib.util.spec_from_file_location("fusec_bench_gpu", ROOT / "bench" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def build(folder: Path, names: list[str]) -> None:
     import dataclasses
-
-    import torch
 
     from fusec.compiler import driver, tuner
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions, lower
     from fusec.compiler.targets.cuda.options import CudaOptions
 
-    class Wrap(torch.nn.Module):
-        def __init__(self, fn):
-            super().__init__()
-            self.fn = fn
-
-        def forward(self, *xs):
-            return self.fn(*xs)
-
+    Wrap = _bench_gpu().Wrap
     path = folder / "manifest.json"
     manifest = json.loads(path.read_text()) if path.exists() else {}
     for name in names:
@@ -239,9 +238,7 @@ def record(folder: Path, times_path: Path, cache: Path) -> None:
 def compare(folder: Path, names: list[str]) -> None:
     import torch
 
-    spec = importlib.util.spec_from_file_location("fusec_bench_gpu", ROOT / "bench" / "gpu.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_gpu()
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "workloads": {}}

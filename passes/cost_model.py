@@ -1215,7 +1215,7 @@ def cpu_attention_tile(batch: int, q_len: int, kv_len: int, head_dim: int, v_dim
 
 @dataclass(frozen=True)
 class AttentionTile:
-    """One CTA of the attention kernel: `bm` query rows (one warpgroup, m64 MMAs), key/value
+    """One CTA of the attention kernel: `bm` query rows (a warpgroup per 64, m64 MMAs), key/value
     tiles of `bn` keys streamed through `stages` shared-memory stages."""
 
     bm: int
@@ -1226,43 +1226,66 @@ class AttentionTile:
     def shared_bytes(self, element_bytes: int) -> int:
         q = self.bm * self.head_dim * element_bytes
         kv = 2 * self.stages * self.bn * self.head_dim * element_bytes
-        p = self.bm * self.bn * element_bytes
+        p = 2 * self.bm * self.bn * element_bytes  # P double-buffered: P_j-1 V_j-1 in flight
         return q + kv + p
 
 
-def attention_tile(head_dim: int, element_bytes: int, device: Device) -> AttentionTile:
+# Key tiles of 128 a block must read, on average, before two warpgroups sharing each K/V
+# tile (BM 128) beat one warpgroup on 64-key tiles at head dim 128 (runs 133: S4096 non-causal,
+# 32 tiles a block, 2.25 ms against 2.41; causal S4096, 16.5, 1.59 against 1.46; causal
+# S32768, 128.5, 38.4 against 43.9): the block's fixed costs (Q's load, the pipeline's fill,
+# the last P V and the store) are paid once per 128 rows instead of 64.
+ATTENTION_WIDE_MIN_TILES = 32
+
+
+def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int = 0,
+                   kv_len: int = 0, causal: bool = False) -> AttentionTile:
     """The attention kernel's tile: 64 query rows (one warpgroup) and two K/V stages, with the
     widest key tile (128, else 64) that keeps two CTAs resident per SM (the second CTA's
     MMAs run while the first one computes its softmax), the register budget (the scores'
-    fragment is bn / 2 f32 per thread beside the output's head_dim / 2) at most 192."""
+    fragment is bn / 2 f32 per thread beside the output's head_dim / 2) at most 128. Where
+    that leaves 64-key tiles (head dim 128) and a block reads ATTENTION_WIDE_MIN_TILES key
+    tiles of 128 or more on average (half the keys under a causal mask), two warpgroups of
+    64 rows share 128-key tiles in one CTA instead: each K/V tile is read once for 128 rows."""
     for bn in (128, 64):
         tile = AttentionTile(64, bn, 2, head_dim)
         registers = bn // 2 + head_dim // 2
         if 2 * tile.shared_bytes(element_bytes) + 2 * 1024 <= device.shared_bytes_per_unit \
                 and registers <= 128:
-            return tile
-    return AttentionTile(64, 64, ATTENTION_STAGES[0], head_dim)
+            break
+    else:
+        return AttentionTile(64, 64, ATTENTION_STAGES[0], head_dim)
+    if tile.bn == 64 and q_len > 64:
+        wide = AttentionTile(128, 128, 2, head_dim)
+        tiles = -(-kv_len // 128) / (2 if causal else 1)
+        if tiles >= ATTENTION_WIDE_MIN_TILES and head_dim // 2 + 64 <= 128 and \
+                wide.shared_bytes(element_bytes) + 1024 <= device.shared_bytes_per_unit:
+            return wide
+    return tile
 
 
-# K/V pipeline depths `--tune` tries for the attention kernel: two only. Each step issues the
-# next tile's Q K^T before this tile's P V, so one stage deadlocks (run 126), and three gave
-# wrong results (relative error 0.3-0.8 against two, run 127): the kernel's stage
-# bookkeeping is written for two.
-ATTENTION_STAGES = (2,)
+# K/V pipeline depths `--tune` tries for the attention kernel. One stage is not tried (it
+# hung in run 126, before the loads were reordered, and no load could overlap an MMA
+# there); three stages, wrong in run
+# 127 while the stage bookkeeping was written for two, are right since run 130 and slower
+# there (one CTA per SM instead of two).
+ATTENTION_STAGES = (2, 3)
 
 
 def attention_tile_candidates(head_dim: int, element_bytes: int, q_len: int, kv_len: int,
-                              device: Device) -> list[AttentionTile]:
-    """The tiles `--tune` measures for the attention kernel, the model's first: key tiles of
-    128 and 64 with ATTENTION_STAGES K/V stages, each fitting the SM's shared memory, the
-    scores' fragment and the output's in at most 128 registers per thread."""
-    first = attention_tile(head_dim, element_bytes, device)
+                              device: Device, causal: bool = False) -> list[AttentionTile]:
+    """The tiles `--tune` measures for the attention kernel, the model's first: 64 or 128
+    query rows (one warpgroup, or two sharing each K/V tile), key tiles of 128 and 64 with
+    ATTENTION_STAGES K/V stages, each fitting the SM's shared memory, the scores' fragment
+    and the output's in at most 128 registers per thread."""
+    first = attention_tile(head_dim, element_bytes, device, q_len, kv_len, causal)
     out = [first]
-    for bn in (128, 64):
-        if bn // 2 + head_dim // 2 > 128 or (bn == 128 and kv_len <= 64):
+    for bm, bn in ((64, 128), (64, 64), (128, 128), (128, 64)):
+        if bn // 2 + head_dim // 2 > 128 or (bn == 128 and kv_len <= 64) or \
+                (bm == 128 and q_len <= 64):
             continue
         for stages in ATTENTION_STAGES:
-            tile = AttentionTile(64, bn, stages, head_dim)
+            tile = AttentionTile(bm, bn, stages, head_dim)
             if stages > 1 and (stages - 1) * bn >= kv_len:
                 continue
             if tile.shared_bytes(element_bytes) + 1024 <= device.shared_bytes_per_unit and \

@@ -3,6 +3,8 @@ against float64 on fresh random inputs, and times against SDPA (torch's best bac
 eager and Inductor in the same process.
 
     python test/gpu/attention.py build DIR [CASE ...]   here: DIR/att/<case>.so, cases.json
+                                                         (ATTENTION_TILE=bm,bn,stages: that
+                                                         tile where it is a candidate)
     python3 test/gpu/attention.py run DIR [CASE ...]     the H200: numerics (twice), kernels,
                                                           times (CUDA events, medians)
     python3 test/gpu/attention.py check DIR [CASE ...]   numerics only (compute-sanitizer)
@@ -145,6 +147,16 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
     from fusec.compiler import driver
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
+    from fusec.compiler.targets.cuda.options import CudaOptions
+
+    from fusec.compiler.targets.cuda.device import H200
+    from fusec.passes import cost_model
+
+    # The attention tile: the model's (or the tuning cache's), or ATTENTION_TILE=bm,bn,stages
+    # where it is one of the case's candidates (cost_model.attention_tile_candidates, built
+    # as `fusec --cuda-tile-candidate i`; a case without it is not built).
+    want = tuple(int(x) for x in os.environ["ATTENTION_TILE"].split(",")) \
+        if os.environ.get("ATTENTION_TILE") else None
 
     Wrap = _bench().Wrap
     folder = out_dir / "att"
@@ -156,11 +168,24 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
             continue
         fn, specs, desc, _ = CASES[name]
         args = [torch.zeros(s, dtype=d) for s, d in specs]
+        candidate = -1
+        if want:
+            if len(specs) == 1:  # [B, T, 3 d], heads of 64
+                m = n = specs[0][0][1]
+                d = 64
+            else:
+                m, d, n = specs[0][0][2], specs[0][0][3], specs[1][0][2]
+            tiles = [(t.bm, t.bn, t.stages) for t in
+                     cost_model.attention_tile_candidates(d, 2, m, n, H200)]
+            if want not in tiles:
+                continue
+            candidate = tiles.index(want)
         with driver.quiet_torch_logs():
             text = import_torch(Wrap(fn), *args)
         t0 = time.perf_counter()
         meta = driver.compile_text(text, f"<attention {name}>",
-                                   CompileOptions(target="cuda", model_name=name),
+                                   CompileOptions(target="cuda", model_name=name,
+                                                  cuda=CudaOptions(tile_candidate=candidate)),
                                    str(folder / f"{name}.so"))
         entry = {"description": desc, "compile_s": round(time.perf_counter() - t0, 3),
                  "kernels": len(meta["kernels"]),
@@ -240,8 +265,11 @@ def run(art_dir: Path, names: list[str]) -> int:
         model = bench.FusecModel(art_dir / "att" / f"{name}.so")
         out = model.outputs_like("cuda")
         causal = "causal" in name
-        ind = torch.compile(fn)
-        ind(*xs)
+        # ATTENTION_COMPARE=sdpa: against SDPA alone (tile variants; no Inductor compiles).
+        full = os.environ.get("ATTENTION_COMPARE", "all") != "sdpa"
+        ind = torch.compile(fn) if full else None
+        if full:
+            ind(*xs)
         if len(xs) == 3:
             q, k, v = xs
         else:  # the split from [B, T, 3 d]: SDPA on contiguous heads
@@ -251,9 +279,10 @@ def run(art_dir: Path, names: list[str]) -> int:
             causal = True
         times = {"fusec": bench.time_ms(model.bind(xs, out), 20),
                  "sdpa": bench.time_ms(lambda: F.scaled_dot_product_attention(
-                     q, k, v, is_causal=causal), 20),
-                 "eager": bench.time_ms(lambda: fn(*xs), 10),
-                 "inductor": bench.time_ms(lambda: ind(*xs), 20)}
+                     q, k, v, is_causal=causal), 20)}
+        if full:
+            times.update({"eager": bench.time_ms(lambda: fn(*xs), 10),
+                          "inductor": bench.time_ms(lambda: ind(*xs), 20)})
         b, h, m, d = q.shape
         flops = 4 * b * h * m * k.shape[2] * d * (0.5 if causal and m > 1 else 1.0)
         moved = sum(x.numel() * x.element_size() for x in xs) + \
@@ -262,9 +291,10 @@ def run(art_dir: Path, names: list[str]) -> int:
         row.update({"ms": {key: round(val, 4) for key, val in times.items()},
                     "tflops_fusec": round(flops / times["fusec"] / 1e9, 1),
                     "vs_sdpa": round(times["sdpa"] / times["fusec"], 3),
-                    "vs_inductor": round(times["inductor"] / times["fusec"], 3),
-                    "gpu_kernels_fusec": bench.count_kernels(model.bind(xs, out)),
-                    "kernels_inductor": bench.count_kernels(lambda: ind(*xs))})
+                    "gpu_kernels_fusec": bench.count_kernels(model.bind(xs, out))})
+        if full:
+            row.update({"vs_inductor": round(times["inductor"] / times["fusec"], 3),
+                        "kernels_inductor": bench.count_kernels(lambda: ind(*xs))})
         print(json.dumps(row), flush=True)
     return 0 if ok else 1
 

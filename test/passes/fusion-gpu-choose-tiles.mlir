@@ -79,17 +79,17 @@ module attributes {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\2
 // MODEL-LABEL: func.func @causal_attention
 // MODEL: fusion.group attention
 // MODEL-SAME: fusion.kernel_tile = array<i64: 64, 128, 2>
-// MODEL-SAME: fusion.kernel_tile_candidates = 2 : i64
+// MODEL-SAME: fusion.kernel_tile_candidates = 6 : i64
 // MODEL-SAME: fusion.kernel_tile_from = "cost model"
 // MODEL-SAME: fusion.tune_key = "attention batch=8 q=256 kv=256 d=64 el=bf16 out=bf16 mask=computed causal=0"
 // CACHE-LABEL: func.func @causal_attention
 // CACHE: fusion.kernel_tile = array<i64: 64, 128, 2>
 // CACHE-SAME: fusion.kernel_tile_from = "cost model (the tuning cache's tile [64, 32, 2] is not one of this kernel's candidates)"
-// It has two candidates (key tiles of 128 and 64, two stages): --tune's build of candidate 3
-// gives it its last.
+// Six candidates (64 or 128 query rows, key tiles of 128 and 64, two or three stages where
+// the keys fill them): --tune's build of candidate 3 gives it two warpgroups of 64 rows.
 // CAND-LABEL: func.func @causal_attention
-// CAND: fusion.kernel_tile = array<i64: 64, 64, 2>
-// CAND-SAME: fusion.kernel_tile_from = "candidate 1 (--tune)"
+// CAND: fusion.kernel_tile = array<i64: 128, 128, 2>
+// CAND-SAME: fusion.kernel_tile_from = "candidate 3 (--tune)"
 #map = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #map1 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 #map2 = affine_map<(d0) -> (d0)>

@@ -60,12 +60,15 @@ def test_naive_attention_is_one_kernel_with_three_tensor_maps(tmp_path):
     assert launch["maps"][0] == q_map
     assert launch["maps"][1] == [1] + q_map[1:12] + [64, 128, 1, 1, 1, 3, 0]
     assert launch["grid"] == 6 * 4 and launch["block"] == 128
-    assert launch["shared_bytes"] == 64 * 64 * 2 + 2 * 2 * 128 * 64 * 2 + 64 * 128 * 2
+    # Q, two K/V stages, and P twice (P_j is written while P_j-1 V_j-1 is in flight).
+    assert launch["shared_bytes"] == 64 * 64 * 2 + 2 * 2 * 128 * 64 * 2 + 2 * 64 * 128 * 2
     ptx = (tmp_path / "m.ptx").read_text()
     # S = Q K^T: 64 / 16 = 4 MMAs of 128 keys, before the loop (the first tile) and in it
-    # (the next tile's, issued before this one's softmax); O += P V: 128 / 16 = 8 of 64.
+    # (the next tile's, issued before this one's softmax); O += P V: 128 / 16 = 8 of 64, in
+    # the loop (the previous tile's, in flight during this one's softmax) and after it (the
+    # last tile's).
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)) == 2 * 4
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)) == 8
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)) == 2 * 8
     assert "ex2.approx" in ptx
     # No N x N temporary: the plan's buffers are Q, K, V and O.
     assert sorted(b["role"] for b in meta["plan"]["buffers"]) == \
@@ -222,3 +225,65 @@ def test_factored_views_compose_head_split_and_gqa_repeat():
     assert _split([(6, 1)], [4, 2]) is None
     # Row-major merges: [(2, 12800), (4, 3200)] is one dim of 8 x 3200.
     assert _tidy([(2, 12800), (4, 3200)]) == [(8, 3200)]
+
+
+def test_model_tile_two_warpgroups_where_blocks_read_many_key_tiles():
+    """Head dim 128 leaves one warpgroup 64-key tiles; where a block reads 32 key tiles of
+    128 or more on average (half the keys under a causal mask), two warpgroups share
+    128-key tiles (BM 128): not at causal S4096 (16.5 tiles), not for decoding (one row),
+    never at head dim 64 (one warpgroup already takes 128-key tiles)."""
+    from fusec.passes import cost_model
+    from fusec.compiler.targets.cuda.device import H200
+
+    def tile(d, q, n, causal):
+        t = cost_model.attention_tile(d, 2, H200, q, n, causal)
+        return (t.bm, t.bn, t.stages)
+
+    assert tile(128, 4096, 4096, False) == (128, 128, 2)
+    assert tile(128, 4096, 4096, True) == (64, 64, 2)
+    assert tile(128, 32768, 32768, True) == (128, 128, 2)
+    assert tile(128, 2048, 2048, False) == (64, 64, 2)
+    assert tile(128, 1, 8192, False) == (64, 64, 2)
+    assert tile(64, 32768, 32768, False) == (64, 128, 2)
+    # The model's tile is the first candidate --tune measures; each candidate fits the SM.
+    cands = cost_model.attention_tile_candidates(128, 2, 4096, 4096, H200, causal=False)
+    assert (cands[0].bm, cands[0].bn) == (128, 128)
+    assert all(t.shared_bytes(2) + 1024 <= H200.shared_bytes_per_unit for t in cands)
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas here")
+def test_two_warpgroup_tile_builds_one_block_of_256_threads(tmp_path):
+    """Candidate (128, 128, 2) at head dim 128: one CTA of two warpgroups (256 threads)
+    sharing each K/V tile; Q, K/V stages and two P buffers per warpgroup in shared memory;
+    no spills."""
+    from fusec.passes import cost_model
+    from fusec.compiler.targets.cuda.device import H200
+
+    cands = [(t.bm, t.bn, t.stages)
+             for t in cost_model.attention_tile_candidates(128, 2, 300, 300, H200)]
+    meta = _build(_naive, [(1, 2, 300, 128)] * 3, tmp_path,
+                  tile_candidate=cands.index((128, 128, 2)))
+    launch = meta["plan"]["launches"][0]
+    assert meta["kernels"][0]["info"]["tile"] == [128, 128, 2]
+    assert launch["block"] == 256 and launch["grid"] == 2 * 3  # 300 rows in blocks of 128
+    assert launch["shared_bytes"] == 128 * 128 * 2 + 2 * 2 * 128 * 128 * 2 + 2 * 128 * 128 * 2
+    out = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "m.ptx"), "-o",
+                          str(tmp_path / "m.cubin")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "0 bytes spill stores" in out.stderr
+
+
+def test_warps_past_the_last_row_skip_the_softmax(tmp_path):
+    """Decoding's one query row: warps 1-3 of the block hold no row, and branch around the
+    softmax (its exp2 count is the same, but behind a branch on the warp's first row); a
+    block whose rows all exist has no such branch."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "full").mkdir()
+    _build(_naive, [(1, 2, 1, 64), (1, 2, 256, 64), (1, 2, 256, 64)], tmp_path / "one")
+    _build(_naive, [(1, 2, 128, 64)] * 3, tmp_path / "full")
+    one = (tmp_path / "one" / "m.cuda.mlir").read_text()
+    full = (tmp_path / "full" / "m.cuda.mlir").read_text()
+    assert re.search(r"scf\.if %\S+ -> \(f32, f32, f32, f32, f32, f32, i1\)", one)
+    assert not re.search(r"scf\.if %\S+ -> \(f32, f32, f32, f32, f32, f32, i1\)", full)
+    # The lazy rescale: O is multiplied only on a warp's vote, in both.
+    assert "nvvm.vote.sync any" in one and "nvvm.vote.sync any" in full

@@ -81,13 +81,9 @@ def tuning_device(cpu: CpuOptions) -> str:
 
 
 def _tuning_path(cpu: CpuOptions) -> str:
-    from fusec.compiler.diagnostics import FusecError
-    from fusec.runtime import tuning
+    from fusec.compiler.targets import tuning_pass_option
 
-    try:
-        return tuning.as_pass_option(cpu.tuning)
-    except ValueError as e:
-        raise FusecError(f"--cpu-tuning: {e}") from None
+    return tuning_pass_option(cpu.tuning, "--cpu-tuning")
 
 
 def tiled_passes(options: Any = None) -> list[str]:

@@ -1,24 +1,29 @@
 """CUDA target: the attention kernel family (FlashAttention's online softmax) for sm_90a.
 
 An attention group (`--fusion-attention`, kind `attention`, `fusion.path = "attention"`)
-is one kernel: each CTA (one warpgroup, 128 threads) takes BM = 64 query rows of one
-(batch, head) and streams the keys and values through shared memory in tiles of BN
-(`cost_model.attention_tile`):
+is one kernel: each CTA (a warpgroup of 128 threads per 64 query rows) takes BM query rows
+of one (batch, head) and streams the keys and values through shared memory in tiles of BN
+(`cost_model.attention_tile`); the warpgroups of a CTA share each K/V tile:
 
     thread 0: TMA Q (once), K and V tiles 0..STAGES-1 (each its own mbarrier)
-    m = -inf, l = 0, O = 0                              (per row, in registers; O f32)
-    S_0 = Q K_0^T
+    m = -inf, l = 0, O = 0                          (per row, in registers; O f32)
+    S_0 = Q K_0^T;  thread 0: K_STAGES into K_0's stage
     for j < key tiles (or the causal bound):
-        issue S_j+1 = Q K_j+1^T         (wgmma m64nBNk16 from shared memory, f32; it runs
-                                         while this tile's softmax does)
-        X = score(S_j)                  (the group's own score ops, per element, with the
-                                         row / key index: scale, casts, masks; keys past
-                                         the end are -inf)
-        m' = max(m, rowmax X);  P = exp2((X - m') log2 e);  l = l e^(m - m') + rowsum P
-        O *= e^(m - m');  P -> shared memory (16-bit, the 128-byte swizzle wgmma reads)
-        wait V_j;  O += P V_j           (wgmma m64nDk16, B = V read N-major)
-        thread 0: K, V tiles j + STAGES into the freed stage
-    O / l -> the output (16-bit or f32), rows past the end not written
+        issue S_j+1 = Q K_j+1^T       (wgmma m64nBNk16 from shared memory, f32)
+        issue O += P_j-1 V_j-1        (wgmma m64nDk16, A = P_j-1 in shared memory, B = V
+                                       read N-major; at j = 0 a P of zeros)
+                                      both run on the tensor cores while this tile's
+                                      softmax runs (FlashAttention-3's intra-warpgroup
+                                      overlap)
+        X = score(S_j)                (the group's own score ops, per element, with the
+                                       row / key index: scale, casts, masks; keys past
+                                       the end are -inf)
+        m' = max(m, rowmax X);  P_j = exp2((X - m') log2 e);  l = l e^(m - m') + rowsum P_j
+        P_j -> P buffer j % 2         (16-bit, the 128-byte swizzle wgmma reads)
+        wait for both MMAs;  O *= e^(m - m')
+        thread 0: K_j+1+STAGES into K_j+1's stage (a whole step before it is read),
+                  V_j-1+STAGES into V_j-1's
+    O += P_last V_last
 
 so S, X and P never reach memory, and there are no temporaries. The scores' fragment is
 read in registers (`nvvm.wgmma.mma_async` on an `!llvm.struct` of f32, the accumulator
@@ -71,6 +76,9 @@ from fusec.runtime.plan import Launch
 TENSOR_MAP_TYPES = {"bf16": 9, "f16": 6}
 SWIZZLE_128B = 3
 LOG2E = 1.4426950408889634
+# How far (in log2 units) a row's max may pass the reference its P is taken against before
+# the reference moves and O is rescaled: P stays at most 2^8.
+RESCALE_LOG2 = 8.0
 WS = "#gpu.address_space<workgroup>"
 
 
@@ -113,7 +121,9 @@ class AttentionEmitter(MovementEmitter):
         self.out_view = output_view(group, self.m)
         recorded = recorded_tile(group)
         self.tile = cost_model.AttentionTile(recorded[0], recorded[1], recorded[2], o.d) \
-            if recorded else cost_model.attention_tile(o.d, ELEMENT_BYTES[el], device)
+            if recorded else cost_model.attention_tile(
+                o.d, ELEMENT_BYTES[el], device, o.m, o.n,
+                causal_bound(self.m, o.m, o.n) is not None)
         self.s_key = value_key(self.m.qk.results[0])
         self.bound: list[str] | None = None
 
@@ -166,6 +176,22 @@ class AttentionEmitter(MovementEmitter):
                            self.i64(0x3FFF), "i64")
         return self.arith("ori", start, self.i64(_desc_base(lbo)), "i64")
 
+    def exp2(self, x: str) -> str:
+        """2^x flushing subnormal results to 0: one MUFU.EX2 (math.exp2 lowers to PTX's
+        ex2.approx.f32, which scales around it to keep subnormals: four instructions). A P
+        under 2^-126 of its row's max is 0 either way at 16 bits."""
+        name = self.fresh("x2")
+        self.emit(f'{name} = llvm.call_intrinsic "llvm.nvvm.ex2.approx.ftz.f"({x}) : (f32) -> f32')
+        return name
+
+    def tree(self, values: list[str], combine: str) -> str:
+        """`values` combined pairwise (a dependence chain of log2 n, not n: the warp
+        scheduler has two warps to hide latency with)."""
+        while len(values) > 1:
+            pairs = [self.fop(combine, a, b) for a, b in zip(values[::2], values[1::2])]
+            values = pairs + ([values[-1]] if len(values) % 2 else [])
+        return values[0]
+
     def shuffle_xor(self, value: str, mask: int, combine: str) -> str:
         other = self.fresh("sh")
         ok = self.fresh("ok")
@@ -185,12 +211,14 @@ class AttentionEmitter(MovementEmitter):
         q_off = 0
         k_off = [q_bytes + s * 2 * kv_bytes for s in range(t.stages)]
         v_off = [k + kv_bytes for k in k_off]
-        p_off = q_bytes + t.stages * 2 * kv_bytes
-        self.shared = p_off + t.bm * t.bn * eb
+        p_bytes = t.bm * t.bn * eb
+        p_off = [q_bytes + t.stages * 2 * kv_bytes + b * p_bytes for b in range(2)]
+        self.shared = p_off[1] + p_bytes
         m_tiles = -(-o.m // t.bm)
         n_tiles = -(-o.n // t.bn)
         stages = min(t.stages, n_tiles)
         self.grid = o.batch * m_tiles
+        self.block = WARPGROUP * (t.bm // 64)  # a warpgroup per 64 query rows
         el = o.el
         nbar = 1 + 2 * stages
         bar = f"!nvgpu.mbarrier.group<memorySpace = {WS}, num_barriers = {nbar}>"
@@ -230,7 +258,10 @@ class AttentionEmitter(MovementEmitter):
         lane = self.arith("remui", "%tid", idx(32))
         quad_row = self.arith("divui", lane, idx(4))
         quad_col = self.arith("muli", self.arith("remui", lane, idx(4)), idx(2))
-        row0 = self.arith("addi", self.arith("muli", warp, idx(16)), quad_row)  # in the tile
+        # Warp w of the block: warpgroup w / 4 takes rows 64 (w / 4) ..; its wgmma fragment
+        # rows are 16 (w % 4) + lane / 4 (+ 8). Rows are counted in the block's tile.
+        row0 = self.arith("addi", self.arith("muli", warp, idx(16)), quad_row)
+        wg_rows = self.arith("muli", self.arith("divui", warp, idx(4)), idx(64))
         rows = [row0, self.arith("addi", row0, idx(8))]
         emit(f"%smem = gpu.dynamic_shared_memory : memref<?xi8, {WS}>")
         ptr = self.fresh("p")
@@ -246,22 +277,32 @@ class AttentionEmitter(MovementEmitter):
             emit(f"{name} = memref.view %smem[{idx(offset)}][] : memref<?xi8, {WS}> to {box}")
             return name
 
-        def load_kv(stage: int | str, tile: str, k_base: str, v_base: str) -> None:
-            """Thread 0: K and V tile `tile` into `stage` (each on its own barrier)."""
+        def load(which: str, stage: int | str, tile: str) -> None:
+            """Thread 0: K's or V's tile `tile` into `stage` (its own mbarrier)."""
             n0 = self.arith("muli", tile, idx(t.bn))
-            for which, tm, base, b0 in (("K", "%tma_k", k_base, 1), ("V", "%tma_v", v_base,
-                                                                       1 + stages)):
-                tm_type, box = tms[which], boxes[which]
-                lead = f", {tma_coords[which]}" if tma_coords[which] else ""
-                b = self.arith("addi", idx(b0), stage, "index") if isinstance(stage, str) \
-                    else idx(b0 + stage)
-                emit(f"nvgpu.mbarrier.arrive.expect_tx %bar[{b}], {idx(kv_bytes)} : {bar}")
-                for j in range(d_boxes):
-                    off = self.arith("addi", base, idx(j * t.bn * 128))
-                    vw = self.fresh("vw")
-                    emit(f"{vw} = memref.view %smem[{off}][] : memref<?xi8, {WS}> to {box}")
-                    emit(f"nvgpu.tma.async.load {tm}[{idx(64 * j)}, {n0}{lead}], %bar[{b}] to "
-                         f"{vw} : {tm_type}, {bar} -> {box}")
+            tm, b0, offs = ("%tma_k", 1, k_off) if which == "K" else ("%tma_v", 1 + stages, v_off)
+            tm_type, box = tms[which], boxes[which]
+            lead = f", {tma_coords[which]}" if tma_coords[which] else ""
+            if isinstance(stage, str):
+                b = self.arith("addi", idx(b0), stage)
+                base = self.arith("addi", idx(offs[0]), self.arith("muli", stage,
+                                                                   idx(2 * kv_bytes)))
+            else:
+                b, base = idx(b0 + stage), idx(offs[stage])
+            emit(f"nvgpu.mbarrier.arrive.expect_tx %bar[{b}], {idx(kv_bytes)} : {bar}")
+            for j in range(d_boxes):
+                off = self.arith("addi", base, idx(j * t.bn * 128))
+                vw = self.fresh("vw")
+                emit(f"{vw} = memref.view %smem[{off}][] : memref<?xi8, {WS}> to {box}")
+                emit(f"nvgpu.tma.async.load {tm}[{idx(64 * j)}, {n0}{lead}], %bar[{b}] to "
+                     f"{vw} : {tm_type}, {bar} -> {box}")
+
+        def load_if(cond: str, which: str, stage: int | str, tile: str) -> None:
+            emit(f"scf.if {cond} {{")
+            self.indent += 1
+            load(which, stage, tile)
+            self.indent -= 1
+            emit("}")
 
         emit(f"scf.if {first} {{")
         self.indent += 1
@@ -271,6 +312,18 @@ class AttentionEmitter(MovementEmitter):
         emit(f"nvgpu.tma.prefetch.descriptor %tma_v : {tm_v}")
         self.indent -= 1
         emit("}")
+        # P buffer 1 starts as zeros: the first step's P V (of a tile -1) adds nothing.
+        p_mem = f"memref<{2 * t.bm * t.bn}x{el}, {WS}>"
+        pv = self.fresh("pm")
+        emit(f"{pv} = memref.view %smem[{idx(p_off[0])}][] : memref<?xi8, {WS}> to {p_mem}")
+        zvec = self.fresh("zv")
+        emit(f"{zvec} = arith.constant dense<0.0> : vector<8x{el}>")
+        for i in range(t.bm * t.bn // (8 * self.block)):
+            elem = self.arith("addi", idx(t.bm * t.bn + 8 * self.block * i),
+                              self.arith("muli", "%tid", idx(8)))
+            emit(f"vector.store {zvec}, {pv}[{elem}] : {p_mem}, vector<8x{el}>")
+        emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, "
+             "space = #nvvm.shared_space<cta>}")
         emit("gpu.barrier")
         emit(f"scf.if {first} {{")
         self.indent += 1
@@ -296,7 +349,8 @@ class AttentionEmitter(MovementEmitter):
             go = self.arith("andi", first, self.arith("cmpi ult,", idx(s), hi), "i1")
             emit(f"scf.if {go} {{")
             self.indent += 1
-            load_kv(s, idx(s), idx(k_off[s]), idx(v_off[s]))
+            load("K", s, idx(s))
+            load("V", s, idx(s))
             self.indent -= 1
             emit("}")
 
@@ -308,11 +362,14 @@ class AttentionEmitter(MovementEmitter):
         # Q is waited for once; descriptors of Q's boxes are loop invariant.
         emit(f"nvgpu.mbarrier.try_wait.parity %bar[{idx(0)}], {self.const(0, 'i1')}, "
              f"{idx(10000000)} : {bar}")
-        q_desc = self.descriptor(self.smem_address(q_off), 0)
-        p_desc = self.descriptor(self.smem_address(p_off), 0)
-        kv_desc0 = [(self.descriptor(self.smem_address(k_off[s]), 0),
-                     self.descriptor(self.smem_address(v_off[s]), t.bn * 128))
-                    for s in range(stages)]
+        # A (Q, P): this warpgroup's 64 rows of each 64-column box (128 bytes a row).
+        wg_off = self.fop("arith.index_cast", self.arith("muli", wg_rows, idx(128 >> 4)),
+                          type_="index to i64")
+        q_desc = self.arith("addi", self.descriptor(self.smem_address(q_off), 0), wg_off, "i64")
+        p_descs = [self.arith("addi", self.descriptor(self.smem_address(p_off[b]), 0), wg_off,
+                              "i64") for b in range(2)]
+        k_desc0 = self.descriptor(self.smem_address(k_off[0]), 0)
+        v_desc0 = self.descriptor(self.smem_address(v_off[0]), t.bn * 128)
         st_o = _struct(no)
         st_s = _struct(ns)
 
@@ -324,13 +381,12 @@ class AttentionEmitter(MovementEmitter):
             wide = self.fresh("pw")
             emit(f"{wide} = arith.index_cast {self.arith('remui', rnd, idx(2))} : index to i32")
             emit(f"{parity} = arith.trunci {wide} : i32 to i1")
-            k_desc, v_desc = kv_desc0[0]
-            if stages > 1:  # two stages at most: a select
-                is1 = self.arith("cmpi eq,", stage, idx(1))
-                k_desc = self.fop("arith.select", is1, kv_desc0[1][0], kv_desc0[0][0],
-                                  type_="i64")
-                v_desc = self.fop("arith.select", is1, kv_desc0[1][1], kv_desc0[0][1],
-                                  type_="i64")
+            # Stage s's tiles are 2 s kv_bytes further (the descriptor's start address is
+            # in 16-byte units, and shared memory below 256 KB keeps it in its 14 bits).
+            step = self.arith("muli", stage, idx((2 * kv_bytes) >> 4))
+            step = self.fop("arith.index_cast", step, type_="index to i64")
+            k_desc = self.arith("addi", k_desc0, step, "i64")
+            v_desc = self.arith("addi", v_desc0, step, "i64")
             return stage, parity, k_desc, v_desc
 
         def issue_scores(k_desc: str) -> str:
@@ -353,6 +409,28 @@ class AttentionEmitter(MovementEmitter):
             emit("nvvm.wgmma.commit.group.sync.aligned")
             return s_acc
 
+        def issue_pv(acc: str, p_buf: str, v_desc: str, parity: str, tile: str) -> str:
+            """O += P V, issued (committed, not waited for) once V's tile `tile` is in:
+            BN / 16 MMAs (A: P buffer `p_buf`'s box kk / 4 at +32 bytes; B: V N-major, 16 key
+            rows of 128 bytes per step, its 64-column boxes BN * 128 bytes apart)."""
+            vb = self.arith("addi", self.arith("remui", tile, idx(stages)), idx(1 + stages))
+            emit(f"nvgpu.mbarrier.try_wait.parity %bar[{vb}], {parity}, {idx(10000000)} : "
+                 f"{bar}")
+            is1 = self.arith("cmpi eq,", p_buf, idx(1))
+            p_desc = self.fop("arith.select", is1, p_descs[1], p_descs[0], type_="i64")
+            emit("nvvm.wgmma.fence.aligned")
+            for kk in range(t.bn // 16):
+                da = self.arith("addi", p_desc, self.i64(
+                    ((kk // 4) * t.bm * 128 + (kk % 4) * 32) >> 4), "i64")
+                db = self.arith("addi", v_desc, self.i64((kk * 16 * 128) >> 4), "i64")
+                nxt = self.fresh("acc")
+                emit(f"{nxt} = nvvm.wgmma.mma_async {da}, {db}, {acc}, <m = 64, n = {o.d}, "
+                     f"k = 16>, D[<f32>, <one>, <wrapped>], A[<{el}>, <one>, <row>], "
+                     f"B[<{el}>, <one>, <row>] : {st_o} -> {st_o}")
+                acc = nxt
+            emit("nvvm.wgmma.commit.group.sync.aligned")
+            return acc
+
         def wait_if(cond: str, barrier: str, parity: str) -> None:
             emit(f"scf.if {cond} {{")
             emit(f"  nvgpu.mbarrier.try_wait.parity %bar[{barrier}], {parity}, "
@@ -368,18 +446,38 @@ class AttentionEmitter(MovementEmitter):
         wait_if(self.arith("cmpi ult,", idx(0), hi), idx(1), par0)
         s_first = issue_scores(k0_desc)
         emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        # K_0 is read: its stage takes K_STAGES now, a whole step before S_STAGES is issued.
+        emit("gpu.barrier")
+        load_if(self.arith("andi", first, self.arith("cmpi ult,", idx(stages), hi), "i1"),
+                "K", 0, idx(stages))
         emit(f"%loop:6 = scf.for %j = {idx(0)} to {hi} step {idx(1)} iter_args(%acc = {o0}, "
              f"%mx0 = {ninf}, %mx1 = {ninf}, %l0 = {zero}, %l1 = {zero}, %s_cur = {s_first}) "
              f"-> ({st_o}, f32, f32, f32, f32, {st_s}) {{")
         self.indent += 1
         self.memo.append({})
-        stage, parity, _, v_desc = stage_of("%j")
         following = self.arith("addi", "%j", idx(1))
         f_stage, f_parity, f_k_desc, _ = stage_of(following)
         wait_if(self.arith("cmpi ult,", following, hi),
                 self.arith("addi", f_stage, idx(1)), f_parity)
         s_next = issue_scores(f_k_desc)
+        # O += P_j-1 V_j-1, issued now so that the tensor cores run it (after S_j+1) while
+        # this tile's softmax runs. The first step has no tile -1: P buffer 1 is zeros and
+        # V_0 stands in (waited for, so that it holds finite values): it adds 0.
+        prev = self.arith("subi", self.arith("maxui", "%j", idx(1)), idx(1))
+        _, p_parity, _, p_v_desc = stage_of(prev)
+        p_buf = self.arith("remui", following, idx(2))
+        acc = issue_pv("%acc", p_buf, p_v_desc, p_parity, prev)
         s_acc = "%s_cur"
+        # A warp whose 16 rows are all past the last query row (decoding's one row, a
+        # ragged last block) skips its softmax: its rows of P and O are never stored.
+        skip_dead = -(-o.m // t.bm) * t.bm - o.m >= 16
+        if skip_dead:
+            live = self.arith("cmpi ult,", self.arith("addi", m0, self.arith(
+                "muli", warp, idx(16))), idx(o.m))
+            soft = self.fresh("sm")
+            emit(f"{soft}:7 = scf.if {live} -> (f32, f32, f32, f32, f32, f32, i1) {{")
+            self.indent += 1
+            self.memo.append({})
         # X = score(S), two consecutive keys at a time.
         n0 = self.arith("muli", "%j", idx(t.bn))
         score_shape = tensor_info(self.m.score.type)[0]
@@ -423,38 +521,42 @@ class AttentionEmitter(MovementEmitter):
                         inside = self.arith("cmpi ult,", key, idx(o.n))
                         x = self.fop("arith.select", inside, x, ninf)
                     xs[r].append(x)
-        # Online softmax per row half.
+        # Online softmax per row half, with a lazy reference max (FlashAttention-4's
+        # conditional rescaling): the max P is taken against moves only when a row's new
+        # max passes it by more than RESCALE_LOG2 (in log2 units: P <= 2^RESCALE_LOG2, exact
+        # in f32 and 16-bit), and O is rescaled only in the steps where some row of the warp
+        # moved (the warp agrees by a vote); O / l is the same for any reference.
         log2e = self.f32(LOG2E)
-        new_m, alphas, psums, probs = [], [], [], [[], []]
-        for r, (m_old, l_old) in enumerate((("%mx0", "%l0"), ("%mx1", "%l1"))):
-            mx = xs[r][0]
-            for x in xs[r][1:]:
-                mx = self.fop("arith.maximumf", mx, x)
+        maxes = []
+        moved = None
+        for r, m_old in enumerate(("%mx0", "%mx1")):
+            mx = self.tree(xs[r], "arith.maximumf")
             mx = self.shuffle_xor(mx, 1, "arith.maximumf")
             mx = self.shuffle_xor(mx, 2, "arith.maximumf")
-            m_new = self.fop("arith.maximumf", m_old, mx)
+            maxes.append(mx)
+            past = self.fop("arith.cmpf ogt,", mx, self.fop(
+                "arith.addf", m_old, self.f32(RESCALE_LOG2 / LOG2E)))
+            moved = past if moved is None else self.arith("ori", moved, past, "i1")
+        warp_moved = self.fresh("mv")
+        emit(f"{warp_moved} = nvvm.vote.sync any {self.const(-1, 'i32')}, {moved} -> i1")
+        new_m, alphas, psums, probs = [], [], [], [[], []]
+        for r, (m_old, l_old) in enumerate((("%mx0", "%l0"), ("%mx1", "%l1"))):
+            m_new = self.fop("arith.select", warp_moved,
+                             self.fop("arith.maximumf", m_old, maxes[r]), m_old)
             dead = self.fop("arith.cmpf oeq,", m_new, ninf)
             m_use = self.fop("arith.select", dead, zero, m_new)
             neg = self.fop("arith.mulf", m_use, self.f32(-LOG2E))
-            alpha = self.fop("math.exp2", self.fop("math.fma", m_old, log2e, neg))
-            total = None
+            alpha = self.exp2(self.fop("math.fma", m_old, log2e, neg))
             for x in xs[r]:
-                p = self.fop("math.exp2", self.fop("math.fma", x, log2e, neg))
-                probs[r].append(p)
-                total = p if total is None else self.fop("arith.addf", total, p)
+                probs[r].append(self.exp2(self.fop("math.fma", x, log2e, neg)))
+            total = self.tree(probs[r], "arith.addf")
             new_m.append(m_new)
             alphas.append(alpha)
             psums.append(self.fop("arith.addf", self.fop("arith.mulf", l_old, alpha), total))
-        # O *= alpha (row half of output value i: (i / 2) % 2).
-        acc = "%acc"
-        for i in range(no):
-            v = self.extract(acc, i, no)
-            acc = self.insert(acc, self.fop("arith.mulf", v, alphas[(i // 2) % 2]), i, no)
-        # P -> shared memory, 16-bit, as wgmma's A reads it (K-major, 128-byte swizzle:
-        # 16-byte chunk c of row r at chunk c ^ (r % 8)).
-        p_mem = f"memref<{t.bm * t.bn}x{el}, {WS}>"
-        pv = self.fresh("pm")
-        emit(f"{pv} = memref.view %smem[{idx(p_off)}][] : memref<?xi8, {WS}> to {p_mem}")
+        # P_j -> P buffer j % 2 (buffer (j - 1) % 2 is the P V in flight's A), 16-bit, as
+        # wgmma's A reads it (K-major, 128-byte swizzle: 16-byte chunk c of row r at chunk
+        # c ^ (r % 8)).
+        p_base = self.arith("muli", self.arith("remui", "%j", idx(2)), idx(t.bm * t.bn))
         for r in range(2):
             swz = self.arith("remui", rows[r], idx(8))
             for c in range(t.bn // 8):
@@ -464,46 +566,71 @@ class AttentionEmitter(MovementEmitter):
                                   self.arith("muli", sw_chunk, idx(8)))
                 elem = self.arith("addi", elem, self.arith("addi", quad_col,
                                                            idx(box * t.bm * 64)))
+                elem = self.arith("addi", elem, p_base)
                 lo = self.fop("arith.truncf", probs[r][2 * c], type_=f"f32 to {el}")
                 hi_ = self.fop("arith.truncf", probs[r][2 * c + 1], type_=f"f32 to {el}")
                 vec = self.fresh("pv")
                 emit(f"{vec} = vector.from_elements {lo}, {hi_} : vector<2x{el}>")
                 emit(f"vector.store {vec}, {pv}[{elem}] : {p_mem}, vector<2x{el}>")
+        if skip_dead:
+            emit(f"scf.yield {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}, {alphas[0]}, "
+                 f"{alphas[1]}, {warp_moved} : f32, f32, f32, f32, f32, f32, i1")
+            self.memo.pop()
+            self.indent -= 1
+            emit("} else {")
+            one, no_move = self.f32(1.0), self.const(0, "i1")
+            emit(f"  scf.yield %mx0, %mx1, %l0, %l1, {one}, {one}, {no_move} : "
+                 f"f32, f32, f32, f32, f32, f32, i1")
+            emit("}")
+            new_m, psums = [f"{soft}#0", f"{soft}#1"], [f"{soft}#2", f"{soft}#3"]
+            alphas, warp_moved = [f"{soft}#4", f"{soft}#5"], f"{soft}#6"
+        # S_j+1 and P_j-1 V_j-1 done: O *= alpha (row half of output value i: (i / 2) % 2).
+        emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        scaled = self.fresh("sc")
+        emit(f"{scaled} = scf.if {warp_moved} -> ({st_o}) {{")
+        self.indent += 1
+        rescaled = acc
+        for i in range(no):
+            v = self.extract(rescaled, i, no)
+            rescaled = self.insert(rescaled, self.fop("arith.mulf", v, alphas[(i // 2) % 2]),
+                                   i, no)
+        emit(f"scf.yield {rescaled} : {st_o}")
+        self.indent -= 1
+        emit("} else {")
+        emit(f"  scf.yield {acc} : {st_o}")
+        emit("}")
+        acc = scaled
         emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, "
              "space = #nvvm.shared_space<cta>}")
         emit("gpu.barrier")
-        vb = self.arith("addi", stage, idx(1 + stages))
-        emit(f"nvgpu.mbarrier.try_wait.parity %bar[{vb}], {parity}, {idx(10000000)} : {bar}")
-        # O += P V: BN / 16 MMAs (A: P's box kk / 4 at +32 bytes; B: V N-major, 16 key rows of
-        # 128 bytes per step, its 64-column boxes BN * 128 bytes apart).
-        emit("nvvm.wgmma.fence.aligned")
-        for kk in range(t.bn // 16):
-            da = self.arith("addi", p_desc, self.i64(((kk // 4) * t.bm * 128 + (kk % 4) * 32) >> 4),
-                            "i64")
-            db = self.arith("addi", v_desc, self.i64((kk * 16 * 128) >> 4), "i64")
-            nxt = self.fresh("acc")
-            emit(f"{nxt} = nvvm.wgmma.mma_async {da}, {db}, {acc}, <m = 64, n = {o.d}, k = 16>, "
-                 f"D[<f32>, <one>, <wrapped>], A[<{el}>, <one>, <row>], B[<{el}>, <one>, <row>] "
-                 f": {st_o} -> {st_o}")
-            acc = nxt
-        emit("nvvm.wgmma.commit.group.sync.aligned")
-        emit("nvvm.wgmma.wait.group.sync.aligned 0")
-        emit("gpu.barrier")
-        # The stage is free: thread 0 loads tile j + STAGES into it.
-        nxt_tile = self.arith("addi", "%j", idx(stages))
-        more = self.arith("cmpi ult,", nxt_tile, hi)
-        refill = self.arith("andi", more, first, "i1")
-        emit(f"scf.if {refill} {{")
-        self.indent += 1
-        kbase = self.arith("addi", idx(k_off[0]), self.arith("muli", stage, idx(2 * kv_bytes)))
-        vbase = self.arith("addi", kbase, idx(kv_bytes))
-        load_kv(stage, nxt_tile, kbase, vbase)
-        self.indent -= 1
-        emit("}")
+        # Freed: K_j+1's stage (S_j+1 just waited for) takes K_j+1+STAGES, issued a whole
+        # step before it is read (S_j+1+STAGES is issued at the start of step j + STAGES);
+        # V_j-1's (P V just waited for) takes V_j-1+STAGES (V_1 .. V_STAGES-1 came before
+        # the loop), read at step j + STAGES.
+        k_tile = self.arith("addi", following, idx(stages))
+        load_if(self.arith("andi", first, self.arith("cmpi ult,", k_tile, hi), "i1"),
+                "K", self.arith("remui", following, idx(stages)), k_tile)
+        v_tile = self.arith("addi", "%j", idx(stages - 1))
+        v_go = self.arith("andi", self.arith("cmpi uge,", "%j", idx(1)),
+                          self.arith("cmpi ult,", v_tile, hi), "i1")
+        load_if(self.arith("andi", first, v_go, "i1"), "V",
+                self.arith("remui", v_tile, idx(stages)), v_tile)
         self.memo.pop()
         emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}, {s_next} : "
              f"{st_o}, f32, f32, f32, f32, {st_s}")
         self.indent -= 1
+        emit("}")
+        # The last tile's P V (none where the block reads no key tile).
+        last = self.arith("subi", self.arith("maxui", hi, idx(1)), idx(1))
+        _, l_parity, _, l_v_desc = stage_of(last)
+        emit(f"%final = scf.if {self.arith('cmpi ugt,', hi, idx(0))} -> ({st_o}) {{")
+        self.indent += 1
+        out = issue_pv("%loop#0", self.arith("remui", last, idx(2)), l_v_desc, l_parity, last)
+        emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        emit(f"scf.yield {out} : {st_o}")
+        self.indent -= 1
+        emit("} else {")
+        emit(f"  scf.yield %loop#0 : {st_o}")
         emit("}")
         # O / l, stored two columns at a time; rows past the end are not written.
         out_arg = self.num_inputs
@@ -528,7 +655,7 @@ class AttentionEmitter(MovementEmitter):
             for c in range(o.d // 8):
                 lanes = []
                 for e in range(2):
-                    v = self.extract("%loop#0", 4 * c + 2 * r + e, no)
+                    v = self.extract("%final", 4 * c + 2 * r + e, no)
                     v = self.fop("arith.mulf", v, inv)
                     if o.out_el != "f32":
                         v = self.fop("arith.truncf", v, type_=f"f32 to {o.out_el}")
@@ -537,7 +664,7 @@ class AttentionEmitter(MovementEmitter):
                 self.store_vector(out_arg, off, lanes)
             self.indent -= 1
             emit("}")
-        return self.function_text(WARPGROUP, self.grid)
+        return self.function_text(self.block, self.grid)
 
     def function_text(self, block: int, grid: int) -> str:
         args = ", ".join(f"%arg{i}: {self.memref(i)}" for i in range(len(self.arg_types)))
@@ -578,7 +705,7 @@ def attention_launch(group: ir.Operation, symbol: str, operands: list[int],
     launch = Launch(symbol=symbol, buffers=buffers, grid=emitter.grid, kind="attention",
                     ops=[op.operation.name for op in group.regions[0].blocks[0].operations
                          if op.operation.name.startswith("linalg.")],
-                    info=info, block=WARPGROUP, shared_bytes=emitter.shared,
+                    info=info, block=emitter.block, shared_bytes=emitter.shared,
                     launch_kind="kernel", maps=maps)
     return text, launch
 

@@ -83,7 +83,7 @@ def attention_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTil
     key = (f"attention batch={o.batch} q={o.m} kv={o.n} d={o.d} el={o.el} out={o.out_el} "
            f"mask={mask} causal={'none' if causal is None else causal}")
     eb = ELEMENT_BYTES[o.el]
-    tiles = cost_model.attention_tile_candidates(o.d, eb, o.m, o.n, device)
+    tiles = cost_model.attention_tile_candidates(o.d, eb, o.m, o.n, device, causal is not None)
     candidates = [(t.bm, t.bn, t.stages) for t in tiles]
     predicted = cost_model.attention_s(o.batch, o.m, o.n, o.d, causal is not None, device)
     return KernelTiles(key, candidates, predicted * 1e6)

@@ -12,13 +12,9 @@ from fusec.compiler.targets.cuda.tc_gemm import TC_ARCHES
 
 def tuning_path(options: CudaOptions) -> str:
     """The tuning cache the options name, as a pass option."""
-    from fusec.compiler.diagnostics import FusecError
-    from fusec.runtime import tuning
+    from fusec.compiler.targets import tuning_pass_option
 
-    try:
-        return tuning.as_pass_option(options.tuning)
-    except ValueError as e:
-        raise FusecError(f"--cuda-tuning: {e}") from None
+    return tuning_pass_option(options.tuning, "--cuda-tuning")
 
 
 def tiled_passes(options: CudaOptions | None = None) -> list[str]:

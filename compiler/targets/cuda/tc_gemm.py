@@ -105,15 +105,6 @@ def tc_operands(mm: ir.Operation) -> TcOperands | str:
     return TcOperands(mm, a, b, la, lb, m, n, k)
 
 
-def tile_for(m: int, n: int, device: cost_model.Device = cost_model.H200) -> wgmma.GemmTile:
-    """The tile and pipeline depth: 4 stages (one CTA per SM) or 3 (two), the cost
-    model's choice by whole waves."""
-    base = wgmma.GemmTile()
-    tiles = -(-m // base.bm) * -(-n // base.bn)
-    stages = 3 if cost_model.tc_gemm_ctas_per_sm(tiles, device) == 2 else 4
-    return wgmma.GemmTile(base.bm, base.bn, base.bk, stages)
-
-
 def _problem(ops: TcOperands, out_type: str) -> wgmma.GemmProblem:
     return wgmma.GemmProblem(ops.m, ops.n, ops.k, ops.a.element, out_type,
                              "nk" if ops.lb.transposed else "kn")
