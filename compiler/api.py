@@ -15,8 +15,9 @@ from fusec.compiler.targets.cuda.options import CudaOptions
 
 def cache_dir() -> str:
     """Where compiled artifacts are kept: $FUSEC_CACHE_DIR, else ~/.cache/fusec."""
-    return os.environ.get("FUSEC_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "fusec")
+    from fusec.runtime.specs import cache_dir as folder
+
+    return folder()
 
 
 _FINGERPRINT: str | None = None

@@ -6,8 +6,9 @@ order, the metadata JSON), and links
 
     cc -O2 -shared -fPIC shim.c plan.c kernels.o -o model.so -lpthread -lm
 
-with runtime/shim.c (the fixed entry points and thread pool; its docstring is the C ABI). The
-result needs only libc, libm and libpthread and is loaded by `fusec.runtime.load`.
+with runtime/shim.c (the fixed entry points and thread pool; its docstring is the C ABI;
+compiled once and kept in the cache folder, `shim_object`). The result needs only libc, libm
+and libpthread and is loaded by `fusec.runtime.load`.
 
 The plan's states (`Plan.states`: model globals such as torch-mlir's RNG seed) live in static
 storage of plan.c, initialised from the global's value: the generated entry point builds the
@@ -496,6 +497,12 @@ def default_cc() -> str:
     return os.environ.get("CC") or "cc"
 
 
+def _c_flags(extra_flags: Sequence[str] = ()) -> list[str]:
+    """How the shim and plan.c are compiled."""
+    return ["-O2", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-DFUSEC_TARGET_CPU",
+            f"-DFUSEC_EXPECTED_ABI_VERSION={ABI_VERSION}", *extra_flags]
+
+
 def link_command(
     sources: Sequence[str | os.PathLike],
     objects: Sequence[str | os.PathLike],
@@ -507,14 +514,8 @@ def link_command(
     """The `cc` command line that links model.so."""
     return [
         cc or default_cc(),
-        "-O2",
-        "-std=gnu11",
         "-shared",
-        "-fPIC",
-        "-fvisibility=hidden",
-        "-DFUSEC_TARGET_CPU",
-        f"-DFUSEC_EXPECTED_ABI_VERSION={ABI_VERSION}",
-        *extra_flags,
+        *_c_flags(extra_flags),
         *(os.fspath(s) for s in sources),
         *(os.fspath(o) for o in objects),
         "-o",
@@ -525,6 +526,39 @@ def link_command(
         "-lpthread",
         "-lm",
     ]
+
+
+def shim_object(cc: str | None = None, extra_flags: Sequence[str] = ()) -> Path | None:
+    """runtime/shim.c compiled once per shim text, C compiler and flags, and kept in the
+    cache folder (`<cache>/shim/<key>.o`): every link reuses it instead of compiling the shim
+    again (0.15-0.2 s of each compile). None where it cannot be built or kept there (the link
+    then compiles shim.c itself, and says why if that fails)."""
+    import hashlib
+
+    from fusec.runtime.specs import cache_dir
+
+    cmd = [cc or default_cc(), *_c_flags(extra_flags), "-c", os.fspath(SHIM_PATH)]
+    key = hashlib.sha256("\0".join([SHIM_PATH.read_text(), *cmd]).encode()).hexdigest()
+    folder = Path(cache_dir()) / "shim"
+    path = folder / f"{key[:24]}.o"
+    if path.is_file():
+        return path
+    partial = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(prefix=".shim-", suffix=".o", dir=folder)
+        os.close(fd)
+        done = subprocess.run([*cmd, "-o", partial], capture_output=True, text=True,
+                              check=False)
+        if done.returncode != 0:
+            return None
+        os.replace(partial, path)  # another process's copy of the same bytes is as good
+        return path
+    except OSError:
+        return None
+    finally:
+        if partial and os.path.exists(partial):
+            os.unlink(partial)
 
 
 def build_artifact(
@@ -575,7 +609,10 @@ def _link(
     fd, partial = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
     os.close(fd)
     try:
-        cmd = link_command([SHIM_PATH, plan_c], objects, partial, script, cc, extra_flags)
+        shim = shim_object(cc, extra_flags)
+        sources = [plan_c] if shim else [SHIM_PATH, plan_c]
+        cmd = link_command(sources, ([shim] if shim else []) + objects, partial, script, cc,
+                           extra_flags)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         except OSError as e:

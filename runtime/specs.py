@@ -24,6 +24,13 @@ SUPPORTED_TARGETS = ("cpu", "cuda")
 
 HOST_TARGETS = ("cpu",)
 
+
+def cache_dir() -> str:
+    """Where fusec keeps what it builds once (compiled artifacts, the tuning cache, the
+    runtime shim's object): $FUSEC_CACHE_DIR, else ~/.cache/fusec."""
+    return os.environ.get("FUSEC_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "fusec")
+
 try:  # optional: numpy has no bfloat16 of its own
     import ml_dtypes as _ml_dtypes
 

@@ -37,9 +37,9 @@ def default_path() -> str:
     named = os.environ.get("FUSEC_TUNING_CACHE")
     if named:
         return named
-    folder = os.environ.get("FUSEC_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "fusec")
-    return os.path.join(folder, "tuning.json")
+    from fusec.runtime.specs import cache_dir
+
+    return os.path.join(cache_dir(), "tuning.json")
 
 
 def resolve(path: str) -> str:

@@ -222,6 +222,32 @@ def test_failed_link_keeps_the_previous_artifact(kernels, tmp_path):
     assert rel_err(rt.load(out)(x, y), chain_reference(x, y)) < 1e-6
 
 
+def test_shim_is_compiled_once_and_kept(kernels, tmp_path, monkeypatch):
+    """runtime/shim.c is compiled into the cache folder once; later links reuse that object
+    (the same file, untouched) and their artifacts run."""
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    first = build(chain_plan(), kernels, tmp_path / "a.so")
+    shims = list((tmp_path / "cache" / "shim").iterdir())
+    assert len(shims) == 1 and shims[0].suffix == ".o"
+    stamp = shims[0].stat().st_mtime_ns
+    second = build(chain_plan(), kernels, tmp_path / "b.so")
+    assert list((tmp_path / "cache" / "shim").iterdir()) == shims
+    assert shims[0].stat().st_mtime_ns == stamp
+    for path in (first, second):
+        x, y = random_vectors(2)
+        assert rel_err(rt.load(path)(x, y), chain_reference(x, y)) < 1e-6
+
+
+def test_a_cache_folder_that_cannot_be_written_still_links(kernels, tmp_path, monkeypatch):
+    """Where the cache folder cannot be made (here: a file stands there) the link compiles
+    shim.c itself, as it always did."""
+    (tmp_path / "cache").write_text("not a folder")
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+    x, y = random_vectors(2)
+    m = rt.load(build(chain_plan(), kernels, tmp_path / "m.so"))
+    assert rel_err(m(x, y), chain_reference(x, y)) < 1e-6
+
+
 def test_missing_object_file(tmp_path):
     with pytest.raises(ArtifactBuildError, match="does not exist"):
         build_artifact(chain_plan(), tmp_path / "absent.o", tmp_path / "model.so")

@@ -74,3 +74,38 @@ def test_unknown_gpu_is_refused():
         CudaOptions(device="a100")
     with pytest.raises(FusecError, match="unknown GPU 'cpu'"):
         CudaOptions(device="cpu")
+
+
+def test_unroll_threshold_reaches_opt_and_is_checked(monkeypatch, tmp_path):
+    """--cpu-unroll-threshold is `opt`'s -unroll-threshold-aggressive (0: no flag, LLVM's
+    own); a negative one is refused with the flag's name."""
+    import fusec
+    import numpy as np
+
+    seen = []
+    real = cpu_target._check_call
+
+    def spy(cmd):
+        seen.append(list(cmd))
+        return real(cmd)
+
+    monkeypatch.setattr(cpu_target, "_check_call", spy)
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    text = """
+func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %e = tensor.empty() : tensor<4x8xf32>
+  %y = linalg.add ins(%x, %x : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %y : tensor<4x8xf32>
+}"""
+    for threshold, flag in ((150, "-unroll-threshold-aggressive=150"),
+                            (300, "-unroll-threshold-aggressive=300"), (0, None)):
+        seen.clear()
+        m = fusec.compile(text, cpu=CpuOptions(unroll_threshold=threshold))
+        x = np.random.default_rng(threshold).standard_normal((4, 8)).astype(np.float32)
+        assert np.allclose(m(x), 2 * x)
+        opts = [c for c in seen if c[0].endswith("opt")]
+        assert opts and all((flag in c) if flag else
+                            not any(a.startswith("-unroll-threshold") for a in c) for c in opts)
+    with pytest.raises(FusecError, match="--cpu-unroll-threshold: expected 0 or more"):
+        CpuOptions(unroll_threshold=-1)
+    assert CpuOptions().unroll_threshold == 150

@@ -506,7 +506,8 @@ KERNELS_PER_PART = 4
 MAX_PARTS = 8
 
 
-def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | None = None) -> None:
+def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | None = None,
+                unroll_threshold: int = 0) -> None:
     """Compile a `cpu`-stage module to a position-independent object file at `path`.
 
     The target (triple and CPU) must be given to `opt` as well as `llc`: without it, the
@@ -516,6 +517,8 @@ def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | Non
     so each part is its own LLVM module), their opt and llc runs side by side, and the
     parts' objects joined into one (`cc -r`). The cut depends on the kernels and on this
     machine's core count: the kernels' code is the same, their order in the object not.
+    `unroll_threshold` (CpuOptions): the loop size `opt` unrolls whole (0: LLVM's own): at
+    300, -O3's, a pad's copy loops unrolled whole cost `llc` 1.5 s on one kernel.
     """
     target = [f"-mtriple={host_triple()}", f"-mcpu={cpu or default_cpu()}"]
     with tempfile.TemporaryDirectory(prefix="fusec-obj-") as tmp, module.context:
@@ -551,7 +554,10 @@ def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | Non
 
         def compile_part(source: str) -> str:
             optimized, obj = source[:-3] + ".opt.bc", source[:-3] + ".o"
-            _check_call([llvm_tool("opt"), f"-O{opt_level}", *target, source, "-o", optimized])
+            unroll = [f"-unroll-threshold-aggressive={unroll_threshold}"] \
+                if unroll_threshold else []
+            _check_call([llvm_tool("opt"), f"-O{opt_level}", *target, *unroll, source, "-o",
+                         optimized])
             _check_call([llvm_tool("llc"), f"-O{opt_level}", *target, "-relocation-model=pic",
                          "-filetype=obj", optimized, "-o", obj])
             return obj
@@ -632,5 +638,6 @@ def compile_cpu(module: ir.Module, object_path: str, options: Any = None) -> Pla
     """fusion-stage module -> kernels in `object_path` + the plan (all CPU stages)."""
     for stage in (stage_tiled, stage_bufferized, stage_cpu):
         stage(module, options)
-    emit_object(module, object_path, cpu=target_cpu(options))
+    emit_object(module, object_path, cpu=target_cpu(options),
+                unroll_threshold=_cpu_options(options).unroll_threshold)
     return take_plan(module)

@@ -56,9 +56,21 @@ class CpuOptions:
         "The tuning cache the matmul kernels' tilings are read from (`fusec --tune` writes "
         "it): \"\": $FUSEC_TUNING_CACHE, else tuning.json in the compile cache's folder; "
         "\"off\": the cost model's tilings only.")})
+    unroll_threshold: int = field(default=150, metadata={"help": (
+        "The size up to which `opt -O3` unrolls a loop whole (`-unroll-threshold-"
+        "aggressive`; LLVM's own at -O3 is 300): 150 compiles MobileNetV2's kernels in "
+        "half the time at the same speed within this machine's noise (bench/NOTES.md "
+        "session 36).")})
     tile_candidate: int = field(default=-1, metadata={"help": (
         "Tuning: every matmul kernel takes its candidate tiling of this index (0: the cost "
         "model's; -1: the cache's or the model's). `--tune` sets it.")})
+
+    def __post_init__(self) -> None:
+        if self.unroll_threshold < 0:
+            from fusec.compiler.diagnostics import FusecError
+
+            raise FusecError(f"--cpu-unroll-threshold: expected 0 or more (0: LLVM's own), "
+                             f"got {self.unroll_threshold}")
 
 
 # The CUDA fallback's tiling of a group through the CPU path's `tiled` stage: as many (small)
