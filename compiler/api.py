@@ -11,13 +11,7 @@ from typing import Any
 from fusec.compiler.pipeline import CompileOptions
 from fusec.compiler.targets.cpu.options import CpuOptions
 from fusec.compiler.targets.cuda.options import CudaOptions
-
-
-def cache_dir() -> str:
-    """Where compiled artifacts are kept: $FUSEC_CACHE_DIR, else ~/.cache/fusec."""
-    from fusec.runtime.specs import cache_dir as folder
-
-    return folder()
+from fusec.runtime.specs import cache_dir
 
 
 _FINGERPRINT: str | None = None

@@ -327,8 +327,7 @@ def build_so(module: ir.Module, options: CompileOptions, output: str,
         apply_torch_signature(plan, signature)
         obj = os.path.join(workdir, "kernels.o")
         cpu = cpu_target.target_cpu(options)
-        cpu_target.emit_object(module, obj, cpu=cpu,
-                               unroll_threshold=options.cpu.unroll_threshold)
+        cpu_target.emit_object(module, obj, options)
         plan.metadata["cpu"] = cpu  # the runtime refuses to run it on a CPU that lacks it
         return artifact.build_artifact(plan, obj, output)
     finally:

@@ -31,6 +31,7 @@ def cache_dir() -> str:
     return os.environ.get("FUSEC_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "fusec")
 
+
 try:  # optional: numpy has no bfloat16 of its own
     import ml_dtypes as _ml_dtypes
 

@@ -506,8 +506,7 @@ KERNELS_PER_PART = 4
 MAX_PARTS = 8
 
 
-def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | None = None,
-                unroll_threshold: int = 0) -> None:
+def emit_object(module: ir.Module, path: str, options: Any = None, opt_level: int = 3) -> None:
     """Compile a `cpu`-stage module to a position-independent object file at `path`.
 
     The target (triple and CPU) must be given to `opt` as well as `llc`: without it, the
@@ -517,10 +516,12 @@ def emit_object(module: ir.Module, path: str, opt_level: int = 3, cpu: str | Non
     so each part is its own LLVM module), their opt and llc runs side by side, and the
     parts' objects joined into one (`cc -r`). The cut depends on the kernels and on this
     machine's core count: the kernels' code is the same, their order in the object not.
-    `unroll_threshold` (CpuOptions): the loop size `opt` unrolls whole (0: LLVM's own): at
-    300, -O3's, a pad's copy loops unrolled whole cost `llc` 1.5 s on one kernel.
+    `options` (CompileOptions, CpuOptions or None) give the CPU (`target_cpu`) and the loop
+    size `opt` unrolls whole (`unroll_threshold`, 0: LLVM's own; at 300, -O3's, a pad's copy
+    loops unrolled whole cost `llc` 1.5 s on one kernel).
     """
-    target = [f"-mtriple={host_triple()}", f"-mcpu={cpu or default_cpu()}"]
+    target = [f"-mtriple={host_triple()}", f"-mcpu={target_cpu(options)}"]
+    unroll_threshold = _cpu_options(options).unroll_threshold
     with tempfile.TemporaryDirectory(prefix="fusec-obj-") as tmp, module.context:
         # A clone (the weights' attributes shared, not printed and parsed back).
         clean = module.operation.clone()
@@ -638,6 +639,5 @@ def compile_cpu(module: ir.Module, object_path: str, options: Any = None) -> Pla
     """fusion-stage module -> kernels in `object_path` + the plan (all CPU stages)."""
     for stage in (stage_tiled, stage_bufferized, stage_cpu):
         stage(module, options)
-    emit_object(module, object_path, cpu=target_cpu(options),
-                unroll_threshold=_cpu_options(options).unroll_threshold)
+    emit_object(module, object_path, options)
     return take_plan(module)

@@ -409,11 +409,11 @@ class AttentionEmitter(MovementEmitter):
             emit("nvvm.wgmma.commit.group.sync.aligned")
             return s_acc
 
-        def issue_pv(acc: str, p_buf: str, v_desc: str, parity: str, tile: str) -> str:
-            """O += P V, issued (committed, not waited for) once V's tile `tile` is in:
+        def issue_pv(acc: str, p_buf: str, stage: str, parity: str, v_desc: str) -> str:
+            """O += P V, issued (committed, not waited for) once V's tile in `stage` is in:
             BN / 16 MMAs (A: P buffer `p_buf`'s box kk / 4 at +32 bytes; B: V N-major, 16 key
             rows of 128 bytes per step, its 64-column boxes BN * 128 bytes apart)."""
-            vb = self.arith("addi", self.arith("remui", tile, idx(stages)), idx(1 + stages))
+            vb = self.arith("addi", stage, idx(1 + stages))
             emit(f"nvgpu.mbarrier.try_wait.parity %bar[{vb}], {parity}, {idx(10000000)} : "
                  f"{bar}")
             is1 = self.arith("cmpi eq,", p_buf, idx(1))
@@ -464,9 +464,9 @@ class AttentionEmitter(MovementEmitter):
         # this tile's softmax runs. The first step has no tile -1: P buffer 1 is zeros and
         # V_0 stands in (waited for, so that it holds finite values): it adds 0.
         prev = self.arith("subi", self.arith("maxui", "%j", idx(1)), idx(1))
-        _, p_parity, _, p_v_desc = stage_of(prev)
         p_buf = self.arith("remui", following, idx(2))
-        acc = issue_pv("%acc", p_buf, p_v_desc, p_parity, prev)
+        p_stage, p_parity, _, p_v_desc = stage_of(prev)
+        acc = issue_pv("%acc", p_buf, p_stage, p_parity, p_v_desc)
         s_acc = "%s_cur"
         # A warp whose 16 rows are all past the last query row (decoding's one row, a
         # ragged last block) skips its softmax: its rows of P and O are never stored.
@@ -622,10 +622,11 @@ class AttentionEmitter(MovementEmitter):
         emit("}")
         # The last tile's P V (none where the block reads no key tile).
         last = self.arith("subi", self.arith("maxui", hi, idx(1)), idx(1))
-        _, l_parity, _, l_v_desc = stage_of(last)
+        l_stage, l_parity, _, l_v_desc = stage_of(last)
         emit(f"%final = scf.if {self.arith('cmpi ugt,', hi, idx(0))} -> ({st_o}) {{")
         self.indent += 1
-        out = issue_pv("%loop#0", self.arith("remui", last, idx(2)), l_v_desc, l_parity, last)
+        out = issue_pv("%loop#0", self.arith("remui", last, idx(2)), l_stage, l_parity,
+                       l_v_desc)
         emit("nvvm.wgmma.wait.group.sync.aligned 0")
         emit(f"scf.yield {out} : {st_o}")
         self.indent -= 1
