@@ -18,6 +18,7 @@ is an optional extra.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -26,6 +27,7 @@ import re
 import sys
 import sysconfig
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -138,27 +140,136 @@ def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    table = fx_decomposition_table()
     try:
         # A fake mode of our own, of static shapes: called from Dynamo, its tracing context
         # (a fake mode with symbolic sizes) is still active, and make_fx would take it.
         fake = FakeTensorMode(allow_non_fake_inputs=True, static_shapes=True)
         inputs = [fake.from_tensor(x, static_shapes=True) for x in example_inputs]
         with torch._guards.tracing(None), fake, torch.no_grad(), \
-                warnings.catch_warnings(), _torch_logs_quiet():
+                warnings.catch_warnings(), _torch_logs_quiet(), \
+                _composite_overrides(table), torch.fx.traceback.preserve_node_meta():
             warnings.simplefilter("ignore", FutureWarning)
             traced = make_fx(torch.func.functionalize(graph, remove="mutations"),
-                             decomposition_table=fx_decomposition_table(),
-                             tracing_mode="real")(*inputs)
+                             decomposition_table=table, tracing_mode="real")(*inputs)
     except FrontendError:
         raise
     except Exception as error:  # tracing raises many types
         raise FrontendError(f"tracing the graph failed: {type(error).__name__}: "
                             f"{str(error).splitlines()[0] if str(error) else ''}") from error
+    # Dead values the decompositions leave (an inference batch norm's empty statistics).
+    traced.graph.eliminate_dead_code()
     view = types.SimpleNamespace(graph=traced.graph, graph_module=traced)
     refuse_data_dependent_shapes(view)
     normalise_negative_dims(view)
     input_updates_as_outputs(traced)
     return traced
+
+
+@contextlib.contextmanager
+def _composite_overrides(table: dict[Any, Any]) -> Iterator[None]:
+    """The entries of `table` for composite ops (CompositeImplicitAutograd: SDPA), in
+    force while tracing. make_fx consults its decomposition table only for ops that reach
+    the dispatcher's Python modes, and a composite op has been decomposed by its own
+    kernel before that (SDPA into torch's math path, whose `_safe_softmax` fusec cannot
+    lower); torch.export's `run_decompositions` overrides them the same way (the
+    overrides are Python kernels: the Python dispatcher runs them)."""
+    import torch
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch.export.exported_program import _override_composite_implicit_decomp
+
+    key = torch._C.DispatchKey.CompositeImplicitAutograd
+    composite = {op: fn for op, fn in table.items()
+                 if isinstance(op, torch._ops.OpOverload)
+                 and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)}
+    with _override_composite_implicit_decomp(composite), enable_python_dispatcher():
+        yield
+
+
+def decompose_program(program: Any) -> Any:
+    """`program` with fusec's decompositions (`decomposition_table`), functional, each
+    in-place update of a buffer, parameter or input one more output before the user's, as
+    `run_decompositions` gives it, in one trace of the exported graph with make_fx
+    (`trace_fx_graph`) instead of run_decompositions' two (metadata, then graph), which
+    took 0.7-1.5 s of a small model's 3-6 s compile. What that trace cannot take (a
+    non-tensor input or output, a data-dependent value) goes through run_decompositions."""
+    try:
+        return _retrace(program)
+    except Exception:  # noqa: BLE001 - any failure: torch's own path decides
+        return program.run_decompositions(decomposition_table())
+
+
+def _retrace(program: Any) -> Any:
+    import torch
+    from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec,
+                                              OutputKind, OutputSpec, TensorArgument)
+
+    signature = program.graph_signature
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    kinds = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR,
+             InputKind.USER_INPUT)
+    if len(placeholders) != len(signature.input_specs) or any(
+            s.kind not in kinds or not isinstance(s.arg, TensorArgument)
+            for s in signature.input_specs) or any(
+            s.kind != OutputKind.USER_OUTPUT or not isinstance(s.arg, TensorArgument)
+            for s in signature.output_specs):
+        raise ValueError("not a plain inference program")
+    inputs = []
+    for node, spec in zip(placeholders, signature.input_specs):
+        if spec.kind == InputKind.USER_INPUT:
+            value = node.meta["val"]
+            inputs.append(torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                              device=value.device))
+        else:
+            # Detached: a weight that requires grad changes how torch decomposes a matmul
+            # (folded to one mm through a copy of a strided input, not a bmm).
+            inputs.append((program.state_dict[spec.target] if spec.target in program.state_dict
+                           else program.constants[spec.target]).detach())
+
+    interpreter = torch.fx.Interpreter(program.graph_module)
+    traced = trace_fx_graph(lambda *args: tuple(interpreter.run(*args)), tuple(inputs))
+    # A decomposition that updates its own intermediate in place (adaptive pooling's
+    # `as_strided_`) runs below the functionalization: torch's path functionalizes it.
+    if any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+           for n in traced.graph.nodes if n.op == "call_function"):
+        raise ValueError("an in-place op is left after functionalization")
+    new_placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    # The exported program's names (the user's argument names, p_/b_/c_ for the state),
+    # kept as torch.export sets them (FX's own renaming would make `input` `input_1`).
+    taken = {n.name for n in traced.graph.nodes if n.op != "placeholder"}
+    if taken & {n.name for n in placeholders}:
+        raise ValueError("a placeholder's name is taken in the trace")
+    for new, old in zip(new_placeholders, placeholders):
+        new.name = new.target = old.name
+    output = next(n for n in traced.graph.nodes if n.op == "output")
+    results = list(output.args[0])
+    users = len(signature.output_specs)
+    if len(results) != users + len(traced.meta.get(UPDATES_META, [])):
+        raise ValueError("outputs changed in the trace")
+    mutated, mutation_specs = [], []
+    mutation_of = {InputKind.BUFFER: OutputKind.BUFFER_MUTATION,
+                   InputKind.PARAMETER: OutputKind.PARAMETER_MUTATION,
+                   InputKind.USER_INPUT: OutputKind.USER_INPUT_MUTATION}
+    for index, position in traced.meta.pop(UPDATES_META, []):
+        spec = signature.input_specs[index]
+        value = results[position]
+        mutated.append(value)
+        mutation_specs.append(OutputSpec(
+            kind=mutation_of[spec.kind], arg=TensorArgument(name=value.name),
+            target=spec.target if spec.kind != InputKind.USER_INPUT
+            else new_placeholders[index].name))
+    user_results = results[:users]
+    output.args = (tuple(mutated + user_results),)
+    traced.graph.lint()
+    traced.recompile()
+    new_signature = ExportGraphSignature(
+        input_specs=[InputSpec(kind=s.kind, arg=TensorArgument(name=n.name), target=s.target,
+                               persistent=s.persistent)
+                     for s, n in zip(signature.input_specs, new_placeholders)],
+        output_specs=mutation_specs + [
+            OutputSpec(kind=OutputKind.USER_OUTPUT, arg=TensorArgument(name=r.name), target=None)
+            for r in user_results])
+    return program._update(traced, new_signature)
 
 
 UPDATES_META = "fusec_input_updates"  # graph_module.meta: [(input, output)] to copy back
@@ -688,7 +799,7 @@ def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> 
 
     program = torch.export.export(module, tuple(example_inputs), strict=False)
     refuse_data_dependent_shapes(program)
-    program = program.run_decompositions(decomposition_table())
+    program = decompose_program(program)
     normalise_negative_dims(program)
     _keep_non_persistent_buffers(program)
     view_state_in_lists(program)

@@ -104,18 +104,18 @@
       %192 = "arith.addf"(%arg141, %arg142) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       "linalg.yield"(%192) : (f32) -> ()
     }) : (tensor<1x64x128xf32>, tensor<128xf32>, tensor<1x64x128xf32>) -> tensor<1x64x128xf32>
-    %37 = "tensor.collapse_shape"(%36) <{reassociation = [[0, 1], [2]]}> : (tensor<1x64x128xf32>) -> tensor<64x128xf32>
-    %38 = "tensor.empty"() : () -> tensor<128x384xf32>
-    %39 = "linalg.transpose"(%16, %38) <{permutation = array<i64: 1, 0>}> ({
+    %37 = "tensor.empty"() : () -> tensor<128x384xf32>
+    %38 = "linalg.transpose"(%16, %37) <{permutation = array<i64: 1, 0>}> ({
     ^bb0(%arg139: f32, %arg140: f32):
       "linalg.yield"(%arg139) : (f32) -> ()
     }) : (tensor<384x128xf32>, tensor<128x384xf32>) -> tensor<128x384xf32>
+    %39 = "tensor.collapse_shape"(%36) <{reassociation = [[0, 1], [2]]}> : (tensor<1x64x128xf32>) -> tensor<64x128xf32>
     %40 = "tensor.empty"() : () -> tensor<64x384xf32>
     %41 = "linalg.fill"(%1, %40) <{operandSegmentSizes = array<i32: 1, 1>}> ({
     ^bb0(%arg137: f32, %arg138: f32):
       "linalg.yield"(%arg137) : (f32) -> ()
     }) : (f32, tensor<64x384xf32>) -> tensor<64x384xf32>
-    %42 = "linalg.matmul"(%37, %39, %41) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
+    %42 = "linalg.matmul"(%39, %38, %41) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
     ^bb0(%arg134: f32, %arg135: f32, %arg136: f32):
       %190 = "arith.mulf"(%arg134, %arg135) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       %191 = "arith.addf"(%arg136, %190) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
@@ -252,18 +252,18 @@
     ^bb0(%arg84: f32, %arg85: f32):
       "linalg.yield"(%arg84) : (f32) -> ()
     }) : (tensor<1x4x64x32xf32>, tensor<1x64x4x32xf32>) -> tensor<1x64x4x32xf32>
-    %91 = "tensor.collapse_shape"(%90) <{reassociation = [[0, 1], [2, 3]]}> : (tensor<1x64x4x32xf32>) -> tensor<64x128xf32>
-    %92 = "tensor.empty"() : () -> tensor<128x128xf32>
-    %93 = "linalg.transpose"(%13, %92) <{permutation = array<i64: 1, 0>}> ({
+    %91 = "tensor.empty"() : () -> tensor<128x128xf32>
+    %92 = "linalg.transpose"(%13, %91) <{permutation = array<i64: 1, 0>}> ({
     ^bb0(%arg82: f32, %arg83: f32):
       "linalg.yield"(%arg82) : (f32) -> ()
     }) : (tensor<128x128xf32>, tensor<128x128xf32>) -> tensor<128x128xf32>
+    %93 = "tensor.collapse_shape"(%90) <{reassociation = [[0, 1], [2, 3]]}> : (tensor<1x64x4x32xf32>) -> tensor<64x128xf32>
     %94 = "tensor.empty"() : () -> tensor<64x128xf32>
     %95 = "linalg.fill"(%1, %94) <{operandSegmentSizes = array<i32: 1, 1>}> ({
     ^bb0(%arg80: f32, %arg81: f32):
       "linalg.yield"(%arg80) : (f32) -> ()
     }) : (f32, tensor<64x128xf32>) -> tensor<64x128xf32>
-    %96 = "linalg.matmul"(%91, %93, %95) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
+    %96 = "linalg.matmul"(%93, %92, %95) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
     ^bb0(%arg77: f32, %arg78: f32, %arg79: f32):
       %168 = "arith.mulf"(%arg77, %arg78) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       %169 = "arith.addf"(%arg79, %168) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
@@ -336,18 +336,18 @@
       %154 = "arith.addf"(%arg44, %arg45) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       "linalg.yield"(%154) : (f32) -> ()
     }) : (tensor<1x64x128xf32>, tensor<128xf32>, tensor<1x64x128xf32>) -> tensor<1x64x128xf32>
-    %111 = "tensor.collapse_shape"(%110) <{reassociation = [[0, 1], [2]]}> : (tensor<1x64x128xf32>) -> tensor<64x128xf32>
-    %112 = "tensor.empty"() : () -> tensor<128x512xf32>
-    %113 = "linalg.transpose"(%9, %112) <{permutation = array<i64: 1, 0>}> ({
+    %111 = "tensor.empty"() : () -> tensor<128x512xf32>
+    %112 = "linalg.transpose"(%9, %111) <{permutation = array<i64: 1, 0>}> ({
     ^bb0(%arg42: f32, %arg43: f32):
       "linalg.yield"(%arg42) : (f32) -> ()
     }) : (tensor<512x128xf32>, tensor<128x512xf32>) -> tensor<128x512xf32>
+    %113 = "tensor.collapse_shape"(%110) <{reassociation = [[0, 1], [2]]}> : (tensor<1x64x128xf32>) -> tensor<64x128xf32>
     %114 = "tensor.empty"() : () -> tensor<64x512xf32>
     %115 = "linalg.fill"(%1, %114) <{operandSegmentSizes = array<i32: 1, 1>}> ({
     ^bb0(%arg40: f32, %arg41: f32):
       "linalg.yield"(%arg40) : (f32) -> ()
     }) : (f32, tensor<64x512xf32>) -> tensor<64x512xf32>
-    %116 = "linalg.matmul"(%111, %113, %115) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
+    %116 = "linalg.matmul"(%113, %112, %115) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
     ^bb0(%arg37: f32, %arg38: f32, %arg39: f32):
       %152 = "arith.mulf"(%arg37, %arg38) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       %153 = "arith.addf"(%arg39, %152) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
@@ -407,13 +407,13 @@
       %140 = "arith.mulf"(%arg12, %arg13) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       "linalg.yield"(%140) : (f32) -> ()
     }) : (tensor<1x64x512xf32>, tensor<1x64x512xf32>, tensor<1x64x512xf32>) -> tensor<1x64x512xf32>
-    %129 = "tensor.collapse_shape"(%128) <{reassociation = [[0, 1], [2]]}> : (tensor<1x64x512xf32>) -> tensor<64x512xf32>
-    %130 = "tensor.empty"() : () -> tensor<512x128xf32>
-    %131 = "linalg.transpose"(%5, %130) <{permutation = array<i64: 1, 0>}> ({
+    %129 = "tensor.empty"() : () -> tensor<512x128xf32>
+    %130 = "linalg.transpose"(%5, %129) <{permutation = array<i64: 1, 0>}> ({
     ^bb0(%arg10: f32, %arg11: f32):
       "linalg.yield"(%arg10) : (f32) -> ()
     }) : (tensor<128x512xf32>, tensor<512x128xf32>) -> tensor<512x128xf32>
-    %132 = "linalg.matmul"(%129, %131, %95) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
+    %131 = "tensor.collapse_shape"(%128) <{reassociation = [[0, 1], [2]]}> : (tensor<1x64x512xf32>) -> tensor<64x512xf32>
+    %132 = "linalg.matmul"(%131, %130, %95) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
     ^bb0(%arg7: f32, %arg8: f32, %arg9: f32):
       %138 = "arith.mulf"(%arg7, %arg8) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       %139 = "arith.addf"(%arg9, %138) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32

@@ -86,18 +86,18 @@
       %42 = "arith.addf"(%arg14, %arg15) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       "linalg.yield"(%42) : (f32) -> ()
     }) : (tensor<4x128x256xf32>, tensor<256xf32>, tensor<4x128x256xf32>) -> tensor<4x128x256xf32>
-    %25 = "tensor.collapse_shape"(%24) <{reassociation = [[0, 1], [2]]}> : (tensor<4x128x256xf32>) -> tensor<512x256xf32>
-    %26 = "tensor.empty"() : () -> tensor<256x256xf32>
-    %27 = "linalg.transpose"(%4, %26) <{permutation = array<i64: 1, 0>}> ({
+    %25 = "tensor.empty"() : () -> tensor<256x256xf32>
+    %26 = "linalg.transpose"(%4, %25) <{permutation = array<i64: 1, 0>}> ({
     ^bb0(%arg12: f32, %arg13: f32):
       "linalg.yield"(%arg12) : (f32) -> ()
     }) : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+    %27 = "tensor.collapse_shape"(%24) <{reassociation = [[0, 1], [2]]}> : (tensor<4x128x256xf32>) -> tensor<512x256xf32>
     %28 = "tensor.empty"() : () -> tensor<512x256xf32>
     %29 = "linalg.fill"(%0, %28) <{operandSegmentSizes = array<i32: 1, 1>}> ({
     ^bb0(%arg10: f32, %arg11: f32):
       "linalg.yield"(%arg10) : (f32) -> ()
     }) : (f32, tensor<512x256xf32>) -> tensor<512x256xf32>
-    %30 = "linalg.matmul"(%25, %27, %29) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
+    %30 = "linalg.matmul"(%27, %26, %29) <{indexing_maps = [#map3, #map4, #map5], operandSegmentSizes = array<i32: 2, 1>}> ({
     ^bb0(%arg7: f32, %arg8: f32, %arg9: f32):
       %40 = "arith.mulf"(%arg7, %arg8) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       %41 = "arith.addf"(%arg9, %40) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32

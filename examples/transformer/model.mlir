@@ -275,18 +275,18 @@
       %146 = "arith.addf"(%arg51, %arg52) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       "linalg.yield"(%146) : (f32) -> ()
     }) : (tensor<2x16x128xf32>, tensor<128xf32>, tensor<2x16x128xf32>) -> tensor<2x16x128xf32>
-    %97 = "tensor.collapse_shape"(%96) <{reassociation = [[0, 1], [2]]}> : (tensor<2x16x128xf32>) -> tensor<32x128xf32>
-    %98 = "tensor.empty"() : () -> tensor<128x256xf32>
-    %99 = "linalg.transpose"(%8, %98) <{permutation = array<i64: 1, 0>}> ({
+    %97 = "tensor.empty"() : () -> tensor<128x256xf32>
+    %98 = "linalg.transpose"(%8, %97) <{permutation = array<i64: 1, 0>}> ({
     ^bb0(%arg49: f32, %arg50: f32):
       "linalg.yield"(%arg49) : (f32) -> ()
     }) : (tensor<256x128xf32>, tensor<128x256xf32>) -> tensor<128x256xf32>
+    %99 = "tensor.collapse_shape"(%96) <{reassociation = [[0, 1], [2]]}> : (tensor<2x16x128xf32>) -> tensor<32x128xf32>
     %100 = "tensor.empty"() : () -> tensor<32x256xf32>
     %101 = "linalg.fill"(%1, %100) <{operandSegmentSizes = array<i32: 1, 1>}> ({
     ^bb0(%arg47: f32, %arg48: f32):
       "linalg.yield"(%arg47) : (f32) -> ()
     }) : (f32, tensor<32x256xf32>) -> tensor<32x256xf32>
-    %102 = "linalg.matmul"(%97, %99, %101) <{indexing_maps = [#map8, #map9, #map10], operandSegmentSizes = array<i32: 2, 1>}> ({
+    %102 = "linalg.matmul"(%99, %98, %101) <{indexing_maps = [#map8, #map9, #map10], operandSegmentSizes = array<i32: 2, 1>}> ({
     ^bb0(%arg44: f32, %arg45: f32, %arg46: f32):
       %144 = "arith.mulf"(%arg44, %arg45) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       %145 = "arith.addf"(%arg46, %144) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
@@ -305,13 +305,13 @@
       %142 = "arith.select"(%141, %arg39, %1) : (i1, f32, f32) -> f32
       "linalg.yield"(%142) : (f32) -> ()
     }) : (tensor<2x16x256xf32>, tensor<2x16x256xf32>) -> tensor<2x16x256xf32>
-    %107 = "tensor.collapse_shape"(%106) <{reassociation = [[0, 1], [2]]}> : (tensor<2x16x256xf32>) -> tensor<32x256xf32>
-    %108 = "tensor.empty"() : () -> tensor<256x128xf32>
-    %109 = "linalg.transpose"(%6, %108) <{permutation = array<i64: 1, 0>}> ({
+    %107 = "tensor.empty"() : () -> tensor<256x128xf32>
+    %108 = "linalg.transpose"(%6, %107) <{permutation = array<i64: 1, 0>}> ({
     ^bb0(%arg37: f32, %arg38: f32):
       "linalg.yield"(%arg37) : (f32) -> ()
     }) : (tensor<128x256xf32>, tensor<256x128xf32>) -> tensor<256x128xf32>
-    %110 = "linalg.matmul"(%107, %109, %77) <{indexing_maps = [#map8, #map9, #map10], operandSegmentSizes = array<i32: 2, 1>}> ({
+    %109 = "tensor.collapse_shape"(%106) <{reassociation = [[0, 1], [2]]}> : (tensor<2x16x256xf32>) -> tensor<32x256xf32>
+    %110 = "linalg.matmul"(%109, %108, %77) <{indexing_maps = [#map8, #map9, #map10], operandSegmentSizes = array<i32: 2, 1>}> ({
     ^bb0(%arg34: f32, %arg35: f32, %arg36: f32):
       %139 = "arith.mulf"(%arg34, %arg35) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32
       %140 = "arith.addf"(%arg36, %139) <{fastmath = #arith.fastmath<none>}> : (f32, f32) -> f32

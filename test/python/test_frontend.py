@@ -507,3 +507,86 @@ def test_a_library_frame_inside_a_clone_named_fusec_is_the_models():
     assert frontend._is_ours(os.path.join(root, "compiler", "frontend.py"))
     assert frontend._is_ours(os.path.join(os.path.dirname(torch.__file__), "export",
                                           "_trace.py"))
+
+
+# --------------------------------------------------------------------------------------------
+# One trace for the decompositions (`decompose_program`)
+
+
+class _Stateful(torch.nn.Module):
+    """What the retrace must carry: a buffer updated in place (state), an input updated in
+    place, attention through SDPA (a composite op fusec decomposes itself), a matmul of a
+    transposed 3-D input by a weight (torch folds it to one mm only through a copy), a
+    non-persistent buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.register_buffer("steps", torch.zeros(()))
+        self.register_buffer("scale", torch.full((8,), 0.5), persistent=False)
+
+    def forward(self, x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        self.steps += 1
+        q.mul_(2)
+        h = self.proj(x.transpose(0, 1)) * self.scale
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return h.sum() + a.sum() * self.steps
+
+
+def _ops(program) -> set[str]:
+    return {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+
+
+def test_one_trace_decomposes_as_run_decompositions_does() -> None:
+    from fusec.compiler import frontend
+
+    torch.manual_seed(0)
+    model = _Stateful().eval()
+    x, q = torch.randn(5, 3, 8), torch.randn(2, 4, 6, 8)
+    # Two exports: each program's buffers are its own (a run updates `steps` in place).
+    reference = torch.export.export(copy.deepcopy(model), (x, q.clone()), strict=False
+                                    ).run_decompositions(frontend.decomposition_table())
+    program = torch.export.export(copy.deepcopy(model), (x, q.clone()), strict=False)
+    retraced = frontend._retrace(program)  # raises if the one-trace path cannot take it
+    # The same signature: names, kinds, targets; mutations first, as torch orders them.
+    describe = (lambda p: ([(s.kind.name, s.arg.name, s.target)
+                            for s in p.graph_signature.input_specs],
+                           [(s.kind.name, s.target) for s in p.graph_signature.output_specs]))
+    assert describe(retraced)[0] == describe(reference)[0]
+    assert describe(retraced)[1] == describe(reference)[1]
+    assert [k for k, _ in describe(retraced)[1]] == [
+        "BUFFER_MUTATION", "USER_INPUT_MUTATION", "USER_OUTPUT"]
+    # fusec's own attention decomposition (no `_safe_softmax` and its `all`), no in-place op,
+    # and the matmul as torch's path gives it (a bmm of the strided input, no copy and mm).
+    ops = _ops(retraced)
+    assert "aten.all.dim" not in ops and "aten._softmax.default" in ops
+    assert not any(op.endswith("_.default") or op.endswith("_.Tensor") for op in ops)
+    assert ("aten.bmm.default" in ops) == ("aten.bmm.default" in _ops(reference))
+    # The same values as the model's, the state's second step included.
+    a_module, b_module = reference.module(), retraced.module()
+    for _ in range(2):
+        x2, q2 = torch.randn(5, 3, 8), torch.randn(2, 4, 6, 8)
+        with torch.no_grad():
+            want = model(x2, q2.clone())
+            a, b = a_module(x2, q2.clone()), b_module(x2, q2.clone())
+        assert torch.allclose(a, want, rtol=1e-5, atol=1e-5)
+        assert torch.allclose(b, want, rtol=1e-5, atol=1e-5)
+
+
+def test_an_in_place_op_left_by_a_decomposition_goes_torchs_way() -> None:
+    """Adaptive pooling's decomposition restrides its own result in place (`as_strided_`),
+    which the one trace cannot functionalize: the program goes through
+    run_decompositions, and what comes out has no in-place op."""
+    from fusec.compiler import frontend
+
+    class Pool(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.adaptive_avg_pool1d(x.transpose(1, 2), 1) + 1
+
+    program = torch.export.export(Pool(), (torch.randn(2, 5, 4),), strict=False)
+    with pytest.raises(ValueError, match="in-place"):
+        frontend._retrace(program)
+    decomposed = frontend.decompose_program(program)
+    assert "aten.as_strided_.default" not in _ops(decomposed)
+    x = torch.randn(2, 5, 4)
+    assert torch.allclose(decomposed.module()(x), Pool()(x))

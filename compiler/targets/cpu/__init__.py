@@ -318,7 +318,7 @@ def _drop_fusion_attributes(module: Any) -> None:
 
 
 # Constant globals at least this large leave the LLVM IR (see `externalize_weights`).
-EXTERNAL_WEIGHT_BYTES = 64 * 1024
+EXTERNAL_WEIGHT_BYTES = 1024
 _RESOURCE = re.compile(r'^\s*([\w.$-]+|"[^"]*"): "0x([0-9A-Fa-f]*)",?$', re.MULTILINE)
 
 
