@@ -239,8 +239,10 @@ def _retrace(program: Any) -> Any:
     taken = {n.name for n in traced.graph.nodes if n.op != "placeholder"}
     if taken & {n.name for n in placeholders}:
         raise ValueError("a placeholder's name is taken in the trace")
+    namespace = traced.graph._graph_namespace
     for new, old in zip(new_placeholders, placeholders):
         new.name = new.target = old.name
+        namespace._used_names.add(old.name)  # a node added later takes another name
     output = next(n for n in traced.graph.nodes if n.op == "output")
     results = list(output.args[0])
     users = len(signature.output_specs)
