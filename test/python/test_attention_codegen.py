@@ -287,3 +287,18 @@ def test_warps_past_the_last_row_skip_the_softmax(tmp_path):
     assert not re.search(r"scf\.if %\S+ -> \(f32, f32, f32, f32, f32, f32, i1\)", full)
     # The lazy rescale: O is multiplied only on a warp's vote, in both.
     assert "nvvm.vote.sync any" in one and "nvvm.vote.sync any" in full
+
+
+def test_scores_stay_f32_from_the_accumulator_to_the_softmax(tmp_path):
+    """The graph rounds S to bf16 (the matmul's result) and again after its bf16 scale;
+    the kernel takes each op's f32 value before the rounding, as FlashAttention does: no
+    16-bit conversion or multiply on the softmax's path, one per score for the scale. The
+    only 16-bit conversions left are P's (packed, two scores at a time) and O's."""
+    _build(_naive, [(2, 3, 200, 64)] * 3, tmp_path)
+    ptx = (tmp_path / "m.ptx").read_text()
+    assert "mul.rn.bf16" not in ptx and "cvt.f32.bf16" not in ptx
+    assert "cvt.rn.bf16.f32" not in ptx  # P and O are converted in pairs
+    # A 64 x 128 tile over 128 threads: 64 scores a thread, each scaled once in f32 and
+    # passed through one ex2.
+    assert len(re.findall(r"\bex2\.approx\.ftz\.f32\b", ptx)) >= 64
+    assert len(re.findall(r"\bcvt\.rn\.bf16x2\.f32\b", ptx)) >= 32

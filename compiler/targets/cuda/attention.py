@@ -17,7 +17,9 @@ of one (batch, head) and streams the keys and values through shared memory in ti
                                       overlap)
         X = score(S_j)                (the group's own score ops, per element, with the
                                        row / key index: scale, casts, masks; keys past
-                                       the end are -inf)
+                                       the end are -inf; in f32 throughout: the graph's
+                                       16-bit roundings between them are skipped, as
+                                       FlashAttention never rounds S)
         m' = max(m, rowmax X);  P_j = exp2((X - m') log2 e);  l = l e^(m - m') + rowsum P_j
         P_j -> P buffer j % 2         (16-bit, the 128-byte swizzle wgmma reads)
         wait for both MMAs;  O *= e^(m - m')
@@ -52,7 +54,7 @@ the attention group into it so that these views reach the model's own buffers.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import mlir.ir as ir
 from fusec.compiler.targets.cuda.analysis import tensor_info, value_key
@@ -126,6 +128,8 @@ class AttentionEmitter(MovementEmitter):
                 causal_bound(self.m, o.m, o.n) is not None)
         self.s_key = value_key(self.m.qk.results[0])
         self.bound: list[str] | None = None
+        # A 16-bit rounding of an f32 score lane -> the lane before it (`eval_payload_op`).
+        self.unrounded: dict[str, str] = {}
 
     # The scores are the fragment's values: the chain reads S elementwise (identity maps
     # through reshapes), so whatever index it asks at is the current element's.
@@ -133,6 +137,24 @@ class AttentionEmitter(MovementEmitter):
         if value_key(value) == self.s_key:
             return self.bound
         return super().at(value, idx)
+
+    # The scores stay f32 from the accumulator to the softmax, as FlashAttention and cuDNN's
+    # SDPA keep them: where the graph rounds a score to 16 bits between two of its ops (the
+    # matmul's bf16 result, a scale computed in bf16: each op widened to f32 and rounded
+    # where it yields), the next op's widening takes the f32 value before the rounding. The
+    # scores are then nearer float64 than the unfused graph's, never farther, and the
+    # softmax's path loses three conversions and a 16-bit multiply per score.
+    def eval_payload_op(self, inner: ir.Operation, dom: list[Ix], get: Any) -> list[Any]:
+        if inner.name == "arith.extf" and str(inner.results[0].type) == "f32":
+            lanes = get(inner.operands[0])
+            if isinstance(lanes, list) and lanes and all(v in self.unrounded for v in lanes):
+                return [[self.unrounded[v] for v in lanes]]
+        out = super().eval_payload_op(inner, dom, get)
+        if inner.name == "arith.truncf" and str(inner.operands[0].type) == "f32":
+            source = get(inner.operands[0])
+            if isinstance(source, list) and len(source) == len(out[0]):
+                self.unrounded.update(zip(out[0], source))
+        return out
 
     # -- small emitters
 
@@ -515,7 +537,8 @@ class AttentionEmitter(MovementEmitter):
                 x_el = tensor_info(self.m.score.type)[1]
                 for e, x in enumerate(values):
                     if x_el != "f32":
-                        x = self.fop("arith.extf", x, type_=f"{x_el} to f32")
+                        x = self.unrounded.get(x) or self.fop("arith.extf", x,
+                                                              type_=f"{x_el} to f32")
                     if o.n % t.bn:
                         key = self.arith("addi", col, idx(e))
                         inside = self.arith("cmpi ult,", key, idx(o.n))
