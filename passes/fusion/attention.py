@@ -360,6 +360,71 @@ def _scale_of(chain: list[ir.Operation], sides: list[ir.Value]) -> float | None:
     return found
 
 
+def computed_scale(m: Match) -> float | None:
+    """`m.scale` as the score chain computes it: the constant rounded by the casts between
+    it and its multiply (SDPA's 1 / sqrt(d), an f64 constant, multiplies bf16 scores as
+    bf16: 0.0883883... is 0.08837890625), inverted for a divide (x / c is x * (1 / c) in
+    f32, rounded once); None where the chain is not one such multiply or a cast's rounding
+    is not certain here."""
+    import struct
+
+    def rounded(x: float, type_: str) -> float | None:
+        if type_ == "f64":
+            return x
+        single = struct.unpack("<f", struct.pack("<f", x))[0]
+        if type_ == "f32":
+            return single
+        if type_ == "bf16":  # the nearest of the bf16 values around x, ties to even
+            top = struct.unpack("<I", struct.pack("<f", single))[0] & 0xFFFF0000
+            near = [(abs(struct.unpack("<f", struct.pack("<I", b))[0] - x), (b >> 16) & 1, b)
+                    for b in (top - 0x10000, top, top + 0x10000)
+                    if 0 <= b <= 0xFFFFFFFF and (b ^ top) >> 31 == 0]
+            return struct.unpack("<f", struct.pack("<I", min(near)[2]))[0]
+        if type_ == "f16":
+            try:
+                return struct.unpack("<e", struct.pack("<e", x))[0]
+            except OverflowError:
+                return None
+        return None
+
+    def through_casts(value: ir.Value) -> tuple[ir.Value, list[str]]:
+        casts = []
+        source = defining_op(value)
+        while source is not None and source.name in CASTS:
+            casts.append(str(source.results[0].type))
+            value = source.operands[0]
+            source = defining_op(value)
+        return value, casts
+
+    if m.sides:
+        return None
+    found: float | None = None
+    for op in m.chain:
+        if op.name in RESHAPE_OPS or _cast_of(op) is not None:
+            continue
+        body = [o for o in _payload(op) if o.name != "linalg.yield"]
+        arith = [o for o in body if o.name in ("arith.mulf", "arith.divf")]
+        if found is not None or len(arith) != 1 or any(
+                o.name not in (*CASTS, "arith.constant", "arith.mulf", "arith.divf")
+                for o in body):
+            return None  # more than S times a constant
+        scores, _ = through_casts(arith[0].operands[0])
+        constant, casts = through_casts(arith[0].operands[1])
+        if arith[0].name == "arith.mulf" and isinstance(scores, ir.OpResult):
+            (scores, _), (constant, casts) = ((constant, casts), (scores, []))
+        source = defining_op(constant)
+        if not isinstance(scores, ir.BlockArgument) or source is None or \
+                source.name != "arith.constant":
+            return None
+        value: float | None = float(ir.FloatAttr(source.attributes["value"]).value)
+        for type_ in reversed(casts):
+            value = None if value is None else rounded(value, type_)
+        if value is None or value == 0.0:
+            return None
+        found = rounded(1.0 / value, "f32") if arith[0].name == "arith.divf" else value
+    return found
+
+
 def _split_transpose(t: ir.Operation) -> ir.Operation:
     """K^T = transpose(X, p) with p not the swap of the last two dims (the canonicaliser
     composed K's head split into it: (0, 2, 3, 1) of [B, T, H, D]) becomes

@@ -302,3 +302,39 @@ def test_scores_stay_f32_from_the_accumulator_to_the_softmax(tmp_path):
     # passed through one ex2.
     assert len(re.findall(r"\bex2\.approx\.ftz\.f32\b", ptx)) >= 64
     assert len(re.findall(r"\bcvt\.rn\.bf16x2\.f32\b", ptx)) >= 32
+
+
+def _f32_hex(x: float) -> str:
+    import struct
+
+    return "0f" + struct.pack(">f", x).hex().upper()
+
+
+@pytest.mark.parametrize("form, d, scale", [
+    # SDPA: S times 1 / sqrt(d), an f64 constant the graph multiplies in bf16.
+    ("sdpa", 128, 0.08837890625),
+    # The naive form: S / sqrt(d), a divide by 8: S times 1 / 8.
+    ("naive", 64, 0.125),
+])
+def test_a_scale_folds_into_exp2(form, d, scale, tmp_path):
+    """Where the score chain is S times a positive constant (no mask), X is not computed:
+    the row max is c max S and c folds into exp2's multiplier (c log2 e), with c as the
+    chain computes it (rounded by its casts)."""
+    fn = _naive if form == "naive" else (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v))  # noqa: E731
+    _build(fn, [(2, 3, 256, d)] * 3, tmp_path)
+    ptx = (tmp_path / "m.ptx").read_text()
+    step = _f32_hex(scale * math.log2(math.e))
+    # One FMA by c log2 e per score of a step: key tiles of 64 or 128, 32 or 64 a thread.
+    assert len(re.findall(rf"fma\.rn\.f32\s+[^;]*{step}", ptx)) >= 32
+    # No score is multiplied by c on its own: c appears for the row maxes only.
+    assert len(re.findall(rf"mul\.rn\.f32\s+[^;]*{_f32_hex(scale)}", ptx)) <= 2 * 2
+
+
+def test_a_masked_chain_does_not_fold(tmp_path):
+    """An additive mask is part of X: the chain is evaluated, X then exp2's FMA by log2 e."""
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa
+    _build(fn, [(2, 2, 128, 64)] * 3 + [(2, 1, 128, 128)], tmp_path)
+    ptx = (tmp_path / "m.ptx").read_text()
+    assert _f32_hex(0.125 * math.log2(math.e)) not in ptx
+    assert _f32_hex(float.fromhex("0x1.715476p+0")) in ptx  # log2 e

@@ -73,6 +73,7 @@ from fusec.compiler.targets.cuda.attention_layouts import (
 from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS, WARPGROUP, map_entry
 from fusec.passes import attributes, cost_model
+from fusec.passes.fusion.attention import computed_scale
 from fusec.passes.fusion.attention_mask import causal_bound
 from fusec.runtime.plan import Launch
 TENSOR_MAP_TYPES = {"bf16": 9, "f16": 6}
@@ -500,12 +501,17 @@ class AttentionEmitter(MovementEmitter):
             emit(f"{soft}:7 = scf.if {live} -> (f32, f32, f32, f32, f32, f32, i1) {{")
             self.indent += 1
             self.memo.append({})
-        # X = score(S), two consecutive keys at a time.
+        # X = score(S), two consecutive keys at a time. Where the chain is S times a
+        # positive constant c (the match's `scale`: no mask, casts aside) and no key tile
+        # runs past the last key, X is not computed: the row max is c max S (c > 0 keeps
+        # the order) and c folds into exp2's multiplier, P = 2^(S c log2 e - m log2 e).
+        scale = computed_scale(self.m) if o.n % t.bn == 0 else None
+        scale = scale if scale is not None and scale > 0 else None
         n0 = self.arith("muli", "%j", idx(t.bn))
         score_shape = tensor_info(self.m.score.type)[0]
         lead = self.delinearize(Ix(bh, 0, 1), score_shape[:-2]) if len(score_shape) > 2 else []
         xs: list[list[str]] = [[], []]  # per row half: the thread's X values in order
-        for r in range(2):
+        for r in range(2 if scale is None else 0):
             grow = self.arith("addi", m0, rows[r])
             grow_c = self.arith("minui", grow, idx(o.m - 1))
             for c in range(t.bn // 8):
@@ -544,6 +550,9 @@ class AttentionEmitter(MovementEmitter):
                         inside = self.arith("cmpi ult,", key, idx(o.n))
                         x = self.fop("arith.select", inside, x, ninf)
                     xs[r].append(x)
+        if scale is not None:  # S itself, the thread's values in the same order
+            xs = [[self.extract(s_acc, 4 * c + 2 * r + e, ns) for c in range(t.bn // 8)
+                   for e in range(2)] for r in range(2)]
         # Online softmax per row half, with a lazy reference max (FlashAttention-4's
         # conditional rescaling): the max P is taken against moves only when a row's new
         # max passes it by more than RESCALE_LOG2 (in log2 units: P <= 2^RESCALE_LOG2, exact
@@ -556,6 +565,8 @@ class AttentionEmitter(MovementEmitter):
             mx = self.tree(xs[r], "arith.maximumf")
             mx = self.shuffle_xor(mx, 1, "arith.maximumf")
             mx = self.shuffle_xor(mx, 2, "arith.maximumf")
+            if scale is not None:
+                mx = self.fop("arith.mulf", mx, self.f32(scale))
             maxes.append(mx)
             past = self.fop("arith.cmpf ogt,", mx, self.fop(
                 "arith.addf", m_old, self.f32(RESCALE_LOG2 / LOG2E)))
@@ -570,8 +581,9 @@ class AttentionEmitter(MovementEmitter):
             m_use = self.fop("arith.select", dead, zero, m_new)
             neg = self.fop("arith.mulf", m_use, self.f32(-LOG2E))
             alpha = self.exp2(self.fop("math.fma", m_old, log2e, neg))
+            step = log2e if scale is None else self.f32(scale * LOG2E)
             for x in xs[r]:
-                probs[r].append(self.exp2(self.fop("math.fma", x, log2e, neg)))
+                probs[r].append(self.exp2(self.fop("math.fma", x, step, neg)))
             total = self.tree(probs[r], "arith.addf")
             new_m.append(m_new)
             alphas.append(alpha)
