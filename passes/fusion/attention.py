@@ -408,10 +408,10 @@ def computed_scale(m: Match) -> float | None:
                 o.name not in (*CASTS, "arith.constant", "arith.mulf", "arith.divf")
                 for o in body):
             return None  # more than S times a constant
-        scores, _ = through_casts(arith[0].operands[0])
-        constant, casts = through_casts(arith[0].operands[1])
+        (scores, _), (constant, casts) = (through_casts(v) for v in arith[0].operands)
         if arith[0].name == "arith.mulf" and isinstance(scores, ir.OpResult):
-            (scores, _), (constant, casts) = ((constant, casts), (scores, []))
+            # c * S: the constant's casts are the first operand's.
+            (constant, casts), (scores, _) = (through_casts(v) for v in arith[0].operands)
         source = defining_op(constant)
         if not isinstance(scores, ir.BlockArgument) or source is None or \
                 source.name != "arith.constant":
