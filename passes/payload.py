@@ -48,8 +48,12 @@ CMPF = {"ogt": "greater", "ugt": "greater", "oge": "greater_equal", "uge": "grea
         "olt": "less", "ult": "less", "ole": "less_equal", "ule": "less_equal"}
 _CMPF_CODES = {"2": "ogt", "3": "oge", "4": "olt", "5": "ole", "9": "ugt", "10": "uge",
                "11": "ult", "12": "ule"}
+# Bitwise ops: on i1 logical (an i1 `true` reads as -1 here), else two's complement in int64.
+BIT_OPS = {"arith.andi": ("logical_and", "bitwise_and"), "arith.ori": ("logical_or", "bitwise_or"),
+           "arith.xori": ("logical_xor", "bitwise_xor")}
 PAYLOAD_OPS = frozenset({"arith.constant", "arith.cmpi", "arith.cmpf", "arith.select",
-                         "linalg.index", *UNARY_OPS, *FLOAT_OPS, *INT_OPS, *CAST_OPS})
+                         "linalg.index", *UNARY_OPS, *FLOAT_OPS, *INT_OPS, *CAST_OPS,
+                         *BIT_OPS})
 
 
 def cmpf_predicate(op: ir.Operation) -> str:
@@ -85,6 +89,8 @@ def evaluate_payload(op: ir.Operation, args: list[Any], index: Any = None,
                 return float(attr.value)
             if isinstance(attr, ir.IntegerAttr):  # an index or integer (an offset of a mask)
                 return np.int64(attr.value)
+            if isinstance(attr, ir.BoolAttr):
+                return np.bool_(attr.value)
         raise PayloadError("the body reads a value it does not define")
 
     for o in ops:
@@ -97,6 +103,8 @@ def evaluate_payload(op: ir.Operation, args: list[Any], index: Any = None,
                 env[value_key(o.results[0])] = np.float64(attr.value)
             elif isinstance(attr, ir.IntegerAttr):
                 env[value_key(o.results[0])] = np.int64(attr.value)
+            elif isinstance(attr, ir.BoolAttr):
+                env[value_key(o.results[0])] = np.bool_(attr.value)
             continue
         if name == "linalg.index":
             if index is None:
@@ -114,9 +122,13 @@ def evaluate_payload(op: ir.Operation, args: list[Any], index: Any = None,
             r = getattr(np, FLOAT_OPS[name])(xs[0], xs[1])
         elif name in INT_OPS:
             r = getattr(np, INT_OPS[name])(xs[0], xs[1])
+        elif name in BIT_OPS:
+            logical, bitwise = BIT_OPS[name]
+            r = getattr(np, logical if str(o.results[0].type) == "i1" else bitwise)(xs[0], xs[1])
         elif name in CAST_OPS:
             to = str(o.results[0].type)
-            r = np.asarray(xs[0]).astype(np.float64 if to.startswith(("f", "bf")) else np.int64)
+            # (no copy where the value already has the type: masks evaluate whole grids)
+            r = np.asarray(xs[0], dtype=np.float64 if to.startswith(("f", "bf")) else np.int64)
         elif name == "arith.cmpi":
             pred = ir.IntegerAttr(o.attributes["predicate"]).value
             if pred not in CMPI:
@@ -167,3 +179,136 @@ def constant_array(value: ir.Value, dtypes: dict[str, str] = CONSTANT_DTYPES,
         return np.array(attr).reshape(shape).astype(dtypes[elt])
     except Exception:  # noqa: BLE001 - an attribute numpy cannot read: not read
         return None
+
+
+# Unary ops that never decrease: an interval maps to the interval of its ends.
+MONOTONE_OPS = {"math.erf": "erf", "math.sqrt": "sqrt", "math.tanh": "tanh", "math.exp": "exp"}
+
+
+def evaluate_payload_intervals(op: ir.Operation, args: list[Any], index: list) -> Any:
+    """`evaluate_payload` over intervals: each value is a (lo, hi) pair of float64 arrays (or
+    numbers) holding every value it takes for block arguments in `args`' intervals and loop
+    indices in `index`'s; an i1 is (0, 0), (1, 1) or (0, 1) (not known). The bounds are
+    sound, not tight; a NaN bound (inf - inf) widens to the whole line. Raises PayloadError
+    for an op it does not bound (bitwise ops on integers, remainders, ...). What the
+    attention mask's classification proves over blocks of a grid too large to evaluate."""
+    import numpy as np
+
+    parsed = scalar_body(op)
+    if parsed is None:
+        raise PayloadError("not a one-result linalg.generic")
+    block_args, ops, yielded = parsed
+    env: dict[int, Any] = {value_key(a): x for a, x in zip(block_args, args)}
+
+    def point(attr: ir.Attribute) -> Any:
+        if isinstance(attr, ir.FloatAttr):
+            v = float(attr.value)
+        elif isinstance(attr, ir.BoolAttr):
+            v = 1.0 if attr.value else 0.0
+        elif isinstance(attr, ir.IntegerAttr):
+            v = float(attr.value)
+            if str(attr.type) == "i1":
+                v = 1.0 if v else 0.0
+        else:
+            raise PayloadError("a constant that is not a number")
+        return (np.float64(v), np.float64(v))
+
+    def get(v: ir.Value) -> Any:
+        key = value_key(v)
+        if key in env:
+            return env[key]
+        producer = defining(v)
+        if producer is not None and producer.name == "arith.constant":
+            return point(producer.attributes["value"])
+        raise PayloadError("the body reads a value it does not define")
+
+    def whole(lo: Any, hi: Any) -> tuple:
+        lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+        return (np.where(np.isnan(lo), -np.inf, lo), np.where(np.isnan(hi), np.inf, hi))
+
+    def truth(t: Any, f: Any) -> tuple:
+        """An i1 from where it is surely true and surely false."""
+        return (np.where(t, 1.0, 0.0), np.where(f, 0.0, 1.0))
+
+    for o in ops:
+        name = o.name
+        if name == "arith.constant":
+            env[value_key(o.results[0])] = point(o.attributes["value"])
+            continue
+        if name == "linalg.index":
+            env[value_key(o.results[0])] = index[ir.IntegerAttr(o.attributes["dim"]).value]
+            continue
+        xs = [get(v) for v in o.operands]
+        with np.errstate(all="ignore"):
+            if name in ("arith.addf", "arith.addi"):
+                r = whole(xs[0][0] + xs[1][0], xs[0][1] + xs[1][1])
+            elif name in ("arith.subf", "arith.subi"):
+                r = whole(xs[0][0] - xs[1][1], xs[0][1] - xs[1][0])
+            elif name in ("arith.mulf", "arith.muli"):
+                p = [a * b for a in xs[0] for b in xs[1]]
+                if any(np.isnan(x).any() for x in p):
+                    r = whole(np.nan, np.nan)
+                else:
+                    r = (np.minimum.reduce(p), np.maximum.reduce(p))
+            elif name == "arith.divf":
+                lo, hi = xs[1]
+                if not (np.all(lo == hi) and np.all(lo != 0)):
+                    raise PayloadError("a divide by a value that is not one known number")
+                a, b = xs[0][0] / lo, xs[0][1] / lo
+                r = whole(np.minimum(a, b), np.maximum(a, b))
+            elif name in ("arith.maximumf", "arith.maxnumf", "arith.maxsi"):
+                r = (np.maximum(xs[0][0], xs[1][0]), np.maximum(xs[0][1], xs[1][1]))
+            elif name in ("arith.minimumf", "arith.minnumf", "arith.minsi"):
+                r = (np.minimum(xs[0][0], xs[1][0]), np.minimum(xs[0][1], xs[1][1]))
+            elif name == "arith.negf":
+                r = (-xs[0][1], -xs[0][0])
+            elif name in MONOTONE_OPS:
+                f = np.vectorize(__import__("math").erf) if name == "math.erf" \
+                    else getattr(np, MONOTONE_OPS[name])
+                r = whole(f(xs[0][0]), f(xs[0][1]))
+            elif name in CAST_OPS:
+                r = xs[0]
+            elif name in ("arith.cmpi", "arith.cmpf"):
+                if name == "arith.cmpi":
+                    code = ir.IntegerAttr(o.attributes["predicate"]).value
+                    if code not in CMPI:
+                        raise PayloadError(f"cmpi predicate {code}")
+                    if code >= 6 and not (np.all(xs[0][0] >= 0) and np.all(xs[1][0] >= 0)):
+                        raise PayloadError("an unsigned compare of values that may be negative")
+                    pred = CMPI[code]
+                else:
+                    pred = CMPF.get(cmpf_predicate(o), "")
+                    if not pred:
+                        raise PayloadError(f"cmpf {cmpf_predicate(o)}")
+                (alo, ahi), (blo, bhi) = xs
+                if pred == "less":
+                    r = truth(ahi < blo, alo >= bhi)
+                elif pred == "less_equal":
+                    r = truth(ahi <= blo, alo > bhi)
+                elif pred == "greater":
+                    r = truth(alo > bhi, ahi <= blo)
+                elif pred == "greater_equal":
+                    r = truth(alo >= bhi, ahi < blo)
+                else:
+                    equal = (alo == ahi) & (blo == bhi) & (alo == blo)
+                    apart = (ahi < blo) | (alo > bhi)
+                    r = truth(equal, apart) if pred == "equal" else truth(apart, equal)
+            elif name == "arith.select":
+                (clo, chi), (xlo, xhi), (ylo, yhi) = xs
+                sure_t, sure_f = clo > 0, chi < 1
+                r = (np.where(sure_t, xlo, np.where(sure_f, ylo, np.minimum(xlo, ylo))),
+                     np.where(sure_t, xhi, np.where(sure_f, yhi, np.maximum(xhi, yhi))))
+            elif name in BIT_OPS and str(o.results[0].type) == "i1":
+                (alo, ahi), (blo, bhi) = xs
+                if name == "arith.andi":
+                    r = (np.minimum(alo, blo), np.minimum(ahi, bhi))
+                elif name == "arith.ori":
+                    r = (np.maximum(alo, blo), np.maximum(ahi, bhi))
+                else:
+                    known = (alo == ahi) & (blo == bhi)
+                    value = np.where(alo != blo, 1.0, 0.0)
+                    r = (np.where(known, value, 0.0), np.where(known, value, 1.0))
+            else:
+                raise PayloadError(f"'{name}' is not bounded here")
+        env[value_key(o.results[0])] = r
+    return get(yielded)

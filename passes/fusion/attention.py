@@ -360,12 +360,18 @@ def _scale_of(chain: list[ir.Operation], sides: list[ir.Value]) -> float | None:
     return found
 
 
-def computed_scale(m: Match) -> float | None:
+def computed_scale(m: Match, masks_pass: float | None = None) -> float | None:
     """`m.scale` as the score chain computes it: the constant rounded by the casts between
     it and its multiply (SDPA's 1 / sqrt(d), an f64 constant, multiplies bf16 scores as
     bf16: 0.0883883... is 0.08837890625), inverted for a divide (x / c is x * (1 / c) in
     f32, rounded once); None where the chain is not one such multiply or a cast's rounding
-    is not certain here."""
+    is not certain here.
+
+    `masks_pass`: where the chain has masks, the scale X / S that the whole chain was
+    found (in float64) to compute where they let every score through (a kernel's tiles
+    below a causal diagonal: `attention_mask.interior_scale`). The ops reading a mask are
+    then passed over, and the constant found must be that scale to a 16-bit rounding (a
+    mask op that also scales is not passed over unseen)."""
     import struct
 
     def rounded(x: float, type_: str) -> float | None:
@@ -396,11 +402,13 @@ def computed_scale(m: Match) -> float | None:
             source = defining_op(value)
         return value, casts
 
-    if m.sides:
+    if m.sides and masks_pass is None:
         return None
     found: float | None = None
     for op in m.chain:
         if op.name in RESHAPE_OPS or _cast_of(op) is not None:
+            continue
+        if masks_pass is not None and _reads_mask(op, m):
             continue
         body = [o for o in _payload(op) if o.name != "linalg.yield"]
         arith = [o for o in body if o.name in ("arith.mulf", "arith.divf")]
@@ -422,7 +430,17 @@ def computed_scale(m: Match) -> float | None:
         if value is None or value == 0.0:
             return None
         found = rounded(1.0 / value, "f32") if arith[0].name == "arith.divf" else value
+    if masks_pass is not None and (found is None or
+                                   abs(found - masks_pass) > abs(masks_pass) * 2.0 ** -7):
+        return None
     return found
+
+
+def _reads_mask(op: ir.Operation, m: Match) -> bool:
+    """Whether a score-chain op reads one of the chain's side values (a mask, a mask's
+    constant) or an index (a mask computed in its payload)."""
+    return any(v == w for v in op.operands for w in m.sides) or \
+        any(o.name == "linalg.index" for o in _payload(op))
 
 
 def _split_transpose(t: ir.Operation) -> ir.Operation:

@@ -175,8 +175,9 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
                 d = 64
             else:
                 m, d, n = specs[0][0][2], specs[0][0][3], specs[1][0][2]
+            causal = fn in (sdpa_causal, gqa_repeat, head_split)  # as choose_tiles sees it
             tiles = [(t.bm, t.bn, t.stages) for t in
-                     cost_model.attention_tile_candidates(d, 2, m, n, H200)]
+                     cost_model.attention_tile_candidates(d, 2, m, n, H200, causal)]
             if want not in tiles:
                 continue
             candidate = tiles.index(want)

@@ -338,3 +338,148 @@ def test_a_masked_chain_does_not_fold(tmp_path):
     ptx = (tmp_path / "m.ptx").read_text()
     assert _f32_hex(0.125 * math.log2(math.e)) not in ptx
     assert _f32_hex(float.fromhex("0x1.715476p+0")) in ptx  # log2 e
+
+
+def _interior_of(fn, shapes, tmp_path):
+    """(causal_bound, interior_point, interior_scale) as the kernel's build sees them."""
+    from fusec.compiler.targets.cuda import attention
+
+    seen = []
+    real = attention.interior_point
+
+    def spy(m, q_len, kv_len):
+        from fusec.passes.fusion import attention_mask
+
+        seen.append((attention_mask.causal_bound(m, q_len, kv_len), real(m, q_len, kv_len),
+                     attention_mask.interior_scale(m, q_len, kv_len)))
+        return seen[-1][1]
+
+    attention.interior_point = spy
+    try:
+        _build(fn, shapes, tmp_path)
+    finally:
+        attention.interior_point = real
+    return seen[-1] if seen else None
+
+
+def _masked_naive(keep):
+    def fn(q, k, v):
+        s = torch.matmul(q, k.transpose(-2, -1)) * 0.125
+        m, n = s.shape[-2:]
+        rows = torch.arange(m)[:, None]
+        cols = torch.arange(n)[None, :]
+        s = s.masked_fill(~keep(rows, cols), float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+    return fn
+
+
+def test_tiles_below_the_diagonal_skip_the_causal_mask(tmp_path):
+    """SDPA's causal mask changes nothing below its diagonal: those key tiles evaluate no
+    compare and select per score, and the scale folds into exp2 there (S itself is the max
+    and exp2's FMA multiplies by c log2 e); the diagonal tiles evaluate the chain. Below the
+    diagonal the branch yields the scores as the accumulator holds them."""
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa
+    assert _interior_of(fn, [(1, 2, 512, 128)] * 3, tmp_path) == (0, (511, 0), 0.125 / 2 ** 0.5)
+    text = (tmp_path / "m.cuda.mlir").read_text()
+    branch = re.search(r"(%xs\d+):32 = scf\.if", text)
+    assert branch, "no split at the diagonal"
+    inner = text[branch.end():text.index("} else {", branch.end())]
+    assert "arith.select" not in inner and "arith.cmpi" not in inner and \
+        "arith.mulf" not in inner
+    ptx = (tmp_path / "m.ptx").read_text()
+    assert len(re.findall(rf"fma\.rn\.f32\s+[^;]*{_f32_hex(0.08837890625 * math.log2(math.e))}",
+                          ptx)) >= 32
+
+
+@pytest.mark.parametrize("keep, what", [
+    # A sliding window: keys far below the diagonal are masked too.
+    (lambda r, c: (c <= r) & (c > r - 100), "window"),
+    # A key masked below the diagonal (the first key of every row past the first).
+    (lambda r, c: (c <= r) & ((c > 0) | (r == 0)), "a hole"),
+])
+def test_masks_that_change_scores_below_the_diagonal_keep_the_chain(keep, what, tmp_path):
+    """The diagonal bound holds (every key past the row is masked) but the mask also acts
+    below it: no interior point, every tile evaluates the chain."""
+    bound, point, scale = _interior_of(_masked_naive(keep), [(1, 2, 256, 64)] * 3, tmp_path)
+    assert bound == 0 and point is None and scale is None, what
+    assert not re.search(r"%xs\d+:\d+ = scf\.if", (tmp_path / "m.cuda.mlir").read_text())
+
+
+def test_a_position_bias_below_the_diagonal_is_not_a_scale(tmp_path):
+    """A causal ALiBi-like bias (S c + (key - row) / 8) is not the same everywhere below the
+    diagonal: no interior point."""
+    def fn(q, k, v):
+        s = torch.matmul(q, k.transpose(-2, -1)) * 0.125
+        m, n = s.shape[-2:]
+        rel = (torch.arange(n)[None, :] - torch.arange(m)[:, None]).to(s.dtype) / 8
+        s = (s + rel).masked_fill(torch.ones(m, n, dtype=torch.bool).triu(1), float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+
+    bound, point, scale = _interior_of(fn, [(1, 2, 256, 64)] * 3, tmp_path)
+    assert bound == 0 and point is None
+
+
+def test_a_clamp_that_agrees_near_zero_is_caught_far_away(tmp_path):
+    """max(S c, -10) below the diagonal agrees with S c at the near sample scores but not at
+    the far ones: the interior is not S c, and no scale is folded."""
+    def fn(q, k, v):
+        s = torch.matmul(q, k.transpose(-2, -1)) * 0.125
+        m, n = s.shape[-2:]
+        floor = torch.where(torch.arange(n)[None, :] <= torch.arange(m)[:, None] - 3,
+                            torch.tensor(-10.0), torch.tensor(float("-inf"))).to(s.dtype)
+        s = torch.maximum(s, floor)
+        s = s.masked_fill(torch.ones(m, n, dtype=torch.bool).triu(1), float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+
+    bound, point, scale = _interior_of(fn, [(1, 2, 256, 64)] * 3, tmp_path)
+    assert bound == 0 and point is None and scale is None
+
+
+def _bottom_right(q, k, v):
+    s = torch.matmul(q, k.transpose(-2, -1)) / 8
+    m, n = s.shape[-2:]
+    keep = torch.arange(n)[None, :] <= torch.arange(m)[:, None] + (n - m)
+    return torch.matmul(torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1), v)
+
+
+def _bias(q, k, v):
+    s = torch.matmul(q, k.transpose(-2, -1)) * 0.125
+    m, n = s.shape[-2:]
+    rel = (torch.arange(n)[None, :] - torch.arange(m)[:, None]).to(s.dtype) / 8
+    s = (s + rel).masked_fill(torch.ones(m, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), v)
+
+
+@pytest.mark.parametrize("fn, shapes", [
+    (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+     [(1, 2, 300, 64)] * 3),
+    (_bottom_right, [(1, 2, 200, 64), (1, 2, 330, 64), (1, 2, 330, 64)]),
+    (_masked_naive(lambda r, c: (c <= r) & (c > r - 100)), [(1, 2, 256, 64)] * 3),
+    (_masked_naive(lambda r, c: (c <= r) & ((c > 0) | (r == 0))), [(1, 2, 256, 64)] * 3),
+    (_masked_naive(lambda r, c: c <= r + 3), [(1, 2, 250, 64)] * 3),
+    (_masked_naive(lambda r, c: c != r), [(1, 2, 128, 64)] * 3),
+    (_bias, [(1, 2, 256, 64)] * 3),
+])
+def test_blocks_classify_masks_as_the_whole_grid_does(fn, shapes, tmp_path):
+    """Grids over MASK_GRID_MAX scores are classified by blocks of rows (intervals past and
+    below the diagonal band, the band point by point): on grids small enough for both,
+    the two give the same bound, interior point and scale (or the blocks, proving less,
+    none where the grid has one; never another)."""
+    from fusec.compiler.targets.cuda import attention
+    from fusec.passes.fusion import attention_mask as am
+
+    seen = []  # classified in the spy, while the module lives
+    real = attention.causal_bound
+
+    def spy(m, q_len, kv_len):
+        scores = am._Scores(m, am.value_key(m.qk.results[0]), q_len, kv_len)
+        seen.append((am._classify(scores), am._classify_blocks(scores)))
+        return real(m, q_len, kv_len)
+
+    attention.causal_bound = spy
+    try:
+        _build(fn, shapes, tmp_path)
+    finally:
+        attention.causal_bound = real
+    whole, blocks = seen[-1]
+    assert blocks == whole, (whole, blocks)

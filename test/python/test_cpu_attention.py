@@ -166,6 +166,33 @@ def test_bottom_right_causal_mask_from_indices():
     assert _error(out, _reference(fn, args)) < 1e-5
 
 
+def test_a_causal_grid_classified_by_blocks():
+    """1,100 x 1,100 scores are past MASK_GRID_MAX: the causal bound is proven by blocks of
+    rows (attention_mask._classify_blocks) and the key tiles past the diagonal skipped, the
+    numbers unchanged against float64."""
+    from fusec.passes.fusion.attention_mask import MASK_GRID_MAX
+    from fusec.passes.tiling import cpu_attention
+
+    assert 1100 * 1100 > MASK_GRID_MAX
+    seen = []
+    real = cpu_attention.causal_bound
+
+    def spy(*args):
+        seen.append(real(*args))
+        return seen[-1]
+
+    torch.manual_seed(9)
+    args = _randn(*[(1, 1, 1100, 16)] * 3)
+    cpu_attention.causal_bound = spy
+    try:
+        module, out = _run(_causal, args)
+    finally:
+        cpu_attention.causal_bound = real
+    assert seen == [0]
+    assert _kinds(module) == ["attention"]
+    assert _error(out, _reference(_causal, args)) < 1e-5
+
+
 def test_gqa_and_head_split():
     torch.manual_seed(4)
     args = _randn((1, 8, 70, 32), (1, 2, 70, 32), (1, 2, 70, 32))

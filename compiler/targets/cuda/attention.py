@@ -35,9 +35,14 @@ with two shuffles. The score ops are evaluated by the data-movement family's eva
 (`MovementEmitter.at`), two consecutive keys at a time (one at a time for an odd key
 count), with the scores bound to the fragment's values: whatever elementwise ops the graph
 has there (a causal `where` from indices, an additive mask read from memory, a scale,
-torch's casts) run as they are. A mask that is a function of (row, key) only is evaluated
-here on the whole grid (`causal_bound`): where every key past row + c is masked, each block
-stops at its diagonal tile.
+torch's casts) run as they are. A mask that is a function of (row, key) only is classified
+at compile time (`causal_bound`): where every key past row + c is masked, each block stops
+at its diagonal tile, and the blocks with the most key tiles start first. Where the mask
+also changes nothing below the diagonal (`interior_point`: no window, no position bias),
+the key tiles wholly below it evaluate the chain at one point (its index compares fold
+away) or, where the chain is then S times a constant (`interior_scale`), not at all: the
+constant folds into exp2 as for an unmasked scale, and only the diagonal tiles run the
+mask.
 
 A fully masked row has l = 0 and gives 0 / 0 = NaN, as the unfused softmax does; torch's
 SDPA with a mask says 0 there (`where(rowmax == -inf, 0, P)`, `masked_rows = "zero"`), and
@@ -74,7 +79,7 @@ from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS, WARPGROUP, map_entry
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.attention import computed_scale
-from fusec.passes.fusion.attention_mask import causal_bound
+from fusec.passes.fusion.attention_mask import causal_bound, interior_point, interior_scale
 from fusec.runtime.plan import Launch
 TENSOR_MAP_TYPES = {"bf16": 9, "f16": 6}
 SWIZZLE_128B = 3
@@ -263,6 +268,11 @@ class AttentionEmitter(MovementEmitter):
         idx = self.index
         bh = self.arith("divui", "%bid", idx(m_tiles))
         mt = self.arith("remui", "%bid", idx(m_tiles))
+        self.causal = causal_bound(self.m, self.ops.m, self.ops.n)
+        if self.causal is not None:
+            # Under a causal bound a block's work grows with its row tile: the longest go
+            # first (blocks start in index order), so the last wave is of short ones.
+            mt = self.arith("subi", idx(m_tiles - 1), mt)
         m0 = self.arith("muli", mt, idx(t.bm))
 
         def lead_coords(lead: Factors) -> list[str]:
@@ -360,7 +370,6 @@ class AttentionEmitter(MovementEmitter):
         emit("}")
         # The key tiles this block reads: all, or (a causal bound c: keys past row + c are
         # masked) up to the tile of key m0 + BM - 1 + c.
-        self.causal = causal_bound(self.m, self.ops.m, self.ops.n)
         if self.causal is None:
             hi = idx(n_tiles)
         else:
@@ -510,47 +519,98 @@ class AttentionEmitter(MovementEmitter):
         n0 = self.arith("muli", "%j", idx(t.bn))
         score_shape = tensor_info(self.m.score.type)[0]
         lead = self.delinearize(Ix(bh, 0, 1), score_shape[:-2]) if len(score_shape) > 2 else []
-        xs: list[list[str]] = [[], []]  # per row half: the thread's X values in order
-        for r in range(2 if scale is None else 0):
-            grow = self.arith("addi", m0, rows[r])
-            grow_c = self.arith("minui", grow, idx(o.m - 1))
-            for c in range(t.bn // 8):
-                col = self.arith("addi", n0, self.arith("addi", quad_col, idx(8 * c)))
-                scores = [self.extract(s_acc, 4 * c + 2 * r + e, ns) for e in range(2)]
-                if o.n % 2 == 0:
-                    # Both keys at once (a pair never straddles the last key: clamped
-                    # whole, a pair past the end is masked below).
-                    col_c = self.arith("minui", col, idx(o.n - 2))
-                    self.bound = scores
-                    self.memo.append({})
-                    values = self.at(self.m.score, [*lead, Ix(grow_c, 0, 1), Ix(col_c, 1, 2)])
-                    self.memo.pop()
-                else:
-                    # An odd key count: the last pair straddles the end; each key alone,
-                    # at its own (clamped) index (found by fuzz_attention.py: a causal
-                    # mask evaluated one key early at T = 7).
-                    values = []
-                    self.V = 1
-                    for e in range(2):
-                        key_c = self.arith("minui", self.arith("addi", col, idx(e)),
-                                           idx(o.n - 1))
-                        self.bound = [scores[e]]
+        def row_ix(name: str) -> Ix:
+            return Ix(name, 0, 1)
+
+        def score_values(point: tuple[int, int] | None) -> list[list[str]]:
+            """The thread's X values per row half: the chain at each score's (row, key), or
+            at `point` for every score (a tile below the diagonal, `interior_point`)."""
+            key_ix = self.ix_const(point[1]) if point is not None else None
+            xs: list[list[str]] = [[], []]
+            for r in range(2):
+                grow = self.arith("addi", m0, rows[r])
+                grow_c = self.arith("minui", grow, idx(o.m - 1))
+                if point is not None:  # a tile below the diagonal: the chain at the point
+                    grow_c = self.ix_const(point[0])
+                for c in range(t.bn // 8):
+                    col = self.arith("addi", n0, self.arith("addi", quad_col, idx(8 * c)))
+                    scores = [self.extract(s_acc, 4 * c + 2 * r + e, ns) for e in range(2)]
+                    if o.n % 2 == 0:
+                        # Both keys at once (a pair never straddles the last key: clamped
+                        # whole, a pair past the end is masked below).
+                        col_c = self.arith("minui", col, idx(o.n - 2))
+                        self.bound = scores
                         self.memo.append({})
-                        values += self.at(self.m.score, [*lead, Ix(grow_c, 0, 1),
-                                                         Ix(key_c, 0, 1)])
+                        values = self.at(self.m.score, [*lead, row_ix(grow_c), Ix(col_c, 1, 2)]
+                                         if point is None else [*lead, grow_c, key_ix])
                         self.memo.pop()
-                    self.V = 2
-                x_el = tensor_info(self.m.score.type)[1]
-                for e, x in enumerate(values):
-                    if x_el != "f32":
-                        x = self.unrounded.get(x) or self.fop("arith.extf", x,
-                                                              type_=f"{x_el} to f32")
-                    if o.n % t.bn:
-                        key = self.arith("addi", col, idx(e))
-                        inside = self.arith("cmpi ult,", key, idx(o.n))
-                        x = self.fop("arith.select", inside, x, ninf)
-                    xs[r].append(x)
-        if scale is not None:  # S itself, the thread's values in the same order
+                    else:
+                        # An odd key count: the last pair straddles the end; each key alone,
+                        # at its own (clamped) index (found by fuzz_attention.py: a causal
+                        # mask evaluated one key early at T = 7).
+                        values = []
+                        self.V = 1
+                        for e in range(2):
+                            key_c = self.arith("minui", self.arith("addi", col, idx(e)),
+                                               idx(o.n - 1))
+                            self.bound = [scores[e]]
+                            self.memo.append({})
+                            values += self.at(self.m.score, [*lead, row_ix(grow_c),
+                                                             Ix(key_c, 0, 1)]
+                                              if point is None else [*lead, grow_c, key_ix])
+                            self.memo.pop()
+                        self.V = 2
+                    x_el = tensor_info(self.m.score.type)[1]
+                    for e, x in enumerate(values):
+                        if x_el != "f32":
+                            x = self.unrounded.get(x) or self.fop("arith.extf", x,
+                                                                  type_=f"{x_el} to f32")
+                        if o.n % t.bn:
+                            key = self.arith("addi", col, idx(e))
+                            inside = self.arith("cmpi ult,", key, idx(o.n))
+                            x = self.fop("arith.select", inside, x, ninf)
+                        xs[r].append(x)
+            return xs
+
+        # Key tiles wholly below the diagonal (every key <= the block's first row + c) see
+        # the mask change nothing (`interior_point`): there the chain is evaluated at one
+        # point, and its index compares and selects fold away.
+        # Where the chain there is X = c S, those tiles give S itself and c folds into
+        # exp2's multiplier as above; the diagonal tiles then give X / c (one rounding
+        # more, in f32, on those few tiles).
+        point = interior_point(self.m, o.m, o.n) if self.causal is not None else None
+        inner_scale = None
+        if scale is None and point is not None and o.n % t.bn == 0:
+            linear = interior_scale(self.m, o.m, o.n)
+            inner_scale = computed_scale(self.m, linear) if linear is not None else None
+        if scale is None and point is not None:
+            below = self.arith("maxsi", self.arith("addi", m0, idx(self.causal + 1)), idx(0))
+            full = self.arith("divui", below, idx(t.bn))
+            inner = self.arith("cmpi ult,", "%j", full)
+            branch = self.fresh("xs")
+            emit(f"{branch}:{ns} = scf.if {inner} -> ({', '.join(['f32'] * ns)}) {{")
+            for variant in (point, None):
+                self.indent += 1
+                self.memo.append({})
+                if inner_scale is None:
+                    got = score_values(variant)
+                elif variant is not None:
+                    got = [[self.extract(s_acc, 4 * c + 2 * r + e, ns)
+                            for c in range(t.bn // 8) for e in range(2)] for r in range(2)]
+                else:
+                    inverse = self.f32(1.0 / inner_scale)
+                    got = [[self.fop("arith.mulf", x, inverse) for x in row]
+                           for row in score_values(None)]
+                emit(f"scf.yield {', '.join(got[0] + got[1])} : {', '.join(['f32'] * ns)}")
+                self.memo.pop()
+                self.indent -= 1
+                emit("} else {" if variant is not None else "}")
+            xs = [[f"{branch}#{i}" for i in range(ns // 2)],
+                  [f"{branch}#{i}" for i in range(ns // 2, ns)]]
+            scale = inner_scale
+        elif scale is None:
+            xs = score_values(None)
+        else:  # S itself, the thread's values in the same order
             xs = [[self.extract(s_acc, 4 * c + 2 * r + e, ns) for c in range(t.bn // 8)
                    for e in range(2)] for r in range(2)]
         # Online softmax per row half, with a lazy reference max (FlashAttention-4's
