@@ -89,7 +89,10 @@ def linalg_passes(options: CompileOptions) -> list[str]:
             # 1-D convolutions as 2-D ones of unit height: the convolution family's.
             "fusion-conv1d-as-conv2d",
             # A contraction over a zero-size dimension is its init (no kernel can take it).
-            "fusion-fold-empty-iterations", "canonicalize", "cse"]
+            "fusion-fold-empty-iterations",
+            # What is computed from constants alone (a decoder's mask from aranges) is
+            # computed here: no kernel runs for it.
+            "fusion-fold-constants", "canonicalize", "cse"]
 
 
 def fusion_passes(options: CompileOptions) -> list[str]:

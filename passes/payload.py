@@ -41,7 +41,7 @@ INT_OPS = {"arith.addi": "add", "arith.subi": "subtract", "arith.muli": "multipl
            "arith.maxsi": "maximum", "arith.minsi": "minimum"}
 # Casts: values are float64 or int64 here, so a cast only changes which of the two.
 CAST_OPS = ("arith.index_cast", "arith.extsi", "arith.trunci", "arith.sitofp", "arith.extf",
-            "arith.truncf")
+            "arith.truncf", "arith.extui", "arith.index_castui", "arith.uitofp")
 CMPI = {0: "equal", 1: "not_equal", 2: "less", 3: "less_equal", 4: "greater",
         5: "greater_equal", 6: "less", 7: "less_equal", 8: "greater", 9: "greater_equal"}
 CMPF = {"ogt": "greater", "ugt": "greater", "oge": "greater_equal", "uge": "greater_equal",
@@ -64,18 +64,28 @@ def cmpf_predicate(op: ir.Operation) -> str:
 
 
 def evaluate_payload(op: ir.Operation, args: list[Any], index: Any = None,
-                     only: frozenset[str] = PAYLOAD_OPS, captured: bool = True) -> Any:
+                     only: frozenset[str] = PAYLOAD_OPS, captured: bool = True,
+                     tensors: Any = None) -> Any:
     """The value a one-result linalg.generic's body yields for the block arguments `args`
     (numpy arrays or numbers), computed in float64 / int64. `index[d]` is loop d's index
     (for `linalg.index`; None: a body that reads one is refused). Raises PayloadError
     for an op not in `only` (a subset of PAYLOAD_OPS) or a value the body does not define
-    (a float or integer constant defined outside the body is read when `captured`)."""
-    import numpy as np
-
+    (a float or integer constant defined outside the body is read when `captured`).
+    `tensors(value)`: the numpy value of a tensor the body reads with `tensor.extract`
+    (None: not known; the op is then refused)."""
     parsed = scalar_body(op)
     if parsed is None:
         raise PayloadError("not a one-result linalg.generic")
-    block_args, ops, yielded = parsed
+    return evaluate_region(*parsed, args, index, only, captured, tensors)
+
+
+def evaluate_region(block_args: list[ir.Value], ops: list[ir.Operation], yielded: ir.Value,
+                    args: list[Any], index: Any = None, only: frozenset[str] = PAYLOAD_OPS,
+                    captured: bool = True, tensors: Any = None) -> Any:
+    """`evaluate_payload` of a region given as its block arguments, its ops (the terminator
+    left out) and its yielded value: a generic's body, a scan's combiner."""
+    import numpy as np
+
     env: dict[int, Any] = {value_key(a): x for a, x in zip(block_args, args)}
 
     def get(v: ir.Value) -> Any:
@@ -110,6 +120,13 @@ def evaluate_payload(op: ir.Operation, args: list[Any], index: Any = None,
             if index is None:
                 raise PayloadError("linalg.index in the body")
             env[value_key(o.results[0])] = index[ir.IntegerAttr(o.attributes["dim"]).value]
+            continue
+        if name == "tensor.extract" and tensors is not None:
+            source = tensors(o.operands[0])
+            if source is None:
+                raise PayloadError("tensor.extract from a tensor not known here")
+            at = tuple(np.asarray(get(v), dtype=np.int64) for v in list(o.operands)[1:])
+            env[value_key(o.results[0])] = source[at] if at else source[()]
             continue
         xs = [get(v) for v in o.operands]
         if name == "math.erf":

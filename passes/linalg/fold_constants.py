@@ -1,0 +1,360 @@
+"""--fusion-fold-constants: a serial loop op computed from constants alone is computed here.
+
+Hugging Face's decoders build their attention mask from aranges each call, and look for
+packed sequences in their positions with a cumsum (`(position_ids diff != 1).cumsum(-1)`,
+a `tm_tensor.scan`), which `fusion-lower-tm-tensor` turns into a serial loop nest: a kernel
+of one thread on the GPU (the fallback path), whose input is computed from an arange. With
+no input among its operands the scan is a constant: this pass computes it with numpy (the
+ops it reads from, too) and puts a dense constant in its place. The ops before it stay as
+they are: what fuses into its consumers costs no kernel, and a mask computed from indices
+in registers is what the attention kernels classify (attention_mask.causal_bound); a
+materialized mask would be a read per score.
+
+Evaluated (their operands all dense constants, not resources: weights are never read;
+results of at most FOLD_MAX_ELEMENTS elements of a type numpy holds here: f64, f32, f16,
+bf16, i64, i32, i16, i8, i1, index):
+
+    linalg.generic      parallel loops with projection maps, one result; its body through
+                        `payload.evaluate_region` (with `tensor.extract` of an evaluated
+                        tensor, `linalg.index`); float arithmetic only on f64 results (a
+                        body on f32 or 16-bit values is evaluated when it only selects,
+                        compares and casts: computed in float64, one rounding per op is
+                        not reproduced here)
+    linalg.fill, linalg.broadcast, linalg.transpose, tensor.expand_shape,
+    tensor.collapse_shape, tensor.extract_slice (static), tensor.concat, tensor.extract
+    tm_tensor.scan      its combiner step by step along the dimension (integer combiners;
+                        a float one only on f64): replaced by its values
+
+Before:
+    %a = linalg.generic {...} outs(%e : tensor<32xi64>) { linalg.index 0 ... }
+    ...
+    %s:2 = "tm_tensor.scan"(%d, %z, %z1) <{dimension = 1, inclusive = true}> ({ addi })
+After:
+    %s = arith.constant dense<[[0, 0, ...]]> : tensor<1x32xi64>
+    (%a and the ops after it unchanged; those only the scan read are erased as dead)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import mlir.ir as ir
+
+from fusec.passes.grouping import value_key, walk_ops
+from fusec.passes.payload import (
+    CAST_OPS,
+    PAYLOAD_OPS,
+    PayloadError,
+    evaluate_region,
+    scalar_body,
+)
+from fusec.passes.registry import Pass, register
+
+FOLD_MAX_ELEMENTS = 1 << 16
+# Element type -> (numpy dtype computed in, dtype stored as).
+INTS = {"i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "index": "int64"}
+FLOATS = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "float32"}
+# Body ops exact whatever the element type (no rounding beyond the result's conversion).
+EXACT_OPS = frozenset({"arith.constant", "linalg.index", "arith.cmpi", "arith.cmpf",
+                       "arith.select", "tensor.extract", "arith.addi", "arith.subi",
+                       "arith.muli", "arith.maxsi", "arith.minsi", "arith.andi", "arith.ori",
+                       "arith.xori", *CAST_OPS})
+SCAN = "tm_tensor.scan"
+FOLDED = frozenset({"linalg.generic", "linalg.fill", "linalg.broadcast", "linalg.transpose",
+                    "tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
+                    "tensor.concat", "tensor.extract", SCAN})
+
+
+def _element(t: ir.Type) -> str:
+    return str(ir.RankedTensorType(t).element_type) if isinstance(t, ir.RankedTensorType) \
+        else str(t)
+
+
+def _numel(t: ir.Type) -> int:
+    return math.prod(ir.RankedTensorType(t).shape) if isinstance(t, ir.RankedTensorType) else 1
+
+
+def _holdable(t: ir.Type) -> bool:
+    if isinstance(t, ir.RankedTensorType) and not ir.RankedTensorType(t).has_static_shape:
+        return False
+    e = _element(t)
+    return (e in INTS or e in FLOATS or e == "i1") and _numel(t) <= FOLD_MAX_ELEMENTS
+
+
+def _bf16_bits(x: Any) -> Any:
+    """float64 values as bf16 bit patterns (uint16), rounded to nearest even."""
+    import numpy as np
+
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    nan = np.isnan(np.asarray(x, dtype=np.float32))
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
+
+
+def _from_bf16_bits(bits: Any) -> Any:
+    import numpy as np
+
+    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _read(value: ir.Value) -> Any:
+    """A dense (non-resource) constant's value, float64 / int64 / bool, or None."""
+    import numpy as np
+
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant" or \
+            not _holdable(value.type):
+        return None
+    attr = owner.operation.attributes["value"]
+    e = _element(value.type)
+    if not isinstance(value.type, ir.RankedTensorType):
+        if isinstance(attr, ir.BoolAttr):
+            return np.bool_(attr.value)
+        if isinstance(attr, ir.FloatAttr):
+            return np.float64(attr.value)
+        if isinstance(attr, ir.IntegerAttr):
+            return np.bool_(attr.value) if e == "i1" else np.int64(attr.value)
+        return None
+    if not isinstance(attr, ir.DenseElementsAttr):
+        return None
+    shape = list(ir.RankedTensorType(value.type).shape)
+    try:
+        if attr.is_splat:
+            splat = attr.get_splat_value()
+            if e == "i1":
+                x: Any = bool(ir.BoolAttr(splat).value) if isinstance(splat, ir.BoolAttr) \
+                    else bool(ir.IntegerAttr(splat).value)
+            elif e in FLOATS:
+                x = float(ir.FloatAttr(splat).value)
+            else:
+                x = int(ir.IntegerAttr(splat).value)
+            dtype = np.bool_ if e == "i1" else (np.float64 if e in FLOATS else np.int64)
+            return np.full(shape, x, dtype=dtype)
+        if e == "bf16":
+            return None  # numpy has no bf16 buffer to read it through
+        raw = np.array(attr)
+        if e == "i1":
+            return raw.reshape(shape).astype(np.bool_)
+        return raw.reshape(shape).astype(np.float64 if e in FLOATS else np.int64)
+    except Exception:  # noqa: BLE001 - an attribute numpy cannot read: not folded
+        return None
+
+
+def _attr(value: Any, t: ir.Type) -> ir.Attribute:
+    """The dense attribute of type `t` holding `value` (converted to its element type)."""
+    import numpy as np
+
+    e = _element(t)
+    if not isinstance(t, ir.RankedTensorType):
+        if e == "i1":
+            return ir.BoolAttr.get(bool(value))
+        if e in FLOATS:
+            return ir.FloatAttr.get(t, float(value))
+        return ir.IntegerAttr.get(t, int(value))
+    shape = list(ir.RankedTensorType(t).shape)
+    x = np.broadcast_to(np.asarray(value), shape)
+    if e == "i1":
+        return ir.DenseElementsAttr.get(np.ascontiguousarray(x.astype(np.bool_)))
+    if e == "bf16":
+        return ir.DenseElementsAttr.get(np.ascontiguousarray(_bf16_bits(x)), type=t)
+    dtype = INTS.get(e) or FLOATS[e]
+    return ir.DenseElementsAttr.get(np.ascontiguousarray(x.astype(dtype)), type=t)
+
+
+def _stored(value: Any, t: ir.Type) -> Any:
+    """`value` as the constant of type `t` holds it (rounded to its element type), read back
+    as this pass computes: float64 / int64 / bool."""
+    import numpy as np
+
+    e = _element(t)
+    x = np.asarray(value)
+    if e == "i1":
+        return x.astype(np.bool_)
+    if e == "bf16":
+        return _from_bf16_bits(_bf16_bits(x))
+    if e in FLOATS:
+        return x.astype(FLOATS[e] if e != "f16" else np.float16).astype(np.float64)
+    return x.astype(INTS[e]).astype(np.int64)
+
+
+def _ints(attr: ir.Attribute) -> list[int]:
+    return [int(x) for x in ir.DenseI64ArrayAttr(attr)]
+
+
+class _Fold:
+    """The values computed so far (by value key) and the evaluation of one op."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, Any] = {}
+
+    def value(self, v: ir.Value) -> Any:
+        key = value_key(v)
+        if key not in self.known:
+            self.known[key] = _read(v)
+        return self.known[key]
+
+    def inputs(self, op: ir.Operation) -> tuple[list[Any], list[ir.Value]] | None:
+        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        ins = list(op.operands)[:seg[0]]
+        values = [self.value(v) for v in ins]
+        return None if any(x is None for x in values) else (values, ins)
+
+    def exact(self, ops: list[ir.Operation], result_types: list[ir.Type]) -> bool:
+        return all(_element(t) == "f64" or _element(t) in INTS or _element(t) == "i1"
+                   for t in result_types) or all(o.name in EXACT_OPS for o in ops)
+
+    def evaluate(self, op: ir.Operation) -> list[Any] | None:
+        import numpy as np
+
+        name = op.name
+        if name not in FOLDED or not all(_holdable(r.type) for r in op.results):
+            return None
+        if name == "linalg.generic":
+            return self._generic(op)
+        if name == SCAN:
+            return self._scan(op)
+        if name == "linalg.fill":
+            x = self.value(op.operands[0])
+            return None if x is None else [np.full(ir.RankedTensorType(op.results[0].type).shape,
+                                                   x)]
+        if name == "tensor.extract":
+            x = self.value(op.operands[0])
+            idx = [self.value(v) for v in list(op.operands)[1:]]
+            if x is None or any(i is None for i in idx):
+                return None
+            return [x[tuple(int(i) for i in idx)]]
+        x = self.value(op.operands[0])
+        if x is None:
+            return None
+        shape = list(ir.RankedTensorType(op.results[0].type).shape)
+        if name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            return [np.reshape(x, shape)]
+        if name == "linalg.broadcast":
+            dims = _ints(op.attributes["dimensions"])
+            return [np.broadcast_to(np.expand_dims(x, dims), shape)]
+        if name == "linalg.transpose":
+            return [np.transpose(x, _ints(op.attributes["permutation"]))]
+        if name == "tensor.extract_slice":
+            if len(op.operands) != 1:
+                return None  # dynamic offsets or sizes
+            offsets, sizes, strides = (_ints(op.attributes[a]) for a in
+                                       ("static_offsets", "static_sizes", "static_strides"))
+            cut = x[tuple(slice(o, o + s * st, st) for o, s, st in zip(offsets, sizes, strides))]
+            return [np.reshape(cut, shape)]
+        if name == "tensor.concat":
+            parts = [self.value(v) for v in op.operands]
+            if any(p is None for p in parts):
+                return None
+            return [np.concatenate(parts, axis=int(ir.IntegerAttr(op.attributes["dim"]).value))]
+        return None
+
+    def _generic(self, op: ir.Operation) -> list[Any] | None:
+        import numpy as np
+
+        parsed = scalar_body(op)
+        got = self.inputs(op)
+        if parsed is None or got is None or \
+                any("parallel" not in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
+            return None
+        block_args, ops, yielded = parsed
+        if not self.exact(ops, [op.results[0].type]):
+            return None
+        values, _ = got
+        maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        shape = list(ir.RankedTensorType(op.results[0].type).shape)
+        out_map = maps[-1]
+        if not all(isinstance(e, ir.AffineDimExpr) for e in out_map.results) or \
+                len(out_map.results) != out_map.n_dims:
+            return None
+        grid = np.indices(shape, dtype=np.int64)
+        loops: list[Any] = [None] * out_map.n_dims
+        for e, g in zip(out_map.results, grid):
+            loops[ir.AffineDimExpr(e).position] = g
+        args = []
+        for x, m in zip(values, maps):
+            sub = []
+            for e in m.results:
+                if isinstance(e, ir.AffineDimExpr):
+                    sub.append(loops[ir.AffineDimExpr(e).position])
+                elif isinstance(e, ir.AffineConstantExpr):
+                    sub.append(ir.AffineConstantExpr(e).value)
+                else:
+                    return None
+            args.append(np.asarray(x)[tuple(sub)] if sub else np.asarray(x))
+        try:
+            with np.errstate(all="ignore"):
+                result = evaluate_region(block_args, ops, yielded, args, loops,
+                                         PAYLOAD_OPS | {"tensor.extract"}, True, self.value)
+        except (PayloadError, IndexError, TypeError, ValueError):
+            return None
+        return [np.broadcast_to(np.asarray(result), shape)]
+
+    def _scan(self, op: ir.Operation) -> list[Any] | None:
+        import numpy as np
+
+        seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+        operands = [self.value(v) for v in op.operands]
+        if seg != [1, 2] or any(x is None for x in operands):
+            return None
+        source, _, acc = operands
+        block = op.regions[0].blocks[0]
+        ops = [o.operation for o in block.operations]
+        if ops[-1].name != "tm_tensor.yield" or len(ops[-1].operands) != 1 or \
+                not self.exact(ops[:-1], [op.results[0].type]):
+            return None
+        dim = int(ir.IntegerAttr(op.attributes["dimension"]).value)
+        inclusive = bool(ir.BoolAttr(op.attributes["inclusive"]).value)
+        src = np.moveaxis(np.asarray(source), dim, 0)
+        out = np.empty(src.shape, dtype=np.result_type(src, np.asarray(acc)))
+        try:
+            for j in range(src.shape[0]):
+                if j == 0:
+                    out[0] = src[0] if inclusive else acc
+                    continue
+                x = src[j] if inclusive else src[j - 1]
+                with np.errstate(all="ignore"):
+                    out[j] = evaluate_region(list(block.arguments), ops[:-1], ops[-1].operands[0],
+                                             [out[j - 1], x])
+        except (PayloadError, ValueError, TypeError):
+            return None
+        out = np.moveaxis(out, 0, dim)
+        return [out, np.take(out, -1, axis=dim)]
+
+
+@register
+@dataclass
+class FoldConstantsPass(Pass):
+    """Compute here the ops whose operands are all constants (see the module docstring)."""
+
+    ARGUMENT = "fusion-fold-constants"
+
+    def run(self, module: ir.Operation) -> None:
+        fold = _Fold()
+        for op in walk_ops(module, lambda o: o.name in FOLDED):
+            try:
+                values = fold.evaluate(op)
+            except (PayloadError, IndexError, ValueError, TypeError):
+                values = None
+            if values is None:
+                continue
+            results = list(op.results)
+            if op.name != SCAN:
+                # Known to the ops after it, kept: what fuses into its consumers costs no
+                # kernel (a mask from indices is computed in registers and classified by
+                # the attention kernels; a contraction's init is a fill its kernels
+                # recognise); a serial scan is a kernel of one thread.
+                for result, x in zip(results, values):
+                    fold.known[value_key(result)] = _stored(x, result.type)
+                continue
+            constants = []
+            with ir.InsertionPoint(op), op.location:
+                for result, x in zip(results, values):
+                    constants.append(ir.Operation.create(
+                        "arith.constant", results=[result.type],
+                        attributes={"value": _attr(x, result.type)}))
+            for result, constant, x in zip(results, constants, values):
+                fold.known[value_key(constant.results[0])] = _stored(x, result.type)
+                result.replace_all_uses_with(constant.results[0])
+            op.erase()
