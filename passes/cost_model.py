@@ -562,16 +562,28 @@ class SplitReductionShape:
 
 
 def split_reduction_shape(numel: int, last_dim: int, element_bytes: int,
-                          device: Device = H200, along_rows: bool = False
-                          ) -> SplitReductionShape:
+                          device: Device = H200, along_rows: bool = False,
+                          points: int | None = None) -> SplitReductionShape:
     """As many output vectors per block as keep two blocks per SM busy, from one 128-byte
     line of a row (8 vectors of 16 bytes) down to one 32-byte sector (reads stay whole
     sectors); the rest of the 256 threads are slices of the reduction. `along_rows` (the
-    reduction runs along the inputs' contiguous dim): one output element per block, the
-    slices reading consecutive elements."""
+    reduction runs along the inputs' contiguous dim): output elements of one each, the
+    slices reading consecutive elements of a row; as many slices as the reduction's
+    `points` fill (the largest power of two not above them, at most the block: a 7x7 pool's
+    49 points, 32 slices, each reading one or two points), the block's other threads
+    further outputs (`columns`), fewer where that would leave an SM without two blocks;
+    `points` unknown: one output per block of 256 slices."""
     if along_rows:
         block = device.threads_per_block
-        return SplitReductionShape(1, 1, block, block, numel)
+        if points is None:
+            return SplitReductionShape(1, 1, block, block, numel)
+        slices = 1
+        while slices * 2 <= min(points, block):
+            slices *= 2
+        columns = max(1, block // slices)
+        while columns > 1 and -(-numel // columns) < 2 * device.parallel_units:
+            columns //= 2
+        return SplitReductionShape(1, columns, slices, columns * slices, -(-numel // columns))
     vec = vector_width(math.gcd(numel, last_dim), element_bytes, device)
     nvec = numel // vec
     columns = max(1, TRANSPOSE_TILE_BYTES // (vec * element_bytes))

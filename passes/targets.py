@@ -9,7 +9,10 @@ for "nvidia-h200"); `--fusion-gpu-kernels` and `--fusion-tile{device=...}` ask i
 - `rewrites(func, gemm, tc_gemm, movement, conv_tf32)`: the device's group rewrites (library calls or the
   device's own GEMM kernels, layout views, splits), returning one note per decision;
 - `tile_refusal(group)`: why code generation would not build this tiled group (None: it does);
-- `tile_for_fallback(group)`: tile a group no emitter builds as the fallback path runs it.
+- `tile_for_fallback(group)`: tile a group no emitter builds as the fallback path runs it;
+- `whole_refusal(group)` (optional): why no group-level kernel family builds this untiled
+  group whole (None: one does); a group over the device's limits once tiled that one builds
+  is kept whole, untiled, instead of split into one kernel per op (`capacity.tile_to_fit`).
 
 A target with an attention kernel registers what it takes (`register_attention`):
 `--fusion-attention` asks `attention_refusal(device, parameters)` before it forms a group.
@@ -38,6 +41,7 @@ class KernelBuilder:
     rewrites: Callable[[ir.Operation, bool, bool, bool, bool], list[str]]
     tile_refusal: Callable[[ir.Operation], str | None]
     tile_for_fallback: Callable[[ir.Operation], ir.Operation]
+    whole_refusal: Callable[[ir.Operation], str | None] | None = None
 
 
 _BUILDERS: dict[str, KernelBuilder] = {}

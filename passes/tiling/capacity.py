@@ -351,12 +351,15 @@ def tile_accepted(group: ir.Operation, tile: Callable[[ir.Operation], None],
 
 def tile_to_fit(group: ir.Operation, device: cost_model.Device,
                 tile: Callable[[ir.Operation], None], attempts: int = 3,
-                accept: Acceptance | None = None) -> list[ir.Operation]:
+                accept: Acceptance | None = None,
+                whole: Acceptance | None = None) -> list[ir.Operation]:
     """Tile `group` with `tile` so that every tile fits `device`: over a hard limit, tile it
     again with the most rows that fit (`fusion.max_tile_rows`, reason in `fusion.retiled`),
     or split it into one kernel per op (reason in `fusion.split`) when not even one row
-    fits. A tiling that `accept` refuses is undone (`tile_accepted`). Returns the groups
-    (the group, or its parts)."""
+    fits. A tiling that `accept` refuses is undone (`tile_accepted`). A group that `whole`
+    (a group-level kernel family, asked of the untiled group) builds is never split: it is
+    left untiled, the capacity reason in `fusion.untiled`. Returns the groups (the group,
+    or its parts)."""
     for _ in range(attempts):
         backup = group.clone(ip=ir.InsertionPoint(group))
         try:
@@ -396,6 +399,13 @@ def tile_to_fit(group: ir.Operation, device: cost_model.Device,
             # Nothing to split, or what is over is the inputs' own tiles, which a split
             # keeps just the same: the capacity check records the group as over.
             break
+        if whole is not None and whole(group) is None:
+            # A kernel family that builds the group whole (the data-movement family: each
+            # output vector evaluated from the inputs) is not bounded by the tile's limits.
+            group.attributes[UNTILED_ATTR] = ir.StringAttr.get(
+                f"{limits} with {result.rows} row{'s' if result.rows != 1 else ''} per tile "
+                f"on {device.name}: kept whole for a group-level kernel")
+            return [group]
         parts = split_group(group, f"{limits} with {result.rows} row"
                             f"{'s' if result.rows != 1 else ''} per tile on {device.name}, "
                             f"and no fewer rows fit: split into one kernel per op, "

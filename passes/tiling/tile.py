@@ -1219,10 +1219,11 @@ class TileGroupsPass(Pass):
         # On a GPU, a tile is only worth its loop if code generation builds it: the device's
         # kernel builder is asked (passes/targets.py; the CUDA target's tile emitter); a tile
         # it refuses is undone, the reason recorded.
-        accept = tile_for_fallback = None
+        accept = tile_for_fallback = whole_refusal = None
         if gpu:
             builder = kernel_builder(self.device)
             accept, tile_for_fallback = builder.tile_refusal, builder.tile_for_fallback
+            whole_refusal = builder.whole_refusal
 
         def tile(group: ir.Operation) -> None:
             tile_group(group, threads, self.tiles_per_thread, self.min_tile_kb * 1024,
@@ -1243,7 +1244,7 @@ class TileGroupsPass(Pass):
             split = not gpu and self.min_tile_kb > 0
             for group in split_at_pads(whole) if split else [whole]:
                 if self.fit:
-                    parts += tile_to_fit(group, device, tile, accept=accept)
+                    parts += tile_to_fit(group, device, tile, accept=accept, whole=whole_refusal)
                 else:
                     parts.append(tile_accepted(group, tile, accept))
             for part in parts if gpu else []:

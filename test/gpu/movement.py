@@ -156,6 +156,18 @@ CASES = {
                "column sums of 16384x1024 fp32"),
     "bn_mean": (lambda x: x.mean(dim=(0, 2, 3)), [((32, 64, 56, 56), f32)], 1e-6,
                 "BatchNorm's mean over N, H, W of 32x64x56x56 fp32"),
+    # Issue 16: short pools decided by the physical layout (movement.py, eval_reduction).
+    "pool_nhwc_bf16": (lambda x: x.permute(0, 3, 1, 2).mean((2, 3), keepdim=True),
+                       [((32, 7, 7, 2048), bf16)], 1e-2,
+                       "ResNet-50's pool: NHWC B32 7x7 C2048 read through a transpose, bf16 "
+                       "(direct, vectors along C)"),
+    "pool_nchw_rows_bf16": (lambda x: torch.relu(x.transpose(0, 1)).mean((2, 3)),
+                            [((1280, 32, 7, 7), bf16)], 1e-2,
+                            "a 7x7 mean along NCHW rows behind a transpose, 32x1280 outputs, "
+                            "bf16 (reduce shape: 32 slices a row)"),
+    "experts_sum_bf16": (lambda w, *e: (torch.stack(e, -1) * w.unsqueeze(2)).sum(-1),
+                         [((4, 128, 8), bf16)] + [((4, 128, 1024), bf16)] * 8, 1e-2,
+                         "top2_moe's weighted sum of 8 experts [4, 128, 1024] bf16 (direct)"),
     "bool_transpose": (lambda x: (x.t() > 0).float(), [((1024, 768), f32)], 0.0,
                        "a transposed comparison (bool inside, direct shape)"),
     "where_transpose": (lambda x: torch.where(x.t() > 0, x.t(), 0.0), [((1000, 384), f32)],
@@ -185,7 +197,8 @@ CASES = {
     "gpt2_block": (None, None, None, "GPT-2 block B8 T1024 d768 (SDPA causal)"),
 }
 BLOCKS = {"llama_block", "gpt2_block"}
-REDUCTIONS = {"mean_seq_bf16", "colsum", "bn_mean"}  # also built with the family off, to compare
+REDUCTIONS = {"mean_seq_bf16", "colsum", "bn_mean", "pool_nhwc_bf16", "pool_nchw_rows_bf16",
+              "experts_sum_bf16"}  # also built with the family off, to compare
 CNN = {"resnet_basic", "resnet_basic_bf16", "bottleneck_bf16", "bottleneck", "mobilenet_block",
        "mobilenet_block_bf16", "resnet_basic_tf32", "bottleneck_tf32"}
 OPTIONS = {"resnet_basic_tf32": {"conv_tf32": True}, "bottleneck_tf32": {"conv_tf32": True}}

@@ -1,8 +1,8 @@
 // RUN: fusec-opt %s --fusion-gpu-split-at-reshapes --split-input-file | filecheck %s
 
-// A group neither group-level emitter takes (it transposes, then sums each transposed row:
-// the fast emitter takes no transpose, the data-movement kernels no reduction over their
-// input's contiguous dim) with a reshape of a value it computes (exp, then a head split): the fallback
+// A group neither group-level emitter takes (it transposes, then divides each transposed row
+// by its sum: the fast emitter takes no transpose, the data-movement kernels no reduction
+// broadcast back) with a reshape of a value it computes (exp, then a head split): the fallback
 // could not slice the exp through the reshape and every thread would compute it whole, so
 // the group is cut at the reshape. A group the fast emitter builds (tanh then a reshape) and
 // one the data-movement kernels build (exp, head split, transpose: no reduction) are left
@@ -12,11 +12,12 @@
 // CHECK-SAME: fusion.split = "reshape"
 // CHECK: math.exp
 // CHECK-NOT: linalg.transpose
-// CHECK: %[[B:.+]] = fusion.group vertical (%{{.+}} = %[[A]] : tensor<16x32xf32>) -> tensor<4x16xf32>
+// CHECK: %[[B:.+]] = fusion.group vertical (%{{.+}} = %[[A]] : tensor<16x32xf32>) -> tensor<4x16x8xf32>
 // CHECK-SAME: fusion.split = "reshape"
 // CHECK: tensor.expand_shape
 // CHECK: linalg.transpose
 // CHECK: arith.addf
+// CHECK: arith.divf
 // CHECK: %[[C:.+]] = fusion.group vertical (%{{.+}} = %arg0 : tensor<16x32xf32>) -> tensor<16x4x8xf32> {
 // CHECK: math.tanh
 // CHECK: tensor.expand_shape
@@ -29,8 +30,8 @@
 #mm = affine_map<(d0, d1) -> (d0, d1)>
 #m3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #r3 = affine_map<(d0, d1, d2) -> (d0, d1)>
-func.func @main(%x: tensor<16x32xf32>) -> (tensor<4x16xf32>, tensor<16x4x8xf32>, tensor<4x16x8xf32>) {
-  %g = fusion.group vertical (%a = %x : tensor<16x32xf32>) -> tensor<4x16xf32> {
+func.func @main(%x: tensor<16x32xf32>) -> (tensor<4x16x8xf32>, tensor<16x4x8xf32>, tensor<4x16x8xf32>) {
+  %g = fusion.group vertical (%a = %x : tensor<16x32xf32>) -> tensor<4x16x8xf32> {
     %e = tensor.empty() : tensor<16x32xf32>
     %ex = linalg.generic {indexing_maps = [#mm, #mm], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<16x32xf32>) outs(%e : tensor<16x32xf32>) {
     ^bb0(%i: f32, %o: f32):
@@ -48,7 +49,13 @@ func.func @main(%x: tensor<16x32xf32>) -> (tensor<4x16xf32>, tensor<16x4x8xf32>,
       %p = arith.addf %i, %o : f32
       linalg.yield %p : f32
     } -> tensor<4x16xf32>
-    fusion.yield %s : tensor<4x16xf32>
+    %e4 = tensor.empty() : tensor<4x16x8xf32>
+    %d = linalg.generic {indexing_maps = [#m3, #r3, #m3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%t, %s : tensor<4x16x8xf32>, tensor<4x16xf32>) outs(%e4 : tensor<4x16x8xf32>) {
+    ^bb0(%i: f32, %j: f32, %o: f32):
+      %q = arith.divf %i, %j : f32
+      linalg.yield %q : f32
+    } -> tensor<4x16x8xf32>
+    fusion.yield %d : tensor<4x16x8xf32>
   }
   %h = fusion.group vertical (%a = %x : tensor<16x32xf32>) -> tensor<16x4x8xf32> {
     %e = tensor.empty() : tensor<16x32xf32>
@@ -72,7 +79,7 @@ func.func @main(%x: tensor<16x32xf32>) -> (tensor<4x16xf32>, tensor<16x4x8xf32>,
     %t = linalg.transpose ins(%r : tensor<16x4x8xf32>) outs(%e2 : tensor<4x16x8xf32>) permutation = [1, 0, 2]
     fusion.yield %t : tensor<4x16x8xf32>
   }
-  return %g, %h, %k : tensor<4x16xf32>, tensor<16x4x8xf32>, tensor<4x16x8xf32>
+  return %g, %h, %k : tensor<4x16x8xf32>, tensor<16x4x8xf32>, tensor<4x16x8xf32>
 }
 
 // -----

@@ -869,11 +869,16 @@ func.func @main(%x: tensor<1x3x1xf32>) -> tensor<1xf32> {
 def test_a_sum_across_the_rows_of_a_row_kernel_is_refused(ctx) -> None:
     """In a group whose widest tensor is [1, 3, 1] (3 rows of 1), a sum over a [1, 3] tensor
     adds values of three rows: one block per row cannot (wrong by 0.6 on the H200). The
-    group-level emitter refuses it; the fallback path builds it."""
+    fast emitter refuses it; without the data-movement kernels the fallback path builds it,
+    with them it is a data-movement kernel (issue 16: its 3 points are a short fold whose
+    loads stay uniform in the physical layout, no longer refused for the generic's map)."""
     with pytest.raises(cg.CudaCodegenError, match="does not fit the group's 3x1 rows"):
-        cg.generate(_grouped(DEGENERATE_ROWS), cg.CudaOptions(cubin=False, fallback=False))
-    (launch,) = _generate(DEGENERATE_ROWS).plan.launches
+        cg.generate(_grouped(DEGENERATE_ROWS),
+                    cg.CudaOptions(cubin=False, fallback=False, movement=False))
+    (launch,) = _generate(DEGENERATE_ROWS, movement=False).plan.launches
     assert launch.info["path"] == "fallback"
+    (launch,) = _generate(DEGENERATE_ROWS).plan.launches
+    assert (launch.info["path"], launch.info["shape"]) == ("movement", "direct")
 
 
 # --- finds of a review of the tile emitter, kept as regressions ---
@@ -1020,15 +1025,20 @@ module {
 def test_a_per_row_value_reading_a_bias_along_one_row_dim_is_refused(ctx) -> None:
     """x1[17] + gelu(amax(x0[17, 17, 1], -1)): the group-level emitter saw 289 rows of one
     column and read x1 at the row index (element b of 17: wrong by 0.88 on the H200, found
-    by test/gpu/fuzz_cuda.py). It refuses; the fallback path builds the group."""
+    by test/gpu/fuzz_cuda.py). It refuses; without the data-movement kernels the fallback
+    path builds the group, with them a data-movement kernel does (issue 16: the amax over a
+    unit dim is a 1-point fold whose loads are vectors in the physical layout)."""
     module = ir.Module.parse(ROWS_READ_ALONG_ONE_DIM)
     func = module.body.operations[0]
     group = next(op for op in func.regions[0].blocks[0].operations
                  if op.operation.name == "fusion.group")
-    assert cg.group_refusal(group.operation, cg.CudaOptions()).startswith(
+    assert cg.group_refusal(group.operation, cg.CudaOptions(movement=False)).startswith(
         "a per-row value reads an operand through")
-    (launch,) = cg.generate(module, cg.CudaOptions(cubin=False)).plan.launches
+    (launch,) = cg.generate(module, cg.CudaOptions(cubin=False, movement=False)).plan.launches
     assert launch.info["path"] == "fallback"
+    module = ir.Module.parse(ROWS_READ_ALONG_ONE_DIM)
+    (launch,) = cg.generate(module, cg.CudaOptions(cubin=False)).plan.launches
+    assert launch.info["path"] == "movement"
 
 
 def test_group_outputs_of_different_sizes_are_not_one_store_space(ctx) -> None:

@@ -107,15 +107,74 @@ def test_an_embedding_gather_keeps_its_index_check() -> None:
     assert re.search(r"ld\.global\.v4\.(b32|f32|u32)", program.ptx)
 
 
+def test_short_reductions_read_the_physical_layout() -> None:
+    """Whether a short reduction (at most 64 points) runs along its input's contiguous dim
+    is read from the physical loads (the linear index into the group's input), not from the
+    generic's map (issue 16). A transpose followed by a sum of each transposed row reads the
+    input's rows across: one direct kernel, its lanes along the contiguous dim, no strided
+    load. So does an NHWC 7x7 average pool read through a transpose to NCHW (ResNet's
+    pool after its GEMM: contiguous C, its [N, C, 1, 1] output vectors along C), and a
+    weighted sum over 8 stacked experts (top2_moe: contiguous d). None is the fallback's."""
+    bf = torch.bfloat16
+    _, kernels = _program(lambda t: t.transpose(1, 2).sum(dim=-1), torch.randn(8, 16, 32))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "direct")]
+    assert kernels[0].info["strided_load_bytes_per_thread_pass"] == 0
+    program, kernels = _program(lambda t: t.permute(0, 3, 1, 2).mean((2, 3), keepdim=True),
+                                torch.randn(2, 7, 7, 64).to(bf))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "direct")]
+    assert kernels[0].info["launch"]["vec"] == 8
+    assert kernels[0].info["strided_load_bytes_per_thread_pass"] == 0
+    assert "iter_args" not in program.kernels_mlir  # unrolled in registers
+    experts = [torch.randn(4, 16, 64).to(bf) for _ in range(8)]
+    _, kernels = _program(lambda w, *e: (torch.stack(e, -1) * w.unsqueeze(2)).sum(-1),
+                          torch.randn(4, 16, 8).to(bf), *experts)
+    assert [k.info["path"] for k in kernels] == ["movement"]
+    assert kernels[0].info["shape"] == "direct"
+    assert kernels[0].info["strided_load_bytes_per_thread_pass"] == 0
+
+
+def test_a_short_reduction_along_the_physical_rows_is_a_warp_per_output() -> None:
+    """An NCHW 7x7 pool whose rows the fast emitter does not take (the rows of 7 of a
+    [.., 7, 7] reduced in two dims behind a transpose): its 49 points run along the
+    input's contiguous dim, so the "reduce" shape reads them along the rows, with slices
+    sized to the points (32, one or two points each) and several outputs per block, not one
+    output per block of 256 threads; a long row reduction stays the fast emitter's."""
+    bf = torch.bfloat16
+    program, kernels = _program(lambda t: t.transpose(0, 1).mean((2, 3)),
+                                torch.randn(64, 32, 7, 7).to(bf))
+    assert [k.info["path"] for k in kernels] == ["movement"], [k.info for k in kernels]
+    info = kernels[0].info
+    assert info["shape"] == "reduce"
+    assert (info["launch"]["vec"], info["launch"]["slices"]) == (1, 32)
+    assert info["launch"]["columns"] > 1 and kernels[0].block == 32 * info["launch"]["columns"]
+    assert kernels[0].grid * info["launch"]["columns"] >= 32 * 64
+    _, kernels = _program(lambda t: t.sum(-1), torch.randn(64, 1024).to(bf))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("fast", "row")]
+
+
+def test_split_reduction_shape_along_rows_is_sized_to_the_points() -> None:
+    """The cost model's rows shape: 49 points, 32 slices; 8 outputs of a 256-thread block
+    where that leaves every SM two blocks, fewer where not; unknown points, one output per
+    block of 256 (BatchNorm's statistics)."""
+    h200 = cost_model.H200
+    shape = cost_model.split_reduction_shape(1 << 16, 1, 2, h200, along_rows=True, points=49)
+    assert (shape.vec, shape.columns, shape.slices, shape.block) == (1, 8, 32, 256)
+    assert shape.grid == (1 << 16) // 8
+    shape = cost_model.split_reduction_shape(512, 1, 2, h200, along_rows=True, points=49)
+    assert shape.slices == 32 and shape.columns == 1 and shape.grid == 512
+    shape = cost_model.split_reduction_shape(64, 1, 4, h200, along_rows=True)
+    assert (shape.columns, shape.slices, shape.grid) == (1, 256, 64)
+
+
 def test_what_the_family_refuses_goes_to_the_fallback_with_both_reasons() -> None:
-    """A transpose followed by a sum of each transposed row: the fast emitter takes no
-    transpose, the data-movement kernels no reduction over their input's contiguous dim;
-    the fallback path's kernel says why."""
-    x = torch.randn(8, 16, 32)
-    _, kernels = _program(lambda t: t.transpose(1, 2).sum(dim=-1), x)
+    """A transpose followed by a softmax over a non-last dim: the fast emitter takes no
+    transpose, the data-movement kernels no reduction broadcast back; the fallback path's
+    kernel says why."""
+    x = torch.randn(4, 16, 32)
+    _, kernels = _program(lambda t: torch.softmax(t.transpose(1, 2), dim=1), x)
     fallback = [k for k in kernels if k.info["path"] == "fallback"]
     assert fallback, [k.info for k in kernels]
-    assert "data movement: a reduction over its inputs' contiguous dim" in \
+    assert "data movement: a reduction whose result is broadcast back" in \
         fallback[0].info["why"]
 
 

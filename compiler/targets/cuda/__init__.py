@@ -178,7 +178,7 @@ def _register() -> None:
     from fusec.compiler.targets.cuda.analysis import FAST_EMITTER_OPS, emitter_refusal
     from fusec.compiler.targets.cuda.attention import refusal as attention_refusal
     from fusec.compiler.targets.cuda.program import refuse_host_features
-    from fusec.compiler.targets.cuda.tiles import tile_for_fallback, tile_refusal
+    from fusec.compiler.targets.cuda.tiles import tile_for_fallback, tile_refusal, whole_refusal
     from fusec.passes.targets import (
         KernelBuilder,
         KernelOps,
@@ -196,6 +196,7 @@ def _register() -> None:
                               conv_tf32=conv_tf32)),
         tile_refusal=tile_refusal,
         tile_for_fallback=tile_for_fallback,
+        whole_refusal=whole_refusal,
     ))
     register_kernel_ops(KernelOps(device=device, ops=FAST_EMITTER_OPS, refusal=emitter_refusal))
     register_attention(device, attention_refusal)

@@ -38,7 +38,11 @@ Three kernel shapes (the cost model's pure functions give their sizes):
     dim: a few output vectors per block, the reduced points split over the block's slices
     (an `scf.for` each), the partials combined by a tree in shared memory; a reduction
     along the inputs' contiguous dim that the fast emitter does not take (BatchNorm's
-    statistics over N, H, W) puts one output element on each block.
+    statistics over N, H, W; an NCHW 7x7 pool) puts output elements of one on slices
+    sized to its points (a warp for 49), several per block. "Along the contiguous dim" is
+    the physical loads' (`Stats.row_bytes`: the linear index into the group's inputs,
+    through transposes and reshapes), not the generic's maps: an NHWC pool read through a
+    transpose is a short fold in registers with vectors along C.
 
 Between direct and transpose the shape with the fewer strided bytes wins (`movement_kernel`);
 a long reduction takes the reduce shape. The shape goes into `Launch.info` ("path":
@@ -100,6 +104,13 @@ class Ix:
 @dataclass
 class Stats:
     strided_bytes: int = 0  # bytes read a lane at a time (the shape choice minimises them)
+    # Bytes that unrolled reduction folds load a lane at a time where the fold's point (not
+    # the output's lanes) fixes the index along the input's contiguous dim: the reduction
+    # runs along the physical rows (an NCHW 7x7 pool); and the bytes the folds load
+    # otherwise (vectors along the contiguous dim, uniform values). Where the first are
+    # the most, the "reduce" shape reads along the rows instead.
+    row_bytes: int = 0
+    fold_bytes: int = 0
 
 
 @dataclass
@@ -115,6 +126,8 @@ def _ints(attr: ir.Attribute) -> list[int]:
 
 class MovementEmitter(KernelEmitter):
     """One `gpu.func` for a data-movement group (see the module docstring)."""
+
+    folding = 0  # depth of unrolled reduction folds being evaluated (`Stats.row_loads`)
 
     def __init__(self, group: ir.Operation, symbol: str, constants: list[ir.Operation] = (),
                  device: CudaDevice = H200, mode: _Mode | None = None) -> None:
@@ -276,6 +289,15 @@ class MovementEmitter(KernelEmitter):
     def load(self, inp: Input, shape: list[int], idx: list[Ix]) -> list[str]:
         lin = self.linearize(idx, shape)
         eb = ELEMENT_BYTES.get(inp.type, 4)
+        if self.folding:
+            # The physical layout decides, not the generic's maps: is the input's contiguous
+            # dim indexed by the fold's point (a constant here) rather than the lanes?
+            real = [d for d, size in enumerate(shape) if size != 1]
+            strided = bool(lin.names) or lin.step not in (0, 1)
+            if strided and real and idx[real[-1]].const is not None:
+                self.stats.row_bytes += self.V * eb
+            else:
+                self.stats.fold_bytes += eb if lin.step == 0 and not lin.names else self.V * eb
         if lin.names or lin.step not in (0, 1):
             self.stats.strided_bytes += self.V * eb
             names = self._lane_names(lin)
@@ -616,26 +638,24 @@ class MovementEmitter(KernelEmitter):
 
     def eval_reduction(self, op: ir.Operation, result: int, idx: list[Ix], dom: list,
                        reduced: list[int], n_in: int, affine: list) -> list[str]:
-        """A short reduction (at most MAX_WINDOW_POINTS points) over loops the output does
-        not index, at one output vector: the init (the outs operand), then the payload
-        folded over the reduced loops in order, unrolled. The lanes run along a parallel
-        loop, so the reads stay vectors where the inputs' contiguous dim is not reduced (a
-        row reduction is the fast emitter's: refused here). 16-bit accumulators are f32 (as
-        torch's reductions), rounded once."""
+        """A reduction over loops the output does not index, at one output vector: the init
+        (the outs operand), then the payload folded over the reduced loops in order. A short
+        one (at most MAX_WINDOW_POINTS points) is unrolled, the lanes along a parallel loop:
+        vector loads where the inputs' contiguous dim (the physical one: the linear index
+        `load` computes, through transposes and reshapes) is not reduced, as an NHWC pool
+        read through a transpose to NCHW (contiguous C) or a sum over experts (contiguous
+        d). A fold that would read a lane at a time along reduced rows (an NCHW 7x7 pool) is
+        refused in the direct and transposing shapes where most of its bytes are read so
+        (`Stats.row_bytes`): the "reduce" shape
+        takes it, along_rows. The "reduce" shape splits its top-level reductions over the
+        block's slices (`split_reduction`): a long one (more points), or any one along rows.
+        16-bit accumulators are f32 (as torch's reductions), rounded once."""
         if n_in + len(op.results) != len(op.operands) or len(op.results) != 1:
             raise CudaCodegenError("a reduction with several results")
         ranges = _loop_ranges(op)
         extents = [ranges[d] for d in reduced]
         total = math.prod(extents)
         along_rows = self.mode.extra.get("along_rows", False)
-        for m in affine[:n_in]:
-            last = m.results[len(m.results) - 1] if len(m.results) else None
-            if isinstance(last, ir.AffineDimExpr) and last.position in reduced and \
-                    not (along_rows and total > MAX_WINDOW_POINTS):
-                # (The "reduce" shape with one output element per block reads such rows
-                # whole: BatchNorm's statistics over N, H, W.)
-                raise CudaCodegenError("a reduction over its inputs' contiguous dim (a row "
-                                       "reduction: the fast emitter's)")
         init_value = op.operands[n_in]
         out_elt = str(ir.RankedTensorType(init_value.type).element_type)
         wide = out_elt in ("bf16", "f16")
@@ -650,24 +670,56 @@ class MovementEmitter(KernelEmitter):
                 point[d] = ix
             return self._payload(op, result, point, n_in, affine, (acc, acc_elt, out_elt))
 
-        if total > MAX_WINDOW_POINTS:
-            # One thread per output vector looping over a long reduction was 3-4x slower
-            # than the fallback's tiling on the H200 (bench/RESULTS.md run 66): the rows are
-            # split across the block's slices instead (the "reduce" shape).
-            if self.mode.kind != "reduce" or len(self.memo) > 1:
-                raise CudaCodegenError(f"a reduction of {total} points over a non-last dim "
-                                       f"(more than the {MAX_WINDOW_POINTS} unrolled here)")
-            return self.split_reduction(op, result, extents, total, step, acc, acc_elt,
-                                        out_elt, wide)
-        for flat in range(total):
+        def point_of(flat: int) -> list[Ix]:
             coords, rest = [], flat
             for e in reversed(extents):
                 coords.append(self.ix_const(rest % e))
                 rest //= e
-            acc = step(list(reversed(coords)), acc)
+            return list(reversed(coords))
+
+        rows_error = CudaCodegenError("a reduction over its inputs' contiguous dim (a row "
+                                      "reduction: the fast emitter's)")
+        if self.mode.kind == "reduce" and len(self.memo) == 1 and \
+                (total > MAX_WINDOW_POINTS or along_rows):
+            return self.split_reduction(op, result, extents, total, step, acc, acc_elt,
+                                        out_elt, wide)
+        checked = self.mode.kind != "reduce" and not self.mode.extra.get("strided_fold")
+        if total > MAX_WINDOW_POINTS:
+            # One thread per output vector looping over a long reduction was 3-4x slower
+            # than the fallback's tiling on the H200 (bench/RESULTS.md run 66): the rows are
+            # split across the block's slices instead (the "reduce" shape). Which reads
+            # that shape makes (along the rows or not) is the first point's loads'.
+            if checked:
+                before = (self.stats.row_bytes, self.stats.fold_bytes)
+                self.memo.append({})
+                self.folding += 1
+                try:
+                    step(point_of(0), acc)
+                finally:
+                    self.folding -= 1
+                    self.memo.pop()
+                if self._along_rows_since(before):
+                    raise rows_error
+            raise CudaCodegenError(f"a reduction of {total} points over a non-last dim "
+                                   f"(more than the {MAX_WINDOW_POINTS} unrolled here)")
+        before = (self.stats.row_bytes, self.stats.fold_bytes)
+        self.folding += 1
+        try:
+            for flat in range(total):
+                acc = step(point_of(flat), acc)
+        finally:
+            self.folding -= 1
+        if checked and self._along_rows_since(before):
+            raise rows_error
         if wide:
             acc = [self._cast("truncf", v, "f32", out_elt) for v in acc]
         return acc
+
+    def _along_rows_since(self, before: tuple[int, int]) -> bool:
+        """Whether the folds evaluated since `before` (`Stats.row_bytes`, `.fold_bytes`)
+        read more bytes along reduced rows, a lane at a time, than otherwise."""
+        rows = self.stats.row_bytes - before[0]
+        return rows > 0 and rows > self.stats.fold_bytes - before[1]
 
     def split_reduction(self, op, result, extents, total, step, init, acc_elt, out_elt,
                         wide) -> list[str]:
@@ -976,20 +1028,32 @@ class MovementEmitter(KernelEmitter):
         self.block, self.grid = block, grid
         return self.function_text(block, grid)
 
+    def _last_dim(self) -> int:
+        """The output's last dim that is not 1: the lanes' (a pool's [N, C, 1, 1] output
+        is vectors along C)."""
+        return next((s for s in reversed(self.out_shape) if s != 1), 1)
+
     def emit_reduce(self) -> tuple[int, int]:
         """The "reduce" shape (a long reduction over a non-last dim): C output vectors per
         block (one 128-byte line of a row), S = 256 / C slices of the reduced points each;
         every thread evaluates its vector's expression (the reduction folds its slice's
         points, `split_reduction`), the slice-0 threads store."""
         numel = numel_of(self.out_shape)
+        along_rows = self.mode.extra.get("along_rows", False)
         shape = cost_model.split_reduction_shape(
-            numel, self.out_shape[-1], self.eb, self.device,
-            along_rows=self.mode.extra.get("along_rows", False))
+            numel, self._last_dim(), self.eb, self.device, along_rows=along_rows,
+            points=_most_reduced_points(self.group) if along_rows else None)
         self.shape = shape
         self.V = shape.vec
         nvec = numel // shape.vec
-        column = self.arith("remui", "%tid", self.index(shape.columns))
-        slice_ = self.arith("divui", "%tid", self.index(shape.columns))
+        if along_rows:
+            # A warp's consecutive threads are consecutive slices: consecutive points of
+            # one row.
+            column = self.arith("divui", "%tid", self.index(shape.slices))
+            slice_ = self.arith("remui", "%tid", self.index(shape.slices))
+        else:
+            column = self.arith("remui", "%tid", self.index(shape.columns))
+            slice_ = self.arith("divui", "%tid", self.index(shape.columns))
         ov = self.arith("addi", self.arith("muli", "%bid", self.index(shape.columns)), column)
         ok = self.arith("andi", self.arith("cmpi ult,", ov, self.index(nvec)),
                         self.arith("cmpi eq,", slice_, self.index(0)), "i1")
@@ -1009,7 +1073,7 @@ class MovementEmitter(KernelEmitter):
 
     def emit_direct(self) -> tuple[int, int]:
         numel = numel_of(self.out_shape)
-        shape = cost_model.movement_launch_shape(numel, self.out_shape[-1], self.eb,
+        shape = cost_model.movement_launch_shape(numel, self._last_dim(), self.eb,
                                                  self.device)
         self.shape = shape
         self.V = shape.vec
@@ -1217,6 +1281,19 @@ def _loop_ranges(op: ir.Operation) -> list[int]:
     return [ranges[d] for d in range(n)]
 
 
+def _most_reduced_points(group: ir.Operation) -> int:
+    """The most points any reduction of `group` folds per output element (the "reduce"
+    shape's slices along rows are sized to it)."""
+    most = 1
+    for op in group.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "linalg.generic" and any(k != "parallel" for k in iterators(op)):
+            ranges = _loop_ranges(op)
+            most = max(most, math.prod(r for r, k in zip(ranges, iterators(op))
+                                       if k != "parallel"))
+    return most
+
+
 def _window_points(op: ir.Operation) -> int:
     """Points of the window one output element folds (a convolution: times its input
     channels per group)."""
@@ -1276,8 +1353,17 @@ def movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.Operati
         # dim (BatchNorm's statistics: N, H, W per channel), one output element per block,
         # its slices reading consecutive elements of the rows.
         mode = _Mode("reduce", extra={"along_rows": rows})
-        best = MovementEmitter(group, symbol, constants, device, mode)
-        text = best.build()
+        try:
+            best = MovementEmitter(group, symbol, constants, device, mode)
+            text = best.build()
+        except CudaCodegenError:
+            if not rows or long:
+                raise
+            # The rows shape does not take it (a nested reduction): the direct fold, its
+            # loads a lane at a time.
+            best = MovementEmitter(group, symbol, constants, device,
+                                   _Mode("direct", extra={"strided_fold": True}))
+            text = best.build()
     if best.stats.strided_bytes and len(best.out_shape) > 1:
         for p in range(len(best.out_shape) - 1):
             if best.out_shape[p] == 1:

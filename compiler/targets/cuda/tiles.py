@@ -474,6 +474,22 @@ def tile_refusal(group: ir.Operation, device: CudaDevice = H200) -> str | None:
     return None
 
 
+def whole_refusal(group: ir.Operation) -> str | None:
+    """Why the data-movement family does not build the untiled `group` whole (None: it
+    does; also refused where the function has the movement kernels off). Asked before a
+    group over the device's limits once tiled is split into a kernel per op: the family
+    evaluates each output vector lazily from the inputs, so a tile's registers do not bound
+    it (MobileNet's BatchNorm + ReLU6 + 7x7 mean, read through a transpose)."""
+    from fusec.compiler.targets.cuda.movement import movement_refusal
+
+    func = group.parent
+    while func is not None and func.name != "func.func":
+        func = func.parent
+    if func is not None and attributes.NO_MOVEMENT in func.attributes:
+        return "the data-movement kernels are off"
+    return movement_refusal(group)
+
+
 THREAD_KIND = "thread"  # `fusion.tile_kind` of a fallback kernel's tiles: one per GPU thread
 FALLBACK_ATTR = attributes.FALLBACK  # why a group is the fallback path's (the emitters' refusal)
 
