@@ -88,9 +88,21 @@ class Argsort(torch.nn.Module):
 
 
 class TopK(torch.nn.Module):
+    def __init__(self, k: int = 10):
+        super().__init__()
+        self.k = k
+
     def forward(self, x):
-        values, indices = torch.topk(x, 3, dim=1)
+        values, indices = torch.topk(x, self.k, dim=1)
         return values, indices
+
+
+class Router(torch.nn.Module):
+    """A mixture of experts' top-2 routing: topk, then the weights scattered back."""
+
+    def forward(self, x):
+        top, which = x.topk(2, dim=-1)
+        return torch.zeros_like(x).scatter(-1, which, top / top.sum(-1, True)), which
 
 
 def test_index_put_accumulate_repeated_indices():
@@ -129,8 +141,28 @@ def test_argsort():
 
 
 def test_topk_values_and_indices():
-    # torch-mlir sorts the row, then slices the first k: the sort, one kernel for the slices.
-    check(TopK(), lambda: (torch.randn(4, 8),), kernels=2, exact=(1,))
+    # More than SMALL_SELECTION: torch-mlir sorts the row, then slices the first k: the sort,
+    # one kernel for the slices.
+    check(TopK(), lambda: (torch.randn(4, 16),), kernels=2, exact=(1,))
+
+
+def test_a_few_winners_are_row_maxima_not_a_serial_loop():
+    """topk of a few (decompositions._small_topk) and a scatter of a few indices per row
+    (`_small_scatter`) are row maxima and selects the planner fuses: no serial group; the
+    values and indices exactly torch's, ties to the lower index."""
+    for model, shape in ((TopK(3), (4, 8)), (Router(), (64, 8))):
+        assert serial_groups(model, (torch.randn(shape),)) == 0
+        compiled = fusec.compile(model, torch.randn(shape))
+        x = torch.randn(shape)
+        outputs = compiled(x.numpy())
+        reference = model(x.double())
+        np.testing.assert_array_equal(outputs[1], reference[1].numpy())
+        assert relative_error(outputs[0], reference[0]) < TOLERANCE
+    x = torch.tensor([[1.0, 5.0, 3.0, 5.0, 5.0, 0.0, 2.0, 3.0]])
+    compiled = fusec.compile(TopK(4), x)
+    values, indices = compiled(x.numpy())
+    np.testing.assert_array_equal(indices, [[1, 3, 4, 2]])
+    np.testing.assert_array_equal(values, [[5.0, 5.0, 5.0, 3.0]])
 
 
 class KthValue(torch.nn.Module):

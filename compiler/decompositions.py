@@ -1,0 +1,288 @@
+"""fusec's decompositions of torch ops (the table `frontend.decompose_program` and
+`frontend.trace_fx_graph` trace with): torch-mlir's table with the overrides that give fusec
+clean, fusable linalg (see `decomposition_table`)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+def decomposition_table() -> dict[Any, Any]:
+    """torch-mlir's decomposition table with the overrides that give fusec clean linalg.
+
+    - `aten.scaled_dot_product_attention`: naive attention, softmax(Q K^T * scale [+ causal
+      mask]) V, instead of torch's math path. torch's path ends in `_safe_softmax`, whose
+      "is the whole row -inf" check lowers to an i1 `all` reduction whose result must go
+      through memory (MLIR 22's `finalize-memref-to-llvm` aborts on i1 memrefs); removing
+      the entry instead makes torch-mlir emit `tm_tensor.attention`, which MLIR 22 cannot
+      parse. Without a user mask no row is fully masked, so plain softmax is exact; with a
+      mask, the fully-masked-row check reuses softmax's row max (elementwise, fusable). GQA
+      repeats K/V heads; only dropout (never on in eval) falls back to torch's path.
+    - `aten.var_mean.correction` (LayerNorm): two-pass mean and variance in the input's dtype;
+      torch-mlir's lowering upcasts the whole tensor to f64.
+    - `aten.reciprocal` (BatchNorm): `1 / x`; torch-mlir's lowering puts a `cf.assert(x != 0)`
+      in the linalg body (PyTorch itself gives inf).
+    - `aten.gelu` with approximate="tanh": written out with an exact sqrt(2/pi); torch-mlir's
+      lowering uses 0.797724 (sqrt(2/pi) = 0.7978846), a relative error of 5e-5 in the output.
+    - `aten.pow.Tensor_Scalar` with exponent 2 or 3 (RMSNorm, GELU-tanh): multiplications,
+      instead of `math.fpowi`.
+    - `aten.floor_divide` of uint8: in int32 (torch-mlir's unsigned lowering segfaults).
+    - `aten.constant_pad_nd` with a negative pad (a crop: RWKV's time shift,
+      `ZeroPad2d((0, 0, 1, -1))`): a slice, then the non-negative pads. torch-mlir folds a
+      pad whose result has its input's shape away as the identity, whatever the pads.
+    - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
+      experts' router): row maxima and selects, fusable, instead of tm_tensor's serial
+      loops (a one-thread kernel on the GPU); more than SMALL_SELECTION stay torch-mlir's.
+    """
+    import torch
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    aten = torch.ops.aten
+    table = dict(get_decomposition_table())
+    sdpa = aten.scaled_dot_product_attention.default
+    table[sdpa] = _naive_attention_decomposition(table.get(sdpa))
+    table[aten.var_mean.correction] = _var_mean_two_pass
+    table[aten.reciprocal.default] = _reciprocal
+    table[aten.gelu.default] = _gelu_tanh
+    table[aten.pow.Tensor_Scalar] = _pow_scalar
+    table[aten.floor_divide.default] = _unsigned_floor_divide
+    table[aten.constant_pad_nd.default] = _crop_negative_pads
+    table[aten.topk.default] = _small_topk
+    table[aten.scatter.src] = _small_scatter
+    table[aten.scatter.value] = _small_scatter
+    return table
+
+
+def fx_decomposition_table() -> dict[Any, Any]:
+    """`decomposition_table` for graphs traced by make_fx (`trace_fx_graph`), where the
+    composite ops come in as they dispatch after autograd rather than as torch.export's
+    functional forms: an inference batch norm reaches `native_batch_norm` (training False),
+    whose lowering in torch-mlir cannot type its empty saved statistics; it goes to the
+    form torch.export gives (`_native_batch_norm_legit_no_training`)."""
+    import torch
+
+    table = decomposition_table()
+    table[torch.ops.aten.native_batch_norm.default] = _batch_norm_inference
+    return table
+
+
+def _batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: Any,
+                          running_var: Any, training: bool, momentum: float,
+                          eps: float) -> Any:
+    import torch
+
+    if training or running_mean is None or running_var is None:
+        return NotImplemented
+    return torch.ops.aten._native_batch_norm_legit_no_training(
+        x, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def _unsigned_floor_divide(a: torch.Tensor, b: Any) -> torch.Tensor | Any:
+    """uint8 `a // b` computed in int32 and narrowed back (exact: both are non-negative);
+    torch-mlir's lowering of an unsigned floor division crashes the process (SIGSEGV)."""
+    import torch
+
+    if a.dtype != torch.uint8:
+        return NotImplemented
+    wide = b.to(torch.int32) if isinstance(b, torch.Tensor) else b
+    return torch.floor_divide(a.to(torch.int32), wide).to(torch.uint8)
+
+
+def _naive_attention_decomposition(fallback: Any) -> Any:
+    """A decomposition of `aten.scaled_dot_product_attention` as naive attention."""
+    import torch
+
+    def naive_attention(
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        is_causal: bool = False,
+        *,
+        scale: float | None = None,
+        enable_gqa: bool = False,
+    ) -> torch.Tensor:
+        if dropout_p != 0.0:
+            if fallback is None:
+                return NotImplemented
+            return fallback(
+                query, key, value, attn_mask, dropout_p, is_causal,
+                scale=scale, enable_gqa=enable_gqa,
+            )
+        if enable_gqa:
+            key, value = _repeat_heads(key, query.shape[-3]), _repeat_heads(value, query.shape[-3])
+        if scale is None:
+            scale = 1.0 / math.sqrt(query.shape[-1])
+        scores = torch.matmul(query, key.transpose(-2, -1)) * scale
+        if is_causal:
+            # torch's causal mask is top-left aligned: row i sees columns 0..i, so no row is
+            # fully masked and plain softmax is exact.
+            rows = torch.arange(query.shape[-2], device=query.device).unsqueeze(-1)
+            columns = torch.arange(key.shape[-2], device=query.device).unsqueeze(0)
+            scores = torch.where(rows >= columns, scores, float("-inf"))
+        if attn_mask is None:
+            return torch.matmul(torch.softmax(scores, dim=-1), value)
+        if attn_mask.dtype == torch.bool:
+            scores = torch.where(attn_mask, scores, float("-inf"))
+        else:
+            scores = scores + attn_mask
+        return torch.matmul(_safe_softmax(scores), value)
+
+    return naive_attention
+
+
+def _safe_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim that gives 0, not NaN, on rows that are entirely -inf.
+
+    torch's `_safe_softmax` tests "all -inf" with an i1 `all` reduction; a row is all -inf
+    exactly when its max is, so the test reuses softmax's own max and stays elementwise.
+    """
+    import torch
+
+    row_max = torch.amax(scores, dim=-1, keepdim=True)
+    exponentials = torch.exp(scores - row_max)
+    probabilities = exponentials / torch.sum(exponentials, dim=-1, keepdim=True)
+    return torch.where(row_max == float("-inf"), 0.0, probabilities)
+
+
+def _repeat_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Repeat each of x's heads (dim -3) so that it has `heads` heads (grouped-query attention)."""
+    repeats = heads // x.shape[-3]
+    expanded = x.unsqueeze(-3).expand(*x.shape[:-2], repeats, *x.shape[-2:])
+    return expanded.reshape(*x.shape[:-3], heads, *x.shape[-2:])
+
+
+def _var_mean_two_pass(
+    x: torch.Tensor,
+    dim: list[int] | None = None,
+    *,
+    correction: float | None = None,
+    keepdim: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor] | Any:
+    """var_mean as mean, then the mean of squared deviations, in x's own dtype."""
+    import torch
+
+    if not x.dtype.is_floating_point or x.ndim == 0:
+        return NotImplemented
+    # An empty dim list reduces over every dim, as None does.
+    dims = [d % x.ndim for d in dim] if dim else list(range(x.ndim))
+    count = math.prod(x.shape[d] for d in dims)
+    mean = torch.mean(x, dims, keepdim=True)
+    centered = x - mean
+    divisor = max(count - (1 if correction is None else correction), 0)
+    var = torch.sum(centered * centered, dims, keepdim=keepdim) / divisor
+    if not keepdim:
+        mean = torch.squeeze(mean, dims)
+    return var, mean
+
+
+def _reciprocal(x: torch.Tensor) -> torch.Tensor | Any:
+    """1 / x as a division by a 0-d one."""
+    import torch
+
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    return torch.div(torch.scalar_tensor(1.0, dtype=x.dtype, device=x.device), x)
+
+
+def _gelu_tanh(x: torch.Tensor, approximate: str = "none") -> torch.Tensor | Any:
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    import torch
+
+    if approximate != "tanh":
+        return NotImplemented
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))
+    return 0.5 * x * (1.0 + torch.tanh(inner))
+
+
+def _crop_negative_pads(x: torch.Tensor, pad: list[int], value: float = 0.0
+                        ) -> torch.Tensor | Any:
+    """A constant pad with negative entries as a slice of each cropped dim followed by the
+    pad of the non-negative entries; without negative entries, left to torch-mlir."""
+    import torch
+
+    if all(p >= 0 for p in pad):
+        return NotImplemented
+    for i in range(len(pad) // 2):
+        dim, low, high = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if low < 0 or high < 0:
+            size = x.shape[dim]
+            x = torch.ops.aten.slice.Tensor(x, dim, max(-low, 0), size + min(high, 0))
+    kept = [max(p, 0) for p in pad]
+    if any(kept):
+        x = torch.ops.aten.constant_pad_nd.default(x, kept, value)
+    return x
+
+
+def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:
+    """x ** 2 and x ** 3 as multiplications; other exponents are left to torch-mlir."""
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    if exponent == 2:
+        return x * x
+    if exponent == 3:
+        return x * x * x
+    return NotImplemented
+
+
+# The most winners `_small_topk` finds by rounds (and the most indices per row
+# `_small_scatter` writes by selects): up to it, elementwise ops and row reductions the
+# planner fuses; past it, torch-mlir's serial tm_tensor ops.
+SMALL_SELECTION = 8
+
+
+def _small_topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True,
+                sorted: bool = True) -> Any:  # noqa: A002 - torch's argument name
+    """topk of a few (k <= SMALL_SELECTION, largest) as k rounds of a row max and the first
+    position holding it among those not taken yet, instead of torch-mlir's tm_tensor.topk (an
+    insertion per element, serial: a one-thread kernel on the GPU). The order is torch's:
+    descending, ties to the lower index; NaN is the largest (a max propagates it)."""
+    import torch
+
+    if not largest or k > SMALL_SELECTION or x.dim() == 0 or not x.dtype.is_floating_point:
+        return NotImplemented
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    shape = [1] * x.dim()
+    shape[dim] = n
+    pos = torch.arange(n, device=x.device).reshape(shape)
+    taken = torch.zeros_like(x, dtype=torch.bool)
+    values, indices = [], []
+    for _ in range(k):
+        m = torch.amax(torch.where(taken, float("-inf"), x), dim=dim, keepdim=True)
+        hit = ~taken & ((x == m) | (torch.isnan(x) & torch.isnan(m)))
+        i = torch.amin(torch.where(hit, pos, n), dim=dim, keepdim=True)
+        values.append(m)
+        indices.append(i)
+        taken = taken | (pos == i)
+    return torch.cat(values, dim), torch.cat(indices, dim)
+
+
+def _small_scatter(x: torch.Tensor, dim: int, index: torch.Tensor, src: Any) -> Any:
+    """scatter (no reduce) of a few indices per row (index's `dim` at most SMALL_SELECTION,
+    its other dims x's) as selects in index order: out = where(position == index[..., j],
+    src[..., j], out) for each j, the later write winning as in the serial loop. A router's
+    weights written at its topk positions; torch-mlir's tm_tensor.scatter is a serial loop.
+    Other shapes are torch-mlir's. An index out of range writes nothing here (torch raises;
+    the serial loop's bounds check reports it)."""
+    import torch
+
+    dim = dim % x.dim()
+    if index.dim() != x.dim() or index.shape[dim] > SMALL_SELECTION or \
+            any(index.shape[d] != x.shape[d] for d in range(x.dim()) if d != dim):
+        return NotImplemented
+    shape = [1] * x.dim()
+    shape[dim] = x.shape[dim]
+    pos = torch.arange(x.shape[dim], device=x.device).reshape(shape)
+    if isinstance(src, torch.Tensor):
+        src = src[tuple(slice(0, s) for s in index.shape)].to(x.dtype)
+    out = x
+    for j in range(index.shape[dim]):
+        value = src.narrow(dim, j, 1) if isinstance(src, torch.Tensor) else src
+        out = torch.where(pos == index.narrow(dim, j, 1), value, out)
+    return out
