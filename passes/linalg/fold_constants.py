@@ -331,6 +331,10 @@ class FoldConstantsPass(Pass):
     ARGUMENT = "fusion-fold-constants"
 
     def run(self, module: ir.Operation) -> None:
+        # Only a scan is replaced: without one, nothing here would change the module (the
+        # other ops are evaluated only to feed a scan).
+        if not walk_ops(module, lambda o: o.name == SCAN):
+            return
         fold = _Fold()
         for op in walk_ops(module, lambda o: o.name in FOLDED):
             try:
