@@ -169,33 +169,58 @@ CONSTANT_MAX_ELEMENTS = 1 << 16
 
 
 def constant_array(value: ir.Value, dtypes: dict[str, str] = CONSTANT_DTYPES,
-                   max_elements: int = CONSTANT_MAX_ELEMENTS) -> Any:
-    """The numpy value of a dense (non-resource) tensor constant, or None."""
+                   max_elements: int = CONSTANT_MAX_ELEMENTS, scalars: bool = False) -> Any:
+    """The numpy value of a dense (non-resource) tensor constant whose element type is a key
+    of `dtypes`, as that key's dtype; with `scalars`, of a scalar constant too (a numpy
+    scalar); or None. A bf16 constant is read only as a splat (numpy has no bf16 buffer)."""
     import math
 
     import numpy as np
 
     op = defining(value)
-    if op is None or op.name != "arith.constant" or \
-            not isinstance(op.results[0].type, ir.RankedTensorType):
+    if op is None or op.name != "arith.constant":
         return None
-    rt = ir.RankedTensorType(op.results[0].type)
+    t = op.results[0].type
+    attr = op.attributes["value"]
+    if not isinstance(t, ir.RankedTensorType):
+        if not scalars or str(t) not in dtypes or \
+                not isinstance(attr, (ir.BoolAttr, ir.FloatAttr, ir.IntegerAttr)):
+            return None
+        return np.dtype(dtypes[str(t)]).type(attr.value)
+    rt = ir.RankedTensorType(t)
     if not rt.has_static_shape:
         return None
     shape, elt = list(rt.shape), str(rt.element_type)
-    attr = op.attributes["value"]
     if elt not in dtypes or not isinstance(attr, ir.DenseElementsAttr) or \
             math.prod(shape) > max_elements:
         return None
     try:
         if attr.is_splat:
             splat = attr.get_splat_value()
-            scalar = ir.FloatAttr(splat).value if elt.startswith("f") else \
+            scalar = ir.FloatAttr(splat).value if elt.startswith(("f", "bf")) else \
                 ir.IntegerAttr(splat).value
             return np.full(shape, scalar, dtype=dtypes[elt])
         return np.array(attr).reshape(shape).astype(dtypes[elt])
-    except Exception:  # noqa: BLE001 - an attribute numpy cannot read: not read
+    except Exception:  # noqa: BLE001 - an attribute numpy cannot read (bf16): not read
         return None
+
+
+def bf16_bits(x: Any) -> Any:
+    """`x` (a number or an array) as bf16 bit patterns (uint16), rounded to nearest-even
+    through f32 as MLIR and torch round; a NaN is the quiet NaN 0x7FC0, as torch's."""
+    import numpy as np
+
+    f32 = np.asarray(x, dtype=np.float32)
+    bits = f32.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return np.where(np.isnan(f32), 0x7FC0, rounded).astype(np.uint16)
+
+
+def from_bf16_bits(bits: Any) -> Any:
+    """bf16 bit patterns (uint16) as the float64 values they hold."""
+    import numpy as np
+
+    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
 # Unary ops that never decrease: an interval maps to the interval of its ends.

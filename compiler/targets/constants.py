@@ -11,15 +11,7 @@ from __future__ import annotations
 import re
 
 import mlir.ir as ir
-
-
-def bf16_bits(value: float) -> int:
-    """The bf16 bit pattern of `value` rounded to nearest-even (through f32), as MLIR and
-    torch round."""
-    import numpy as np
-
-    bits = int(np.array(np.float32(value)).view(np.uint32))
-    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+from fusec.passes.payload import bf16_bits
 
 
 _HEX = re.compile(r'dense<"0x([0-9A-Fa-f]*)">')

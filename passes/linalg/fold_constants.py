@@ -5,10 +5,11 @@ packed sequences in their positions with a cumsum (`(position_ids diff != 1).cum
 a `tm_tensor.scan`), which `fusion-lower-tm-tensor` turns into a serial loop nest: a kernel
 of one thread on the GPU (the fallback path), whose input is computed from an arange. With
 no input among its operands the scan is a constant: this pass computes it with numpy (the
-ops it reads from, too) and puts a dense constant in its place. The ops before it stay as
-they are: what fuses into its consumers costs no kernel, and a mask computed from indices
-in registers is what the attention kernels classify (attention_mask.causal_bound); a
-materialized mask would be a read per score.
+ops it reads from, too: only those, walking back from its operands, each op once; the
+constant masks and weights no scan reads are never read) and puts a dense constant in its
+place. The ops before it stay as they are: what fuses into its consumers costs no kernel,
+and a mask computed from indices in registers is what the attention kernels classify
+(attention_mask.causal_bound); a materialized mask would be a read per score.
 
 Evaluated (their operands all dense constants, not resources: weights are never read;
 results of at most FOLD_MAX_ELEMENTS elements of a type numpy holds here: f64, f32, f16,
@@ -42,12 +43,15 @@ from typing import Any
 
 import mlir.ir as ir
 
-from fusec.passes.grouping import value_key, walk_ops
+from fusec.passes.grouping import defining_op, value_key, walk_ops
 from fusec.passes.payload import (
     CAST_OPS,
     PAYLOAD_OPS,
     PayloadError,
+    bf16_bits,
+    constant_array,
     evaluate_region,
+    from_bf16_bits,
     scalar_body,
 )
 from fusec.passes.registry import Pass, register
@@ -56,6 +60,8 @@ FOLD_MAX_ELEMENTS = 1 << 16
 # Element type -> (numpy dtype computed in, dtype stored as).
 INTS = {"i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "index": "int64"}
 FLOATS = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "float32"}
+# Element type -> the numpy dtype a constant is read as here.
+READ_DTYPES = {**{e: "float64" for e in FLOATS}, **{e: "int64" for e in INTS}, "i1": "bool"}
 # Body ops exact whatever the element type (no rounding beyond the result's conversion).
 EXACT_OPS = frozenset({"arith.constant", "linalg.index", "arith.cmpi", "arith.cmpf",
                        "arith.select", "tensor.extract", "arith.addi", "arith.subi",
@@ -83,65 +89,6 @@ def _holdable(t: ir.Type) -> bool:
     return (e in INTS or e in FLOATS or e == "i1") and _numel(t) <= FOLD_MAX_ELEMENTS
 
 
-def _bf16_bits(x: Any) -> Any:
-    """float64 values as bf16 bit patterns (uint16), rounded to nearest even."""
-    import numpy as np
-
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    nan = np.isnan(np.asarray(x, dtype=np.float32))
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
-
-
-def _from_bf16_bits(bits: Any) -> Any:
-    import numpy as np
-
-    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32).astype(np.float64)
-
-
-def _read(value: ir.Value) -> Any:
-    """A dense (non-resource) constant's value, float64 / int64 / bool, or None."""
-    import numpy as np
-
-    owner = value.owner
-    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant" or \
-            not _holdable(value.type):
-        return None
-    attr = owner.operation.attributes["value"]
-    e = _element(value.type)
-    if not isinstance(value.type, ir.RankedTensorType):
-        if isinstance(attr, ir.BoolAttr):
-            return np.bool_(attr.value)
-        if isinstance(attr, ir.FloatAttr):
-            return np.float64(attr.value)
-        if isinstance(attr, ir.IntegerAttr):
-            return np.bool_(attr.value) if e == "i1" else np.int64(attr.value)
-        return None
-    if not isinstance(attr, ir.DenseElementsAttr):
-        return None
-    shape = list(ir.RankedTensorType(value.type).shape)
-    try:
-        if attr.is_splat:
-            splat = attr.get_splat_value()
-            if e == "i1":
-                x: Any = bool(ir.BoolAttr(splat).value) if isinstance(splat, ir.BoolAttr) \
-                    else bool(ir.IntegerAttr(splat).value)
-            elif e in FLOATS:
-                x = float(ir.FloatAttr(splat).value)
-            else:
-                x = int(ir.IntegerAttr(splat).value)
-            dtype = np.bool_ if e == "i1" else (np.float64 if e in FLOATS else np.int64)
-            return np.full(shape, x, dtype=dtype)
-        if e == "bf16":
-            return None  # numpy has no bf16 buffer to read it through
-        raw = np.array(attr)
-        if e == "i1":
-            return raw.reshape(shape).astype(np.bool_)
-        return raw.reshape(shape).astype(np.float64 if e in FLOATS else np.int64)
-    except Exception:  # noqa: BLE001 - an attribute numpy cannot read: not folded
-        return None
-
-
 def _attr(value: Any, t: ir.Type) -> ir.Attribute:
     """The dense attribute of type `t` holding `value` (converted to its element type)."""
     import numpy as np
@@ -158,7 +105,7 @@ def _attr(value: Any, t: ir.Type) -> ir.Attribute:
     if e == "i1":
         return ir.DenseElementsAttr.get(np.ascontiguousarray(x.astype(np.bool_)))
     if e == "bf16":
-        return ir.DenseElementsAttr.get(np.ascontiguousarray(_bf16_bits(x)), type=t)
+        return ir.DenseElementsAttr.get(np.ascontiguousarray(bf16_bits(x)), type=t)
     dtype = INTS.get(e) or FLOATS[e]
     return ir.DenseElementsAttr.get(np.ascontiguousarray(x.astype(dtype)), type=t)
 
@@ -173,7 +120,7 @@ def _stored(value: Any, t: ir.Type) -> Any:
     if e == "i1":
         return x.astype(np.bool_)
     if e == "bf16":
-        return _from_bf16_bits(_bf16_bits(x))
+        return from_bf16_bits(bf16_bits(x))
     if e in FLOATS:
         return x.astype(FLOATS[e] if e != "f16" else np.float16).astype(np.float64)
     return x.astype(INTS[e]).astype(np.int64)
@@ -183,17 +130,64 @@ def _ints(attr: ir.Attribute) -> list[int]:
     return [int(x) for x in ir.DenseI64ArrayAttr(attr)]
 
 
+def _reads(op: ir.Operation) -> list[ir.Value]:
+    """The operands `_Fold.evaluate` reads of `op` (of a linalg op, not its inits)."""
+    operands = list(op.operands)
+    if "operandSegmentSizes" in op.attributes and op.name != SCAN:
+        return operands[:list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[0]]
+    if op.name in ("linalg.broadcast", "linalg.transpose"):
+        return operands[:1]
+    return operands
+
+
 class _Fold:
-    """The values computed so far (by value key) and the evaluation of one op."""
+    """The values known so far (by value key), each found on demand, and the evaluation of
+    one op."""
 
     def __init__(self) -> None:
         self.known: dict[int, Any] = {}
 
     def value(self, v: ir.Value) -> Any:
+        """`v`'s value (float64 / int64 / bool), or None: a constant's read, an op of FOLDED's
+        evaluated, first the ops it reads (walking back from it): each op at most once."""
         key = value_key(v)
         if key not in self.known:
-            self.known[key] = _read(v)
+            self._settle(v)
         return self.known[key]
+
+    def _settle(self, v: ir.Value) -> None:
+        # Post-order on a stack (a chain of ops as long as a model's costs no Python stack):
+        # an op is evaluated once the values it reads are known.
+        stack, pending = [(v, False)], set()
+        while stack:
+            w, ready = stack.pop()
+            key = value_key(w)
+            if key in self.known:
+                continue
+            op = defining_op(w)
+            # (a scan's result is a scan before this one not computed: one computed is a
+            # constant now)
+            if op is None or op.name not in FOLDED or op.name == SCAN:
+                self.known[key] = constant_array(w, READ_DTYPES, FOLD_MAX_ELEMENTS, scalars=True)
+                continue
+            if not ready and key in pending:  # it reads itself (a graph region)
+                self.known[key] = None
+                continue
+            if not ready and all(_holdable(r.type) for r in op.results):
+                pending.add(key)
+                stack.append((w, True))
+                stack.extend((u, False) for u in _reads(op))
+                continue
+            values = self.results(op) or [None] * len(op.results)
+            for result, x in zip(op.results, values):
+                self.known[value_key(result)] = None if x is None else _stored(x, result.type)
+
+    def results(self, op: ir.Operation) -> list[Any] | None:
+        """`evaluate(op)`, None where it fails."""
+        try:
+            return self.evaluate(op)
+        except (PayloadError, IndexError, ValueError, TypeError):
+            return None
 
     def inputs(self, op: ir.Operation) -> tuple[list[Any], list[ir.Value]] | None:
         seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
@@ -331,27 +325,16 @@ class FoldConstantsPass(Pass):
     ARGUMENT = "fusion-fold-constants"
 
     def run(self, module: ir.Operation) -> None:
-        # Only a scan is replaced: without one, nothing here would change the module (the
-        # other ops are evaluated only to feed a scan).
-        if not walk_ops(module, lambda o: o.name == SCAN):
-            return
+        # Only a scan is replaced; the ops it reads are evaluated on demand (`_Fold.value`)
+        # and kept: what fuses into its consumers costs no kernel (a mask from indices is
+        # computed in registers and classified by the attention kernels; a contraction's
+        # init is a fill its kernels recognise); a serial scan is a kernel of one thread.
         fold = _Fold()
-        for op in walk_ops(module, lambda o: o.name in FOLDED):
-            try:
-                values = fold.evaluate(op)
-            except (PayloadError, IndexError, ValueError, TypeError):
-                values = None
+        for op in walk_ops(module, lambda o: o.name == SCAN):
+            values = fold.results(op)
             if values is None:
                 continue
             results = list(op.results)
-            if op.name != SCAN:
-                # Known to the ops after it, kept: what fuses into its consumers costs no
-                # kernel (a mask from indices is computed in registers and classified by
-                # the attention kernels; a contraction's init is a fill its kernels
-                # recognise); a serial scan is a kernel of one thread.
-                for result, x in zip(results, values):
-                    fold.known[value_key(result)] = _stored(x, result.type)
-                continue
             constants = []
             with ir.InsertionPoint(op), op.location:
                 for result, x in zip(results, values):

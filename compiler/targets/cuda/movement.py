@@ -1251,9 +1251,9 @@ def _round_to(value: float, type_: str) -> float | None:
     if type_ == "f16":
         return float(np.float16(value))
     if type_ == "bf16":
-        from fusec.compiler.targets.constants import bf16_bits
+        from fusec.passes.payload import bf16_bits, from_bf16_bits
 
-        return float(np.array(bf16_bits(value) << 16, dtype=np.uint32).view(np.float32))
+        return float(from_bf16_bits(bf16_bits(value)))
     return None
 
 
