@@ -21,6 +21,17 @@ scores never exist beyond a BM x BN tile and memory is O(N):
                                                            zero; 0 / 0 = NaN otherwise, as the
                                                            unfused softmax gives)
 
+Where the chain is X = c S on a tile (c > 0), X is not computed: the row max is c max S and
+exp reads c S - z, in the same pass (`_scales`). That is every tile of a chain without masks
+(SDPA's scale), and, where a causal mask changes nothing below the diagonal
+(`attention_mask.interior_point`, `interior_scale`: not a sliding window, a position bias or
+a masked key), the key tiles wholly below the block's diagonal: those come first, in a loop
+of their own, and only the diagonal tiles after them evaluate the mask (as the CUDA kernel
+splits them):
+
+      scf.for key tiles [0, min(tiles, (m0 + c + 1) / BN))   S, the scale folded into exp
+      scf.for key tiles [that, tiles)                        the chain, mask and all
+
 The products accumulate in f32 (16-bit operands widened in the tile: one copy of a K or V
 tile per BM rows), S and P are rounded to the types the graph gives them (S to the first
 product's result type, P to the second product's operand type), and the result goes
@@ -54,8 +65,8 @@ import math
 from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
-from fusec.passes.fusion.attention import NotAttention, _cast_of, match_group
-from fusec.passes.fusion.attention_mask import causal_bound
+from fusec.passes.fusion.attention import NotAttention, _cast_of, computed_scale, match_group
+from fusec.passes.fusion.attention_mask import causal_bound, interior_point, interior_scale
 from fusec.passes.grouping import (RESHAPE_OPS, defining_op, form_group, is_attention,
                                    use_owner, walk_ops)
 from fusec.passes.inline_groups import groups_in
@@ -219,6 +230,8 @@ class _Parts:
     out: ir.Value        # the group's value the chain ends in
     zero_rows: bool
     causal: int | None   # every key past row + c masked (attention_mask.causal_bound)
+    scale: float | None  # X = scale S on every key tile (no mask: `computed_scale`)
+    inner: float | None  # X = inner S on the key tiles wholly below the causal diagonal
     batch: int
     m: int
     n: int
@@ -263,9 +276,29 @@ def parts_of(group: ir.Operation) -> _Parts:
         else:
             raise PassError(f"'{user.name}' after the attention's P V", group.location)
         value = user.results[0]
+    causal = causal_bound(m, mm, nn)
     return _Parts(q, k, v, m.score, s, _tensor(s).element_type,
                   _tensor(m.pv.operands[0]).element_type, pv_shape, casts, reshapes, m.out,
-                  m.zero_masked_rows, causal_bound(m, mm, nn), batch, mm, nn, d, dv)
+                  m.zero_masked_rows, causal, *_scales(m, mm, nn, causal),
+                  batch, mm, nn, d, dv)
+
+
+def _scales(m, q_len: int, kv_len: int, causal: int | None) -> tuple:
+    """(scale, inner): the constant c where the score chain is X = c S (c > 0), on every key
+    tile (a chain without masks: SDPA's scale alone) or only on those wholly below a causal
+    diagonal (`interior_point`: the mask changes nothing there, and `interior_scale`: the
+    chain there is c S). There the kernel skips the chain: the row max is c max S (c > 0
+    keeps the order) and c folds into exp's argument, so that the tile costs no pass of
+    its own over the scores, nor the mask's index compares and selects."""
+    def positive(c: float | None) -> float | None:
+        return c if c is not None and c > 0 else None
+
+    if not m.sides:
+        return positive(computed_scale(m)), None
+    if causal is None or interior_point(m, q_len, kv_len) is None:
+        return None, None
+    linear = interior_scale(m, q_len, kv_len)
+    return None, positive(computed_scale(m, linear) if linear is not None else None)
 
 
 def build(group: ir.Operation, parts: _Parts, bm_tile: int, bn_tile: int) -> None:
@@ -304,13 +337,13 @@ def build(group: ir.Operation, parts: _Parts, bm_tile: int, bn_tile: int) -> Non
                                            index(0)).result
                     tiles = arith.MinSIOp(tiles, arith.DivSIOp(
                         needed, index(bn_tile)).result).result
-                loop = scf.ForOp(index(0), tiles, index(1), state)
-                with ir.InsertionPoint(loop.body):
-                    n0 = arith.MulIOp(loop.induction_variable, index(bn_tile)).result
-                    scf.YieldOp(step(n0, bn_tile, list(loop.inner_iter_args)))
-                state = list(loop.results)
+                start: Index = 0
+                if p.inner is not None:  # the tiles below the block's diagonal first
+                    start = _interior_tiles(m0, p.causal, bn_tile, tiles)
+                    state = _tile_loop(step, 0, start, bn_tile, state, p.inner)
+                state = _tile_loop(step, start, tiles, bn_tile, state, p.scale)
             if rest and last is None:
-                state = step(full * bn_tile, rest, state)
+                state = step(full * bn_tile, rest, state, p.scale)
             elif rest:
                 reached = arith.CmpIOp(arith.CmpIPredicate.sge, last,
                                        index(full * bn_tile)).result
@@ -366,6 +399,24 @@ def build(group: ir.Operation, parts: _Parts, bm_tile: int, bn_tile: int) -> Non
     group.attributes[attributes.TILE_SIZES] = ir.DenseI64ArrayAttr.get([1, bm_tile, bn_tile])
 
 
+def _interior_tiles(m0: ir.Value, causal: int, bn: int, tiles: ir.Value) -> ir.Value:
+    """How many of the block's first key tiles lie wholly below its diagonal: every key of
+    the tile at or before m0 + c, the first row's last visible key (so for every row of the
+    block), min(tiles, max(m0 + c + 1, 0) / BN)."""
+    below = arith.MaxSIOp(arith.AddIOp(m0, index(causal + 1)).result, index(0)).result
+    return arith.MinSIOp(tiles, arith.DivSIOp(below, index(bn)).result).result
+
+
+def _tile_loop(step: "_KeyTile", start: Index, stop: Index, bn: int, state: list[ir.Value],
+               scale: float | None) -> list[ir.Value]:
+    """The key tiles [start, stop) of BN keys each, `step` carrying the state through."""
+    loop = scf.ForOp(index(start), index(stop), index(1), state)
+    with ir.InsertionPoint(loop.body):
+        n0 = arith.MulIOp(loop.induction_variable, index(bn)).result
+        scf.YieldOp(step(n0, bn, list(loop.inner_iter_args), scale))
+    return list(loop.results)
+
+
 def _min(a: ir.Value, b: ir.Value) -> ir.Value:
     return arith.MinUIOp(a, b).result
 
@@ -393,21 +444,17 @@ class _KeyTile:
                  q_tile: ir.Value) -> None:
         self.p, self.b, self.m0, self.rows, self.q = parts, b, m0, rows, q_tile
 
-    def scores(self, offsets: list[Index], sizes: list[Index]) -> ir.Value | None:
-        """S[offsets : offsets + sizes] = Q K^T there (f32 products, then S's type), of S's
-        rank; None unless one (batch, head) is asked for."""
+    def product(self, flat: ir.Value, m0: Index, rows: Index, n0: Index,
+                bn: int) -> ir.Value:
+        """Q K^T of (batch, head) `flat`, rows [m0, m0 + rows) and keys [n0, n0 + bn), as
+        [rows, bn] of S's type (the products in f32)."""
         p, f32 = self.p, _f32()
-        lead = len(offsets) - 2
-        if any(s != 1 for s in sizes[:lead]) or not isinstance(sizes[-1], int):
-            return None
-        rows, bn = sizes[-2], sizes[-1]
-        flat = _linearize(offsets[:lead], _lead(list(_tensor(p.s).shape)))
-        q_tile = self.q if (flat == self.b and offsets[-2] == self.m0 and rows == self.rows) \
-            else _widened(_rows(p.q, index(flat), offsets[-2], rows), f32, [rows, p.d])
+        q_tile = self.q if (flat == self.b and m0 == self.m0 and rows == self.rows) \
+            else _widened(_rows(p.q, flat, m0, rows), f32, [rows, p.d])
         # K's tile transposed into f32 (B as the matmul microkernel reads it, contiguous
         # along the keys). Measured: K^T as a kernel of its own, transposed once instead of
         # once per block of rows, saves 3% at S1024-2048 and loses at S512 (64-row blocks).
-        k_tile = _rows(p.k, index(flat), offsets[-1], bn)  # [bn, D]
+        k_tile = _rows(p.k, flat, n0, bn)  # [bn, D]
         kt_tile = _fenced(_generic(
             [ir.RankedTensorType.get([p.d, bn], f32)], [k_tile], [empty([p.d, bn], f32)],
             ["(d0, d1) -> (d1, d0)", "(d0, d1) -> (d0, d1)"], ["parallel", "parallel"],
@@ -415,6 +462,17 @@ class _KeyTile:
         s = _matmul(q_tile, kt_tile, _fill(0.0, [rows, bn]))
         if p.s_type != f32:
             s = _elementwise(s, p.s_type, [rows, bn], lambda x: _convert(x, p.s_type))
+        return s
+
+    def scores(self, offsets: list[Index], sizes: list[Index]) -> ir.Value | None:
+        """S[offsets : offsets + sizes] = Q K^T there (f32 products, then S's type), of S's
+        rank; None unless one (batch, head) is asked for."""
+        p = self.p
+        lead = len(offsets) - 2
+        if any(s != 1 for s in sizes[:lead]) or not isinstance(sizes[-1], int):
+            return None
+        flat = _linearize(offsets[:lead], _lead(list(_tensor(p.s).shape)))
+        s = self.product(index(flat), offsets[-2], sizes[-2], offsets[-1], sizes[-1])
         if not lead:
             return s
         groups = [list(range(lead + 1)), [lead + 1]]
@@ -424,8 +482,9 @@ class _KeyTile:
                 ir.IntegerType.get_signless(64), d) for d in g]) for g in groups]),
             [x for x in sizes if not isinstance(x, int)], static_shape(sizes)).result
 
-    def __call__(self, n0: Index, bn: int, state: list[ir.Value]) -> list[ir.Value]:
-        p, f32, rows = self.p, _f32(), self.rows
+    def chain(self, n0: Index, bn: int) -> ir.Value:
+        """X on the tile's [rows, bn]: the group's score ops cloned onto it."""
+        p = self.p
 
         def leaf(value, offsets, sizes):
             return self.scores(offsets, sizes) if value == p.s else None
@@ -433,19 +492,42 @@ class _KeyTile:
         x_shape = list(_tensor(p.score).shape)
         x_lead = _delinearize(self.b, _lead(x_shape))
         x = Slicer(leaf).slice(p.score, [*x_lead, self.m0, n0],
-                               [1] * len(x_lead) + [rows, bn])
-        if x_lead:
-            groups = [list(range(len(x_lead) + 1)), [len(x_lead) + 1]]
-            x = tensor.CollapseShapeOp(
-                ir.RankedTensorType.get(static_shape([rows, bn]), _tensor(x).element_type), x,
-                ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(
-                    ir.IntegerType.get_signless(64), d) for d in g]) for g in groups])).result
+                               [1] * len(x_lead) + [self.rows, bn])
+        if not x_lead:
+            return x
+        groups = [list(range(len(x_lead) + 1)), [len(x_lead) + 1]]
+        return tensor.CollapseShapeOp(
+            ir.RankedTensorType.get(static_shape([self.rows, bn]), _tensor(x).element_type), x,
+            ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), d) for d in g]) for g in groups])).result
+
+    def __call__(self, n0: Index, bn: int, state: list[ir.Value],
+                 scale: float | None = None) -> list[ir.Value]:
+        """The step for keys [n0, n0 + bn): X the group's score chain on the tile or, given
+        `scale` (X = scale S there, `_scales`), S itself with the scale folded into the row
+        max and exp's argument (no pass over the tile for X)."""
+        p, f32, rows = self.p, _f32(), self.rows
+        if scale is None:
+            x = self.chain(n0, bn)
+        else:
+            x = self.product(self.b, self.m0, rows, n0, bn)
         x = _elementwise(x, f32, [rows, bn], lambda v: _convert(v, f32)) if \
             _tensor(x).element_type != f32 else x
         # The state is updated in place (scf.for's buffers carried from tile to tile), m
         # last: e^(m - z) reads the old one.
         m_old, l_old, acc_old = state
         tile_max = _row_reduce(x, _fill(F32_NEG_INF, [rows]), "arith.maximumf")
+        x_type = _tensor(p.score).element_type
+
+        def scaled(v):
+            """scale S, S first rounded to X's type where the chain computes in 16 bits."""
+            if scale is None:
+                return v
+            rounded = _convert(_convert(v, x_type), f32) if x_type != f32 else v
+            return arith.MulFOp(rounded, arith.ConstantOp(f32, scale).result).result
+
+        if scale is not None:  # max X = scale max S: rounding keeps the order (scale > 0)
+            tile_max = _elementwise(tile_max, f32, [rows], scaled)
         m_new = _elementwise(m_old, f32, [rows], lambda v, t: arith.MaximumFOp(v, t).result,
                              (tile_max, "(d0) -> (d0)"))
         neg_inf = arith.ConstantOp(f32, F32_NEG_INF).result
@@ -458,7 +540,7 @@ class _KeyTile:
         z = _elementwise(m_new, f32, [rows], safe)
         row = "(d0, d1) -> (d0)"
         probs = _elementwise(x, f32, [rows, bn],
-                             lambda v, c: _exp(arith.SubFOp(v, c).result), (z, row))
+                             lambda v, c: _exp(arith.SubFOp(scaled(v), c).result), (z, row))
         alpha = _elementwise(m_old, f32, [rows], lambda v, c: _exp(arith.SubFOp(v, c).result),
                              (z, "(d0) -> (d0)"))
         l_scaled = _update(l_old, lambda v, a: arith.MulFOp(v, a).result,

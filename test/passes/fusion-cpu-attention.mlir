@@ -37,7 +37,34 @@
 // tiles end at its diagonal, min(2, ceil((m0 + 8) / 8)):
 // CHECK: arith.divsi
 // CHECK: %[[TILES:.*]] = arith.minsi %c2
-// CHECK: scf.for %[[J:.*]] = %{{.*}} to %[[TILES]] step %{{.*}} iter_args({{.*}}) -> (tensor<8xf32>, tensor<8xf32>, tensor<8x64xf32>)
+// The key tiles wholly below the block's diagonal come first, min(tiles, (m0 + 1) / 8) of
+// them: the mask changes nothing there (attention_mask.interior_point) and the chain is
+// S times 0.125 (interior_scale), so they evaluate no mask (no index, no compare) and no
+// pass of their own for X: the row max is 0.125 max S and exp reads 0.125 S - z, S rounded
+// to bf16 as the chain rounds it:
+// CHECK: %[[INNER:.*]] = arith.minsi %[[TILES]]
+// CHECK: scf.for %{{.*}} = %{{.*}} to %[[INNER]] step %{{.*}} iter_args({{.*}}) -> (tensor<8xf32>, tensor<8xf32>, tensor<8x64xf32>)
+// CHECK-NOT: linalg.index
+// CHECK-NOT: arith.cmpi
+// CHECK: arith.maximumf %in, %out
+// CHECK: arith.truncf %{{.*}} : f32 to bf16
+// CHECK-NEXT: arith.extf
+// CHECK-NEXT: arith.constant 1.250000e-01 : f32
+// CHECK-NEXT: arith.mulf
+// CHECK-NEXT: linalg.yield
+// CHECK-NOT: linalg.index
+// CHECK-NOT: arith.cmpi
+// CHECK: arith.truncf %{{.*}} : f32 to bf16
+// CHECK-NEXT: arith.extf
+// CHECK-NEXT: arith.constant 1.250000e-01 : f32
+// CHECK-NEXT: arith.mulf
+// CHECK-NEXT: arith.subf
+// CHECK-NEXT: math.exp
+// CHECK-NOT: linalg.index
+// CHECK-NOT: arith.cmpi
+// CHECK: scf.yield
+// Then the diagonal tiles, the chain as the graph has it:
+// CHECK: scf.for %[[J:.*]] = %[[INNER]] to %[[TILES]] step %{{.*}} iter_args({{.*}}) -> (tensor<8xf32>, tensor<8xf32>, tensor<8x64xf32>)
 // The mask's aranges, shifted to the tile's rows and keys:
 // CHECK: linalg.index 0
 // CHECK-NEXT: arith.addi
@@ -226,6 +253,8 @@ module {
 // CHECK: scf.for %{{.*}} = %{{.*}} to %c2 step
 // CHECK: tensor.extract_slice %{{.*}}[0, 0, %{{.*}}, %{{.*}}] [1, 1, 8, 8] [1, 1, 1, 1] : tensor<1x1x16x16xi1> to tensor<1x1x8x8xi1>
 // CHECK: scf.yield
+// Nor is any tile's mask known to change nothing: one loop, the mask read on every tile.
+// CHECK-NOT: scf.for
 // CHECK: arith.divf
 // CHECK: arith.cmpf oeq
 // CHECK: arith.select

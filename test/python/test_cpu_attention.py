@@ -193,6 +193,67 @@ def test_a_causal_grid_classified_by_blocks():
     assert _error(out, _reference(_causal, args)) < 1e-5
 
 
+def _key_loops(tmp_path, fn, args) -> list[str]:
+    """The bodies of the attention kernel's key-tile loops (scf.for in the tiled IR), in
+    order, each up to the next loop or the kernel's end; checks the numbers against
+    float64 on the way."""
+    module = fusec.compile(Wrap(fn).eval(), *args, cache=False, dump_dir=str(tmp_path))
+    out = module(*args)
+    out = np.asarray(out[0] if isinstance(out, (list, tuple)) else out).astype(np.float64)
+    assert _kinds(module) == ["attention"]
+    assert _error(out, _reference(fn, args)) < 1e-5
+    tiled = (tmp_path / "model.tiled.mlir").read_text()
+    group = tiled[tiled.index("fusion.group attention"):tiled.index("scf.forall.in_parallel")]
+    return group.split("scf.for ")[1:]
+
+
+def test_causal_tiles_below_the_diagonal_skip_the_mask(tmp_path):
+    """Causal SDPA: each row block's key tiles wholly below its diagonal are a loop of
+    their own that evaluates no mask (no index compare, no select of -inf) and folds the
+    scale into exp (attention_mask.interior_point / interior_scale); the diagonal tiles
+    after it run the chain as the graph has it. 300 rows and keys: blocks of 60, keys in
+    tiles of 128 and a last one of 44, so that blocks have 0, 1 and 2 interior tiles."""
+    torch.manual_seed(10)
+    args = _randn(*[(1, 2, 300, 32)] * 3)
+    interior, diagonal = _key_loops(tmp_path, _causal, args)
+    assert "arith.cmpi" not in interior and "linalg.index" not in interior
+    assert "math.exp" in interior and "arith.cmpi" in diagonal
+
+
+def _window(q, k, v):
+    """Causal, and a sliding window of 40 keys: changed below the diagonal."""
+    rows = torch.arange(q.shape[-2])[:, None]
+    keys = torch.arange(k.shape[-2])[None, :]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=(keys <= rows) & (keys > rows - 40))
+
+
+def _hole(q, k, v):
+    """Causal with key 7 masked for every row: one key below the diagonal changed."""
+    rows = torch.arange(q.shape[-2])[:, None]
+    keys = torch.arange(k.shape[-2])[None, :]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=(keys <= rows) & (keys != 7))
+
+
+def _position_bias(q, k, v):
+    """Causal with an ALiBi-like bias -(row - key) / 16 computed from indices."""
+    rows = torch.arange(q.shape[-2])[:, None]
+    keys = torch.arange(k.shape[-2])[None, :]
+    bias = torch.where(keys <= rows, (keys - rows).to(q.dtype) / 16, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+@pytest.mark.parametrize("fn", [_window, _hole, _position_bias])
+def test_masks_changed_below_the_diagonal_run_on_every_tile(tmp_path, fn):
+    """A mask with the causal bound that is NOT unchanged below the diagonal (a sliding
+    window, a masked key, a position bias) has no interior tiles: one key loop (still
+    ending at the diagonal), the mask evaluated in it on every tile, the numbers right."""
+    torch.manual_seed(11)
+    args = _randn(*[(1, 2, 300, 32)] * 3)
+    loops = _key_loops(tmp_path, fn, args)
+    assert len(loops) == 1 and "linalg.index" in loops[0]
+    assert "arith.cmpi" in loops[0] or "arith.select" in loops[0]
+
+
 def test_gqa_and_head_split():
     torch.manual_seed(4)
     args = _randn((1, 8, 70, 32), (1, 2, 70, 32), (1, 2, 70, 32))
