@@ -34,11 +34,14 @@ def _library() -> ctypes.CDLL:
     return _lib
 
 
+# PyCapsule_GetPointer, its signature set once: setting restype and argtypes on every call
+# cost 6 us of the 7 each (447 000 calls, 2.6 s, in one ResNet-18 compile for cuda).
+_GET_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
 def _capsule_pointer(capsule: object, name: bytes) -> int:
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    return get(capsule, name)
+    return _GET_POINTER(capsule, name)
 
 
 def load_dialect(context: ir.Context) -> None:

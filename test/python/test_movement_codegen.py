@@ -426,3 +426,93 @@ def test_an_insert_slice_split_inside_a_vector_reads_each_lanes_own_destination(
         assert read and read.group(1) == column, (column, outside)
         lanes.add(column)
     assert len(lanes) == 4
+
+
+def test_each_movement_group_is_built_once_per_compile(monkeypatch) -> None:
+    """The `tiled` stage asks the family whether it takes a group (the GPU rewrites, the
+    fallback's tiling) and code generation builds it: one build per distinct group, the
+    answers reused (`movement._BUILT`, keyed by the group's body, not its notes or its
+    SSA names). Three different transposes are three builds and three kernels, each under
+    its own symbol; the same group in a later compile is built from the cache: the same
+    kernel under that compile's symbol."""
+    from fusec.compiler.targets.cuda import movement
+
+    built: list[str] = []
+    build = movement._build_movement_kernel
+
+    bodies: list[str] = []
+
+    def counting(group, symbol, constants, device):
+        built.append(symbol)
+        bodies.append(movement._body_text(group))
+        return build(group, symbol, constants, device)
+
+    monkeypatch.setattr(movement, "_build_movement_kernel", counting)
+    monkeypatch.setattr(movement, "_BUILT", type(movement._BUILT)())
+    x, y = torch.randn(6, 40, 24), torch.randn(6, 40, 24)
+    program, kernels = _program(
+        lambda a, b: (a.permute(0, 2, 1).contiguous() * 2, b.permute(1, 0, 2).contiguous() + 1,
+                      torch.tanh(b.permute(0, 2, 1).contiguous()) * 3), x, y)
+    paths = [k.info["path"] for k in kernels]
+    assert paths.count("movement") == 3, paths
+    # No group built twice (the stage also asks about candidate pieces it does not keep).
+    assert len(bodies) == len(set(bodies)) >= 3 and set(built) == {movement._PROBE_SYMBOL}
+    symbols = [k.symbol for k in kernels]
+    assert len(set(symbols)) == 3
+    for symbol in symbols:
+        assert f".entry {symbol}(" in program.ptx
+    assert movement._PROBE_SYMBOL not in program.ptx
+    # Built again from the cache: same text under another symbol, refusals re-raised.
+    before = len(built)
+    program2, kernels2 = _program(lambda a: a.permute(0, 2, 1).contiguous() * 2, x)
+    assert len(built) == before and len(kernels2) == 1
+    def body(ptx: str, symbol: str) -> str:
+        entry = _entry(ptx, symbol)
+        return entry[:entry.index("\n}\n")].replace(symbol, "K")
+
+    assert body(program2.ptx, kernels2[0].symbol) == body(program.ptx, kernels[0].symbol)
+
+
+def test_a_refusal_is_remembered_with_its_reason(monkeypatch) -> None:
+    """A group the family refuses is refused again from `_BUILT` with the same message and
+    exception type, without a second build."""
+    from fusec.compiler.targets.cuda import movement
+    from fusec.compiler.targets.cuda.device import CudaCodegenError
+
+    calls: list[int] = []
+
+    def refusing(group, symbol, constants, device):
+        calls.append(1)
+        raise CudaCodegenError("not this one")
+
+    monkeypatch.setattr(movement, "_build_movement_kernel", refusing)
+    monkeypatch.setattr(movement, "_BUILT", type(movement._BUILT)())
+    x = torch.randn(6, 40, 24)
+    program, kernels = _program(lambda a: a.permute(0, 2, 1).contiguous() * 2, x)
+    assert [k.info["path"] for k in kernels] == ["fallback"]
+    assert "not this one" in kernels[0].info["why"]
+    assert len(calls) == 1
+
+
+def test_identical_layers_share_one_kernel() -> None:
+    """Two identical blocks (weights are arguments, so the same layer is the same text)
+    lower one kernel per distinct text: the launches of the second block call the first
+    block's functions, and the PTX defines each function once."""
+    from fusec.compiler.targets.cuda.program import share_identical_kernels
+    from fusec.runtime.plan import Launch
+
+    def block(x, w):
+        return torch.exp(x) / torch.exp(x).sum() * w  # a total: two kernels a block
+
+    x, w1, w2 = torch.randn(4, 40, 40), torch.randn(40), torch.randn(40)
+    program, kernels = _program(lambda a, u, v: block(block(a, u), v), x, w1, w2)
+    symbols = [k.symbol for k in kernels]
+    entries = re.findall(r"\.entry (\w+)\(", program.ptx)
+    assert len(entries) == len(set(entries)) == len(set(symbols)) < len(symbols)
+    assert set(symbols) == set(entries)
+    # The sharing itself: a text under another name is dropped, its launch renamed.
+    text = "gpu.func @k1(%a: memref<4xf32>) kernel { gpu.return }"
+    kept = share_identical_kernels(
+        [text, text.replace("@k1", "@k2"), text.replace("4xf32", "8xf32").replace("@k1", "@k3")],
+        launches := [Launch("k1", [], 1), Launch("k2", [], 1), Launch("k3", [], 1)])
+    assert len(kept) == 2 and [k.symbol for k in launches] == ["k1", "k1", "k3"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import dataclasses
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +135,37 @@ def _yields_only_a_weight(group: ir.Operation) -> ir.Operation | None:
             ops[1].operands[0] != ops[0].results[0]:
         return None
     return ops[0]
+
+
+_GPU_FUNC = re.compile(r"gpu\.func @([A-Za-z_][A-Za-z0-9_$.]*)\(")
+
+
+def share_identical_kernels(kernels: list[str], launches: list[Launch]) -> list[str]:
+    """`kernels` with each kernel that is another's text under another name left out, and
+    the launches of the dropped ones pointed at the kept one: a model's repeated layers
+    (GPT-2's twelve blocks, a ResNet stage's blocks) build the same kernels, and lowering
+    and assembling each copy again was most of a CUDA compile (weights and activations are
+    kernel arguments, so the same layer is the same text). A text that defines more or
+    less than one function is kept as it is."""
+    kept: list[str] = []
+    first: dict[str, str] = {}  # the text with its name taken out -> the name kept
+    renamed: dict[str, str] = {}
+    for text in kernels:
+        names = _GPU_FUNC.findall(text)
+        if len(names) != 1:
+            kept.append(text)
+            continue
+        name = names[0]
+        anonymous = re.sub(rf"@{re.escape(name)}\b", "@__kernel__", text)
+        if anonymous in first:
+            renamed[name] = first[anonymous]
+            continue
+        first[anonymous] = name
+        kept.append(text)
+    for launch in launches:
+        if launch.symbol in renamed:
+            launch.symbol = renamed[launch.symbol]
+    return kept
 
 
 def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgram:
@@ -390,6 +422,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             outputs[k] = copy.id
             launches.append(Launch(symbol="__copy__", buffers=[bid, copy.id], grid=0))
         bound.add(bid)
+    kernels = share_identical_kernels(kernels, launches)
     arch = kernel_arch(kernels, options)
     plan = Plan(target="cuda", buffers=buffers, launches=launches, inputs=inputs,
                 outputs=outputs, metadata={"arch": arch})
