@@ -444,7 +444,7 @@ def test_each_movement_group_is_built_once_per_compile(monkeypatch) -> None:
 
     def counting(group, symbol, constants, device):
         built.append(symbol)
-        bodies.append(movement._body_text(group))
+        bodies.append(movement.body_text(group))
         return build(group, symbol, constants, device)
 
     monkeypatch.setattr(movement, "_build_movement_kernel", counting)
@@ -516,3 +516,35 @@ def test_identical_layers_share_one_kernel() -> None:
         [text, text.replace("@k1", "@k2"), text.replace("4xf32", "8xf32").replace("@k1", "@k3")],
         launches := [Launch("k1", [], 1), Launch("k2", [], 1), Launch("k3", [], 1)])
     assert len(kept) == 2 and [k.symbol for k in launches] == ["k1", "k1", "k3"]
+
+
+def test_fast_kernels_are_built_once_per_body(monkeypatch) -> None:
+    """The fast emitter's texts are reused the same way (built.FAST): within a compile no
+    group body is built twice by the plain emitter (the GPU rewrites' questions and code
+    generation), and compiling the same program again builds nothing new."""
+    from fusec.compiler.targets.cuda import built, emitter
+
+    monkeypatch.setattr(built, "FAST", built.Built())
+    plain: list[str] = []
+    build = emitter.KernelEmitter.build
+
+    def counting(self):
+        if type(self) is emitter.KernelEmitter:
+            plain.append(built.body_text(self.group))
+        return build(self)
+
+    monkeypatch.setattr(emitter.KernelEmitter, "build", counting)
+
+    def model(a, u, v):
+        def block(x, w):
+            return F.layer_norm(x, (64,), w).sum(0, keepdim=True) + x
+        return block(block(a, u), v)
+
+    inputs = (torch.randn(32, 64), torch.randn(64), torch.randn(64))
+    first, kernels = _program(model, *inputs)
+    assert plain and len(plain) == len(set(plain))
+    before = len(plain)
+    second, again = _program(model, *inputs)
+    assert len(plain) == before
+    assert [k.info["path"] for k in again] == [k.info["path"] for k in kernels]
+    assert second.ptx == first.ptx

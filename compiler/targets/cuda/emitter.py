@@ -973,3 +973,15 @@ def constant_bytes(op: ir.Operation, module_asm: Any, attribute: str = "value") 
 
 
 
+
+
+def fast_kernel_text(group: ir.Operation, symbol: str, geometry: GroupGeometry,
+                     weights: list[ir.Operation]) -> str:
+    """`KernelEmitter(group, symbol, geometry, weights).build()`, built once per group body,
+    geometry and weight count (built.FAST): the GPU rewrites ask it of every candidate
+    group and code generation builds the kept ones again, once per layer of a model."""
+    from fusec.compiler.targets.cuda.built import FAST, PROBE_SYMBOL, body_text, renamed
+
+    text = FAST.get((body_text(group), repr(geometry), len(weights)),
+                    lambda: KernelEmitter(group, PROBE_SYMBOL, geometry, weights).build())
+    return renamed(text, symbol)

@@ -56,7 +56,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -73,6 +72,7 @@ from fusec.compiler.targets.cuda.device import (
 )
 from fusec.compiler.targets.cuda.emitter import Input, KernelEmitter, _attr_value, _neutral, \
     id_of, payload_op_text
+from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, Built, body_text, renamed
 from fusec.passes import cost_model
 
 # The group-level ops this family evaluates (besides scalar arith/math ops and constants).
@@ -1342,15 +1342,10 @@ class MovementKernel:
     ops: list  # the group's ops the kernel runs (data movement included), for the report
 
 
-# Kernels (or refusals) already built, by the group's text: the `tiled` stage asks the family
-# whether it takes a group (GPU rewrites, the fallback's tiling) and code generation then
-# builds it, each time from scratch (three builds of each of ResNet-18's 46 movement kernels,
-# 28 of its 42 s of compile for cuda). The kernel depends on nothing but the group (isolated
-# from above; its non-splat constants are buffers, never values in the text, so they are
-# printed elided) and the device; the symbol is put in afterwards.
-_BUILT: "OrderedDict[tuple, MovementKernel | tuple]" = OrderedDict()
-BUILT_CACHE_SIZE = 256
-_PROBE_SYMBOL = "fusec_movement_probe"
+# Kernels (or refusals) already built (built.py): three builds of each of ResNet-18's 46
+# movement kernels were 28 of its 42 s of compile for cuda.
+_BUILT = Built()
+_PROBE_SYMBOL = PROBE_SYMBOL
 
 
 def movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.Operation],
@@ -1358,39 +1353,11 @@ def movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.Operati
     """The data-movement kernel of `group` (a `CudaCodegenError` where the family refuses
     it): the direct shape, or the transposing one where it reads fewer bytes in strided
     loads (tried for each output dim the inputs could be contiguous along). Built once per
-    group text and device (`_BUILT`)."""
-    key = (_body_text(group), device, len(constants))
-    built = _BUILT.get(key)
-    if built is None:
-        try:
-            built = _build_movement_kernel(group, _PROBE_SYMBOL, constants, device)
-        except CudaCodegenError as refusal:
-            # Its type and message only: the exception's traceback would keep the build's
-            # frames, and with them Python objects of ops that later passes erase (the
-            # bindings then hand a stale object to an op allocated at the same address).
-            built = (type(refusal), refusal.args)
-        _BUILT[key] = built
-        if len(_BUILT) > BUILT_CACHE_SIZE:
-            _BUILT.popitem(last=False)
-    else:
-        _BUILT.move_to_end(key)
-    if isinstance(built, tuple):
-        kind, args = built
-        raise kind(*args)
-    return dataclasses.replace(
-        built, text=built.text.replace(f"gpu.func @{_PROBE_SYMBOL}(", f"gpu.func @{symbol}(", 1),
-        info=copy.deepcopy(built.info), ops=list(built.ops))
-
-
-def _body_text(group: ir.Operation) -> str:
-    """`group` as text without its result names and its own attributes (the stages' notes,
-    which the kernel does not read and which change between the stage's questions and
-    code generation): its kind, operand and result types, and its body."""
-    text = group.operation.get_asm(large_elements_limit=16, use_local_scope=True)
-    head, _, body = text.partition("\n")
-    head = head[head.find("fusion.group"):]
-    cut = head.find(" attributes {")
-    return (head[:cut] if cut >= 0 else head) + "\n" + body
+    group body and device (built.py)."""
+    built = _BUILT.get((body_text(group), device, len(constants)),
+                       lambda: _build_movement_kernel(group, PROBE_SYMBOL, constants, device))
+    return dataclasses.replace(built, text=renamed(built.text, symbol),
+                               info=copy.deepcopy(built.info), ops=list(built.ops))
 
 
 def _build_movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.Operation],

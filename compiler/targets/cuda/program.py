@@ -13,7 +13,12 @@ from pathlib import Path
 import mlir.ir as ir
 from fusec.compiler.targets.cuda.analysis import analyse_group, tensor_info, value_key
 from fusec.compiler.targets.cuda.device import DTYPES, GROUP_OP, CudaCodegenError
-from fusec.compiler.targets.cuda.emitter import KernelEmitter, constant_bytes, is_weight
+from fusec.compiler.targets.cuda.emitter import (
+    KernelEmitter,
+    constant_bytes,
+    fast_kernel_text,
+    is_weight,
+)
 from fusec.passes.registry import PassError
 from fusec.compiler.targets.cuda.fallback import fallback_launch
 from fusec.compiler.targets.cuda.gemm import GEMM_WORKSPACE_BYTES, gemm_launch
@@ -353,7 +358,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             if not from_tile:
                 geometry = analyse_group(op, options.description, options.row_elements_per_thread,
                                          options.elementwise_unroll)
-                kernels.append(KernelEmitter(op, symbol, geometry, weights).build())
+                kernels.append(fast_kernel_text(op, symbol, geometry, weights))
         except CudaCodegenError as refusal:
             moved = None
             if options.movement:

@@ -17,7 +17,7 @@ from fusec.compiler.targets.cuda.body import (
     unary_kind,
 )
 from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, GROUP_OP, CudaCodegenError
-from fusec.compiler.targets.cuda.emitter import KernelEmitter, id_of, is_weight
+from fusec.compiler.targets.cuda.emitter import KernelEmitter, fast_kernel_text, id_of, is_weight
 from fusec.compiler.targets.cuda.gemm import (
     absorb_epilogue,
     bias_add,
@@ -108,7 +108,7 @@ def group_refusal(group: ir.Operation, options: CudaOptions) -> str | None:
         geometry = analyse_group(group, options.description, options.row_elements_per_thread,
                                  options.elementwise_unroll)
         weights = [w for w in group.regions[0].blocks[0].operations if is_weight(w)]
-        KernelEmitter(group, "fusec_probe", geometry, weights).build()
+        fast_kernel_text(group, "fusec_probe", geometry, weights)
     except CudaCodegenError as refusal:
         if not options.movement:
             return str(refusal)

@@ -665,7 +665,13 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     recorded = recorded_tile(group)
     t = wgmma.GemmTile(*recorded) if recorded else tile_for(found.m, found.n, device)
     unroll = cost_model.tc_epilogue_unroll(epilogue_ops(chain))
-    text = wgmma.kernel_text(symbol, problem, t, epilogue, unroll)
+    from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, TC_GEMM, body_text, renamed
+
+    # Built once per body, problem, tile, unroll and aligned operands (built.py): a model's
+    # layers have the same GEMMs.
+    key = (body_text(group), repr(problem), repr(t), unroll, tuple(sorted(epilogue.aligned)))
+    text = renamed(TC_GEMM.get(key, lambda: wgmma.kernel_text(PROBE_SYMBOL, problem, t,
+                                                               epilogue, unroll)), symbol)
     eb = wgmma.MMA_INPUTS[found.a.element]
     dtype = TENSOR_MAP_TYPES[found.a.element]
     maps = [map_entry(0, dtype, [found.k, found.m], [found.la.ld * eb], [t.bk, t.bm],
