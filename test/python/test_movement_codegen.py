@@ -436,6 +436,7 @@ def test_each_movement_group_is_built_once_per_compile(monkeypatch) -> None:
     its own symbol; the same group in a later compile is built from the cache: the same
     kernel under that compile's symbol."""
     from fusec.compiler.targets.cuda import movement
+    from fusec.compiler.targets.cuda.built import PROBE_SYMBOL
 
     built: list[str] = []
     build = movement._build_movement_kernel
@@ -456,12 +457,12 @@ def test_each_movement_group_is_built_once_per_compile(monkeypatch) -> None:
     paths = [k.info["path"] for k in kernels]
     assert paths.count("movement") == 3, paths
     # No group built twice (the stage also asks about candidate pieces it does not keep).
-    assert len(bodies) == len(set(bodies)) >= 3 and set(built) == {movement._PROBE_SYMBOL}
+    assert len(bodies) == len(set(bodies)) >= 3 and set(built) == {PROBE_SYMBOL}
     symbols = [k.symbol for k in kernels]
     assert len(set(symbols)) == 3
     for symbol in symbols:
         assert f".entry {symbol}(" in program.ptx
-    assert movement._PROBE_SYMBOL not in program.ptx
+    assert PROBE_SYMBOL not in program.ptx
     # Built again from the cache: same text under another symbol, refusals re-raised.
     before = len(built)
     program2, kernels2 = _program(lambda a: a.permute(0, 2, 1).contiguous() * 2, x)

@@ -63,9 +63,6 @@ class Built:
             raise hit.kind(*hit.args)
         return hit
 
-    def clear(self) -> None:
-        self.entries.clear()
-
 
 class _Refusal:
     def __init__(self, kind: type, args: tuple) -> None:

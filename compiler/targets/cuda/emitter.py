@@ -10,6 +10,7 @@ from typing import Any
 import mlir.ir as ir
 from fusec.compiler.targets.constants import dense_bytes
 from fusec.passes.grouping import op_key
+from fusec.compiler.targets.cuda.built import FAST, PROBE_SYMBOL, body_text, renamed
 from fusec.compiler.targets.cuda.analysis import (
     GroupGeometry,
     MapInfo,
@@ -980,8 +981,6 @@ def fast_kernel_text(group: ir.Operation, symbol: str, geometry: GroupGeometry,
     """`KernelEmitter(group, symbol, geometry, weights).build()`, built once per group body,
     geometry and weight count (built.FAST): the GPU rewrites ask it of every candidate
     group and code generation builds the kept ones again, once per layer of a model."""
-    from fusec.compiler.targets.cuda.built import FAST, PROBE_SYMBOL, body_text, renamed
-
     text = FAST.get((body_text(group), repr(geometry), len(weights)),
                     lambda: KernelEmitter(group, PROBE_SYMBOL, geometry, weights).build())
     return renamed(text, symbol)

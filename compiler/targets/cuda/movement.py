@@ -1345,7 +1345,6 @@ class MovementKernel:
 # Kernels (or refusals) already built (built.py): three builds of each of ResNet-18's 46
 # movement kernels were 28 of its 42 s of compile for cuda.
 _BUILT = Built()
-_PROBE_SYMBOL = PROBE_SYMBOL
 
 
 def movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.Operation],

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import mlir.ir as ir
+from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, TC_GEMM, body_text, renamed
 from fusec.compiler.targets.cuda import wgmma
 from fusec.compiler.targets.cuda.wgmma import map_entry
 from fusec.compiler.targets.cuda.analysis import parse_map, tensor_info, value_key
@@ -665,8 +666,6 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     recorded = recorded_tile(group)
     t = wgmma.GemmTile(*recorded) if recorded else tile_for(found.m, found.n, device)
     unroll = cost_model.tc_epilogue_unroll(epilogue_ops(chain))
-    from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, TC_GEMM, body_text, renamed
-
     # Built once per body, problem, tile, unroll and aligned operands (built.py): a model's
     # layers have the same GEMMs.
     key = (body_text(group), repr(problem), repr(t), unroll, tuple(sorted(epilogue.aligned)))
