@@ -228,9 +228,11 @@ def _bn(c: int) -> Any:
     return bn
 
 
-def _resnet(size: str, depth: int):
+def _resnet(size: str, depth: int, groups: int = 1):
     """torchvision's ResNet-18 (basic blocks) or ResNet-50 (bottlenecks), v1.5 (the stride
-    on the 3x3)."""
+    on the 3x3); with `groups`, ResNeXt-50 (32x4d: the bottleneck's 3x3 in 32 groups, 4
+    channels per group in the first stage, 8, 16, 32 after; small: 8 groups, the same
+    channels per group)."""
     import torch
     from torch import nn
 
@@ -254,9 +256,13 @@ def _resnet(size: str, depth: int):
 
         def __init__(self, cin, w, stride):
             super().__init__()
-            self.conv1, self.bn1 = nn.Conv2d(cin, w, 1, bias=False), _bn(w)
-            self.conv2, self.bn2 = nn.Conv2d(w, w, 3, stride, 1, bias=False), _bn(w)
-            self.conv3, self.bn3 = nn.Conv2d(w, 4 * w, 1, bias=False), _bn(4 * w)
+            # torchvision's width: planes * (width_per_group / 64) * groups (ResNeXt-50
+            # 32x4d: twice the planes; small: 8 groups of 4 planes per 16).
+            inner = w if groups == 1 else 2 * w
+            self.conv1, self.bn1 = nn.Conv2d(cin, inner, 1, bias=False), _bn(inner)
+            self.conv2, self.bn2 = (nn.Conv2d(inner, inner, 3, stride, 1, groups=groups,
+                                              bias=False), _bn(inner))
+            self.conv3, self.bn3 = nn.Conv2d(inner, 4 * w, 1, bias=False), _bn(4 * w)
             self.downsample = (nn.Sequential(nn.Conv2d(cin, 4 * w, 1, stride, bias=False),
                                              _bn(4 * w))
                                if stride != 1 or cin != 4 * w else None)
@@ -464,6 +470,8 @@ ZOO: dict[str, Entry] = {e.name: e for e in [
           _randn()),
     Entry("resnet50", "ResNet-50 (torchvision's architecture, bottlenecks)",
           lambda s: _resnet(s, 50), _randn()),
+    Entry("resnext50", "ResNeXt-50 32x4d (torchvision's architecture, grouped 3x3s)",
+          lambda s: _resnet(s, 50, groups=32 if s == "full" else 8), _randn()),
     Entry("mobilenet_v2", "MobileNetV2 (torchvision's architecture)", _mobilenet_v2, _randn()),
     Entry("mobilenet_v3_small", "MobileNetV3-small (torchvision's architecture)",
           _mobilenet_v3_small, _randn()),

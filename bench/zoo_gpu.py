@@ -106,7 +106,8 @@ def build(folder: Path, size: str, dtype: str, names: list[str]) -> int:
     return failures
 
 
-def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = False) -> int:
+def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = False,
+        base: Path | None = None) -> int:
     import torch
 
     import fusec.runtime as rt
@@ -167,6 +168,11 @@ def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = 
             runs = {"eager": eager, "inductor": lambda: compiled(*xs), "fusec": fusec_call}
             row["err"] = {"eager": rel_err(eager(), ref), "inductor": rel_err(ind_out, ref),
                           "fusec": rel_err(fusec_call(), ref)}
+            if base is not None and (base / f"{name}.so").exists():
+                # Another build of the same model (an A/B of a change), in the same process.
+                other = rt.load(base / f"{name}.so")
+                runs["fusec_base"] = lambda: other(*weights, *xs)
+                row["err"]["fusec_base"] = rel_err(runs["fusec_base"](), ref)
             row["ms"] = {k: time_ms(fn, reps) for k, fn in runs.items()}
             row["kernels"] = {k: count_kernels(fn) for k, fn in runs.items()}
         row["fusec_kernels_planned"] = len(meta["kernels"])
@@ -217,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("out", type=Path)
     r.add_argument("--reps", type=int, default=50)
     r.add_argument("--only", nargs="*", default=[])
+    r.add_argument("--base", type=Path, default=None,
+                   help="a folder of another build of the same models, timed beside as "
+                        "fusec_base (an A/B of a change)")
     r.add_argument("--check-only", action="store_true",
                    help="run fusec against float64 only (no timing, no Inductor): for "
                    "compute-sanitizer")
@@ -237,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown model(s): {', '.join(sorted(unknown))}")
         build(args.dir, args.size, args.dtype, args.only)
         return 0
-    return run(args.dir, args.out, args.reps, args.only, args.check_only)
+    return run(args.dir, args.out, args.reps, args.only, args.check_only, args.base)
 
 
 if __name__ == "__main__":

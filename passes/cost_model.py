@@ -532,20 +532,50 @@ def builds_concat_in_kernels(device: Device) -> bool:
 
 
 def movement_launch_shape(numel: int, last_dim: int, element_bytes: int, device: Device = H200,
-                          unroll: int = 0) -> ElementwiseShape:
+                          unroll: int = 0, points: int = 1) -> ElementwiseShape:
     """How a data-movement kernel (a gather of the output's elements through reshapes,
     slices, transposes that keep the last dim, concats, pads) walks its output: as an
     elementwise kernel does (`elementwise_launch_shape`), but each thread's vector runs along
     the output's last dimension only, so its width must divide that dimension (a 64-wide
-    head dim of bf16: 8 elements, 16 bytes; an odd one: 1)."""
+    head dim of bf16: 8 elements, 16 bytes; an odd one: 1).
+
+    `points`: the most input points one output element folds (a pooling window, a short
+    reduction, unrolled). Where it is more than one, a thread's work is `points` times an
+    elementwise thread's, and filling the GPU comes first: the unroll drops to one, then the
+    vector halves (narrower loads stay coalesced across the warp), until every SM has two
+    blocks or the vector is one element (ResNet-18's 3x3 max pool at batch 1 had 49 blocks
+    of 16 outputs per thread for 132 SMs)."""
     unroll = unroll or elementwise_unroll(element_bytes)
     vec = vector_width(math.gcd(numel, last_dim), element_bytes, device)
-    chunks = -(-numel // vec)
-    block = min(device.threads_per_block, WARP * -(-chunks // WARP))
-    unroll = unroll if chunks % (block * unroll) == 0 else 1
-    tiles = -(-chunks // (block * unroll))
+    while True:
+        chunks = -(-numel // vec)
+        block = min(device.threads_per_block, WARP * -(-chunks // WARP))
+        unroll = unroll if chunks % (block * unroll) == 0 else 1
+        tiles = -(-chunks // (block * unroll))
+        if points <= 1 or tiles >= 2 * device.parallel_units or (unroll == 1 and vec == 1):
+            break
+        if unroll > 1:
+            unroll = 1
+        else:
+            vec //= 2
     guarded = chunks % (block * unroll) != 0
     return ElementwiseShape(block, min(tiles, 1 << 20), vec, unroll, tiles, guarded)
+
+
+SPLIT_FOLD_POINTS = 16  # a short fold worth splitting over a block's slices (`fold_prefers_split`)
+
+
+def fold_prefers_split(numel: int, last_dim: int, element_bytes: int, points: int,
+                       device: Device = H200) -> bool:
+    """Whether a short reduction (few enough points to unroll per output element) should
+    split its points over a block's slices instead (the "reduce" shape): where even one
+    output element per thread leaves SMs without a block, and each element folds at least
+    SPLIT_FOLD_POINTS points (ResNet-18's final BatchNorm + ReLU + 7x7 average pool at batch
+    1: 512 outputs of 49 points, one block of 64 threads in the direct shape)."""
+    if points < SPLIT_FOLD_POINTS:
+        return False
+    shape = movement_launch_shape(numel, last_dim, element_bytes, device, points=points)
+    return shape.tiles < device.parallel_units
 
 
 @dataclass(frozen=True)
@@ -572,7 +602,8 @@ def split_reduction_shape(numel: int, last_dim: int, element_bytes: int,
     `points` fill (the largest power of two not above them, at most the block: a 7x7 pool's
     49 points, 32 slices, each reading one or two points), the block's other threads
     further outputs (`columns`), fewer where that would leave an SM without two blocks;
-    `points` unknown: one output per block of 256 slices."""
+    `points` unknown: one output per block of 256 slices. Not along rows, `points` (where
+    given) caps the slices at the largest power of two not above it."""
     if along_rows:
         block = device.threads_per_block
         if points is None:
@@ -594,6 +625,8 @@ def split_reduction_shape(numel: int, last_dim: int, element_bytes: int,
         columns //= 2
     block = device.threads_per_block
     slices = max(1, block // columns)
+    while points is not None and slices > max(1, points):
+        slices //= 2  # no slice without a point (a short fold: `fold_prefers_split`)
     return SplitReductionShape(vec, columns, slices, columns * slices, -(-nvec // columns))
 
 

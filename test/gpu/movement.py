@@ -165,6 +165,24 @@ CASES = {
                             [((1280, 32, 7, 7), bf16)], 1e-2,
                             "a 7x7 mean along NCHW rows behind a transpose, 32x1280 outputs, "
                             "bf16 (reduce shape: 32 slices a row)"),
+    "resnet_end_b1_bf16": (lambda x, m, v: torch.relu(
+        (x.permute(0, 3, 1, 2) - m[:, None, None]) * torch.rsqrt(v.abs()[:, None, None] + 1e-5)
+    ).mean((2, 3)), [((1, 7, 7, 512), bf16), ((512,), bf16), ((512,), bf16)], 1e-2,
+        "ResNet-18's end at batch 1: BatchNorm + ReLU + NHWC 7x7 pool, 512 outputs of 49 "
+        "points, bf16 (reduce shape: the short fold split over 32 slices)"),
+    "stem_pool_b1_bf16": (lambda x: F.max_pool2d(torch.relu(x), 3, 2, 1),
+                          [((1, 64, 112, 112), bf16)], 0.0,
+                          "ReLU + max-pool 3x3 s2 p1 at batch 1, 1x64x112x112 bf16 (direct, "
+                          "vectors narrowed until every SM has two blocks)"),
+    # Grouped convolutions wider than the unrolled window: im2col + one batched matmul.
+    "grouped_conv_8": (lambda x, w: F.relu(F.conv2d(x, w, None, 1, 1, 1, 32)),
+                       [((8, 256, 28, 28), f32), ((256, 8, 3, 3), f32)], 1e-5,
+                       "ResNeXt's grouped 3x3 conv, 32 groups of 8 channels, B8 28x28 fp32 "
+                       "(im2col + batched GEMM) + ReLU"),
+    "grouped_conv_16_s2_bf16": (lambda x, w: F.conv2d(x, w, None, 2, 1, 1, 32),
+                                [((8, 512, 28, 28), bf16), ((512, 16, 3, 3), bf16)], None,
+                                "a grouped 3x3 conv, stride 2, 32 groups of 16 channels, B8 "
+                                "28x28 bf16 (im2col + batched GEMM)"),
     "experts_sum_bf16": (lambda w, *e: (torch.stack(e, -1) * w.unsqueeze(2)).sum(-1),
                          [((4, 128, 8), bf16)] + [((4, 128, 1024), bf16)] * 8, 1e-2,
                          "top2_moe's weighted sum of 8 experts [4, 128, 1024] bf16 (direct)"),

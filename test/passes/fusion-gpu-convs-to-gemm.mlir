@@ -1,4 +1,5 @@
 // RUN: fusec-opt %s --fusion-gpu-convs-to-gemm | filecheck %s
+// RUN: fusec-opt %s --fusion-gpu-convs-to-gemm | filecheck %s --check-prefix MAPS
 
 // A 2-D convolution (NCHW, FCHW filter, stride 2, dilation 1; its bias as the init) inside
 // a group becomes im2col + one matmul: the gather col[n, oh, ow, c, kh, kw] = x[n, c,
@@ -19,11 +20,31 @@
 // CHECK: arith.addf
 // CHECK: math.tanh
 //
-// A grouped convolution is a different op: left alone (the data-movement kernels unroll
-// small windows of it; larger ones stay the fallback's).
+// A grouped convolution whose window is small enough for the data-movement kernels to
+// unroll per output (2 channels per group x 3 x 3 = 18 points, at most 64): left alone.
 // CHECK-LABEL: func.func @grouped
 // CHECK: linalg.conv_2d_ngchw_gfchw
 // CHECK-NOT: linalg.matmul
+// CHECK-NOT: linalg.batch_matmul
+//
+// A larger one (ResNeXt's 8 channels per group x 3 x 3 = 72 points; dilation 2): im2col
+// with the groups leading, col[g, n, oh, ow, c, kh, kw] = x[n, g, c, oh + 2 kh, ow + 2 kw],
+// one batched matmul over the 4 groups, [4, N*OH*OW, C*KH*KW] x [4, C*KH*KW, F], and the
+// transpose back to the convolution's N, G, F, OH, OW.
+// CHECK-LABEL: func.func @grouped_wide
+// CHECK: fusion.conv_as_gemm = "linalg.conv_2d_ngchw_gfchw 2x4x8x9x9 * 4x6x8x3x3 as im2col [4, 50, 72] @ [4, 72, 6] (stride [1, 1], dilation [2, 2])"
+// CHECK-NOT: linalg.conv_2d_ngchw_gfchw
+// CHECK: linalg.generic {indexing_maps = [#[[GWIN:.+]], #{{.+}}], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "parallel", "parallel"]}
+// CHECK: tensor.collapse_shape {{.*}} {{\[}}[0], [1, 2, 3], [4, 5, 6]] : tensor<4x2x5x5x8x3x3xf32> into tensor<4x50x72xf32>
+// CHECK: tensor.collapse_shape {{.*}} : tensor<4x6x8x3x3xf32> into tensor<4x6x72xf32>
+// CHECK: linalg.transpose {{.*}} permutation = [0, 2, 1]
+// CHECK: linalg.batch_matmul ins({{.*}} : tensor<4x50x72xf32>, tensor<4x72x6xf32>)
+// CHECK: tensor.expand_shape {{.*}} into tensor<4x2x5x5x6xf32>
+// CHECK: linalg.transpose {{.*}} permutation = [1, 0, 4, 2, 3]
+// CHECK: arith.addf
+// The gather's map (printed at the top of the module): group d0, batch d1, input channel
+// d4, rows d2 + 2 d5, columns d3 + 2 d6.
+// MAPS: affine_map<(d0, d1, d2, d3, d4, d5, d6) -> (d1, d0, d4, d2 + d5 * 2, d3 + d6 * 2)>
 func.func @conv(%x: tensor<2x4x9x9xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf32> {
   %g = fusion.group epilogue (%a = %x : tensor<2x4x9x9xf32>, %f = %w : tensor<8x4x3x3xf32>, %i = %b : tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf32> {
     %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%a, %f : tensor<2x4x9x9xf32>, tensor<8x4x3x3xf32>) outs(%i : tensor<2x8x4x4xf32>) -> tensor<2x8x4x4xf32>
@@ -44,4 +65,12 @@ func.func @grouped(%x: tensor<2x2x2x6x6xf32>, %w: tensor<2x3x2x3x3xf32>, %b: ten
     fusion.yield %c : tensor<2x2x3x4x4xf32>
   }
   return %g : tensor<2x2x3x4x4xf32>
+}
+
+func.func @grouped_wide(%x: tensor<2x4x8x9x9xf32>, %w: tensor<4x6x8x3x3xf32>, %b: tensor<2x4x6x5x5xf32>) -> tensor<2x4x6x5x5xf32> {
+  %g = fusion.group single (%a = %x : tensor<2x4x8x9x9xf32>, %f = %w : tensor<4x6x8x3x3xf32>, %i = %b : tensor<2x4x6x5x5xf32>) -> tensor<2x4x6x5x5xf32> {
+    %c = linalg.conv_2d_ngchw_gfchw {dilations = dense<2> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%a, %f : tensor<2x4x8x9x9xf32>, tensor<4x6x8x3x3xf32>) outs(%i : tensor<2x4x6x5x5xf32>) -> tensor<2x4x6x5x5xf32>
+    fusion.yield %c : tensor<2x4x6x5x5xf32>
+  }
+  return %g : tensor<2x4x6x5x5xf32>
 }

@@ -111,18 +111,20 @@ def test_short_reductions_read_the_physical_layout() -> None:
     """Whether a short reduction (at most 64 points) runs along its input's contiguous dim
     is read from the physical loads (the linear index into the group's input), not from the
     generic's map (issue 16). A transpose followed by a sum of each transposed row reads the
-    input's rows across: one direct kernel, its lanes along the contiguous dim, no strided
-    load. So does an NHWC 7x7 average pool read through a transpose to NCHW (ResNet's
+    input's rows across: one direct kernel (enough outputs to fill the GPU: a small one
+    splits its points, `test_a_short_fold_on_too_few_threads_splits_its_points`), its lanes
+    along the contiguous dim, no strided load. So does an NHWC 7x7 average pool read through a transpose to NCHW (ResNet's
     pool after its GEMM: contiguous C, its [N, C, 1, 1] output vectors along C), and a
     weighted sum over 8 stacked experts (top2_moe: contiguous d). None is the fallback's."""
     bf = torch.bfloat16
-    _, kernels = _program(lambda t: t.transpose(1, 2).sum(dim=-1), torch.randn(8, 16, 32))
+    _, kernels = _program(lambda t: t.transpose(1, 2).sum(dim=-1), torch.randn(32, 16, 2048))
     assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "direct")]
     assert kernels[0].info["strided_load_bytes_per_thread_pass"] == 0
     program, kernels = _program(lambda t: t.permute(0, 3, 1, 2).mean((2, 3), keepdim=True),
-                                torch.randn(2, 7, 7, 64).to(bf))
+                                torch.randn(64, 7, 7, 1024).to(bf))
     assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "direct")]
-    assert kernels[0].info["launch"]["vec"] == 8
+    # 65536 outputs of 49 points: vectors narrowed to one element, 256 blocks.
+    assert kernels[0].info["launch"]["vec"] == 1 and kernels[0].grid == 64 * 1024 // 256
     assert kernels[0].info["strided_load_bytes_per_thread_pass"] == 0
     assert "iter_args" not in program.kernels_mlir  # unrolled in registers
     experts = [torch.randn(4, 16, 64).to(bf) for _ in range(8)]
@@ -150,6 +152,54 @@ def test_a_short_reduction_along_the_physical_rows_is_a_warp_per_output() -> Non
     assert kernels[0].grid * info["launch"]["columns"] >= 32 * 64
     _, kernels = _program(lambda t: t.sum(-1), torch.randn(64, 1024).to(bf))
     assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("fast", "row")]
+
+
+def test_a_short_fold_on_too_few_threads_splits_its_points() -> None:
+    """ResNet-18's end at batch 1: BatchNorm + ReLU + an NHWC 7x7 average pool (512 outputs
+    of 49 points). Unrolled per output it was one block of 64 threads, 392 loads each, an
+    11 000-line kernel; now its points split over a block's slices (32: none without a
+    point), vectors along C, the slices' partials met in shared memory. At batch 128 every
+    SM has blocks of its own, and the fold stays unrolled in registers."""
+    bf = torch.bfloat16
+    mean, var = torch.randn(512).to(bf), (torch.rand(512) + 0.5).to(bf)
+
+    def end(t):
+        return F.relu(F.batch_norm(t.permute(0, 3, 1, 2), mean, var)).mean((2, 3))
+
+    program, kernels = _program(end, torch.randn(1, 7, 7, 512).to(bf))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "reduce")]
+    launch = kernels[0].info["launch"]
+    assert (launch["vec"], launch["slices"]) == (8, 32)
+    assert kernels[0].grid * launch["columns"] * 8 == 512
+    assert kernels[0].info["strided_load_bytes_per_thread_pass"] == 0
+    assert re.search(r"scf\.for .* iter_args", program.kernels_mlir)
+    assert program.kernels_mlir.count("gpu.barrier") == 1 + 5  # partials, log2(32) rounds
+    assert len(program.kernels_mlir.splitlines()) < 1500
+    _, kernels = _program(end, torch.randn(128, 7, 7, 512).to(bf))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "direct")]
+
+
+def test_folds_fill_the_gpu_before_widening_their_vectors() -> None:
+    """The direct shape's parallelism under a fold (`cost_model.movement_launch_shape` with
+    `points`): no fold, the elementwise shape (two 16-byte chunks of bf16 per thread); a 3x3
+    max pool at batch 1 (64 x 56 x 56 outputs), one chunk and narrower vectors until every
+    SM has two blocks; a fold on a large output keeps its 16-byte vectors. Splitting a short
+    fold is asked only where even one element per thread leaves SMs idle, and only for
+    16 points or more."""
+    h200 = cost_model.H200
+    plain = cost_model.movement_launch_shape(64 * 56 * 56, 56, 2, h200)
+    assert (plain.vec, plain.unroll, plain.grid) == (8, 2, 49)
+    pool = cost_model.movement_launch_shape(64 * 56 * 56, 56, 2, h200, points=9)
+    assert (pool.vec, pool.unroll) == (2, 1) and pool.grid >= 2 * h200.parallel_units
+    big = cost_model.movement_launch_shape(1 << 24, 64, 2, h200, points=9)
+    assert (big.vec, big.unroll) == (8, 2)
+    tiny = cost_model.movement_launch_shape(96, 96, 2, h200, points=9)
+    assert (tiny.vec, tiny.unroll) == (1, 1)
+    assert cost_model.fold_prefers_split(512, 512, 2, 49, h200)
+    assert not cost_model.fold_prefers_split(512, 512, 2, 8, h200)
+    assert not cost_model.fold_prefers_split(1 << 20, 512, 2, 49, h200)
+    split = cost_model.split_reduction_shape(512, 512, 2, h200, points=49)
+    assert split.slices == 32 and split.block == split.columns * 32
 
 
 def test_split_reduction_shape_along_rows_is_sized_to_the_points() -> None:
@@ -286,11 +336,30 @@ def test_pooling_and_depthwise_windows_are_unrolled() -> None:
     assert "arith.truncf" in program.kernels_mlir
 
 
+def test_a_grouped_conv_wider_than_the_window_is_a_batched_gemm() -> None:
+    """ResNeXt's grouped 3x3 convolutions: 32 groups of 4 input channels (36 points per
+    output) stay the data-movement family's unrolled window, one kernel; 32 groups of 8 or
+    16 (72, 144 points: the fallback's before) become im2col and one batched cuBLASLt
+    matmul, a batch per group, with no fallback kernel."""
+    for per_group, gemms in ((4, []), (8, [(32, 2 * 14 * 14, 8, 72)]),
+                             (16, [(32, 2 * 7 * 7, 16, 144)])):
+        w = torch.randn(32 * per_group, per_group, 3, 3)
+        stride = 2 if per_group == 16 else 1
+        program, kernels = _program(lambda x: F.relu(F.conv2d(x, w, None, stride, 1, 1, 32)),
+                                    torch.randn(2, 32 * per_group, 14, 14))
+        found = [(k.gemm["batch"], k.gemm["m"], k.gemm["n"], k.gemm["k"])
+                 for k in program.plan.launches if k.launch_kind == "gemm"]
+        assert found == gemms, per_group
+        assert all(k.info["path"] != "fallback" for k in kernels), [k.info for k in kernels]
+
+
 def test_a_window_too_large_to_unroll_is_refused() -> None:
-    """A grouped convolution with 32 input channels per group (288 points per output): more
-    than the family unrolls; the fallback says so."""
+    """A grouped convolution with 32 input channels per group (288 points per output) with
+    the GEMM path off (`--no-cuda-gemm`: no im2col): more than the family unrolls; the
+    fallback says so."""
     w = torch.randn(8, 32, 3, 3)
-    _, kernels = _program(lambda x: F.conv2d(x, w, None, 1, 1, 1, 2), torch.randn(1, 64, 6, 6))
+    _, kernels = _program(lambda x: F.conv2d(x, w, None, 1, 1, 1, 2), torch.randn(1, 64, 6, 6),
+                          gemm=False)
     fallback = [k for k in kernels if k.info["path"] == "fallback"]
     assert fallback and "more than the 64 unrolled here" in fallback[0].info["why"]
 

@@ -39,7 +39,7 @@ TOLERANCE = 1e-5
 # top-2 router's topk and scatter are row maxima and selects: `decompositions._small_topk`.)
 LAUNCHES = {
     "gpt2": 16, "gpt2_sdpa": 16, "bert": 18, "llama": 29, "vit": 20, "t5_encoder": 17,
-    "whisper_encoder": 19, "resnet18": 38, "resnet50": 24, "mobilenet_v2": 18,
+    "whisper_encoder": 19, "resnet18": 38, "resnet50": 24, "resnext50": 21, "mobilenet_v2": 18,
     "mobilenet_v3_small": 23, "top2_moe": 12,
 }
 REFUSED = {"mixtral_moe": "control flow depends on a tensor's value"}

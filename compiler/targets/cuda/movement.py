@@ -45,7 +45,11 @@ Three kernel shapes (the cost model's pure functions give their sizes):
     transpose is a short fold in registers with vectors along C.
 
 Between direct and transpose the shape with the fewer strided bytes wins (`movement_kernel`);
-a long reduction takes the reduce shape. The shape goes into `Launch.info` ("path":
+a long reduction takes the reduce shape. A fold (a window, a short reduction) multiplies a
+direct thread's work by its points, so the direct shape fills the GPU before it widens its
+vectors (`movement_launch_shape`'s `points`); a short reduction that one element per thread
+still leaves SMs idle for is split over a block's slices too (`cost_model.fold_prefers_split`:
+ResNet-18's end at batch 1 was one block of 64 threads and an 11 000-line kernel). The shape goes into `Launch.info` ("path":
 "movement", "shape": "direct" | "transpose" | "reduce"). What the family refuses (a row
 reduction, a reduction broadcast back to a larger output, a window over 64 points) goes to
 the fallback path with the reason.
@@ -684,7 +688,7 @@ class MovementEmitter(KernelEmitter):
         rows_error = CudaCodegenError("a reduction over its inputs' contiguous dim (a row "
                                       "reduction: the fast emitter's)")
         if self.mode.kind == "reduce" and len(self.memo) == 1 and \
-                (total > MAX_WINDOW_POINTS or along_rows):
+                (total > MAX_WINDOW_POINTS or along_rows or self.mode.extra.get("short")):
             return self.split_reduction(op, result, extents, total, step, acc, acc_elt,
                                         out_elt, wide)
         checked = self.mode.kind != "reduce" and not self.mode.extra.get("strided_fold")
@@ -1048,7 +1052,8 @@ class MovementEmitter(KernelEmitter):
         along_rows = self.mode.extra.get("along_rows", False)
         shape = cost_model.split_reduction_shape(
             numel, self._last_dim(), self.eb, self.device, along_rows=along_rows,
-            points=_most_reduced_points(self.group) if along_rows else None)
+            points=_most_reduced_points(self.group)
+            if along_rows or self.mode.extra.get("short") else None)
         self.shape = shape
         self.V = shape.vec
         nvec = numel // shape.vec
@@ -1080,7 +1085,7 @@ class MovementEmitter(KernelEmitter):
     def emit_direct(self) -> tuple[int, int]:
         numel = numel_of(self.out_shape)
         shape = cost_model.movement_launch_shape(numel, self._last_dim(), self.eb,
-                                                 self.device)
+                                                 self.device, points=_fold_points(self.group))
         self.shape = shape
         self.V = shape.vec
         tile_elems = shape.block * shape.unroll * shape.vec
@@ -1300,6 +1305,14 @@ def _most_reduced_points(group: ir.Operation) -> int:
     return most
 
 
+def _fold_points(group: ir.Operation) -> int:
+    """The most input points any output element of `group` folds: its reductions' and its
+    windows' (the direct shape's parallelism follows it: `cost_model.movement_launch_shape`)."""
+    windows = [_window_points(op.operation) for op in group.regions[0].blocks[0].operations
+               if op.operation.name in WINDOW_OPS]
+    return max([_most_reduced_points(group)] + windows)
+
+
 def _window_points(op: ir.Operation) -> int:
     """Points of the window one output element folds (a convolution: times its input
     channels per group)."""
@@ -1385,6 +1398,14 @@ def _build_movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.
             best = MovementEmitter(group, symbol, constants, device,
                                    _Mode("direct", extra={"strided_fold": True}))
             text = best.build()
+    if best.mode.kind == "direct" and _split_short_fold(best, device):
+        # A short reduction on too few threads: its points split over a block's slices.
+        try:
+            trial = MovementEmitter(group, symbol, constants, device,
+                                    _Mode("reduce", extra={"along_rows": False, "short": True}))
+            best, text = trial, trial.build()
+        except CudaCodegenError:
+            pass
     if best.stats.strided_bytes and len(best.out_shape) > 1:
         for p in range(len(best.out_shape) - 1):
             if best.out_shape[p] == 1:
@@ -1410,6 +1431,14 @@ def _build_movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.
            if o.operation.name.startswith(("linalg.", "tensor.")) and
            o.operation.name != "tensor.empty"]
     return MovementKernel(text, best.block, best.grid, info, ops)
+
+
+def _split_short_fold(direct: MovementEmitter, device: CudaDevice) -> bool:
+    """Whether the direct build `direct` is a short reduction the cost model would rather
+    split over a block's slices (`cost_model.fold_prefers_split`); windows stay unrolled."""
+    points = _most_reduced_points(direct.group)
+    return points > 1 and cost_model.fold_prefers_split(
+        numel_of(direct.out_shape), direct._last_dim(), direct.eb, points, device)
 
 
 def movement_refusal(group: ir.Operation, device: CudaDevice = H200) -> str | None:

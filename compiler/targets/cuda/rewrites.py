@@ -798,18 +798,24 @@ def mark_view_groups(func: ir.Operation) -> int:
     return count
 
 
-CONV_OPS = ("linalg.conv_2d_nchw_fchw",)
+CONV_OPS = ("linalg.conv_2d_nchw_fchw", "linalg.conv_2d_ngchw_gfchw")
 
 
 def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int:
-    """Rewrite each 2-D convolution (NCHW input, FCHW filter, one group; any stride and
-    dilation; padding is the `tensor.pad` before it) inside a group as im2col + one matmul,
-    so that the GEMM library (or our tensor-core GEMM) runs it and the data-movement kernels
-    build the rest, where the fallback path ran a thread per output element:
+    """Rewrite each 2-D convolution (NCHW input, FCHW filter; any stride and dilation;
+    padding is the `tensor.pad` before it) inside a group as im2col + one matmul, so that
+    the GEMM library (or our tensor-core GEMM) runs it and the data-movement kernels build
+    the rest, where the fallback path ran a thread per output element:
 
         col[n, oh, ow, c, kh, kw] = x[n, c, oh * s0 + kh * d0, ow * s1 + kw * d1]
         y[n*oh*ow, f] = col[n*oh*ow, c*kh*kw] @ w[f, c*kh*kw]^T
         out[n, f, oh, ow] = init + y (expanded, transposed to NCHW)
+
+    A grouped convolution (NGCHW, GFCHW: ResNeXt's, RegNet's) whose window is more points
+    than the data-movement family unrolls per output (its input channels per group times
+    the window: `movement.MAX_WINDOW_POINTS`) is the same with the groups as the batch of
+    one batched matmul, `col[g, n*oh*ow, c*kh*kw] @ w[g, f, c*kh*kw]^T`; a smaller one (and
+    every depthwise convolution) stays the family's unrolled window.
 
     The im2col gather (with the pad) becomes the matmul's prologue kernel, the transpose
     back to NCHW joins the epilogue (bias, BatchNorm, ReLU, residual) in one kernel. fp32
@@ -818,7 +824,6 @@ def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int
     cuBLASLt computes it with TF32 operands.
     Returns how many convolutions were rewritten."""
     from fusec.passes.grouping import walk_ops
-    from mlir.dialects import linalg, tensor
 
     if options is not None and not (options.gemm and options.movement):
         return 0  # the im2col gather is the data-movement kernels' to build
@@ -827,83 +832,125 @@ def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int
         parent = conv.parent
         if parent is None or parent.name != GROUP_OP or attributes.PATH in parent.attributes:
             continue
-        x, w, init = conv.operands[0], conv.operands[1], conv.operands[2]
-        try:
-            (n, c, h, wd), xe = tensor_info(x.type)
-            (f, c2, kh, kw), we = tensor_info(w.type)
-            (n2, f2, oh, ow), oe = tensor_info(init.type)
-        except (CudaCodegenError, ValueError):
+        shapes = _conv_shapes(conv)
+        if shapes is None:
             continue
-        if c2 != c or f2 != f or n2 != n or xe != we:
-            continue  # grouped (not this op) or mixed types
-        strides = [int(v) for v in ir.DenseIntElementsAttr(conv.attributes["strides"])]
-        dilations = [int(v) for v in ir.DenseIntElementsAttr(conv.attributes["dilations"])]
-        m, k = n * oh * ow, c * kh * kw
-        elt = ir.RankedTensorType(x.type).element_type
-        out_elt = ir.RankedTensorType(init.type).element_type
-        ctx = conv.context
-        d = [ir.AffineDimExpr.get(i, ctx) for i in range(6)]
-        src_map = ir.AffineMap.get(6, 0, [d[0], d[3], d[1] * strides[0] + d[4] * dilations[0],
-                                          d[2] * strides[1] + d[5] * dilations[1]], ctx)
-        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>", ctx)
-
-        def ty(shape, e):
-            return ir.RankedTensorType.get(shape, e)
-
-        def assoc(groups):
-            return ir.ArrayAttr.get([ir.ArrayAttr.get(
-                [ir.IntegerAttr.get(ir.IntegerType.get_signless(64, ctx), i) for i in g])
-                for g in groups], ctx)
-
-        with ir.InsertionPoint(conv), conv.location:
-            col_empty = tensor.EmptyOp([n, oh, ow, c, kh, kw], elt)
-            col = linalg.GenericOp(
-                [ty([n, oh, ow, c, kh, kw], elt)], [x], [col_empty.result],
-                ir.ArrayAttr.get([ir.AffineMapAttr.get(src_map),
-                                  ir.AffineMapAttr.get(ir.AffineMap.get_identity(6, ctx))]),
-                ir.ArrayAttr.get([parallel] * 6))
-            block = col.regions[0].blocks.append(elt, elt)
-            with ir.InsertionPoint(block):
-                linalg.YieldOp([block.arguments[0]])
-            col2 = tensor.CollapseShapeOp(ty([m, k], elt), col.results[0],
-                                          assoc([[0, 1, 2], [3, 4, 5]]))
-            w2 = tensor.CollapseShapeOp(ty([f, k], elt), w, assoc([[0], [1, 2, 3]]))
-            wt = linalg.transpose(w2.result, outs=[tensor.EmptyOp([k, f], elt).result],
-                                  permutation=[1, 0])
-            from mlir.dialects import arith
-
-            zero = arith.ConstantOp(out_elt, ir.FloatAttr.get(out_elt, 0.0)
-                                    if not isinstance(out_elt, ir.IntegerType) else
-                                    ir.IntegerAttr.get(out_elt, 0)).result
-            acc = linalg.fill(zero, outs=[tensor.EmptyOp([m, f], out_elt).result])
-            mm = linalg.matmul(col2.result, wt, outs=[acc])
-            if options is not None and options.conv_tf32 and str(elt) == "f32":
-                mm.owner.attributes[attributes.TF32] = ir.UnitAttr.get()
-            y = tensor.ExpandShapeOp(ty([n, oh, ow, f], out_elt), mm, assoc([[0, 1, 2], [3]]),
-                                     [], [n, oh, ow, f])
-            t = linalg.transpose(y.result, outs=[tensor.EmptyOp([n, f, oh, ow],
-                                                                out_elt).result],
-                                 permutation=[0, 3, 1, 2])
-            ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(4, ctx))
-            add = linalg.GenericOp([ty([n, f, oh, ow], out_elt)], [t, init],
-                                   [tensor.EmptyOp([n, f, oh, ow], out_elt).result],
-                                   ir.ArrayAttr.get([ident] * 3),
-                                   ir.ArrayAttr.get([parallel] * 4))
-            ab = add.regions[0].blocks.append(out_elt, out_elt, out_elt)
-            with ir.InsertionPoint(ab):
-                op = "addi" if isinstance(out_elt, ir.IntegerType) else "addf"
-                s = getattr(arith, "AddIOp" if op == "addi" else "AddFOp")(ab.arguments[0],
-                                                                            ab.arguments[1])
-                linalg.YieldOp([s.result])
-        parent.attributes[attributes.CONV_AS_GEMM] = ir.StringAttr.get(
-            f"{conv.name} {n}x{c}x{h}x{wd} * {f}x{c}x{kh}x{kw} as im2col [{m}, {k}] @ "
-            f"[{k}, {f}] (stride {strides}, dilation {dilations})")
-        conv.results[0].replace_all_uses_with(add.results[0])
-        conv.erase()
+        note = _conv_as_gemm(conv, *shapes, options)
+        parent.attributes[attributes.CONV_AS_GEMM] = ir.StringAttr.get(note)
         count += 1
     return count
 
 
+def _conv_shapes(conv: ir.Operation) -> tuple | None:
+    """(groups, n, c, f, kh, kw, oh, ow) of a convolution `convs_to_gemm` rewrites (c and
+    f per group), or None: mixed types, shapes that do not agree, or a grouped window the
+    data-movement family unrolls."""
+    from fusec.compiler.targets.cuda.movement import MAX_WINDOW_POINTS
+
+    x, w, init = conv.operands[0], conv.operands[1], conv.operands[2]
+    grouped = conv.name == "linalg.conv_2d_ngchw_gfchw"
+    try:
+        xs, xe = tensor_info(x.type)
+        ws, we = tensor_info(w.type)
+        os_, _ = tensor_info(init.type)
+    except (CudaCodegenError, ValueError):
+        return None
+    if xe != we:
+        return None
+    if grouped:
+        (n, g, c, _, _), (g2, f, c2, kh, kw), (n2, g3, f2, oh, ow) = xs, ws, os_
+        if c * kh * kw <= MAX_WINDOW_POINTS or not (g == g2 == g3):
+            return None
+    else:
+        (n, c, _, _), (f, c2, kh, kw), (n2, f2, oh, ow) = xs, ws, os_
+        g = 1
+    if c2 != c or f2 != f or n2 != n:
+        return None
+    return g, n, c, f, kh, kw, oh, ow
+
+
+def _conv_as_gemm(conv: ir.Operation, g: int, n: int, c: int, f: int, kh: int, kw: int,
+                  oh: int, ow: int, options: CudaOptions | None) -> str:
+    """Replace `conv` (`convs_to_gemm`) by im2col, a (batched, `g` > 1 or grouped) matmul
+    and the transpose back; returns the note the group keeps."""
+    from mlir.dialects import arith, linalg, tensor
+
+    grouped = conv.name == "linalg.conv_2d_ngchw_gfchw"
+    x, w, init = conv.operands[0], conv.operands[1], conv.operands[2]
+    strides = [int(v) for v in ir.DenseIntElementsAttr(conv.attributes["strides"])]
+    dilations = [int(v) for v in ir.DenseIntElementsAttr(conv.attributes["dilations"])]
+    m, k = n * oh * ow, c * kh * kw
+    elt = ir.RankedTensorType(x.type).element_type
+    out_elt = ir.RankedTensorType(init.type).element_type
+    out_shape = list(tensor_info(init.type)[0])
+    ctx = conv.context
+    parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>", ctx)
+
+    def ty(shape, e):
+        return ir.RankedTensorType.get(shape, e)
+
+    def assoc(groups):
+        return ir.ArrayAttr.get([ir.ArrayAttr.get(
+            [ir.IntegerAttr.get(ir.IntegerType.get_signless(64, ctx), i) for i in grp])
+            for grp in groups], ctx)
+
+    # The columns' loops: (g,) n, oh, ow, c, kh, kw.
+    lead = 1 if grouped else 0
+    d = [ir.AffineDimExpr.get(i, ctx) for i in range(6 + lead)]
+    dn, dh, dw, dc, dkh, dkw = d[lead:]
+    rows = [dn] + ([d[0]] if grouped else []) + [
+        dc, dh * strides[0] + dkh * dilations[0], dw * strides[1] + dkw * dilations[1]]
+    src_map = ir.AffineMap.get(6 + lead, 0, rows, ctx)
+    batch = [g] if grouped else []
+    with ir.InsertionPoint(conv), conv.location:
+        col_shape = batch + [n, oh, ow, c, kh, kw]
+        col = linalg.GenericOp(
+            [ty(col_shape, elt)], [x], [tensor.EmptyOp(col_shape, elt).result],
+            ir.ArrayAttr.get([ir.AffineMapAttr.get(src_map),
+                              ir.AffineMapAttr.get(ir.AffineMap.get_identity(6 + lead, ctx))]),
+            ir.ArrayAttr.get([parallel] * (6 + lead)))
+        block = col.regions[0].blocks.append(elt, elt)
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([block.arguments[0]])
+        b = [[0]] if grouped else []
+        col2 = tensor.CollapseShapeOp(ty(batch + [m, k], elt), col.results[0], assoc(
+            b + [[lead, lead + 1, lead + 2], [lead + 3, lead + 4, lead + 5]]))
+        w2 = tensor.CollapseShapeOp(ty(batch + [f, k], elt), w, assoc(
+            b + [[lead], [lead + 1, lead + 2, lead + 3]]))
+        wt = linalg.transpose(w2.result, outs=[tensor.EmptyOp(batch + [k, f], elt).result],
+                              permutation=([0, 2, 1] if grouped else [1, 0]))
+        zero = arith.ConstantOp(out_elt, ir.FloatAttr.get(out_elt, 0.0)
+                                if not isinstance(out_elt, ir.IntegerType) else
+                                ir.IntegerAttr.get(out_elt, 0)).result
+        acc = linalg.fill(zero, outs=[tensor.EmptyOp(batch + [m, f], out_elt).result])
+        mm = (linalg.batch_matmul if grouped else linalg.matmul)(col2.result, wt, outs=[acc])
+        if options is not None and options.conv_tf32 and str(elt) == "f32":
+            mm.owner.attributes[attributes.TF32] = ir.UnitAttr.get()
+        y = tensor.ExpandShapeOp(ty(batch + [n, oh, ow, f], out_elt), mm,
+                                 assoc(b + [[lead, lead + 1, lead + 2], [lead + 3]]), [],
+                                 batch + [n, oh, ow, f])
+        # Back to the convolution's layout: NCHW, or NGFHW for a grouped one.
+        perm = [1, 0, 4, 2, 3] if grouped else [0, 3, 1, 2]
+        t = linalg.transpose(y.result, outs=[tensor.EmptyOp(out_shape, out_elt).result],
+                             permutation=perm)
+        rank = len(out_shape)
+        ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank, ctx))
+        add = linalg.GenericOp([ty(out_shape, out_elt)], [t, init],
+                               [tensor.EmptyOp(out_shape, out_elt).result],
+                               ir.ArrayAttr.get([ident] * 3), ir.ArrayAttr.get([parallel] * rank))
+        ab = add.regions[0].blocks.append(out_elt, out_elt, out_elt)
+        with ir.InsertionPoint(ab):
+            integer = isinstance(out_elt, ir.IntegerType)
+            s = (arith.AddIOp if integer else arith.AddFOp)(ab.arguments[0], ab.arguments[1])
+            linalg.YieldOp([s.result])
+    xs = "x".join(str(v) for v in tensor_info(x.type)[0])
+    ws = "x".join(str(v) for v in tensor_info(w.type)[0])
+    shape = f"[{g}, {m}, {k}] @ [{g}, {k}, {f}]" if grouped else f"[{m}, {k}] @ [{k}, {f}]"
+    conv.results[0].replace_all_uses_with(add.results[0])
+    note = (f"{conv.name} {xs} * {ws} as im2col {shape} (stride {strides}, dilation "
+            f"{dilations})")
+    conv.erase()
+    return note
 
 
 def widen_16bit_payloads(func: ir.Operation) -> int:
