@@ -35,7 +35,7 @@ from fusec.passes import attributes
 from fusec.passes.fusion.form_singletons import function_bodies
 from fusec.passes.registry import Pass, register
 from mlir import ir
-from mlir.dialects import func
+from mlir.dialects import func, tensor
 
 KERNEL_PREFIX = "fusec_kernel_"
 
@@ -47,10 +47,19 @@ def outline_group(group: ir.Operation, name: str, insert_before: ir.Operation) -
     terminator = list(body.operations)[-1]
     # A value yielded twice (CSE merges identical ops after grouping) is returned once: the
     # kernel writes one buffer, and both group results read it. (Returning it twice also
-    # crashes MLIR 22's buffer-results-to-out-params.)
+    # crashes MLIR 22's buffer-results-to-out-params.) A yielded `tensor.empty` (CSE shared
+    # one destination between this group's loop and other groups, which write it whole) is
+    # no result at all: its users outside get an empty tensor of their own. Returned, it
+    # would be the buffer the kernel's loop writes in place, returned twice, and the same
+    # crash (ResNeXt-50 on the CPU).
     unique: list[ir.Value] = []
-    position: list[int] = []
+    position: list[int | ir.Value] = []
     for value in terminator.operands:
+        empty = _static_empty(value)
+        if empty is not None:
+            with ir.InsertionPoint(group), group.location:
+                position.append(tensor.EmptyOp(empty.shape, empty.element_type).result)
+            continue
         if value not in unique:
             unique.append(value)
         position.append(unique.index(value))
@@ -73,9 +82,20 @@ def outline_group(group: ir.Operation, name: str, insert_before: ir.Operation) -
     with ir.InsertionPoint(group), group.location:
         call = func.CallOp(result_types, ir.FlatSymbolRefAttr.get(name), list(group.operands))
     for old, index in zip(group.results, position):
-        old.replace_all_uses_with(call.results[index])
+        old.replace_all_uses_with(call.results[index] if isinstance(index, int) else index)
     group.erase()
     return kernel.operation
+
+
+def _static_empty(value: ir.Value) -> ir.RankedTensorType | None:
+    """The type of `value` where it is a `tensor.empty` of static shape, else None."""
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "tensor.empty":
+        return None
+    kind = value.type
+    if not isinstance(kind, ir.RankedTensorType) or not kind.has_static_shape:
+        return None
+    return kind
 
 
 def mark_arguments_read_only(function: ir.Operation) -> None:
