@@ -183,6 +183,19 @@ CASES = {
                                 [((8, 512, 28, 28), bf16), ((512, 16, 3, 3), bf16)], None,
                                 "a grouped 3x3 conv, stride 2, 32 groups of 16 channels, B8 "
                                 "28x28 bf16 (im2col + batched GEMM)"),
+    # Reductions read back at every element: cut after each (split_at_reshapes).
+    "groupnorm_silu": (lambda x, w, b: F.silu(F.group_norm(x, 32, w, b)),
+                       [((8, 256, 32, 32), f32), ((256,), f32), ((256,), f32)], 1e-5,
+                       "GroupNorm(32 groups) + SiLU, B8 C256 32x32 fp32 (a diffusion UNet's)"),
+    "groupnorm_silu_bf16": (lambda x, w, b: F.silu(F.group_norm(x, 32, w, b)),
+                            [((8, 256, 32, 32), bf16), ((256,), bf16), ((256,), bf16)], None,
+                            "GroupNorm(32 groups) + SiLU, B8 C256 32x32 bf16"),
+    "layernorm_channels": (lambda x, w, b: F.layer_norm(x.permute(0, 2, 3, 1), (96,), w, b),
+                           [((8, 96, 56, 56), f32), ((96,), f32), ((96,), f32)], 1e-5,
+                           "ConvNeXt's LayerNorm over channels behind a permute, B8 C96 "
+                           "56x56 fp32"),
+    "softmax_dim1": (lambda x: torch.softmax(x, dim=1), [((64, 512, 256), f32)], 1e-5,
+                     "softmax over a non-last dim, 64x512x256 fp32"),
     "experts_sum_bf16": (lambda w, *e: (torch.stack(e, -1) * w.unsqueeze(2)).sum(-1),
                          [((4, 128, 8), bf16)] + [((4, 128, 1024), bf16)] * 8, 1e-2,
                          "top2_moe's weighted sum of 8 experts [4, 128, 1024] bf16 (direct)"),

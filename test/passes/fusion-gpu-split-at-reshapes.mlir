@@ -4,19 +4,29 @@
 // by its sum: the fast emitter takes no transpose, the data-movement kernels no reduction
 // broadcast back) with a reshape of a value it computes (exp, then a head split): the fallback
 // could not slice the exp through the reshape and every thread would compute it whole, so
-// the group is cut at the reshape. A group the fast emitter builds (tanh then a reshape) and
-// one the data-movement kernels build (exp, head split, transpose: no reduction) are left
-// whole.
+// the group is cut at the reshape; the second piece, a group of its own the next round and
+// still refused, after the sum, which the division reads back at every element of its row:
+// the sum is a kernel, the division another, which reads the sums and transposes the exp
+// again (a copy of the reshape and the transpose, not a transposed tensor written out by
+// the first). A group the fast emitter builds (tanh then
+// a reshape) and one the data-movement kernels build (exp, head split, transpose: no
+// reduction) are left whole.
 // CHECK-LABEL: func.func @main
 // CHECK: %[[A:.+]] = fusion.group single (%{{.+}} = %arg0 : tensor<16x32xf32>) -> tensor<16x32xf32>
 // CHECK-SAME: fusion.split = "reshape"
 // CHECK: math.exp
 // CHECK-NOT: linalg.transpose
-// CHECK: %[[B:.+]] = fusion.group vertical (%{{.+}} = %[[A]] : tensor<16x32xf32>) -> tensor<4x16x8xf32>
-// CHECK-SAME: fusion.split = "reshape"
+// CHECK: %[[S:.+]] = fusion.group vertical (%{{.+}} = %[[A]] : tensor<16x32xf32>) -> tensor<4x16xf32>
+// CHECK-SAME: fusion.split = "reduction read back"
 // CHECK: tensor.expand_shape
 // CHECK: linalg.transpose
 // CHECK: arith.addf
+// CHECK-NOT: arith.divf
+// CHECK: %[[B:.+]] = fusion.group vertical (%{{.+}} = %[[A]] : tensor<16x32xf32>, %{{.+}} = %[[S]] : tensor<4x16xf32>) -> tensor<4x16x8xf32>
+// CHECK-SAME: fusion.split = "reduction read back"
+// CHECK: tensor.expand_shape
+// CHECK: linalg.transpose
+// CHECK-NOT: arith.addf
 // CHECK: arith.divf
 // CHECK: %[[C:.+]] = fusion.group vertical (%{{.+}} = %arg0 : tensor<16x32xf32>) -> tensor<16x4x8xf32> {
 // CHECK: math.tanh
@@ -234,4 +244,61 @@ func.func @scalar_across_the_cut(%x: tensor<16x32xf32>) -> tensor<4x16xf32> {
     fusion.yield %s : tensor<4x16xf32>
   }
   return %g : tensor<4x16xf32>
+}
+
+// -----
+
+// GroupNorm's statistics as torch-mlir writes them (4 groups of 4 channels x 64 pixels): a
+// mean over two dims of the reshaped input, read back at every element by `x - mean`, whose
+// squares are summed again. Neither emitter builds it whole (the fast emitter reduces one
+// contiguous last dim; the data-movement family would fold the mean again at each element),
+// and it has no reshape of a computed value: it is cut after each reduction read back, the
+// mean one kernel, the variance another that reads the mean, the input reshaped again in
+// each (no reshaped copy written out).
+// CHECK-LABEL: func.func @group_norm_statistics
+// CHECK: %[[M:.+]] = fusion.group vertical (%{{.+}} = %arg0 : tensor<2x16x64xf32>) -> tensor<2x4x1xf32>
+// CHECK-SAME: fusion.split = "reduction read back"
+// CHECK: tensor.expand_shape
+// CHECK: linalg.fill
+// CHECK: arith.addf
+// CHECK-NOT: arith.mulf
+// CHECK: fusion.yield
+// CHECK: %[[V:.+]] = fusion.group vertical (%{{.+}} = %arg0 : tensor<2x16x64xf32>, %{{.+}} = %[[M]] : tensor<2x4x1xf32>) -> tensor<2x4x1xf32>
+// CHECK: tensor.expand_shape
+// CHECK: linalg.fill
+// CHECK: arith.subf
+// CHECK: arith.mulf
+// CHECK: arith.addf
+// CHECK: return %[[V]]
+#in = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#red = affine_map<(d0, d1, d2, d3) -> (d0, d1, 0)>
+#bc = affine_map<(d0, d1, d2, d3) -> (d0, d1, 0)>
+func.func @group_norm_statistics(%x: tensor<2x16x64xf32>) -> tensor<2x4x1xf32> {
+  %g = fusion.group vertical (%a = %x : tensor<2x16x64xf32>) -> tensor<2x4x1xf32> {
+    %r = tensor.expand_shape %a [[0], [1, 2], [3]] output_shape [2, 4, 4, 64] : tensor<2x16x64xf32> into tensor<2x4x4x64xf32>
+    %z = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<2x4x1xf32>
+    %f = linalg.fill ins(%z : f32) outs(%e : tensor<2x4x1xf32>) -> tensor<2x4x1xf32>
+    %s = linalg.generic {indexing_maps = [#in, #red], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%r : tensor<2x4x4x64xf32>) outs(%f : tensor<2x4x1xf32>) {
+    ^bb0(%i: f32, %o: f32):
+      %p = arith.addf %i, %o : f32
+      linalg.yield %p : f32
+    } -> tensor<2x4x1xf32>
+    %e2 = tensor.empty() : tensor<2x4x4x64xf32>
+    %d = linalg.generic {indexing_maps = [#in, #bc, #in], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%r, %s : tensor<2x4x4x64xf32>, tensor<2x4x1xf32>) outs(%e2 : tensor<2x4x4x64xf32>) {
+    ^bb0(%i: f32, %m: f32, %o: f32):
+      %c = arith.constant 3.90625e-03 : f32
+      %mean = arith.mulf %m, %c : f32
+      %t = arith.subf %i, %mean : f32
+      %q = arith.mulf %t, %t : f32
+      linalg.yield %q : f32
+    } -> tensor<2x4x4x64xf32>
+    %v = linalg.generic {indexing_maps = [#in, #red], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%d : tensor<2x4x4x64xf32>) outs(%f : tensor<2x4x1xf32>) {
+    ^bb0(%i: f32, %o: f32):
+      %p = arith.addf %i, %o : f32
+      linalg.yield %p : f32
+    } -> tensor<2x4x1xf32>
+    fusion.yield %v : tensor<2x4x1xf32>
+  }
+  return %g : tensor<2x4x1xf32>
 }

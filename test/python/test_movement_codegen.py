@@ -217,15 +217,18 @@ def test_split_reduction_shape_along_rows_is_sized_to_the_points() -> None:
 
 
 def test_what_the_family_refuses_goes_to_the_fallback_with_both_reasons() -> None:
-    """A transpose followed by a softmax over a non-last dim: the fast emitter takes no
-    transpose, the data-movement kernels no reduction broadcast back; the fallback path's
-    kernel says why."""
+    """An argmax over a transposed dim (a reduction with two results, the maximum and its
+    index): the fast emitter takes no transpose, the data-movement kernels no reduction of
+    several results; the fallback path's kernel says why. A softmax over that dim, refused
+    whole by both as well (its max and sum are read back at every element), is cut after
+    each reduction (`split_at_reshapes`) and leaves nothing to the fallback."""
     x = torch.randn(4, 16, 32)
-    _, kernels = _program(lambda t: torch.softmax(t.transpose(1, 2), dim=1), x)
+    _, kernels = _program(lambda t: torch.argmax(t.transpose(1, 2), dim=1), x)
     fallback = [k for k in kernels if k.info["path"] == "fallback"]
     assert fallback, [k.info for k in kernels]
-    assert "data movement: a reduction whose result is broadcast back" in \
-        fallback[0].info["why"]
+    assert "data movement: a reduction with several results" in fallback[0].info["why"]
+    _, kernels = _program(lambda t: torch.softmax(t.transpose(1, 2), dim=1), x)
+    assert "fallback" not in [k.info["path"] for k in kernels], [k.info for k in kernels]
 
 
 def test_reductions_over_a_non_last_dim() -> None:
@@ -234,8 +237,9 @@ def test_reductions_over_a_non_last_dim() -> None:
     (mean over 128 rows of B8 T128 D768) is the "reduce" shape: 2 vectors of 8 columns per
     block (enough blocks for two per SM), 128 slices of the rows, each folding its rows in
     an scf.for carrying f32 accumulators, the slices' partials summed by a tree in shared
-    memory (a barrier per round). Softmax over a non-last dim stays the fallback's: its sum
-    is broadcast back to every element and would be folded again per element."""
+    memory (a barrier per round). Softmax over a non-last dim: its max and its sum are read
+    back at every element, so the group is cut after each (`split_at_reshapes`), no
+    fallback kernel."""
     program, kernels = _program(lambda t: t.sum(dim=0), torch.randn(4, 256).to(torch.bfloat16))
     assert [k.info["path"] for k in kernels] == ["movement"]
     body = program.kernels_mlir
@@ -252,8 +256,22 @@ def test_reductions_over_a_non_last_dim() -> None:
     assert body.count("gpu.barrier") == 1 + 7  # the partials, then log2(128) tree rounds
     assert re.search(r"ld\.global\.v4", program.ptx)
     _, kernels = _program(lambda t: torch.softmax(t, dim=1), torch.randn(4, 16, 32))
-    assert [k.info["path"] for k in kernels][-1] == "fallback"
-    assert "broadcast back" in kernels[-1].info["why"]
+    assert "fallback" not in [k.info["path"] for k in kernels], [k.info for k in kernels]
+    assert [k.info.get("shape") for k in kernels].count("reduce") == 2  # the max, the sum
+
+
+def test_reductions_read_back_are_cut_into_kernels_of_their_own() -> None:
+    """GroupNorm (+ SiLU, as diffusion UNets use it) and ConvNeXt's LayerNorm over channels
+    behind a permute: their statistics are reductions the group reads back at every
+    element, which neither emitter builds whole; cut after each reduction, the statistics
+    are data-movement "reduce" kernels and nothing is the fallback's (both were)."""
+    gn = torch.nn.GroupNorm(4, 16).eval()
+    program, kernels = _program(lambda x: F.silu(gn(x)), torch.randn(2, 16, 8, 8))
+    assert [k.info["path"] for k in kernels] == ["movement"] * 4, [k.info for k in kernels]
+    assert [k.info["shape"] for k in kernels][:2] == ["reduce", "reduce"]  # mean, variance
+    ln = torch.nn.LayerNorm(32).eval()
+    _, kernels = _program(lambda x: ln(x.permute(0, 2, 3, 1)), torch.randn(2, 32, 14, 14))
+    assert "fallback" not in [k.info["path"] for k in kernels], [k.info for k in kernels]
 
 
 def test_batchnorm_statistics_are_one_block_per_channel_then_parts() -> None:

@@ -60,7 +60,8 @@ REWRITES = (
             "GQA's broadcast; after the matmul splits: a QKV epilogue's head split) and "
             "write O through the one after (head merge)."),
     Rewrite("fusion-gpu-split-at-reshapes", split_at_reshapes,
-            "Groups the emitter refuses are cut at reshapes of values they compute."),
+            "Groups the emitter refuses are cut at reshapes of values they compute and "
+            "after reductions they read back."),
     Rewrite("fusion-gpu-split-outputs", split_multi_output_groups,
             "Multi-output groups the emitter refuses split into one group per output."),
     Rewrite("fusion-gpu-fold-constants", lambda f, o: fold_constant_groups(f),

@@ -6,7 +6,8 @@ import math
 from typing import Any
 
 import mlir.ir as ir
-from fusec.compiler.targets.cuda.analysis import analyse_group, iterators, tensor_info, value_key
+from fusec.compiler.targets.cuda.analysis import analyse_group, iterators, numel_of, tensor_info, \
+    value_key
 from fusec.compiler.targets.cuda.body import (
     GEMM_OPS,
     RESHAPE_OPS,
@@ -181,6 +182,163 @@ def _pieces_at_gathered_reduction(ops: list[ir.Operation]) -> list[list[ir.Opera
     return [ops]
 
 
+def _pieces_at_broadcast_reductions(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
+    """`ops` cut after each reduction whose result the piece reads back at more points than
+    the reduction has (GroupNorm's mean over a group's channels and pixels, read again by
+    its variance's `x - mean` and by the normalisation; a LayerNorm over a permuted, strided
+    dim): [the reduction and what it needs, the rest], the rest cut again the same way.
+    Neither group-level emitter builds such a group whole: the fast emitter reduces
+    contiguous last dims only, and the data-movement family would fold the reduction again
+    for every element that reads it. Cut, each reduction is a kernel of the data-movement
+    family and the rest reads its result from memory."""
+    pieces: list[list[ir.Operation]] = []
+    rest = list(ops)
+    while True:
+        members = {id_of(o): o for o in rest}
+        cut = None
+        for op in rest:
+            if op.name != "linalg.generic" or "reduction" not in iterators(op) or \
+                    len(op.results) != 1:
+                continue
+            if not _read_back(op, members):
+                continue
+            cone: set[int] = set()
+            for v in op.operands:
+                cone |= _cone(v, members)
+            cone.add(id_of(op))
+            first = [o for o in rest if id_of(o) in cone]
+            later = [o for o in rest if id_of(o) not in cone]
+            if not first or not later:
+                continue
+            small = tensor_info(op.results[0].type)[0]
+            if not _reads_only(later, first, op):
+                # `later` reads a large value `first` cannot compute again cheaply (the
+                # depthwise convolution before ConvNeXt's LayerNorm): not cut. (Writing that
+                # value out for both pieces was tried: ConvNeXt's block took 463 us against
+                # the fallback kernel's 366 on the H200, bench/RESULTS.md run 155.)
+                continue
+            cut = (first, later + _views_for(first, later, small))
+            break
+        if cut is None:
+            return pieces + [rest]
+        pieces.append(cut[0])
+        rest = cut[1]
+
+
+# Ops the data-movement family computes by reading their input at another index (or a
+# constant): cheaper to compute again in a second kernel than to write out and read back.
+VIEW_LIKE = frozenset({"linalg.fill", "linalg.transpose", "linalg.broadcast", "linalg.copy",
+                       "tensor.extract_slice"})
+
+
+def _views_for(first: list[ir.Operation], later: list[ir.Operation],
+               small: list[int]) -> list[ir.Operation]:
+    """Copies, for `later`, of the ops of `first` that `later` reads and can compute again
+    (`_copyable`: data movement, elementwise chains of it: the group's input reshaped or
+    transposed, a zero accumulator, a softmax's exponentials), so that `first` does not
+    write them out as results of its kernel; `later`'s ops read the copies. What cannot be
+    copied is of the reduction's shape (`small`, `_reads_only`): read from `first` as it is
+    (the reduction's result, an output of its kernel). Returns the copies."""
+    in_first = {id_of(o): o for o in first}
+    copies: dict[int, ir.Operation] = {}
+
+    def copy_of(op: ir.Operation) -> ir.Operation | None:
+        key = id_of(op)
+        if key in copies:
+            return copies[key]
+        if not _copyable(op, in_first, small):
+            return None
+        sources = []
+        for v in op.operands:
+            producer = defining(v)
+            if producer is not None and id_of(producer) in in_first and \
+                    copy_of(producer) is not None:
+                sources.append((producer, ir.OpResult(v).result_number))
+            else:
+                sources.append(None)  # from outside, or of the reduction's shape: read
+        copy = op.clone(ir.InsertionPoint(op))
+        for i, source in enumerate(sources):
+            if source is not None:
+                copy.operands[i] = copies[id_of(source[0])].results[source[1]]
+        copies[key] = copy
+        return copy
+
+    for op in later:
+        for i, v in enumerate(list(op.operands)):
+            producer = defining(v)
+            if producer is None or id_of(producer) not in in_first:
+                continue
+            copy = copy_of(producer)
+            if copy is not None:
+                op.operands[i] = copy.results[ir.OpResult(v).result_number]
+    return list(copies.values())
+
+
+def _has_shape(value: ir.Value, shape: list[int]) -> bool:
+    return isinstance(value.type, ir.RankedTensorType) and tensor_info(value.type)[0] == shape
+
+
+def _reads_only(later: list[ir.Operation], first: list[ir.Operation],
+                reduction: ir.Operation) -> bool:
+    """Whether `later` reads nothing `first` computes but values of `reduction`'s shape
+    (its result; GroupNorm's mean beside its variance: outputs of the same kernel) and what
+    `_views_for` can compute again: cut there, no intermediate of the group's size is
+    written out."""
+    from fusec.passes.grouping import walk_ops
+
+    small = tensor_info(reduction.results[0].type)[0]
+    in_first = {id_of(o): o for o in first}
+    for op in later:
+        for inner in walk_ops(op):
+            for v in inner.operands:
+                producer = defining(v)
+                if producer is None or id_of(producer) not in in_first or \
+                        _has_shape(v, small):
+                    continue
+                if id_of(inner) != id_of(op) or not _copyable(producer, in_first, small):
+                    return False
+    return True
+
+
+def _copyable(op: ir.Operation, in_first: dict[int, ir.Operation], small: list[int]) -> bool:
+    """Whether `op` is data movement or elementwise (a generic without reduced loops), and
+    so is every op of `in_first` it reads whose result is not of the `small` shape."""
+    from fusec.passes.grouping import RESHAPE_OPS
+
+    if op.name == "linalg.generic":
+        if any(k != "parallel" for k in iterators(op)):
+            return False
+    elif op.name not in VIEW_LIKE and op.name not in RESHAPE_OPS:
+        return False
+    return all(_has_shape(v, small) or _copyable(defining(v), in_first, small)
+               for v in op.operands
+               if defining(v) is not None and id_of(defining(v)) in in_first)
+
+
+def _read_back(reduction: ir.Operation, members: dict[int, ir.Operation]) -> bool:
+    """Whether an op among `members` downstream of `reduction` computes more points than the
+    reduction's result has (the result broadcast back)."""
+    from fusec.passes.grouping import walk_ops
+
+    small = numel_of(tensor_info(reduction.results[0].type)[0])
+    consumers = {id_of(o): o for o in members.values() if id_of(o) != id_of(reduction)}
+    reached = {id_of(reduction)}
+    changed = True
+    while changed:
+        changed = False
+        for key, op in consumers.items():
+            if key in reached:
+                continue
+            if any(defining(v) is not None and id_of(defining(v)) in reached
+                   for inner in walk_ops(op) for v in inner.operands):
+                reached.add(key)
+                changed = True
+                if any(isinstance(r.type, ir.RankedTensorType) and
+                       numel_of(tensor_info(r.type)[0]) > small for r in op.results):
+                    return True
+    return False
+
+
 def _convex(pieces: list[list[ir.Operation]]) -> bool:
     """No path leaves a piece and comes back to it (each piece can be one group)."""
     from fusec.passes.grouping import walk_ops
@@ -223,13 +381,29 @@ def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
     fast emitter. A group with no such reshape whose row reduction reads gathered values
     (an embedding's lookups, then LayerNorm: neither the fast emitter, which takes no
     gathers, nor the data-movement family, which takes no reduction broadcast back, builds
-    it) is cut before that reduction (`_pieces_at_gathered_reduction`). Returns how many
-    groups were split."""
+    it) is cut before that reduction (`_pieces_at_gathered_reduction`). A group with no such
+    cut, with the data-movement family on, is cut after every reduction it reads back at
+    more points than the reduction has (GroupNorm's statistics, a softmax or LayerNorm over a
+    non-contiguous dim: `_pieces_at_broadcast_reductions`), each reduction a kernel of that
+    family, the data-movement ops both sides read copied into each (the fallback built
+    these whole before). Returns how many groups were split."""
+    count = 0
+    body = func.regions[0].blocks[0]
+    # Rounds: a piece cut off may need cutting again, or be a group an emitter takes whole.
+    for _ in range(8):
+        split = _split_at_reshapes_once(body, options)
+        count += split
+        if not split:
+            break
+    return count
+
+
+def _split_at_reshapes_once(body: ir.Block, options: CudaOptions) -> int:
+    """One round of `split_at_reshapes` over the groups of `body`."""
     from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
     from fusec.passes.inline_groups import inline_group
 
     count = 0
-    body = func.regions[0].blocks[0]
     for group in [op.operation for op in body.operations if op.operation.name == GROUP_OP]:
         if attributes.PATH in group.attributes or _emittable(group, options):
             continue
@@ -239,13 +413,18 @@ def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
         # is the fallback's again, alone, as before they existed.
         pieces = [part for piece in _pieces_at_reshapes(ops, cut_concats=not options.movement)
                   for part in _pieces_at_gathered_reduction(piece)]
+        reason = "reshape"
+        if len(pieces) == 1 and options.movement:
+            # (Pieces cut at reshapes are groups of their own next round: one an emitter
+            # takes whole stays whole.)
+            pieces, reason = _pieces_at_broadcast_reductions(ops), "reduction read back"
         if len(pieces) < 2 or not _convex(pieces) or _scalar_crosses(pieces):
             continue
         kind = str(group.attributes["kind"]).strip('"')
         inline_group(group)
         for piece in pieces:
             form_group(piece, kind if len(piece) > 1 else "single",
-                       {attributes.SPLIT: ir.StringAttr.get("reshape")})
+                       {attributes.SPLIT: ir.StringAttr.get(reason)})
         count += 1
     return count
 
