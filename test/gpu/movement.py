@@ -194,6 +194,14 @@ CASES = {
                            [((8, 96, 56, 56), f32), ((96,), f32), ((96,), f32)], 1e-5,
                            "ConvNeXt's LayerNorm over channels behind a permute, B8 C96 "
                            "56x56 fp32"),
+    # A transposed convolution: its input spread over zeros (a strided insert_slice), then
+    # a convolution (im2col + GEMM).
+    "conv_transpose": (lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1),
+                       [((8, 64, 28, 28), f32), ((64, 32, 4, 4), f32), ((32,), f32)], 1e-5,
+                       "ConvTranspose2d 64 -> 32, k4 s2 p1, B8 28x28 fp32 (upsampling)"),
+    "conv_transpose_op_bf16": (lambda x, w: F.conv_transpose2d(x, w, None, 2, 1, 1),
+                               [((8, 64, 28, 28), bf16), ((64, 32, 3, 3), bf16)], None,
+                               "ConvTranspose2d k3 s2 p1 output_padding 1, bf16"),
     "softmax_dim1": (lambda x: torch.softmax(x, dim=1), [((64, 512, 256), f32)], 1e-5,
                      "softmax over a non-last dim, 64x512x256 fp32"),
     "experts_sum_bf16": (lambda w, *e: (torch.stack(e, -1) * w.unsqueeze(2)).sum(-1),

@@ -260,6 +260,20 @@ def test_reductions_over_a_non_last_dim() -> None:
     assert [k.info.get("shape") for k in kernels].count("reduce") == 2  # the max, the sum
 
 
+def test_a_transposed_conv_spreads_its_input_in_a_movement_kernel() -> None:
+    """ConvTranspose2d (stride 2): torch-mlir spreads the input over zeros with a strided
+    insert_slice, then convolves. The spreading is a data-movement kernel (each output
+    element tests its index against the strides), the convolution im2col + a GEMM: no
+    fallback kernel (the strided insert was one)."""
+    w = torch.randn(8, 4, 4, 4)
+    program, kernels = _program(lambda x: F.conv_transpose2d(x, w, None, 2, 1),
+                                torch.randn(2, 8, 7, 7))
+    assert "fallback" not in [k.info["path"] for k in kernels], [k.info for k in kernels]
+    assert any("tensor.insert_slice" in k.ops for k in kernels)
+    assert "arith.remui" in program.kernels_mlir  # the stride's test
+    assert [k.launch_kind for k in program.plan.launches].count("gemm") == 1
+
+
 def test_reductions_read_back_are_cut_into_kernels_of_their_own() -> None:
     """GroupNorm (+ SiLU, as diffusion UNets use it) and ConvNeXt's LayerNorm over channels
     behind a permute: their statistics are reductions the group reads back at every

@@ -589,14 +589,64 @@ class MovementEmitter(KernelEmitter):
                                    ("static_offsets", "static_sizes", "static_strides"))
         src, dest = op.operands[0], op.operands[1]
         src_shape = tensor_info(src.type)[0]
-        if any(s != 1 for s in strides) or len(src_shape) != len(sizes):
-            raise CudaCodegenError("a strided or rank-changing insert_slice")
+        if len(src_shape) != len(sizes):
+            raise CudaCodegenError("a rank-changing insert_slice")
+        if any(s != 1 for s in strides):
+            return self._strided_insert(idx, offsets, sizes, strides, src, dest)
         dest_shape = tensor_info(dest.type)[0]
         bounds = [(d, offsets[d], offsets[d] + sizes[d]) for d in range(len(sizes))
                   if offsets[d] or sizes[d] != dest_shape[d]]
         return self._guarded(idx, bounds, src, [-o for o in offsets],
                              lambda at: self.at(dest, at),
                              str(ir.RankedTensorType(src.type).element_type))
+
+    def _strided_insert(self, idx: list[Ix], offsets: list[int], sizes: list[int],
+                        strides: list[int], src: ir.Value, dest: ir.Value) -> list[str]:
+        """A strided insert_slice (a transposed convolution's input spread over zeros):
+        `src[(i - o) / s]` where every dim's `o <= i < o + (n - 1) * s + 1` and `(i - o) % s
+        == 0`, else `dest[i]`; per lane where a strided dim is the lanes' dim."""
+        dims = [d for d in range(len(sizes)) if strides[d] != 1 or offsets[d] or
+                sizes[d] != tensor_info(dest.type)[0][d]]
+        if any(strides[d] < 1 for d in dims):
+            raise CudaCodegenError("an insert_slice with a negative stride")
+        if any(idx[d].names or idx[d].step for d in dims):
+            return self.per_lane(lambda one: self._strided_insert(one, offsets, sizes, strides,
+                                                                  src, dest), idx)
+        elt = str(ir.RankedTensorType(src.type).element_type)
+        ends = [offsets[d] + (sizes[d] - 1) * strides[d] + 1 for d in range(len(sizes))]
+        if all(idx[d].const is not None for d in dims):
+            inside = all(offsets[d] <= idx[d].const < ends[d] and
+                         (idx[d].const - offsets[d]) % strides[d] == 0 for d in dims)
+            return self.at(src, self._strided_source(idx, offsets, strides)) if inside else \
+                self.at(dest, idx)
+        cond = None
+        for d in dims:
+            name = idx[d].name
+            tests = [self.arith("cmpi ult,", name, self.index(ends[d]))]
+            if offsets[d] > 0:
+                tests.append(self.arith("cmpi uge,", name, self.index(offsets[d])))
+            if strides[d] > 1:
+                rel = self.arith("subi", name, self.index(offsets[d])) if offsets[d] else name
+                rem = self.arith("remui", rel, self.index(strides[d]))
+                tests.append(self.arith("cmpi eq,", rem, self.index(0)))
+            for t in tests:
+                cond = t if cond is None else self.arith("andi", cond, t, "i1")
+
+        def inside_value() -> list[str]:
+            return self.at(src, self._strided_source(idx, offsets, strides))
+
+        if cond is None:
+            return inside_value()
+        return self.branch(cond, inside_value, lambda: self.at(dest, idx), [elt] * self.V)
+
+    def _strided_source(self, idx: list[Ix], offsets: list[int],
+                        strides: list[int]) -> list[Ix]:
+        """The source index of a strided insert_slice at destination index `idx`."""
+        at = []
+        for d, ix in enumerate(idx):
+            rel = self.ix_add(ix, self.ix_const(-offsets[d])) if offsets[d] else ix
+            at.append(self._divmod(rel, strides[d])[0] if strides[d] > 1 else rel)
+        return at
 
     def _guarded(self, idx: list[Ix], bounds: list[tuple[int, int, int]], src: ir.Value,
                  shift: list[int], outside: Callable[[list[Ix]], list[str]],
