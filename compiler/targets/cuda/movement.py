@@ -631,13 +631,10 @@ class MovementEmitter(KernelEmitter):
                 tests.append(self.arith("cmpi eq,", rem, self.index(0)))
             for t in tests:
                 cond = t if cond is None else self.arith("andi", cond, t, "i1")
-
-        def inside_value() -> list[str]:
-            return self.at(src, self._strided_source(idx, offsets, strides))
-
-        if cond is None:
-            return inside_value()
-        return self.branch(cond, inside_value, lambda: self.at(dest, idx), [elt] * self.V)
+        # (A strided dim is among `dims`: `cond` has at least its bound.)
+        return self.branch(cond, lambda: self.at(src, self._strided_source(idx, offsets,
+                                                                            strides)),
+                           lambda: self.at(dest, idx), [elt] * self.V)
 
     def _strided_source(self, idx: list[Ix], offsets: list[int],
                         strides: list[int]) -> list[Ix]:
