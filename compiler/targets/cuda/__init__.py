@@ -99,6 +99,8 @@ Its rooms, one path each (imports run down this list, never up):
   fallback.py  the fallback path (upstream MLIR, a tile per GPU thread)
   layouts.py   strided views: layout ops as cuBLASLt operand layouts and plan-level views
   gemm.py      matmul-rooted groups as cuBLASLt calls (operands, epilogues, launch tables)
+  folds.py     what a data-movement kernel's folds read (reductions' and windows' points,
+               a reduction's combiner)
   movement.py  the data-movement family (`MovementEmitter`: reshapes, slices, transposes,
                concats, pads, gathers, windows, non-last-axis reductions, with their
                elementwise neighbours): direct, transpose and reduce shapes

@@ -77,6 +77,8 @@ from fusec.compiler.targets.cuda.device import (
 from fusec.compiler.targets.cuda.emitter import Input, KernelEmitter, _attr_value, _neutral, \
     id_of, payload_op_text
 from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, Built, body_text, renamed
+from fusec.compiler.targets.cuda.folds import MAX_WINDOW_POINTS, WINDOW_OPS, fold_points, \
+    loop_ranges, most_reduced_points, reduction_combiner, window_points
 from fusec.passes import cost_model
 
 # The group-level ops this family evaluates (besides scalar arith/math ops and constants).
@@ -84,11 +86,6 @@ MOVEMENT_OPS = frozenset({
     "linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast", "linalg.copy",
     "tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
     "tensor.insert_slice", "tensor.concat", "tensor.pad", "tensor.empty", "arith.constant"})
-# Window ops whose window is small enough to unroll per output element: pooling, and
-# grouped / depthwise convolutions with few input channels per group.
-WINDOW_OPS = frozenset({"linalg.pooling_nchw_max", "linalg.pooling_nchw_sum",
-                        "linalg.conv_2d_ngchw_gfchw", "linalg.depthwise_conv_2d_nchw_chw"})
-MAX_WINDOW_POINTS = 64  # multiply-adds (or compares) per output element, unrolled
 VECTOR_BYTES = 16
 BIG = 1 << 40  # the alignment of the constant 0
 STATIC_SHARED_BYTES = 48 * 1024  # what a kernel may declare statically
@@ -150,7 +147,7 @@ class MovementEmitter(KernelEmitter):
             if name == "fusion.yield" or name.startswith(PAYLOAD_DIALECTS):
                 continue  # scalars and constants: evaluated where an op reads them
             if name in WINDOW_OPS:
-                points = _window_points(op.operation)
+                points = window_points(op.operation)
                 if points > MAX_WINDOW_POINTS:
                     raise CudaCodegenError(f"'{name}' sums {points} points per output, more "
                                            f"than the {MAX_WINDOW_POINTS} unrolled here")
@@ -707,7 +704,7 @@ class MovementEmitter(KernelEmitter):
         16-bit accumulators are f32 (as torch's reductions), rounded once."""
         if n_in + len(op.results) != len(op.operands) or len(op.results) != 1:
             raise CudaCodegenError("a reduction with several results")
-        ranges = _loop_ranges(op)
+        ranges = loop_ranges(op)
         extents = [ranges[d] for d in reduced]
         total = math.prod(extents)
         along_rows = self.mode.extra.get("along_rows", False)
@@ -784,7 +781,7 @@ class MovementEmitter(KernelEmitter):
         folds them in slice order, then the init (the outs value)."""
         split = self.mode.extra
         S, C = split["slices"], split["columns"]
-        combiner = _reduction_combiner(op, result)
+        combiner = reduction_combiner(op, result)
         neutral = self.const(_neutral(combiner, acc_elt), acc_elt)
         k = self.fresh("k")
         iters = [self.fresh("acc") for _ in range(self.V)]
@@ -1099,7 +1096,7 @@ class MovementEmitter(KernelEmitter):
         along_rows = self.mode.extra.get("along_rows", False)
         shape = cost_model.split_reduction_shape(
             numel, self._last_dim(), self.eb, self.device, along_rows=along_rows,
-            points=_most_reduced_points(self.group)
+            points=most_reduced_points(self.group)
             if along_rows or self.mode.extra.get("short") else None)
         self.shape = shape
         self.V = shape.vec
@@ -1132,7 +1129,7 @@ class MovementEmitter(KernelEmitter):
     def emit_direct(self) -> tuple[int, int]:
         numel = numel_of(self.out_shape)
         shape = cost_model.movement_launch_shape(numel, self._last_dim(), self.eb,
-                                                 self.device, points=_fold_points(self.group))
+                                                 self.device, points=fold_points(self.group))
         self.shape = shape
         self.V = shape.vec
         tile_elems = shape.block * shape.unroll * shape.vec
@@ -1253,30 +1250,6 @@ class MovementEmitter(KernelEmitter):
         return block, shape.grid
 
 
-def _reduction_combiner(op: ir.Operation, result: int) -> str:
-    """The op that folds a reduction payload's value into its accumulator, through the
-    16-bit widening's casts (`truncf(addf(extf(x), extf(acc)))` folds by addf)."""
-    from fusec.compiler.targets.cuda.device import COMBINERS
-
-    block = op.regions[0].blocks[0]
-    acc = block.arguments[len(op.operands) - len(op.results) + result]
-    yielded = block.operations[len(block.operations) - 1].operands[result]
-
-    def strip(v: ir.Value) -> ir.Value:
-        owner = v.owner
-        if not isinstance(owner, ir.Block) and owner.operation.name in ("arith.truncf",
-                                                                       "arith.extf"):
-            return owner.operation.operands[0]
-        return v
-
-    core = strip(yielded)
-    owner = core.owner
-    if isinstance(owner, ir.Block) or owner.operation.name not in COMBINERS or \
-            value_key(acc) not in {value_key(strip(v)) for v in owner.operation.operands}:
-        raise CudaCodegenError("a reduction payload that does not end in a known combiner")
-    return owner.operation.name
-
-
 def _constant_float(value: ir.Value) -> float | None:
     """The value of a float constant, or of casts of one (torch's f64 scale rounded to the
     payload's type, 16-bit widening's extf), rounded as the casts round; else None."""
@@ -1322,49 +1295,6 @@ def _float_text(value: float, type_: str) -> str:
     if type_ == "f32":
         value = float(np.float32(value))
     return repr(value)
-
-
-def _loop_ranges(op: ir.Operation) -> list[int]:
-    """A generic's loop extents, from its operands' shapes through their maps."""
-    ranges: dict[int, int] = {}
-    for attr, v in zip(ir.ArrayAttr(op.attributes["indexing_maps"]), op.operands):
-        m = ir.AffineMapAttr(attr).value
-        shape = tensor_info(v.type)[0]
-        for e, size in zip(m.results, shape):
-            if isinstance(e, ir.AffineDimExpr):
-                ranges[e.position] = size
-    n = ir.AffineMapAttr(ir.ArrayAttr(op.attributes["indexing_maps"])[0]).value.n_dims
-    if any(d not in ranges for d in range(n)):
-        raise CudaCodegenError("a loop whose extent no operand gives")
-    return [ranges[d] for d in range(n)]
-
-
-def _most_reduced_points(group: ir.Operation) -> int:
-    """The most points any reduction of `group` folds per output element (the "reduce"
-    shape's slices along rows are sized to it)."""
-    most = 1
-    for op in group.regions[0].blocks[0].operations:
-        op = op.operation
-        if op.name == "linalg.generic" and any(k != "parallel" for k in iterators(op)):
-            ranges = _loop_ranges(op)
-            most = max(most, math.prod(r for r, k in zip(ranges, iterators(op))
-                                       if k != "parallel"))
-    return most
-
-
-def _fold_points(group: ir.Operation) -> int:
-    """The most input points any output element of `group` folds: its reductions' and its
-    windows' (the direct shape's parallelism follows it: `cost_model.movement_launch_shape`)."""
-    windows = [_window_points(op.operation) for op in group.regions[0].blocks[0].operations
-               if op.operation.name in WINDOW_OPS]
-    return max([_most_reduced_points(group)] + windows)
-
-
-def _window_points(op: ir.Operation) -> int:
-    """Points of the window one output element folds (a convolution: times its input
-    channels per group)."""
-    shape = tensor_info(op.operands[1].type)[0]
-    return shape[-1] * shape[-2] * (shape[2] if op.name == "linalg.conv_2d_ngchw_gfchw" else 1)
 
 
 def _reports_index_error(op: ir.Operation) -> bool:
@@ -1483,7 +1413,7 @@ def _build_movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.
 def _split_short_fold(direct: MovementEmitter, device: CudaDevice) -> bool:
     """Whether the direct build `direct` is a short reduction the cost model would rather
     split over a block's slices (`cost_model.fold_prefers_split`); windows stay unrolled."""
-    points = _most_reduced_points(direct.group)
+    points = most_reduced_points(direct.group)
     return points > 1 and cost_model.fold_prefers_split(
         numel_of(direct.out_shape), direct._last_dim(), direct.eb, points, device)
 

@@ -1024,7 +1024,7 @@ def _conv_shapes(conv: ir.Operation) -> tuple | None:
     """(groups, n, c, f, kh, kw, oh, ow) of a convolution `convs_to_gemm` rewrites (c and
     f per group), or None: mixed types, shapes that do not agree, or a grouped window the
     data-movement family unrolls."""
-    from fusec.compiler.targets.cuda.movement import MAX_WINDOW_POINTS
+    from fusec.compiler.targets.cuda.folds import MAX_WINDOW_POINTS
 
     x, w, init = conv.operands[0], conv.operands[1], conv.operands[2]
     grouped = conv.name == "linalg.conv_2d_ngchw_gfchw"
@@ -1349,10 +1349,10 @@ def split_long_reductions(func: ir.Operation, options: CudaOptions | None = None
 def _reduction_split_plan(red: ir.Operation, device: Any) -> tuple[int, int, int] | None:
     """(the reduced loop to split, its extent, the parts) for a long reduction whose reduce
     shape would not give every SM two blocks; None where it does, or nothing divides."""
-    from fusec.compiler.targets.cuda.movement import MAX_WINDOW_POINTS, _loop_ranges
+    from fusec.compiler.targets.cuda.folds import MAX_WINDOW_POINTS, loop_ranges
 
     try:
-        ranges = _loop_ranges(red)
+        ranges = loop_ranges(red)
     except CudaCodegenError:
         return None
     iters = [str(a) for a in red.attributes["iterator_types"]]
