@@ -567,8 +567,8 @@ SPLIT_FOLD_POINTS = 16  # a short fold worth splitting over a block's slices (`f
 
 def fold_prefers_split(numel: int, last_dim: int, element_bytes: int, points: int,
                        device: Device = H200) -> bool:
-    """Whether a short reduction (few enough points to unroll per output element) should
-    split its points over a block's slices instead (the "reduce" shape): where even one
+    """Whether a fold (a short reduction, or a window too long to unroll) should split its
+    points over a block's slices instead of one thread folding them (the "reduce" shape): where even one
     output element per thread leaves SMs without a block, and each element folds at least
     SPLIT_FOLD_POINTS points (ResNet-18's final BatchNorm + ReLU + 7x7 average pool at batch
     1: 512 outputs of 49 points, one block of 64 threads in the direct shape)."""

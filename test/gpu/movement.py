@@ -174,7 +174,17 @@ CASES = {
                           [((1, 64, 112, 112), bf16)], 0.0,
                           "ReLU + max-pool 3x3 s2 p1 at batch 1, 1x64x112x112 bf16 (direct, "
                           "vectors narrowed until every SM has two blocks)"),
-    # Grouped convolutions wider than the unrolled window: im2col + one batched matmul.
+    # Windows longer than the family unrolls (64 points): split over a block's slices.
+    "maxpool_spp_k13": (lambda x: F.max_pool2d(x, 13, 1, 6), [((8, 256, 20, 20), f32)], 0.0,
+                        "YOLO's SPP max-pool 13x13 stride 1 pad 6, 8x256x20x20 fp32 (169 "
+                        "points: reduce shape)"),
+    "avgpool_14_bf16": (lambda x: F.avg_pool2d(x, 14), [((32, 1024, 14, 14), bf16)], 1e-2,
+                        "a fixed 14x14 average pool over a whole plane, 32x1024 bf16 (196 "
+                        "points along NCHW rows)"),
+    "dwconv_13_bf16": (lambda x, w: F.conv2d(x, w, None, 1, 6, 1, 256),
+                       [((8, 256, 28, 28), bf16), ((256, 1, 13, 13), bf16)], 1e-2,
+                       "a large-kernel depthwise conv 13x13 (RepLKNet), B8 C256 28x28 bf16 "
+                       "(169 points, f32 sums)"),
     "grouped_conv_8": (lambda x, w: F.relu(F.conv2d(x, w, None, 1, 1, 1, 32)),
                        [((8, 256, 28, 28), f32), ((256, 8, 3, 3), f32)], 1e-5,
                        "ResNeXt's grouped 3x3 conv, 32 groups of 8 channels, B8 28x28 fp32 "

@@ -385,15 +385,52 @@ def test_a_grouped_conv_wider_than_the_window_is_a_batched_gemm() -> None:
         assert all(k.info["path"] != "fallback" for k in kernels), [k.info for k in kernels]
 
 
-def test_a_window_too_large_to_unroll_is_refused() -> None:
-    """A grouped convolution with 32 input channels per group (288 points per output) with
-    the GEMM path off (`--no-cuda-gemm`: no im2col): more than the family unrolls; the
-    fallback says so."""
-    w = torch.randn(8, 32, 3, 3)
-    _, kernels = _program(lambda x: F.conv2d(x, w, None, 1, 1, 1, 2), torch.randn(1, 64, 6, 6),
-                          gemm=False)
-    fallback = [k for k in kernels if k.info["path"] == "fallback"]
-    assert fallback and "more than the 64 unrolled here" in fallback[0].info["why"]
+def test_a_window_too_large_to_unroll_is_split_over_a_blocks_slices() -> None:
+    """Windows of more than 64 points (a grouped convolution with 32 input channels per
+    group and the GEMM path off, 288 points; YOLO's 13x13 SPP max-pool; a 13x13 depthwise
+    convolution in bf16; a 14x14 average pool along NCHW rows) are long reductions: the
+    "reduce" shape, each slice folding every S-th point in an scf.for from the combiner's
+    neutral element, the partials met in shared memory; no fallback kernel."""
+    grouped, depthwise = torch.randn(8, 32, 3, 3), torch.randn(8, 1, 13, 13).bfloat16()
+    cases = [
+        (lambda x: F.conv2d(x, grouped, None, 1, 1, 1, 2),
+         torch.randn(1, 64, 6, 6), {"gemm": False}, "linalg.conv_2d_ngchw_gfchw", 288),
+        (lambda x: F.max_pool2d(x, 13, 1, 6), torch.randn(2, 8, 20, 20), {},
+         "linalg.pooling_nchw_max", 169),
+        (lambda x: F.conv2d(x, depthwise, None, 1, 6, 1, 8),
+         torch.randn(2, 8, 14, 14).bfloat16(), {}, "linalg.depthwise_conv_2d_nchw_chw", 169),
+        (lambda x: F.avg_pool2d(x, 14), torch.randn(2, 64, 14, 14), {},
+         "linalg.pooling_nchw_sum", 196),
+    ]
+    for fn, x, options, op, points in cases:
+        program, kernels = _program(fn, x, **options)
+        assert all(k.info["path"] != "fallback" for k in kernels), [k.info for k in kernels]
+        window = [k for k in kernels if op in k.ops]
+        assert len(window) == 1 and window[0].info["shape"] == "reduce", op
+        launch = window[0].info["launch"]
+        assert 1 < launch["slices"] <= points, (op, launch)
+        step = re.search(r"scf\.for %k\d+ = %\w+ to (%c\d+) step (%c\d+)", program.kernels_mlir)
+        assert step, op
+        consts = dict(re.findall(r"(%c\d+) = arith\.constant (\d+) : index",
+                                 program.kernels_mlir))
+        assert int(consts[step.group(1)]) == points and \
+            int(consts[step.group(2)]) == launch["slices"], op
+        if op.endswith("nchw_chw"):
+            assert ": f32" in program.kernels_mlir  # bf16 products summed in f32
+
+
+def test_a_long_window_over_many_outputs_is_a_loop_nest_per_thread() -> None:
+    """Where the outputs fill the GPU (YOLO's SPP max-pool 13x13 at 8x256x20x20), a long
+    window stays the direct shape, one thread per output vector folding the window in two
+    nested scf.for loops (kh, kw: no division per point), not split over slices."""
+    program, kernels = _program(lambda x: F.max_pool2d(x, 13, 1, 6),
+                                torch.randn(8, 256, 20, 20))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "direct")]
+    consts = dict(re.findall(r"(%c\d+) = arith\.constant (\d+) : index", program.kernels_mlir))
+    loops = re.findall(r"scf\.for %k\d+ = (%c\d+) to (%c\d+) step (%c\d+)",
+                       program.kernels_mlir)
+    assert [tuple(int(consts[c]) for c in loop) for loop in loops] == [(0, 13, 1)] * 2 * \
+        kernels[0].info["launch"]["unroll"]
 
 
 def test_rope_after_a_projection_compiles_with_the_family_off() -> None:

@@ -82,6 +82,14 @@ def fold_points(group: ir.Operation) -> int:
     return max([most_reduced_points(group)] + windows)
 
 
+def split_points(group: ir.Operation) -> int:
+    """The most points a "reduce" shape's slices split per output element: its reductions'
+    and its windows' longer than MAX_WINDOW_POINTS (shorter windows are unrolled)."""
+    windows = [window_points(op.operation) for op in group.regions[0].blocks[0].operations
+               if op.operation.name in WINDOW_OPS]
+    return max([most_reduced_points(group)] + [p for p in windows if p > MAX_WINDOW_POINTS])
+
+
 def window_points(op: ir.Operation) -> int:
     """Points of the window one output element folds (a convolution: times its input
     channels per group)."""

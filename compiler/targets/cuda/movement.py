@@ -20,7 +20,9 @@ vector of `V` consecutive elements one thread owns, and proves what it can about
     each lane chooses alone;
   * windows (pooling, depthwise and small grouped convolutions) and reductions over loops
     the output does not index fold their points unrolled when there are at most
-    MAX_WINDOW_POINTS (64); 16-bit sums and products accumulate in f32, rounded once.
+    MAX_WINDOW_POINTS (64); a longer window folds in a loop nest (kh, kw: `rolled_fold`;
+    YOLO's 13x13 SPP pool, a 13x13 depthwise convolution); 16-bit sums and products
+    accumulate in f32, rounded once.
 
 Three kernel shapes (the cost model's pure functions give their sizes):
 
@@ -49,10 +51,10 @@ a long reduction takes the reduce shape. A fold (a window, a short reduction) mu
 direct thread's work by its points, so the direct shape fills the GPU before it widens its
 vectors (`movement_launch_shape`'s `points`); a short reduction that one element per thread
 still leaves SMs idle for is split over a block's slices too (`cost_model.fold_prefers_split`:
-ResNet-18's end at batch 1 was one block of 64 threads and an 11 000-line kernel). The shape goes into `Launch.info` ("path":
-"movement", "shape": "direct" | "transpose" | "reduce"). What the family refuses (a row
-reduction, a reduction broadcast back to a larger output, a window over 64 points) goes to
-the fallback path with the reason.
+ResNet-18's end at batch 1 was one block of 64 threads and an 11 000-line kernel), and so is
+a long window over few outputs. The shape goes into `Launch.info` ("path": "movement",
+"shape": "direct" | "transpose" | "reduce"). What the family refuses (a row reduction, a
+reduction broadcast back to a larger output) goes to the fallback path with the reason.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ from fusec.compiler.targets.cuda.emitter import Input, KernelEmitter, _attr_valu
     id_of, payload_op_text
 from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, Built, body_text, renamed
 from fusec.compiler.targets.cuda.folds import MAX_WINDOW_POINTS, WINDOW_OPS, fold_points, \
-    loop_ranges, most_reduced_points, reduction_combiner, window_points
+    loop_ranges, reduction_combiner, split_points
 from fusec.passes import cost_model
 
 # The group-level ops this family evaluates (besides scalar arith/math ops and constants).
@@ -147,11 +149,7 @@ class MovementEmitter(KernelEmitter):
             if name == "fusion.yield" or name.startswith(PAYLOAD_DIALECTS):
                 continue  # scalars and constants: evaluated where an op reads them
             if name in WINDOW_OPS:
-                points = window_points(op.operation)
-                if points > MAX_WINDOW_POINTS:
-                    raise CudaCodegenError(f"'{name}' sums {points} points per output, more "
-                                           f"than the {MAX_WINDOW_POINTS} unrolled here")
-                continue
+                continue  # a long one: split by the "reduce" shape (`eval_window`)
             if name not in MOVEMENT_OPS:
                 raise CudaCodegenError(f"'{name}' is not a data-movement op")
         if not self.outputs:
@@ -400,7 +398,10 @@ class MovementEmitter(KernelEmitter):
     def eval_window(self, op: ir.Operation, idx: list[Ix]) -> list[str]:
         """A pooling or grouped convolution at one output vector: its init, then the window's
         points folded in order (kh, kw; for a convolution c, kh, kw), each read at
-        `o * stride + k * dilation` of the (already padded) input."""
+        `o * stride + k * dilation` of the (already padded) input. A window of more than
+        MAX_WINDOW_POINTS points is folded in a loop (`rolled_fold`), or, in the "reduce"
+        shape (few outputs: `cost_model.fold_prefers_split`), split over the block's slices
+        (`split_reduction`)."""
         x, w, init = op.operands[0], op.operands[1], op.operands[2]
         strides = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["strides"])]
         dilations = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["dilations"])]
@@ -422,21 +423,36 @@ class MovementEmitter(KernelEmitter):
         x_elt = str(ir.RankedTensorType(x.type).element_type)
         w_elt = str(ir.RankedTensorType(w.type).element_type)
         acc = widen(self.at(init, idx), out_elt)
-        result = self._window_fold(op, idx, x, w, strides, dilations, elt, floating, acc,
+        point = self._window_point(op, idx, x, w, strides, dilations, elt, floating,
                                    lambda v: widen(v, x_elt), lambda v: widen(v, w_elt))
-        if not wide:
-            return result
-        return [self._cast("truncf", v, "f32", out_elt) for v in result]
-
-    def _window_fold(self, op, idx, x, w, strides, dilations, elt, floating, acc, wx, ww):
-        """The window's points folded into `acc` (lanes of type `elt`)."""
         w_shape = tensor_info(w.type)[0]
-        kh, kw = w_shape[-2], w_shape[-1]
+        extents = w_shape[-2:] if op.name.startswith("linalg.pooling") or \
+            op.name == "linalg.depthwise_conv_2d_nchw_chw" else w_shape[2:]
+        total = math.prod(extents)
+        if total > MAX_WINDOW_POINTS:
+            if self.mode.kind == "reduce" and len(self.memo) == 1:
+                return self.split_reduction(op, 0, extents, total, point, acc, elt, out_elt,
+                                            wide)
+            acc = self.rolled_fold(extents, point, acc, elt)
+            return acc if not wide else [self._cast("truncf", v, "f32", out_elt) for v in acc]
+        for flat in range(total):
+            coords, rest = [], flat
+            for e in reversed(extents):
+                coords.append(self.ix_const(rest % e))
+                rest //= e
+            acc = point(list(reversed(coords)), acc)
+        if not wide:
+            return acc
+        return [self._cast("truncf", v, "f32", out_elt) for v in acc]
+
+    def _window_point(self, op, idx, x, w, strides, dilations, elt, floating, wx, ww):
+        """`point(at, acc)`: `acc` (lanes of type `elt`) with the window's point `at` (Ix
+        coordinates: kh, kw; for a grouped convolution c, kh, kw) folded in."""
         oh, ow = idx[-2], idx[-1]
 
-        def spatial(k_h: int, k_w: int) -> list[Ix]:
-            return [self.ix_add(self.ix_mul(oh, strides[0]), self.ix_const(k_h * dilations[0])),
-                    self.ix_add(self.ix_mul(ow, strides[1]), self.ix_const(k_w * dilations[1]))]
+        def spatial(k_h: Ix, k_w: Ix) -> list[Ix]:
+            return [self.ix_add(self.ix_mul(oh, strides[0]), self.ix_mul(k_h, dilations[0])),
+                    self.ix_add(self.ix_mul(ow, strides[1]), self.ix_mul(k_w, dilations[1]))]
 
         def fold(kind: str, a: list[str], b: list[str]) -> list[str]:
             out = []
@@ -446,34 +462,19 @@ class MovementEmitter(KernelEmitter):
                 out.append(n)
             return out
 
+        add, mul = ("addf", "mulf") if floating else ("addi", "muli")
         if op.name.startswith("linalg.pooling"):
-            kind = ("maximumf" if floating else "maxsi") if op.name.endswith("max") else \
-                ("addf" if floating else "addi")
-            for a in range(kh):
-                for b in range(kw):
-                    acc = fold(kind, acc, wx(self.at(x, idx[:2] + spatial(a, b))))
-            return acc
+            kind = ("maximumf" if floating else "maxsi") if op.name.endswith("max") else add
+            return lambda at, acc: fold(kind, acc, wx(self.at(x, idx[:2] + spatial(*at))))
         if op.name == "linalg.depthwise_conv_2d_nchw_chw":
             # out[n, c, oh, ow] += x[n, c, oh * s + kh * d, ...] * w[c, kh, kw]
-            for a in range(kh):
-                for b in range(kw):
-                    xv = wx(self.at(x, idx[:2] + spatial(a, b)))
-                    wv = ww(self.at(w, [idx[1], self.ix_const(a), self.ix_const(b)]))
-                    acc = fold("addf" if floating else "addi", acc,
-                               fold("mulf" if floating else "muli", xv, wv))
-            return acc
+            return lambda at, acc: fold(add, acc, fold(
+                mul, wx(self.at(x, idx[:2] + spatial(*at))), ww(self.at(w, [idx[1], *at]))))
         # conv_2d_ngchw_gfchw: out[n, g, f, oh, ow] += x[n, g, c, ...] * w[g, f, c, kh, kw]
-        channels = w_shape[2]
         n_, g, f = idx[0], idx[1], idx[2]
-        for c in range(channels):
-            ci = self.ix_const(c)
-            for a in range(kh):
-                for b in range(kw):
-                    xv = wx(self.at(x, [n_, g, ci] + spatial(a, b)))
-                    wv = ww(self.at(w, [g, f, ci, self.ix_const(a), self.ix_const(b)]))
-                    prod = fold("mulf" if floating else "muli", xv, wv)
-                    acc = fold("addf" if floating else "addi", acc, prod)
-        return acc
+        return lambda at, acc: fold(add, acc, fold(
+            mul, wx(self.at(x, [n_, g, at[0]] + spatial(at[1], at[2]))),
+            ww(self.at(w, [g, f, *at]))))
 
     def slice_index(self, op: ir.Operation, idx: list[Ix]) -> list[Ix]:
         if len(op.operands) != 1:
@@ -772,6 +773,36 @@ class MovementEmitter(KernelEmitter):
         read more bytes along reduced rows, a lane at a time, than otherwise."""
         rows = self.stats.row_bytes - before[0]
         return rows > 0 and rows > self.stats.fold_bytes - before[1]
+
+    def rolled_fold(self, extents: list[int], step, acc: list[str],
+                    acc_elt: str) -> list[str]:
+        """`acc` with the `extents` points folded in order by
+        `step(coords, acc)`, in nested scf.for loops (one per extent: no division per point)
+        carrying the vector's accumulators (a window too long to unroll, one thread per
+        output vector: its neighbours' windows overlap, and the L1 serves the reuse)."""
+        types = ", ".join([acc_elt] * self.V)
+        arity = f":{self.V}" if self.V > 1 else ""
+        coords: list[Ix] = []
+        results = []
+        for extent in extents:
+            k, res = self.fresh("k"), self.fresh("r")
+            iters = [self.fresh("acc") for _ in range(self.V)]
+            self.emit(f"{res}{arity} = scf.for {k} = {self.index(0)} to {self.index(extent)} "
+                      f"step {self.index(1)} iter_args("
+                      f"{', '.join(f'{a} = {v}' for a, v in zip(iters, acc))}) -> ({types}) {{")
+            self.indent += 1
+            self.memo.append({})
+            coords.append(Ix(k, 0, 1))
+            results.append([f"{res}#{j}" for j in range(self.V)] if self.V > 1 else [res])
+            acc = iters
+        acc = step(coords, acc)
+        for res in reversed(results):
+            self.emit(f"scf.yield {', '.join(acc)} : {types}")
+            self.memo.pop()
+            self.indent -= 1
+            self.emit("}")
+            acc = res
+        return acc
 
     def split_reduction(self, op, result, extents, total, step, init, acc_elt, out_elt,
                         wide) -> list[str]:
@@ -1096,7 +1127,7 @@ class MovementEmitter(KernelEmitter):
         along_rows = self.mode.extra.get("along_rows", False)
         shape = cost_model.split_reduction_shape(
             numel, self._last_dim(), self.eb, self.device, along_rows=along_rows,
-            points=most_reduced_points(self.group)
+            points=split_points(self.group)
             if along_rows or self.mode.extra.get("short") else None)
         self.shape = shape
         self.V = shape.vec
@@ -1411,9 +1442,10 @@ def _build_movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.
 
 
 def _split_short_fold(direct: MovementEmitter, device: CudaDevice) -> bool:
-    """Whether the direct build `direct` is a short reduction the cost model would rather
-    split over a block's slices (`cost_model.fold_prefers_split`); windows stay unrolled."""
-    points = most_reduced_points(direct.group)
+    """Whether the direct build `direct` folds reductions (or windows too long to unroll)
+    the cost model would rather split over a block's slices (`cost_model.fold_prefers_split`);
+    short windows stay unrolled."""
+    points = split_points(direct.group)
     return points > 1 and cost_model.fold_prefers_split(
         numel_of(direct.out_shape), direct._last_dim(), direct.eb, points, device)
 
