@@ -34,6 +34,9 @@ def decomposition_table() -> dict[Any, Any]:
     - `aten.constant_pad_nd` with a negative pad (a crop: RWKV's time shift,
       `ZeroPad2d((0, 0, 1, -1))`): a slice, then the non-negative pads. torch-mlir folds a
       pad whose result has its input's shape away as the identity, whatever the pads.
+    - `aten.roll` (Swin's shifted windows): a concat of two slices per rolled dim (a flat
+      roll: of the flattened tensor). torch-mlir's lowering types the slices with dynamic
+      sizes, and it refuses a roll without dims.
     - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
       experts' router): row maxima and selects, fusable, instead of tm_tensor's serial
       loops (a one-thread kernel on the GPU); more than SMALL_SELECTION stay torch-mlir's.
@@ -54,6 +57,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.topk.default] = _small_topk
     table[aten.scatter.src] = _small_scatter
     table[aten.scatter.value] = _small_scatter
+    table[aten.roll.default] = _roll_as_slices
     return table
 
 
@@ -217,6 +221,32 @@ def _crop_negative_pads(x: torch.Tensor, pad: list[int], value: float = 0.0
     if any(kept):
         x = torch.ops.aten.constant_pad_nd.default(x, kept, value)
     return x
+
+
+def _roll_as_slices(x: torch.Tensor, shifts: list[int], dims: list[int] = ()
+                    ) -> torch.Tensor | Any:
+    """`torch.roll` as slices and a concat per rolled dim (static sizes: element i of the
+    result is element (i - shift) mod size); a roll without dims rolls the flattened
+    tensor."""
+    import torch
+
+    aten = torch.ops.aten
+    shifts, dims = list(shifts), list(dims)
+    if not dims:
+        if len(shifts) != 1:
+            return NotImplemented
+        flat = _roll_as_slices(aten.reshape.default(x, [-1]), shifts, [0])
+        return aten.reshape.default(flat, list(x.shape))
+    if len(shifts) != len(dims):
+        return NotImplemented
+    for shift, dim in zip(shifts, dims):
+        dim = dim % x.dim()
+        size = x.shape[dim]
+        shift = shift % size if size else 0
+        if shift:
+            x = aten.cat.default([aten.slice.Tensor(x, dim, size - shift, size),
+                                  aten.slice.Tensor(x, dim, 0, size - shift)], dim)
+    return aten.clone.default(x)
 
 
 def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:

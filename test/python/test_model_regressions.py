@@ -294,3 +294,33 @@ def test_empty_slices_of_a_one_token_sequence(tokens):
     assert out.shape == (2, tokens, 24)
     assert rel_err(out, TrigramEmbedding()(fresh.double())) < 1e-6
     assert 1 <= len(compiled.kernels) <= 3
+
+
+class CyclicShift(nn.Module):
+    """Swin's shifted windows: `torch.roll` over H and W (and back), and a roll of the
+    flattened tensor. torch-mlir typed a roll's slices with dynamic sizes ("fusec compiles
+    static shapes only") and refused a roll without dims; fusec writes a roll as slices
+    and a concat per dim."""
+
+    def __init__(self, channels: int = 8) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(channels))
+
+    def forward(self, x):
+        shifted = torch.roll(x, shifts=(-2, -3), dims=(1, 2)) * self.scale
+        return torch.roll(shifted, shifts=(2, 3), dims=(1, 2)) + torch.roll(x, 7)
+
+
+def test_roll_is_slices_and_a_concat():
+    model = CyclicShift().eval()
+    x = torch.randn(2, 7, 6, 8)
+    compiled = fusec.compile(model, x)
+    fresh = torch.randn(2, 7, 6, 8)
+    out = compiled(fresh.numpy())
+    assert out.shape == (2, 7, 6, 8)
+    assert rel_err(out, model.double()(fresh.double())) < 1e-6
+    # On the CPU a concat is a kernel of its own (`cost_model.builds_concat_in_kernels`), and
+    # so are the slices it reads: 5 concats, 10 kernels; the GPU's plan is one data-movement
+    # kernel (test_movement_codegen).
+    assert len(compiled.kernels) == 10
+    assert sum(k["ops"].count("tensor.concat") for k in compiled.kernels) == 5

@@ -419,6 +419,21 @@ def test_a_window_too_large_to_unroll_is_split_over_a_blocks_slices() -> None:
             assert ": f32" in program.kernels_mlir  # bf16 products summed in f32
 
 
+def test_swins_cyclic_shift_is_one_kernel() -> None:
+    """`torch.roll` (Swin's shifted windows, written as slices and a concat per rolled dim
+    by the frontend) and the arithmetic between the rolls: one direct data-movement
+    kernel."""
+    scale = torch.randn(8)
+
+    def shift(x):
+        shifted = torch.roll(x, shifts=(-2, -3), dims=(1, 2)) * scale
+        return torch.roll(shifted, shifts=(2, 3), dims=(1, 2)) + torch.roll(x, 7)
+
+    _, kernels = _program(shift, torch.randn(2, 7, 6, 8))
+    assert [(k.info["path"], k.info["shape"]) for k in kernels] == [("movement", "direct")]
+    assert kernels[0].ops.count("tensor.concat") == 5
+
+
 def test_a_long_window_over_many_outputs_is_a_loop_nest_per_thread() -> None:
     """Where the outputs fill the GPU (YOLO's SPP max-pool 13x13 at 8x256x20x20), a long
     window stays the direct shape, one thread per output vector folding the window in two
