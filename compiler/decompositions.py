@@ -34,6 +34,10 @@ def decomposition_table() -> dict[Any, Any]:
     - `aten.constant_pad_nd` with a negative pad (a crop: RWKV's time shift,
       `ZeroPad2d((0, 0, 1, -1))`): a slice, then the non-negative pads. torch-mlir folds a
       pad whose result has its input's shape away as the identity, whatever the pads.
+    - `aten._native_batch_norm_legit_no_training` (an inference BatchNorm): torch's own
+      formula, `(x - mean) * (1 / sqrt(var + eps)) * weight + bias` in f32 for 16-bit inputs,
+      in 7-10 ops instead of the 25 of torch's helper (its copies, flattens and empty saved
+      statistics): every op costs ~2 ms in the trace, 0.5 s of ResNet-18's compile.
     - `aten.roll` (Swin's shifted windows): a concat of two slices per rolled dim (a flat
       roll: of the flattened tensor). torch-mlir's lowering types the slices with dynamic
       sizes, and it refuses a roll without dims.
@@ -58,6 +62,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.scatter.src] = _small_scatter
     table[aten.scatter.value] = _small_scatter
     table[aten.roll.default] = _roll_as_slices
+    table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_no_training
     return table
 
 
@@ -221,6 +226,31 @@ def _crop_negative_pads(x: torch.Tensor, pad: list[int], value: float = 0.0
     if any(kept):
         x = torch.ops.aten.constant_pad_nd.default(x, kept, value)
     return x
+
+
+def _batch_norm_no_training(x: torch.Tensor, weight: Any, bias: Any, running_mean: Any,
+                            running_var: Any, momentum: float, eps: float) -> Any:
+    """An inference batch norm as torch's decomposition computes it (its helper's formula,
+    in the computation dtype: f32 for 16-bit inputs), with no saved statistics to speak
+    of (empty, as torch's on the CPU)."""
+    import torch
+
+    if running_mean is None or running_var is None or x.dim() < 2:
+        return NotImplemented
+    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    shape = [-1] + [1] * (x.dim() - 2)
+
+    def column(v: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten.reshape.default(v.to(wide), shape)
+
+    invstd = 1 / torch.sqrt(running_var.to(wide) + eps)
+    out = (x.to(wide) - column(running_mean)) * torch.ops.aten.reshape.default(invstd, shape)
+    if weight is not None:
+        out = out * column(weight)
+    if bias is not None:
+        out = out + column(bias)
+    empty = x.new_zeros((0,))
+    return out.to(x.dtype), empty, empty
 
 
 def _roll_as_slices(x: torch.Tensor, shifts: list[int], dims: list[int] = ()
