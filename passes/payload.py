@@ -45,9 +45,10 @@ CAST_OPS = ("arith.index_cast", "arith.extsi", "arith.trunci", "arith.sitofp", "
 CMPI = {0: "equal", 1: "not_equal", 2: "less", 3: "less_equal", 4: "greater",
         5: "greater_equal", 6: "less", 7: "less_equal", 8: "greater", 9: "greater_equal"}
 CMPF = {"ogt": "greater", "ugt": "greater", "oge": "greater_equal", "uge": "greater_equal",
-        "olt": "less", "ult": "less", "ole": "less_equal", "ule": "less_equal"}
-_CMPF_CODES = {"2": "ogt", "3": "oge", "4": "olt", "5": "ole", "9": "ugt", "10": "uge",
-               "11": "ult", "12": "ule"}
+        "olt": "less", "ult": "less", "ole": "less_equal", "ule": "less_equal",
+        "oeq": "equal", "une": "not_equal"}  # (x une x: x is NaN, as numpy's x != x)
+_CMPF_CODES = {"1": "oeq", "2": "ogt", "3": "oge", "4": "olt", "5": "ole", "9": "ugt",
+               "10": "uge", "11": "ult", "12": "ule", "13": "une"}
 # Bitwise ops: on i1 logical (an i1 `true` reads as -1 here), else two's complement in int64.
 BIT_OPS = {"arith.andi": ("logical_and", "bitwise_and"), "arith.ori": ("logical_or", "bitwise_or"),
            "arith.xori": ("logical_xor", "bitwise_xor")}

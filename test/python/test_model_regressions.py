@@ -324,3 +324,32 @@ def test_roll_is_slices_and_a_concat():
     # kernel (test_movement_codegen).
     assert len(compiled.kernels) == 10
     assert sum(k["ops"].count("tensor.concat") for k in compiled.kernels) == 5
+
+
+class NanMinMax(nn.Module):
+    """torch's min/max ops propagate NaN; torch-mlir lowers them as `a > b ? a : b` (a
+    clamp as `x <u lo ? lo : x`), which returned the other operand, or the bound, for a
+    NaN (found by probing, 2026-12-04: maximum, minimum, clamp, clamp_min/max, ReLU6,
+    hardtanh, hardsigmoid all silently dropped a NaN input)."""
+
+    def forward(self, a, b):
+        return (torch.maximum(a, b), torch.minimum(a, b), torch.clamp(a, -0.5, 0.5),
+                a.clamp_min(0.1), a.clamp_max(0.1), nn.functional.relu6(a * 4),
+                nn.functional.hardtanh(a), torch.clamp(a, b, b + 1),
+                nn.functional.hardsigmoid(a), torch.relu(a), a.amax(-1))
+
+
+def test_min_max_and_clamps_propagate_nan():
+    model = NanMinMax().eval()
+    compiled = fusec.compile(model, torch.randn(3, 8), torch.randn(3, 8))
+    a, b = torch.randn(3, 8), torch.randn(3, 8)
+    a[0, 0] = a[1, 3] = b[0, 1] = b[2, 5] = float("nan")
+    a[1, 1] = b[1, 1] = float("nan")  # both (a's row 2 has none: amax's is a number)
+    outs = compiled(a.numpy(), b.numpy())
+    refs = model.double()(a.double(), b.double())
+    for i, (out, ref) in enumerate(zip(outs, refs)):
+        nan = ref.isnan().numpy()
+        assert nan.any(), i  # every output has a NaN to keep
+        assert np.array_equal(np.isnan(out), nan), (i, out, ref)
+        assert rel_err(np.where(nan, 0, out), torch.where(ref.isnan(), 0, ref)) < 1e-6, i
+    assert len(compiled.kernels) == 3

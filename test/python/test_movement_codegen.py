@@ -475,7 +475,9 @@ def test_a_collapse_to_rank_0_reads_index_0() -> None:
         return torch.softmax(torch.softmax(x, -1), -1), torch.maximum(x, x)
 
     program, kernels = _program(fn, torch.randn(1).to(torch.bfloat16))
-    assert kernels and all(k.info["path"] in ("fast", "movement") for k in kernels)
+    # maximum(x, x) is x (NaN too): the plan copies the input (`__copy__`, no kernel).
+    built = [k for k in kernels if k.symbol != "__copy__"]
+    assert built and all(k.info["path"] in ("fast", "movement") for k in built)
 
 
 def test_a_fallback_kernel_that_would_exhaust_the_device_heap_is_refused_located() -> None:
