@@ -31,6 +31,10 @@ def decomposition_table() -> dict[Any, Any]:
     - `aten.pow.Tensor_Scalar` with exponent 2 or 3 (RMSNorm, GELU-tanh): multiplications,
       instead of `math.fpowi`.
     - `aten.floor_divide` of uint8: in int32 (torch-mlir's unsigned lowering segfaults).
+    - integer floor division (`//`, `div(rounding_mode="floor")`): a truncating division and
+      a correction, in integers. torch-mlir computes it in f64 (`floor(a / b)`), which is
+      inexact above 2^53 and turns a division by zero into a number, where torch raises
+      (`--fusion-guard-division` reports the truncating division's zero divisor).
     - `aten.constant_pad_nd` with a negative pad (a crop: RWKV's time shift,
       `ZeroPad2d((0, 0, 1, -1))`): a slice, then the non-negative pads. torch-mlir folds a
       pad whose result has its input's shape away as the identity, whatever the pads.
@@ -61,6 +65,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.gelu.default] = _gelu_tanh
     table[aten.pow.Tensor_Scalar] = _pow_scalar
     table[aten.floor_divide.default] = _unsigned_floor_divide
+    table[aten.div.Tensor_mode] = _integer_floor_division(aten.div.Tensor_mode)
     table[aten.constant_pad_nd.default] = _crop_negative_pads
     table[aten.topk.default] = _small_topk
     table[aten.scatter.src] = _small_scatter
@@ -100,11 +105,12 @@ def _batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean:
 
 def _unsigned_floor_divide(a: torch.Tensor, b: Any) -> torch.Tensor | Any:
     """uint8 `a // b` computed in int32 and narrowed back (exact: both are non-negative);
-    torch-mlir's lowering of an unsigned floor division crashes the process (SIGSEGV)."""
+    torch-mlir's lowering of an unsigned floor division crashes the process (SIGSEGV).
+    Other integers: `_floor_divide_integers`."""
     import torch
 
     if a.dtype != torch.uint8:
-        return NotImplemented
+        return _floor_divide_integers(a, b)
     wide = b.to(torch.int32) if isinstance(b, torch.Tensor) else b
     return torch.floor_divide(a.to(torch.int32), wide).to(torch.uint8)
 
@@ -259,6 +265,34 @@ def _batch_norm_no_training(x: torch.Tensor, weight: Any, bias: Any, running_mea
         out = out + column(bias)
     empty = x.new_zeros((0,))
     return out.to(x.dtype), empty, empty
+
+
+def _floor_divide_integers(a: Any, b: Any) -> Any:
+    """`a // b` of signed integer tensors as torch computes it: the truncating quotient, one
+    less where the remainder is not zero and its sign differs from the divisor's."""
+    import torch
+
+    aten = torch.ops.aten
+    if not all(isinstance(t, torch.Tensor) and not t.dtype.is_floating_point and
+               not t.dtype.is_complex and t.dtype not in (torch.bool, torch.uint8)
+               for t in (a, b)):
+        return NotImplemented
+    q = aten.div.Tensor_mode(a, b, rounding_mode="trunc")
+    r = aten.sub.Tensor(a, aten.mul.Tensor(q, b))
+    fix = aten.logical_and(aten.ne.Scalar(r, 0),
+                           aten.ne.Tensor(aten.lt.Scalar(r, 0), aten.lt.Scalar(b, 0)))
+    return aten.sub.Tensor(q, aten._to_copy.default(fix, dtype=q.dtype))
+
+
+def _integer_floor_division(op: Any) -> Any:
+    """`div(a, b, rounding_mode="floor")` of integer tensors: `_floor_divide_integers`."""
+
+    def decomposition(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
+        if rounding_mode != "floor":
+            return NotImplemented
+        return _floor_divide_integers(a, b)
+
+    return decomposition
 
 
 def _nan_propagating(op: Any) -> Any:

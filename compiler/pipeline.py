@@ -80,7 +80,8 @@ def linalg_passes(options: CompileOptions) -> list[str]:
     # fusec_index_error; on the GPU a device flag the runtime reads after the run). The
     # reports go in after tiling (`fusion-report-indices`): a call in a payload would keep
     # tile-and-fuse from erasing or merging the producers it clones into the tiles.
-    return ["fusion-guard-indices{defer=true}",
+    # So are integer divisions by a value that may be zero (torch raises; x86 traps).
+    return ["fusion-guard-indices{defer=true}", "fusion-guard-division{defer=true}",
             "fusion-drop-asserts", "fusion-globals-to-state",
             "fusion-scalars-to-tensors", "fusion-check-supported",
             # Sums of bf16/f16 tensors accumulate in f32 and round once, as torch's do

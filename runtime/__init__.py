@@ -91,6 +91,12 @@ def load(path: str | os.PathLike) -> Module:
         raise ArtifactError(p, "not a regular file")
     return Module(p, _open_library(p))
 
+
+def _check_error(text: str) -> Exception:
+    """The exception for a failed check (`fusion.index_checks`): ZeroDivisionError for an
+    integer division by zero (`--fusion-guard-division`), else IndexError."""
+    return ZeroDivisionError(text) if "integer division by 0 " in text else IndexError(text)
+
 class Module:
     """A loaded model: call it with numpy arrays, one per input, in signature order."""
 
@@ -154,8 +160,9 @@ class Module:
         out_ptrs = self._out_array_type(*(a.ctypes.data for a in outputs))
         status = self._lib.run(in_ptrs, out_ptrs)
         if status == INDEX_ERROR_STATUS:
-            # torch raises IndexError for an index out of range; so does the model.
-            raise IndexError(f"{self.path.name}: {self._lib.error_text()}")
+            # torch raises IndexError for an index out of range (and an error for an integer
+            # division by zero); so does the model.
+            raise _check_error(f"{self.path.name}: {self._lib.error_text()}")
         if status != 0:
             raise RuntimeError(
                 f"{self.path}: fusec_run failed (status {status}): {self._lib.error_text()}"
@@ -215,7 +222,7 @@ class Module:
             return
         status = lib.index_status(stream)
         if status == INDEX_ERROR_STATUS:
-            raise IndexError(f"{self.path.name}: {lib.error_text()}")
+            raise _check_error(f"{self.path.name}: {lib.error_text()}")
         if status != 0:
             raise RuntimeError(f"{self.path}: fusec_index_status failed (status {status}): "
                                f"{lib.error_text()}")

@@ -124,8 +124,19 @@ def _report_unless(ok: ir.Value, check: int, value: ir.Value) -> None:
     branch = scf.IfOp(bad)
     with ir.InsertionPoint(branch.then_block):
         func.CallOp([], ERROR_FUNCTION, [arith.ConstantOp(i64, check).result,
-                                         arith.IndexCastOp(i64, value).result])
+                                         _as_i64(value)])
         scf.YieldOp([])
+
+
+def _as_i64(value: ir.Value) -> ir.Value:
+    """An index or integer `value` as i64 (what the error function reports)."""
+    i64 = ir.IntegerType.get_signless(64)
+    if isinstance(value.type, ir.IndexType):
+        return arith.IndexCastOp(i64, value).result
+    width = ir.IntegerType(value.type).width
+    if width == 64:
+        return value
+    return (arith.ExtSIOp(i64, value) if width > 1 else arith.ExtUIOp(i64, value)).result
 
 
 def _describe(op: ir.Operation, tensor_type: ir.RankedTensorType, dim: int) -> str:

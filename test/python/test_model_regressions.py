@@ -353,3 +353,36 @@ def test_min_max_and_clamps_propagate_nan():
         assert np.array_equal(np.isnan(out), nan), (i, out, ref)
         assert rel_err(np.where(nan, 0, out), torch.where(ref.isnan(), 0, ref)) < 1e-6, i
     assert len(compiled.kernels) == 3
+
+
+class IntegerDivisions(nn.Module):
+    """Integer `//`, `div(rounding_mode=...)`, `%` and `fmod` by a tensor (found by probing,
+    2026-12-04: a zero divisor killed the calling process with SIGFPE, and the floor
+    division, computed by torch-mlir in f64, returned a number for it and was inexact
+    above 2^53)."""
+
+    def forward(self, x, y):
+        return (x // y, torch.div(x, y, rounding_mode="floor"), x % y,
+                torch.div(x, y, rounding_mode="trunc"), torch.fmod(x, y),
+                x.int() // y.int())
+
+
+def test_integer_division_is_exact_and_a_zero_divisor_raises():
+    model = IntegerDivisions().eval()
+    shape = (4, 64)
+    compiled = fusec.compile(model, torch.ones(shape, dtype=torch.long),
+                             torch.ones(shape, dtype=torch.long))
+    g = torch.Generator().manual_seed(3)
+    x = torch.randint(-10**6, 10**6, shape, generator=g)
+    y = torch.randint(-50, 50, shape, generator=g)
+    y[y == 0] = 7
+    x[0, :4] = torch.tensor([2**60 + 1, -(2**60) - 3, 2**62, -7])
+    y[0, :4] = torch.tensor([3, 5, -7, 2])
+    for out, ref in zip(compiled(x.numpy(), y.numpy()), model(x, y)):
+        assert out.dtype == ref.numpy().dtype and np.array_equal(out, ref.numpy())
+    y[2, 9] = 0
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        model(x, y)
+    with pytest.raises(ZeroDivisionError, match=r"test_model_regressions\.py:\d+:\d+: "
+                       r"integer division by 0 \(arith\.\w+: torch raises"):
+        compiled(x.numpy(), y.numpy())
