@@ -144,7 +144,7 @@ def _reduction_over_last(op: ir.Operation | None, combiner: str) -> bool:
     if op is None or op.name != "linalg.generic":
         return False
     iters = _iterators(op)
-    if iters[-1] != "reduction" or any(i != "parallel" for i in iters[:-1]):
+    if not iters or iters[-1] != "reduction" or any(i != "parallel" for i in iters[:-1]):
         return False
     return any(o.name == combiner for o in _payload(op))
 

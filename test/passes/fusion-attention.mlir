@@ -644,3 +644,36 @@ module {
     return %expanded_10 : tensor<1x2x16x64xbf16>
   }
 }
+
+// -----
+
+// Negative: a matmul whose left operand is divided by a 0-d value (DeBERTa v1 scales Q by
+// `1 / sqrt(tensor(d) * factor)` computed in the graph) is not P V: the division is no
+// softmax's e / sum(e), the 0-d divisor no reduction. Left alone (it crashed the pass).
+// CHECK-LABEL: func.func @divide_by_0d
+// CHECK-NOT: fusion.group
+// CHECK: linalg.matmul
+#div0d_id = affine_map<(d0, d1) -> (d0, d1)>
+#div0d_scalar = affine_map<(d0, d1) -> ()>
+#div0d_none = affine_map<() -> ()>
+func.func @divide_by_0d(%a: tensor<5x6xf32>, %v: tensor<6x3xf32>) -> tensor<5x3xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e0 = tensor.empty() : tensor<f32>
+  %s = linalg.generic {indexing_maps = [#div0d_none], iterator_types = []} outs(%e0 : tensor<f32>) {
+  ^bb0(%out: f32):
+    %c = arith.constant 18.0 : f32
+    %r = math.sqrt %c : f32
+    linalg.yield %r : f32
+  } -> tensor<f32>
+  %e = tensor.empty() : tensor<5x6xf32>
+  %d = linalg.generic {indexing_maps = [#div0d_id, #div0d_scalar, #div0d_id], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %s : tensor<5x6xf32>, tensor<f32>) outs(%e : tensor<5x6xf32>) {
+  ^bb0(%x: f32, %y: f32, %out: f32):
+    %q = arith.divf %x, %y : f32
+    linalg.yield %q : f32
+  } -> tensor<5x6xf32>
+  %eo = tensor.empty() : tensor<5x3xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%eo : tensor<5x3xf32>) -> tensor<5x3xf32>
+  %mm = linalg.matmul ins(%d, %v : tensor<5x6xf32>, tensor<6x3xf32>) outs(%f : tensor<5x3xf32>) -> tensor<5x3xf32>
+  return %mm : tensor<5x3xf32>
+}

@@ -386,3 +386,21 @@ def test_integer_division_is_exact_and_a_zero_divisor_raises():
     with pytest.raises(ZeroDivisionError, match=r"test_model_regressions\.py:\d+:\d+: "
                        r"integer division by 0 \(arith\.\w+: torch raises"):
         compiled(x.numpy(), y.numpy())
+
+
+class ScaledByComputedScalar(nn.Module):
+    """HF DeBERTa v1's query scaling: divided by a 0-d tensor computed in the graph, then a
+    matmul (the attention recogniser took the division for a softmax's and crashed the
+    fusion stage, 2026-12-04)."""
+
+    def forward(self, q, k):
+        scale = torch.sqrt(torch.tensor(q.size(-1), dtype=torch.float) * 3)
+        return torch.softmax((q / scale) @ k.transpose(-1, -2), dim=-1)
+
+
+def test_a_matmul_of_a_value_divided_by_a_computed_scalar():
+    model = ScaledByComputedScalar().eval()
+    compiled = fusec.compile(model, torch.randn(2, 5, 6), torch.randn(2, 7, 6))
+    q, k = torch.randn(2, 5, 6), torch.randn(2, 7, 6)
+    assert rel_err(compiled(q.numpy(), k.numpy()), model(q.double(), k.double())) < 1e-6
+    assert len(compiled.kernels) == 1
