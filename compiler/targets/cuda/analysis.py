@@ -131,6 +131,22 @@ def iterators(op: ir.Operation) -> list[str]:
     return [str(a).split("<")[-1].rstrip(">").strip() for a in op.attributes["iterator_types"]]
 
 
+def reports_failed_check(op: ir.Operation, deferred: bool = False) -> bool:
+    """Whether `op` is a payload's report of a failed check: `scf.if %bad { func.call
+    @fusec_index_error(check, value) }` (an index out of range, `--fusion-guard-indices`; an
+    integer division by zero, `--fusion-guard-division`); with `deferred`, also an op whose
+    report `--fusion-report-indices` has yet to insert (tagged `fusion.index_check`)."""
+    from fusec.passes import attributes
+    from fusec.passes.linalg.guard_indices import ERROR_FUNCTION
+
+    if deferred and attributes.INDEX_CHECK in op.attributes:
+        return True
+    return op.name == "scf.if" and any(
+        inner.operation.name == "func.call" and
+        ir.FlatSymbolRefAttr(inner.operation.attributes["callee"]).value == ERROR_FUNCTION
+        for inner in op.regions[0].blocks[0].operations)
+
+
 def analyse_group(group: ir.Operation, device: CudaDevice = H200,
                   row_elements_per_thread: int = 0, unroll: int = 0) -> GroupGeometry:
     """Classify a group as elementwise or row and pick its launch shape."""

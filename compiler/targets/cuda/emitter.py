@@ -18,6 +18,7 @@ from fusec.compiler.targets.cuda.analysis import (
     numel_of,
     op_name,
     parse_map,
+    reports_failed_check,
     tensor_info,
     value_key,
 )
@@ -490,6 +491,12 @@ class KernelEmitter:
         return m
 
     def eval_generic(self, op: ir.Operation) -> None:
+        if any(reports_failed_check(o.operation, deferred=True)
+               for o in op.regions[0].blocks[0].operations):
+            # Its payload would drop the report (no result needs it): the data-movement
+            # family evaluates each check (`MovementEmitter.report_index_error`).
+            raise CudaCodegenError("a payload that reports a failed check (an index out of "
+                                   "range, an integer division by zero)")
         iters = iterators(op)
         maps = [parse_map(a) for a in op.attributes["indexing_maps"]]
         seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))

@@ -66,7 +66,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import mlir.ir as ir
-from fusec.compiler.targets.cuda.analysis import iterators, numel_of, parse_map, tensor_info, value_key
+from fusec.compiler.targets.cuda.analysis import iterators, numel_of, parse_map, \
+    reports_failed_check, tensor_info, value_key
 from fusec.compiler.targets.cuda.device import (
     ELEMENT_BYTES,
     H200,
@@ -949,7 +950,7 @@ class MovementEmitter(KernelEmitter):
             where = [get(v) for v in inner.operands[1:]]
             where = [w if isinstance(w, Ix) else self._as_ix(w) for w in where]
             return [self.at(inner.operands[0], where)]
-        if name == "scf.if" and _reports_index_error(inner):
+        if name == "scf.if" and reports_failed_check(inner):
             self.report_index_error(inner, get)
             return []
         if name == "affine.apply":
@@ -1328,15 +1329,6 @@ def _float_text(value: float, type_: str) -> str:
     return repr(value)
 
 
-def _reports_index_error(op: ir.Operation) -> bool:
-    from fusec.passes.linalg.guard_indices import ERROR_FUNCTION
-
-    return op.name == "scf.if" and any(
-        inner.operation.name == "func.call" and
-        ir.FlatSymbolRefAttr(inner.operation.attributes["callee"]).value == ERROR_FUNCTION
-        for inner in op.regions[0].blocks[0].operations)
-
-
 def _needed(block: ir.Block, wanted: list[ir.Value]) -> set[int]:
     """The payload ops `wanted` needs, and every index check with what it reads."""
     from fusec.compiler.targets.cuda.emitter import _needed_ops
@@ -1344,7 +1336,7 @@ def _needed(block: ir.Block, wanted: list[ir.Value]) -> set[int]:
     roots = list(wanted)
     checks = []
     for op in block.operations:
-        if _reports_index_error(op.operation):
+        if reports_failed_check(op.operation):
             checks.append(id_of(op.operation))
             roots.append(op.operation.operands[0])
             for inner in op.operation.regions[0].blocks[0].operations:
