@@ -42,10 +42,6 @@ def decomposition_table() -> dict[Any, Any]:
       formula, `(x - mean) * (1 / sqrt(var + eps)) * weight + bias` in f32 for 16-bit inputs,
       in 7-10 ops instead of the 25 of torch's helper (its copies, flattens and empty saved
       statistics): every op costs ~2 ms in the trace, 0.5 s of ResNet-18's compile.
-    - `aten.maximum` / `minimum` / `clamp` (and `clamp_min`, `clamp_max`, `hardtanh`: ReLU6)
-      of floats: selects that keep torch's NaN semantics (a NaN operand gives NaN).
-      torch-mlir lowers them as `a > b ? a : b` (`x <u lo ? lo : x` for a clamp), which
-      returns the other operand, or the bound, for a NaN: a silent wrong result.
     - `aten.roll` (Swin's shifted windows): a concat of two slices per rolled dim (a flat
       roll: of the flattened tensor). torch-mlir's lowering types the slices with dynamic
       sizes, and it refuses a roll without dims.
@@ -72,10 +68,6 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.scatter.value] = _small_scatter
     table[aten.roll.default] = _roll_as_slices
     table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_no_training
-    for op in (aten.maximum.default, aten.minimum.default, aten.clamp.default,
-               aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
-               aten.clamp_min.Tensor, aten.clamp_max.Tensor, aten.hardtanh.default):
-        table[op] = _nan_propagating(op)
     return table
 
 
@@ -291,58 +283,6 @@ def _integer_floor_division(op: Any) -> Any:
         if rounding_mode != "floor":
             return NotImplemented
         return _floor_divide_integers(a, b)
-
-    return decomposition
-
-
-def _nan_propagating(op: Any) -> Any:
-    """A decomposition of the float min/max op `op` whose selects compare in the order that
-    lets a NaN through, as torch's kernels do: `maximum(a, b)` is `a` where `a` is NaN, else
-    `a > b ? a : b` (b's NaN: the comparison is false); a clamp bounds below, then above,
-    each by an ordered comparison (a NaN input fails both and stays), a tensor bound as
-    `maximum` / `minimum` (its NaN too)."""
-    import torch
-
-    aten = torch.ops.aten
-    name = op.name().split("::")[1]
-    tensor_bounds = op._overloadname == "Tensor"
-
-    def maximum(a: Any, b: Any) -> Any:
-        pick = aten.where.self(aten.gt.Tensor(a, b), a, b)
-        return aten.where.self(aten.ne.Tensor(a, a), a, pick)
-
-    def minimum(a: Any, b: Any) -> Any:
-        pick = aten.where.self(aten.lt.Tensor(a, b), a, b)
-        return aten.where.self(aten.ne.Tensor(a, a), a, pick)
-
-    def below(x: torch.Tensor, lo: Any) -> torch.Tensor:
-        if tensor_bounds:
-            return maximum(x, lo)
-        return aten.where.ScalarSelf(aten.lt.Scalar(x, lo), lo, x)
-
-    def above(x: torch.Tensor, hi: Any) -> torch.Tensor:
-        if tensor_bounds:
-            return minimum(x, hi)
-        return aten.where.ScalarSelf(aten.gt.Scalar(x, hi), hi, x)
-
-    def decomposition(x: Any, *bounds: Any) -> Any:
-        tensors = [x] + [b for b in bounds if isinstance(b, torch.Tensor)]
-        if not all(t.dtype.is_floating_point for t in tensors) or \
-                len({t.dtype for t in tensors}) != 1:
-            return NotImplemented  # promotion: torch-mlir's lowering (no NaN possible in ints)
-        if name == "maximum":
-            return maximum(x, bounds[0])
-        if name == "minimum":
-            return minimum(x, bounds[0])
-        if name in ("clamp_min", "clamp_max"):
-            return (below if name == "clamp_min" else above)(x, bounds[0])
-        lo, hi = (bounds + (None, None))[:2] if name == "clamp" else \
-            ((bounds + (-1.0, 1.0))[:2])  # hardtanh's defaults
-        if name == "hardtanh" and any(isinstance(b, torch.Tensor) for b in (lo, hi)):
-            return NotImplemented
-        out = x if lo is None else below(x, lo)
-        out = out if hi is None else above(out, hi)
-        return aten.clone.default(out) if out is x else out
 
     return decomposition
 

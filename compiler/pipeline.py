@@ -81,7 +81,10 @@ def linalg_passes(options: CompileOptions) -> list[str]:
     # reports go in after tiling (`fusion-report-indices`): a call in a payload would keep
     # tile-and-fuse from erasing or merging the producers it clones into the tiles.
     # So are integer divisions by a value that may be zero (torch raises; x86 traps).
-    return ["fusion-guard-indices{defer=true}", "fusion-guard-division{defer=true}",
+    # First of all, torch-mlir's compare-and-select min/max/clamps become NaN-propagating
+    # min/max ops, while each payload is still one torch op's.
+    return ["fusion-nan-minmax",
+            "fusion-guard-indices{defer=true}", "fusion-guard-division{defer=true}",
             "fusion-drop-asserts", "fusion-globals-to-state",
             "fusion-scalars-to-tensors", "fusion-check-supported",
             # Sums of bf16/f16 tensors accumulate in f32 and round once, as torch's do

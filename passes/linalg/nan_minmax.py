@@ -1,0 +1,71 @@
+"""--fusion-nan-minmax: torch's float min/max ops as MLIR's NaN-propagating min/max.
+
+torch's `maximum`, `minimum` and clamps (`clamp`, `clamp_min/max`, `hardtanh`, ReLU6,
+hardsigmoid) give NaN for a NaN input. torch-mlir lowers each to a compare and a select in
+one payload, which gives the other operand (or the bound) instead: `maximum(nan, 0.5)` was
+0.5, `clamp(nan, 0, 6)` was 0. This pass, first in the `linalg` stage (before anything
+merges payloads), rewrites exactly those four shapes, within one payload:
+
+    select(cmpf ogt(a, b), a, b)    maximum(a, b)    -> arith.maximumf a, b
+    select(cmpf olt(a, b), a, b)    minimum(a, b)    -> arith.minimumf a, b
+    select(cmpf ult(x, lo), lo, x)  clamp below lo   -> arith.maximumf x, lo
+    select(cmpf ugt(x, hi), hi, x)  clamp above hi   -> arith.minimumf x, hi
+
+(`arith.maximumf` / `minimumf`: NaN if either operand is NaN, as torch). A user's
+`torch.where(a > b, a, b)` keeps its meaning (a NaN `a` gives `b`): torch-mlir lowers the
+compare and the select to two payloads, which this pass never sees as one. ReLU
+(`select(ugt(x, 0), x, 0)`) already passes NaN and is left alone. One difference remains,
+of zeros' signs only: `maximumf(-0.0, +0.0)` is +0.0 where torch's clamp keeps -0.0.
+
+Before:
+    %c = arith.cmpf ogt, %a, %b : f32
+    %m = arith.select %c, %a, %b : f32
+After:
+    %m = arith.maximumf %a, %b : f32
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusec.passes.grouping import walk_ops
+from fusec.passes.payload import cmpf_predicate
+from fusec.passes.registry import Pass, register
+from mlir import ir
+from mlir.dialects import arith
+
+# predicate -> (the select's true value is the compare's operand ..., the op it becomes):
+# (0: a select(c, a, b) of the compare's own operands; 1: select(c, b, a), a clamp's bound first)
+PATTERNS = {"ogt": (0, arith.MaximumFOp), "olt": (0, arith.MinimumFOp),
+            "ult": (1, arith.MaximumFOp), "ugt": (1, arith.MinimumFOp)}
+
+
+@register
+@dataclass
+class NanMinMaxPass(Pass):
+    """torch-mlir's compare-and-select min/max/clamp as NaN-propagating maximumf/minimumf."""
+
+    ARGUMENT = "fusion-nan-minmax"
+
+    def run(self, module: ir.Operation) -> None:
+        for select in walk_ops(module, lambda op: op.name == "arith.select"):
+            cond = select.operands[0].owner
+            if isinstance(cond, ir.Block) or cond.operation.name != "arith.cmpf" or \
+                    cond.operation.parent != select.parent:
+                continue
+            cmp = cond.operation
+            pattern = PATTERNS.get(cmpf_predicate(cmp))
+            if pattern is None or not isinstance(select.results[0].type, ir.FloatType):
+                continue
+            a, b = cmp.operands[0], cmp.operands[1]
+            on_true, on_false = select.operands[1], select.operands[2]
+            order, new_op = pattern
+            expected = (a, b) if order == 0 else (b, a)
+            if not (on_true == expected[0] and on_false == expected[1]):
+                continue
+            with ir.InsertionPoint(select), select.location:
+                result = new_op(a, b).result
+            select.results[0].replace_all_uses_with(result)
+            select.erase()
+            if not list(cmp.results[0].uses):
+                cmp.erase()

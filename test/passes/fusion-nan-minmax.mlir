@@ -1,0 +1,81 @@
+// RUN: fusec-opt %s --fusion-nan-minmax --split-input-file | filecheck %s
+
+// torch-mlir's maximum, minimum and clamp payloads (a compare and a select in one payload)
+// become NaN-propagating arith.maximumf / arith.minimumf: maximum(nan, b) was b, and
+// clamp(nan, lo, hi) was lo.
+// CHECK-LABEL: func.func @torch_minmax
+// CHECK: ^bb0(%[[A:.+]]: f32, %[[B:.+]]: f32, %{{.+}}: f32, %{{.+}}: f32, %{{.+}}: f32):
+// CHECK-NEXT: %[[MAX:.+]] = arith.maximumf %[[A]], %[[B]] : f32
+// CHECK-NEXT: %[[MIN:.+]] = arith.minimumf %[[A]], %[[B]] : f32
+// CHECK-NEXT: %[[LO:.+]] = arith.maximumf %[[A]], %{{.+}} : f32
+// CHECK-NEXT: %[[HI:.+]] = arith.minimumf %[[LO]], %{{.+}} : f32
+// CHECK-NEXT: linalg.yield %[[MAX]], %[[MIN]], %[[HI]] : f32, f32, f32
+#id = affine_map<(d0) -> (d0)>
+func.func @torch_minmax(%x: tensor<8xf32>, %y: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %lo = arith.constant -0.5 : f32
+  %hi = arith.constant 0.5 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %r:3 = linalg.generic {indexing_maps = [#id, #id, #id, #id, #id], iterator_types = ["parallel"]}
+      ins(%x, %y : tensor<8xf32>, tensor<8xf32>) outs(%e, %e, %e : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o0: f32, %o1: f32, %o2: f32):
+    %gt = arith.cmpf ogt, %a, %b : f32
+    %max = arith.select %gt, %a, %b : f32
+    %lt = arith.cmpf olt, %a, %b : f32
+    %min = arith.select %lt, %a, %b : f32
+    %below = arith.cmpf ult, %a, %lo : f32
+    %c1 = arith.select %below, %lo, %a : f32
+    %above = arith.cmpf ugt, %c1, %hi : f32
+    %c2 = arith.select %above, %hi, %c1 : f32
+    linalg.yield %max, %min, %c2 : f32, f32, f32
+  } -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return %r#0, %r#1, %r#2 : tensor<8xf32>, tensor<8xf32>, tensor<8xf32>
+}
+
+// -----
+
+// Negative: ReLU (already passes NaN), a select whose values are not the compare's operands
+// in the matching order (a user's choice: where(a > b, b, a)), an integer max, and a compare
+// in another payload than its select (a user's `torch.where(a > b, a, b)`, which torch-mlir
+// lowers in two payloads) are left alone.
+// CHECK-LABEL: func.func @not_minmax
+// CHECK-NOT: arith.maximumf
+// CHECK-NOT: arith.minimumf
+// CHECK: arith.select
+#id = affine_map<(d0) -> (d0)>
+func.func @not_minmax(%x: tensor<8xf32>, %y: tensor<8xf32>, %n: tensor<8xi32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xi32>, tensor<8xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8xf32>
+  %ei = tensor.empty() : tensor<8xi32>
+  %eb = tensor.empty() : tensor<8xi1>
+  %r = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]}
+      ins(%x, %y : tensor<8xf32>, tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %pos = arith.cmpf ugt, %a, %zero : f32
+    %relu = arith.select %pos, %a, %zero : f32
+    %gt = arith.cmpf ogt, %a, %b : f32
+    %swapped = arith.select %gt, %b, %a : f32
+    %s = arith.addf %relu, %swapped : f32
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  %i = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%n : tensor<8xi32>) outs(%ei : tensor<8xi32>) {
+  ^bb0(%a: i32, %o: i32):
+    %c7 = arith.constant 7 : i32
+    %gt = arith.cmpi sgt, %a, %c7 : i32
+    %m = arith.select %gt, %a, %c7 : i32
+    linalg.yield %m : i32
+  } -> tensor<8xi32>
+  %cmp = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]}
+      ins(%x, %y : tensor<8xf32>, tensor<8xf32>) outs(%eb : tensor<8xi1>) {
+  ^bb0(%a: f32, %b: f32, %o: i1):
+    %gt = arith.cmpf ogt, %a, %b : f32
+    linalg.yield %gt : i1
+  } -> tensor<8xi1>
+  %w = linalg.generic {indexing_maps = [#id, #id, #id, #id], iterator_types = ["parallel"]}
+      ins(%cmp, %x, %y : tensor<8xi1>, tensor<8xf32>, tensor<8xf32>) outs(%e : tensor<8xf32>) {
+  ^bb0(%c: i1, %a: f32, %b: f32, %o: f32):
+    %v = arith.select %c, %a, %b : f32
+    linalg.yield %v : f32
+  } -> tensor<8xf32>
+  return %r, %x, %i, %w : tensor<8xf32>, tensor<8xf32>, tensor<8xi32>, tensor<8xf32>
+}
