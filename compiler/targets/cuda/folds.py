@@ -77,21 +77,29 @@ def most_reduced_points(group: ir.Operation) -> int:
 def fold_points(group: ir.Operation) -> int:
     """The most input points any output element of `group` folds: its reductions' and its
     windows' (the direct shape's parallelism follows it: `cost_model.movement_launch_shape`)."""
-    windows = [window_points(op.operation) for op in group.regions[0].blocks[0].operations
-               if op.operation.name in WINDOW_OPS]
-    return max([most_reduced_points(group)] + windows)
+    return max([most_reduced_points(group)] + _windows_points(group))
 
 
 def split_points(group: ir.Operation) -> int:
     """The most points a "reduce" shape's slices split per output element: its reductions'
     and its windows' longer than MAX_WINDOW_POINTS (shorter windows are unrolled)."""
-    windows = [window_points(op.operation) for op in group.regions[0].blocks[0].operations
-               if op.operation.name in WINDOW_OPS]
-    return max([most_reduced_points(group)] + [p for p in windows if p > MAX_WINDOW_POINTS])
+    return max([most_reduced_points(group)] +
+               [p for p in _windows_points(group) if p > MAX_WINDOW_POINTS])
+
+
+def _windows_points(group: ir.Operation) -> list[int]:
+    return [window_points(op.operation) for op in group.regions[0].blocks[0].operations
+            if op.operation.name in WINDOW_OPS]
+
+
+def window_extents(op: ir.Operation) -> list[int]:
+    """The window's loop extents, in the order one output element folds them: kh, kw (a
+    grouped convolution: its input channels per group, kh, kw)."""
+    shape = tensor_info(op.operands[1].type)[0]
+    return shape[2:] if op.name == "linalg.conv_2d_ngchw_gfchw" else shape[-2:]
 
 
 def window_points(op: ir.Operation) -> int:
     """Points of the window one output element folds (a convolution: times its input
     channels per group)."""
-    shape = tensor_info(op.operands[1].type)[0]
-    return shape[-1] * shape[-2] * (shape[2] if op.name == "linalg.conv_2d_ngchw_gfchw" else 1)
+    return math.prod(window_extents(op))

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -81,7 +82,7 @@ from fusec.compiler.targets.cuda.emitter import Input, KernelEmitter, _attr_valu
     id_of, payload_op_text
 from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, Built, body_text, renamed
 from fusec.compiler.targets.cuda.folds import MAX_WINDOW_POINTS, WINDOW_OPS, fold_points, \
-    loop_ranges, reduction_combiner, split_points
+    loop_ranges, reduction_combiner, split_points, window_extents
 from fusec.passes import cost_model
 
 # The group-level ops this family evaluates (besides scalar arith/math ops and constants).
@@ -426,22 +427,15 @@ class MovementEmitter(KernelEmitter):
         acc = widen(self.at(init, idx), out_elt)
         point = self._window_point(op, idx, x, w, strides, dilations, elt, floating,
                                    lambda v: widen(v, x_elt), lambda v: widen(v, w_elt))
-        w_shape = tensor_info(w.type)[0]
-        extents = w_shape[-2:] if op.name.startswith("linalg.pooling") or \
-            op.name == "linalg.depthwise_conv_2d_nchw_chw" else w_shape[2:]
+        extents = window_extents(op)
         total = math.prod(extents)
+        if total > MAX_WINDOW_POINTS and self.mode.kind == "reduce" and len(self.memo) == 1:
+            return self.split_reduction(op, 0, extents, total, point, acc, elt, out_elt, wide)
         if total > MAX_WINDOW_POINTS:
-            if self.mode.kind == "reduce" and len(self.memo) == 1:
-                return self.split_reduction(op, 0, extents, total, point, acc, elt, out_elt,
-                                            wide)
             acc = self.rolled_fold(extents, point, acc, elt)
-            return acc if not wide else [self._cast("truncf", v, "f32", out_elt) for v in acc]
-        for flat in range(total):
-            coords, rest = [], flat
-            for e in reversed(extents):
-                coords.append(self.ix_const(rest % e))
-                rest //= e
-            acc = point(list(reversed(coords)), acc)
+        else:
+            for at in itertools.product(*(range(e) for e in extents)):
+                acc = point([self.ix_const(k) for k in at], acc)
         if not wide:
             return acc
         return [self._cast("truncf", v, "f32", out_elt) for v in acc]
