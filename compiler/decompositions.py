@@ -60,8 +60,8 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.reciprocal.default] = _reciprocal
     table[aten.gelu.default] = _gelu_tanh
     table[aten.pow.Tensor_Scalar] = _pow_scalar
-    table[aten.floor_divide.default] = _unsigned_floor_divide
-    table[aten.div.Tensor_mode] = _integer_floor_division(aten.div.Tensor_mode)
+    table[aten.floor_divide.default] = _floor_divide
+    table[aten.div.Tensor_mode] = _div_floor_mode
     table[aten.constant_pad_nd.default] = _crop_negative_pads
     table[aten.topk.default] = _small_topk
     table[aten.scatter.src] = _small_scatter
@@ -95,10 +95,10 @@ def _batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean:
         x, weight, bias, running_mean, running_var, momentum, eps)
 
 
-def _unsigned_floor_divide(a: torch.Tensor, b: Any) -> torch.Tensor | Any:
+def _floor_divide(a: torch.Tensor, b: Any) -> torch.Tensor | Any:
     """uint8 `a // b` computed in int32 and narrowed back (exact: both are non-negative);
     torch-mlir's lowering of an unsigned floor division crashes the process (SIGSEGV).
-    Other integers: `_floor_divide_integers`."""
+    Other integers: `_floor_divide_integers`; floats: torch-mlir's."""
     import torch
 
     if a.dtype != torch.uint8:
@@ -276,15 +276,12 @@ def _floor_divide_integers(a: Any, b: Any) -> Any:
     return aten.sub.Tensor(q, aten._to_copy.default(fix, dtype=q.dtype))
 
 
-def _integer_floor_division(op: Any) -> Any:
-    """`div(a, b, rounding_mode="floor")` of integer tensors: `_floor_divide_integers`."""
-
-    def decomposition(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
-        if rounding_mode != "floor":
-            return NotImplemented
-        return _floor_divide_integers(a, b)
-
-    return decomposition
+def _div_floor_mode(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
+    """`div(a, b, rounding_mode="floor")` of integer tensors: `_floor_divide_integers`;
+    other modes and floats: torch-mlir's."""
+    if rounding_mode != "floor":
+        return NotImplemented
+    return _floor_divide_integers(a, b)
 
 
 def _roll_as_slices(x: torch.Tensor, shifts: list[int], dims: list[int] = ()

@@ -59,7 +59,8 @@ from fusec.runtime.cuda import _CudaCall
 from fusec.runtime.library import (CPU_LEVEL_FLAGS, _Library, _open_library,  # noqa: F401
                                    host_cpu_flags)
 from fusec.runtime.specs import (ABI_VERSION, ARTIFACT_FORMAT, HOST_TARGETS,  # noqa: F401
-                                 INDEX_ERROR_STATUS, SUPPORTED_TARGETS, ArtifactError,
+                                 INDEX_ERROR_STATUS, SUPPORTED_TARGETS, ZERO_DIVISION_MESSAGE,
+                                 ArtifactError,
                                  Signature, TensorSpec, _check_array, _host_array,
                                  _numbers_for_scalars)
 
@@ -95,7 +96,9 @@ def load(path: str | os.PathLike) -> Module:
 def _check_error(text: str) -> Exception:
     """The exception for a failed check (`fusion.index_checks`): ZeroDivisionError for an
     integer division by zero (`--fusion-guard-division`), else IndexError."""
-    return ZeroDivisionError(text) if "integer division by 0 " in text else IndexError(text)
+    zero = ZERO_DIVISION_MESSAGE.format(index=0)
+    return ZeroDivisionError(text) if zero in text else IndexError(text)
+
 
 class Module:
     """A loaded model: call it with numpy arrays, one per input, in signature order."""

@@ -17,6 +17,10 @@ ARTIFACT_FORMAT = "fusec-artifact"
 
 # fusec_run's status for an index read from an input out of range (runtime/shim.c).
 INDEX_ERROR_STATUS = 3
+# The start of a failed check's message for an integer division by zero
+# (--fusion-guard-division writes it; the runtime puts the divisor, 0, in place of {index}
+# and raises ZeroDivisionError for it).
+ZERO_DIVISION_MESSAGE = "integer division by {index} ("
 
 # Targets this runtime loads. A "cuda" artifact runs on device pointers (Module.run_pointers);
 # numpy arrays (Module.__call__) are for the host targets only.

@@ -24,16 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.passes.grouping import walk_ops
-from fusec.passes.linalg.guard_indices import CHECKS_ATTR, GUARDED_ATTR, _error_function, \
-    _report_unless, _tag_check
+from fusec.passes.linalg.guard_indices import GUARDED_ATTR, _report_unless, _tag_check, \
+    add_check, module_checks, store_checks
 from fusec.passes.registry import Pass, register
+from fusec.runtime.specs import ZERO_DIVISION_MESSAGE
 from mlir import ir
 from mlir.dialects import arith
 
 DIVISIONS = frozenset({"arith.divsi", "arith.divui", "arith.remsi", "arith.remui",
                        "arith.floordivsi", "arith.ceildivsi"})
 # The runtime puts the divisor (0) in place of {index} and raises ZeroDivisionError for it.
-MESSAGE = "integer division by {{index}} ({op}: torch raises ZeroDivisionError)"
+MESSAGE = ZERO_DIVISION_MESSAGE.replace("{index}", "{{index}}") + \
+    "{op}: torch raises ZeroDivisionError)"
 
 
 def _nonzero_constant(value: ir.Value) -> bool:
@@ -59,25 +61,19 @@ class GuardDivisionPass(Pass):
                              not _nonzero_constant(op.operands[1]))
         if not divisions:
             return
-        checks = [ir.DictAttr(a) for a in module.attributes[CHECKS_ATTR]] \
-            if CHECKS_ATTR in module.attributes else []
+        checks = module_checks(module)
         for op in divisions:
             divisor = op.operands[1]
             with ir.InsertionPoint(op), op.location:
                 zero = arith.ConstantOp(divisor.type, 0).result
                 one = arith.ConstantOp(divisor.type, 1).result
                 nonzero = arith.CmpIOp(arith.CmpIPredicate.ne, divisor, zero).result
-                if self.report:
-                    checks.append(ir.DictAttr.get({
-                        "message": ir.StringAttr.get(MESSAGE.format(op=op.name)),
-                        "loc": ir.StringAttr.get(str(op.location)),
-                    }))
-                    if not self.defer:
-                        _report_unless(nonzero, len(checks) - 1, divisor)
+                check = add_check(checks, MESSAGE.format(op=op.name), op) if self.report else -1
+                if self.report and not self.defer:
+                    _report_unless(nonzero, check, divisor)
                 op.operands[1] = arith.SelectOp(nonzero, divisor, one).result
             if self.report and self.defer:
-                _tag_check(op, 1, len(checks) - 1)
+                _tag_check(op, 1, check)
             op.attributes[GUARDED_ATTR] = ir.UnitAttr.get()
         if self.report:
-            _error_function(module)
-            module.attributes[CHECKS_ATTR] = ir.ArrayAttr.get(checks)
+            store_checks(module, checks)

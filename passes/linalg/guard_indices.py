@@ -91,6 +91,26 @@ def data_derived(value: ir.Value, memo: dict[int, bool] | None = None) -> bool:
     return result
 
 
+def module_checks(module: ir.Operation) -> list[ir.DictAttr]:
+    """The module's checks so far (`fusion.index_checks`): a new one's number is its
+    position."""
+    return [ir.DictAttr(a) for a in module.attributes[CHECKS_ATTR]] \
+        if CHECKS_ATTR in module.attributes else []
+
+
+def add_check(checks: list[ir.DictAttr], message: str, op: ir.Operation) -> int:
+    """Append the check of `op` (its message, its location) to `checks`; its number."""
+    checks.append(ir.DictAttr.get({"message": ir.StringAttr.get(message),
+                                   "loc": ir.StringAttr.get(str(op.location))}))
+    return len(checks) - 1
+
+
+def store_checks(module: ir.Operation, checks: list[ir.DictAttr]) -> None:
+    """`checks` as the module's, and the error function the reports call declared."""
+    _error_function(module)
+    module.attributes[CHECKS_ATTR] = ir.ArrayAttr.get(checks)
+
+
 def _error_function(module: ir.Operation) -> None:
     """Declare `func.func private @fusec_index_error(i64, i64)` once."""
     body = module.regions[0].blocks[0]
@@ -194,8 +214,7 @@ class GuardIndicesPass(Pass):
     def run(self, module: ir.Operation) -> None:
         accesses = walk_ops(module, lambda op: op.name in ("tensor.extract", "tensor.insert")
                             and GUARDED_ATTR not in op.attributes)
-        checks = [ir.DictAttr(a) for a in module.attributes[CHECKS_ATTR]] \
-            if CHECKS_ATTR in module.attributes else []
+        checks = module_checks(module)
         memo: dict[int, bool] = {}
         guarded = False
         for op in accesses:
@@ -213,10 +232,7 @@ class GuardIndicesPass(Pass):
                     ok = _in_range(indices[d], tensor_value, d, zero)
                     oks.append(ok)
                     if self.report:
-                        checks.append(ir.DictAttr.get({
-                            "message": ir.StringAttr.get(_describe(op, tensor_type, d)),
-                            "loc": ir.StringAttr.get(str(op.location)),
-                        }))
+                        add_check(checks, _describe(op, tensor_type, d), op)
                     deferred = self.report and self.defer and op.name == "tensor.extract"
                     if self.report and not deferred:
                         _report_unless(ok, len(checks) - 1, indices[d])
@@ -230,8 +246,7 @@ class GuardIndicesPass(Pass):
                 op.attributes[GUARDED_ATTR] = ir.UnitAttr.get()
             guarded = True
         if guarded and self.report:
-            _error_function(module)
-            module.attributes[CHECKS_ATTR] = ir.ArrayAttr.get(checks)
+            store_checks(module, checks)
 
     @staticmethod
     def _guard_insert(op: ir.Operation, oks: list[ir.Value]) -> None:
