@@ -72,6 +72,11 @@ class CompileOptions:
 # --- the passes of each IR stage ------------------------------------------------------------
 
 
+def _device(options: CompileOptions) -> str:
+    """The cost model's device for the target."""
+    return "nvidia-h200" if options.resolved_target() == "cuda" else "cpu"
+
+
 def linalg_passes(options: CompileOptions) -> list[str]:
     # Normalise what torch-mlir gives: fold and deduplicate before deciding fusion.
     # Model globals (RNG seeds) and host scalar code move into kernels before the checks.
@@ -90,6 +95,9 @@ def linalg_passes(options: CompileOptions) -> list[str]:
             # Sums of bf16/f16 tensors accumulate in f32 and round once, as torch's do
             # (torch-mlir folds them in the 16-bit type).
             "fusion-widen-accumulators",
+            # A long reduction over few rows folds in partials, then combines them: the
+            # GPU's SMs all busy, and no fold rounding over millions of values in one order.
+            f"fusion-split-reductions{{device={_device(options)}}}",
             # 1-D convolutions as 2-D ones of unit height: the convolution family's.
             "fusion-conv1d-as-conv2d",
             # A contraction over a zero-size dimension is its init (no kernel can take it).
@@ -103,7 +111,7 @@ def fusion_passes(options: CompileOptions) -> list[str]:
     from fusec.passes import REGISTRY
 
     # The planner weighs fusion against the target's device (on-chip capacity, launch cost).
-    device = "nvidia-h200" if options.resolved_target() == "cuda" else "cpu"
+    device = _device(options)
     plan = [f"fusion-plan{{device={device}}}"] if options.fusion and "fusion-plan" in REGISTRY else []
     # Attention chains first, where the target has an attention kernel (the CPU; CUDA on
     # sm_90): one group each, which the planner then leaves alone.

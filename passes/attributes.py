@@ -27,6 +27,9 @@ REASON = "fusion.reason"  # why these ops share a kernel
 REFUSED = "fusion.refused"  # fusions refused, each "op@loc: kind: reason"
 PARTS = "fusion.parts"  # the kinds of the groups a horizontal/input group merged
 SIBLINGS = "fusion.siblings"  # reductions over one input merged by --fusion-reduction
+# --fusion-split-reductions: a reduction's partials (how many per row); never fused into
+# their combine
+SPLIT_PARTIALS = "fusion.split_partials"
 BYTES_FUSED = "fusion.bytes_fused"  # HBM bytes of the group as one kernel
 BYTES_UNFUSED = "fusion.bytes_unfused"  # HBM bytes of its ops as separate kernels
 BYTES = "fusion.bytes"  # HBM bytes a kernel moves (the plan's figure)

@@ -707,6 +707,59 @@ def row_launch_shape(rows: int, cols: int, element_bytes: int, device: Device = 
     return RowShape(block, rows, vec, chunks, vecs % block != 0)
 
 
+# Split reductions (`--fusion-split-reductions`). A GPU row reduction runs one block per row:
+# with fewer rows than blocks the GPU holds, most SMs idle (GroupNorm at batch 1: 32 rows;
+# a whole-tensor sum: one), and every thread folds thousands of values one after another.
+SPLIT_BLOCKS_PER_UNIT = 4  # partial rows aimed at per SM (a 256-thread block each)
+SPLIT_MIN_CHUNK = 4096  # the fewest values a partial folds (16 per thread of 256)
+# The most values one partial of a float sum or product folds: rounding grows with the
+# values folded in order (a sum of 16 M fp32 values in one order: 7e-5 from float64; torch's
+# 1e-7); folded in chunks of at most this many and the chunks summed, it stays near 1e-6.
+# (A GPU partial's values are folded by 256 threads and a tree: 256 each in order at most.)
+SPLIT_MAX_CHUNK = {"nvidia-h200": 65536, "cpu": 16384}
+SPLIT_MAX_PARTIALS = 4096  # what the combining reduction folds per row, at most
+
+
+def reduction_partials(rows: int, length: int, exact: bool, device: Device) -> int:
+    """How many partial results each of `rows` reductions of `length` values is split into
+    (1: not split). On the GPU: enough partials for SPLIT_BLOCKS_PER_UNIT blocks per SM,
+    each folding at least SPLIT_MIN_CHUNK values; for a float sum or product (not `exact`),
+    on both targets, at most SPLIT_MAX_CHUNK values per partial. The result is a target: the
+    pass realises it from the reduction's extents (`factor_partials`)."""
+    partials = 1
+    if device.name == "nvidia-h200" and rows < SPLIT_BLOCKS_PER_UNIT * device.parallel_units:
+        partials = min(-(-SPLIT_BLOCKS_PER_UNIT * device.parallel_units // rows),
+                       length // SPLIT_MIN_CHUNK)
+    if not exact:
+        partials = max(partials, -(-length // SPLIT_MAX_CHUNK.get(device.name, 4096)))
+    partials = min(partials, SPLIT_MAX_PARTIALS, length // 2)
+    return partials if partials >= 2 else 1
+
+
+def factor_partials(extents: list[int], wanted: int) -> tuple[int, int]:
+    """Realise `wanted` partials over reduction dims of `extents` (outermost first): the
+    first `whole` dims become partial dims, and the next is split by `factor` (1: not
+    split), so that the partials are prod(extents[:whole]) * factor, as near `wanted` as
+    divisors allow, at least half of it, and some values stay to fold. (0, 1): none."""
+    best, best_err = (0, 1), None
+    lead = 1
+    for i, extent in enumerate(extents):
+        rest = math.prod(extents[i + 1:])
+        for factor in range(1, min(extent, 2 * wanted // lead) + 1):
+            if extent % factor or (factor == extent and rest == 1):
+                continue
+            partials = lead * factor
+            if partials < 2 or partials * 2 < wanted or partials > 2 * wanted:
+                continue
+            err = abs(math.log(partials / wanted))
+            if best_err is None or err < best_err - 1e-9:
+                best, best_err = ((i + 1, 1) if factor == extent else (i, factor)), err
+        lead *= extent
+        if lead > 2 * wanted:
+            break
+    return best
+
+
 def gpu_block_threads(kind: str, tile_points: int, element_bytes: int, device: Device) -> int:
     """Threads of the block that runs one tile of `tile_points` points (for a row tile, its
     row): the launch shape's (`row_launch_shape` for a row tile, `elementwise_launch_shape`

@@ -213,6 +213,20 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
     return group_op
 
 
+def projection(amap: ir.AffineMap) -> list[int | None] | None:
+    """An indexing map's results as the loops they read (None: the constant 0), or None
+    where a result is anything else (a sum of dims, another constant)."""
+    out: list[int | None] = []
+    for expr in amap.results:
+        if isinstance(expr, ir.AffineDimExpr):
+            out.append(expr.position)
+        elif isinstance(expr, ir.AffineConstantExpr) and expr.value == 0:
+            out.append(None)
+        else:
+            return None
+    return out
+
+
 def value_key(value: ir.Value) -> tuple[int, int]:
     """A stable identity for a value: its defining op's key and result number, or for a block
     argument the (negated) key of the op that owns the block and the argument number."""

@@ -48,6 +48,16 @@ def _group_floor_s(group: ir.Operation, device: cost_model.Device) -> float:
     return cost_model.roofline_s(group_bytes(group), flops, device, contraction)
 
 
+def _only_views(group: ir.Operation) -> bool:
+    """`group` holds reshapes only (and the constants cloned into it)."""
+    return all(op.operation.name in VIEWS or op.operation.name in CLONED_INTO_GROUPS
+               for op in group.regions[0].blocks[0].operations
+               if op.operation.name != "fusion.yield")
+
+
+VIEWS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
+
+
 def _op_count(group: ir.Operation) -> int:
     return sum(1 for op in group.regions[0].blocks[0].operations
                if op.operation.name != "fusion.yield"
@@ -140,9 +150,10 @@ def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: co
     """Buckets of group indices to merge: launch-bound, independent, within the window."""
     # A serial loop nest (fusion.serial, a lowered tm_tensor op) runs on one thread: merged
     # with a tiled part, every tile would run it again.
+    # A group of reshapes alone is a view, no kernel: merged, it would become a copy.
     small = [_group_floor_s(g, device) < device.launch_s and
              ir.StringAttr(g.attributes["kind"]).value not in ("horizontal", "attention") and
-             attributes.SERIAL not in g.attributes for g in groups]
+             attributes.SERIAL not in g.attributes and not _only_views(g) for g in groups]
     candidates = list(small)
     for i, g in enumerate(groups):
         # A horizontal group has one output per part: on the GPU, one the fast emitter

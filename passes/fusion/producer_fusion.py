@@ -330,6 +330,10 @@ class Planner:
             return "not-fusible", "contractions are fused by --fusion-epilogue"
         if p.category == REDUCTION and not self.policy.allow_reduction:
             return "not-fusible", "reductions are not fused by this pass"
+        if attributes.SPLIT_PARTIALS in p.op.attributes:
+            return ("split-reduction", "a split reduction's partials stay a kernel of their "
+                    "own (`--fusion-split-reductions`): in their combine's kernel every value "
+                    "would again be folded by one block per row")
         if len(cand.members) >= self.policy.max_ops:
             return "size-cap", f"the group already holds {self.policy.max_ops} ops"
         if strict_prologue and p.category != CONTRACTION and not _cheap_prologue(p):
@@ -431,6 +435,9 @@ class Planner:
         follows_tiles = all(r in step.mapping and r not in step.partial
                             and r not in step.narrowed
                             for r in cand.tile_dims - step.lost if cand.root_extents[r] > 1)
+        if p.category == RESHAPE and self._view_of_input(p):
+            step.duplicate = True  # exported, a view of an input would be a copy for nothing
+            return None
         if not earlier and follows_tiles:
             return None  # exported: the group writes it once for its later users
         if cost_model.should_duplicate(p.bytes_read, p.bytes_written, p.is_cheap):
@@ -441,6 +448,11 @@ class Planner:
                 f"also used by {len(outside)} op(s) outside the group ({users}); recomputing "
                 f"this {p.category} would cost {p.flops} flops and {p.bytes_read} bytes, so it "
                 "is written once")
+
+    def _view_of_input(self, p: OpFacts) -> bool:
+        """`p` (a reshape) views a value no op of the block computes (a function input)."""
+        source = defining_op(p.op.operands[0])
+        return source is None or op_key(source) not in self.graph.facts
 
     def _check_tiles(self, cand: Candidate, step: Absorption) -> Refusal:
         """The tile dims left once `p` is in: expensive ops must follow every one."""

@@ -120,6 +120,10 @@ def merge_siblings(a: ir.Operation, b: ir.Operation) -> ir.Operation:
     siblings = [f"{op.name}@{short_location(op)}" for op in (a, b)]
     merged_op.attributes[attributes.SIBLINGS] = ir.ArrayAttr.get(
         [ir.StringAttr.get(s) for s in siblings])
+    for op in (a, b):  # partials of split reductions stay partials (kept from their combine)
+        if attributes.SPLIT_PARTIALS in op.attributes:
+            merged_op.attributes[attributes.SPLIT_PARTIALS] = op.attributes[
+                attributes.SPLIT_PARTIALS]
     for old, new in zip(list(a.results) + list(b.results), merged_op.results):
         old.replace_all_uses_with(new)
     b.erase()

@@ -53,3 +53,20 @@ func.func @independent_large(%a: tensor<4096x4096xf32>, %b: tensor<4096x4096xf32
   %1 = linalg.exp ins(%b : tensor<4096x4096xf32>) outs(%e : tensor<4096x4096xf32>) -> tensor<4096x4096xf32>
   return %0, %1 : tensor<4096x4096xf32>, tensor<4096x4096xf32>
 }
+
+// -----
+
+// A group of reshapes alone is a view of its input, no kernel: merged with a small kernel
+// beside it, it would become a copy that kernel writes. It stays a group of its own.
+// CHECK-LABEL: func.func @view_beside_small
+// CHECK: fusion.group single (%{{.+}} = %arg0 : tensor<16x32xf32>) -> tensor<512xf32>
+// CHECK-NEXT: tensor.collapse_shape
+// CHECK-NEXT: fusion.yield
+// CHECK-NOT: fusion.group horizontal
+// CHECK: return
+func.func @view_beside_small(%a: tensor<16x32xf32>, %b: tensor<8xf32>) -> (tensor<512xf32>, tensor<8xf32>) {
+  %v = tensor.collapse_shape %a [[0, 1]] : tensor<16x32xf32> into tensor<512xf32>
+  %e2 = tensor.empty() : tensor<8xf32>
+  %2 = linalg.abs ins(%b : tensor<8xf32>) outs(%e2 : tensor<8xf32>) -> tensor<8xf32>
+  return %v, %2 : tensor<512xf32>, tensor<8xf32>
+}

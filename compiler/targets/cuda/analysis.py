@@ -15,7 +15,7 @@ from fusec.compiler.targets.cuda.device import (
     elementwise_launch_shape,
     row_launch_shape,
 )
-from fusec.passes.grouping import producer_through_reshapes
+from fusec.passes.grouping import producer_through_reshapes, projection
 
 # ---------------------------------------------------------------- what the group emitter takes
 
@@ -88,14 +88,9 @@ def parse_map(attr: ir.Attribute) -> MapInfo:
     """The projection an indexing map is (from the map itself, not its text): each result a
     loop dim or the constant 0; anything else is refused."""
     amap = ir.AffineMapAttr(attr).value
-    results = []
-    for expr in amap.results:
-        if isinstance(expr, ir.AffineDimExpr):
-            results.append(expr.position)
-        elif isinstance(expr, ir.AffineConstantExpr) and expr.value == 0:
-            results.append(None)
-        else:
-            raise CudaCodegenError(f"indexing map {amap} is not a projection")
+    results = projection(amap)
+    if results is None:
+        raise CudaCodegenError(f"indexing map {amap} is not a projection")
     return MapInfo(amap.n_dims, tuple(results))
 
 

@@ -1,0 +1,138 @@
+"""Long reductions over few rows (`--fusion-split-reductions`): fold in partials, then combine.
+
+Found 2026-12-04: a whole-tensor mean of 16 M fp32 values was 5.3e-4 from float64 on the
+CPU (torch's 3.6e-8), a sum of squares of 4 M values 1.8e-5, GroupNorm at batch 1 (4 groups
+of 4 M values) 5.7e-5: each folded its values in one order. On the H200 the same `x.sum()`
+was one thread's loop (the fallback path) and GroupNorm at batch 1 ran one block per group.
+Numerics here on the CPU against float64; the GPU's plan checked without a GPU (numerics
+and times on the H200: test/gpu/movement.py's `sumsq_rows_f32`, `abs_mean_all_*`,
+`groupnorm_b1_*`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+F = torch.nn.functional
+
+import fusec  # noqa: E402
+from fusec.passes import cost_model  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def rel_err(out: np.ndarray, ref: torch.Tensor) -> float:
+    ref = ref.detach().double().numpy()
+    return float(np.linalg.norm(np.asarray(out, dtype=np.float64) - ref) / np.linalg.norm(ref))
+
+
+class LongSums(torch.nn.Module):
+    def forward(self, x, y):
+        return ((x * x).sum(-1), y.abs().mean(),
+                F.group_norm(y.reshape(1, 64, 512, 512), 4))
+
+
+def test_long_sums_on_the_cpu_round_like_torch():
+    model = LongSums().eval()
+    compiled = fusec.compile(model, torch.rand(2, 1 << 22), torch.rand(4096, 4096))
+    x, y = torch.rand(2, 1 << 22), torch.randn(4096, 4096) + 0.5
+    outs = compiled(x.numpy(), y.numpy())
+    refs = model(x.double(), y.double())
+    # Before: 1.8e-5, 5.3e-4 and 5.7e-5; torch's own fp32: 6e-8, 4e-8, 5e-8.
+    for out, ref in zip(outs, refs):
+        assert rel_err(out, ref) < 5e-7
+    # The sum of squares: 256 partials of 16384 per row, then their combine; the mean: one
+    # combine of 1024 partials; GroupNorm: the mean's and the variance's partials and
+    # combines, the normalisation: 7 kernels (12 before: each long fold its own loop nest).
+    assert len(compiled.kernels) == 7, [k["ops"] for k in compiled.kernels]
+
+
+def test_a_short_or_wide_reduction_is_left_alone():
+    """Many rows or short ones: no partials (the kernel count of a softmax, a row sum)."""
+    class Rows(torch.nn.Module):
+        def forward(self, x):
+            return x.softmax(-1), x.sum(-1)
+
+    model = Rows().eval()
+    compiled = fusec.compile(model, torch.randn(512, 4096))
+    x = torch.randn(512, 4096)
+    outs = compiled(x.numpy())
+    for out, ref in zip(outs, model(x.double())):
+        assert rel_err(out, ref) < 1e-6
+    assert len(compiled.kernels) == 1
+
+
+def test_partials_the_cost_model_asks_for():
+    h200, cpu = cost_model.device_named("nvidia-h200"), cost_model.device_named("cpu")
+    # One row of 16 M on the H200: four blocks per SM (528), each folding 32768 values.
+    assert cost_model.reduction_partials(1, 1 << 24, False, h200) == 528
+    assert cost_model.factor_partials([1 << 24], 528) == (0, 512)
+    # GroupNorm's [channels of a group, pixels]: the channels whole, the pixels cut.
+    assert cost_model.factor_partials([16, 16384], 528) == (1, 32)
+    # Rows enough for the GPU, or a max on the CPU (exact in any order): none.
+    assert cost_model.reduction_partials(4096, 4096, False, h200) == 1
+    assert cost_model.reduction_partials(1, 1 << 24, True, cpu) == 1
+    # A float sum on the CPU: chunks of at most 16384 values.
+    assert cost_model.reduction_partials(1, 1 << 24, False, cpu) == 1024
+    # A prime length: no divisor near what is wanted, no split.
+    assert cost_model.factor_partials([1000003], 24) == (0, 1)
+
+
+class _Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _cuda_kernels(fn, *inputs):
+    """The launches the CUDA target builds for `fn` (no GPU needed: PTX only)."""
+    import fusec.compiler.targets.cuda as cg
+    from fusec.compiler import driver
+    from fusec.compiler import pipeline as pl
+    from fusec.compiler.frontend import import_torch
+
+    with driver.quiet_torch_logs():
+        text = import_torch(_Fn(fn).eval(), *inputs)
+    module = driver.parse(text, "<test>")
+    options = cg.CudaOptions(cubin=False)
+    pl.lower(module, pl.CompileOptions(target="cuda", cuda=options), stop_after="tiled")
+    program = cg.generate(module, options)
+    return [k for k in program.plan.launches if k.launch_kind == "kernel"]
+
+
+def _path(kernel) -> str | None:
+    return (getattr(kernel, "info", None) or {}).get("path")
+
+
+def _blocks(kernel) -> int:
+    grid = kernel.grid
+    return int(np.prod(grid)) if isinstance(grid, (tuple, list)) else int(grid)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_whole_tensor_sum_fills_the_gpu(dtype):
+    """x.sum() over 16 M values: 512 partial rows (was: one thread's loop, the fallback),
+    then one block combines them."""
+    x = torch.rand(1, 1 << 24).to(dtype)
+    kernels = _cuda_kernels(lambda t: t.sum(), x)
+    assert all(_path(k) != "fallback" for k in kernels)
+    assert _blocks(kernels[0]) >= 2 * 132
+    assert [_blocks(k) for k in kernels[1:]] == [1] * (len(kernels) - 1)
+
+
+def test_cuda_groupnorm_at_batch_one_fills_the_gpu():
+    """GroupNorm(32, 512) at batch 1: the statistics' partials run 512 blocks (were 32, one
+    per group); no kernel on the fallback path, none that copies a view of the input."""
+    w, b = torch.randn(512), torch.randn(512)
+    x = torch.randn(1, 512, 64, 64)
+    kernels = _cuda_kernels(lambda t, w, b: F.group_norm(t, 32, w, b), x, w, b)
+    assert all(_path(k) != "fallback" for k in kernels)
+    assert max(_blocks(k) for k in kernels[:2]) >= 2 * 132
