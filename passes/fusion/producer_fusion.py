@@ -334,6 +334,11 @@ class Planner:
             return ("split-reduction", "a split reduction's partials stay a kernel of their "
                     "own (`--fusion-split-reductions`): in their combine's kernel every value "
                     "would again be folded by one block per row")
+        if p.category in (CONTRACTION, WINDOW) and \
+                attributes.SPLIT_PARTIALS in self.graph.facts[cand.root].op.attributes:
+            return ("split-reduction", f"a split reduction's partials take no {p.category} "
+                    "before them: the partials' reshaped rows would leave it without "
+                    "parallel tiles (one thread)")
         if len(cand.members) >= self.policy.max_ops:
             return "size-cap", f"the group already holds {self.policy.max_ops} ops"
         if strict_prologue and p.category != CONTRACTION and not _cheap_prologue(p):

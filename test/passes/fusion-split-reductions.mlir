@@ -196,3 +196,29 @@ func.func @integer_sum(%n: tensor<2x1048576xi64>) -> tensor<2xi64> {
   } -> tensor<2xi64>
   return %isum : tensor<2xi64>
 }
+
+// -----
+
+// A sum over a matmul's long rows: the partials take no contraction before them (their
+// reshaped rows would leave it untiled); the matmul stays a group of its own.
+// PLAN-LABEL: func.func @after_a_matmul
+// PLAN: %[[MM:.+]] = fusion.group {{.*}} -> tensor<4x262144xf32>
+// PLAN: linalg.matmul
+// PLAN: fusion.group {{.*}}(%{{.+}} = %[[MM]] : tensor<4x262144xf32>)
+// PLAN-SAME: split-reduction: a split reduction's partials take no contraction before them
+// PLAN: fusion.split_partials = 64
+func.func @after_a_matmul(%a: tensor<4x64xf32>, %b: tensor<64x262144xf32>) -> tensor<4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x262144xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<4x262144xf32>) -> tensor<4x262144xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<4x64xf32>, tensor<64x262144xf32>) outs(%z : tensor<4x262144xf32>) -> tensor<4x262144xf32>
+  %e1 = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}
+      ins(%m : tensor<4x262144xf32>) outs(%f : tensor<4xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %t = arith.addf %x, %acc : f32
+    linalg.yield %t : f32
+  } -> tensor<4xf32>
+  return %s : tensor<4xf32>
+}

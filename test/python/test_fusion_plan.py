@@ -12,6 +12,10 @@ import time
 import mlir.ir as ir
 import pytest
 
+# The targets say what their kernels take (the planner asks them): imported here, so that
+# this file runs alone as it runs among the others.
+import fusec.compiler.targets.cpu  # noqa: E402,F401
+import fusec.compiler.targets.cuda  # noqa: E402,F401
 from fusec.dialects import make_context
 from fusec.passes import run_pipeline
 from fusec.passes.grouping import is_compute
