@@ -117,17 +117,24 @@ class Widener:
     to its f32 twin; a 16-bit value is extended where an f32 op reads it and rounded where
     an op that stays narrow (a cast, an integer op, a store) reads its f32 twin."""
 
-    def __init__(self, context: ir.Context) -> None:
-        self.f32 = ir.F32Type.get(context)
+    def __init__(self, context: ir.Context, wide: ir.Type | None = None,
+                 narrow: tuple[str, ...] = HALF) -> None:
+        # The wide type (f32) and the narrow types computed in it (bf16, f16); a scan's
+        # f32 running value is carried in f64 the same way (`lower_tm_tensor.lower_scan`).
+        self.f32 = wide or ir.F32Type.get(context)
+        self.narrow_types = narrow
         self.narrow: dict = {}
         self.wide: dict = {}
+
+    def is_narrow(self, t: ir.Type) -> bool:
+        return str(t) in self.narrow_types
 
     def f32_of(self, v: ir.Value) -> ir.Value:
         key = value_key(v)
         if key in self.wide:
             return self.wide[key]
         value = self.narrow.get(key, v)  # a value from above the payload stays as it is
-        if not is_half(value.type):
+        if not self.is_narrow(value.type):
             return value
         self.wide[key] = arith.ExtFOp(self.f32, value).result
         return self.wide[key]
@@ -142,16 +149,17 @@ class Widener:
         return v
 
     def clone(self, op: ir.Operation) -> None:
-        touches_half = any(is_half(v.type) for v in list(op.operands) + list(op.results))
+        touches_half = any(self.is_narrow(v.type) for v in list(op.operands) + list(op.results))
         if op.name in WIDENABLE and touches_half:
             clone = ir.Operation.create(
-                op.name, results=[self.f32 if is_half(r.type) else r.type for r in op.results],
+                op.name,
+                results=[self.f32 if self.is_narrow(r.type) else r.type for r in op.results],
                 operands=[self.f32_of(v) for v in op.operands], attributes=_attributes(op))
             for old, res in zip(op.results, clone.results):
-                (self.wide if is_half(old.type) else self.narrow)[value_key(old)] = res
+                (self.wide if self.is_narrow(old.type) else self.narrow)[value_key(old)] = res
             return
         if op.name == "arith.extf" and value_key(op.operands[0]) in self.wide and \
-                str(op.results[0].type) == "f32":
+                op.results[0].type == self.f32:
             self.narrow[value_key(op.results[0])] = self.wide[value_key(op.operands[0])]
             return
         clone = ir.Operation.create(op.name, results=[r.type for r in op.results],

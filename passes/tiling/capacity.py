@@ -393,7 +393,10 @@ def tile_to_fit(group: ir.Operation, device: cost_model.Device,
             continue
         ops = sum(1 for op in group.regions[0].blocks[0].operations
                   if is_compute(op.operation))
-        if ops <= 1 or result.input_kept_bytes > device.on_chip_bytes \
+        # A serial loop nest (a lowered scan, sort, scatter) is one kernel whatever it keeps:
+        # split, its loop would be left in the host code, which runs kernels only.
+        if ops <= 1 or attributes.SERIAL in group.attributes or \
+                result.input_kept_bytes > device.on_chip_bytes \
                 or result.verdict.on_chip_bytes == result.input_kept_bytes and \
                 not any(o.startswith("registers") for o in hard):
             # Nothing to split, or what is over is the inputs' own tiles, which a split

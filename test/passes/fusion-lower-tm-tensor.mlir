@@ -54,22 +54,27 @@ func.func @index_put_rows(%upd: tensor<3x1x4xf32>, %idx: tensor<3x1xi64>, %orig:
 // -----
 
 // Inclusive cumsum along dim 1: element 0 copies the input, the others add the previous
-// output; the accumulator takes each computed value. Both results are yielded.
+// value; the accumulator takes each computed value. Both results are yielded. The running
+// value is carried in f64 (as torch's CPU cumsum accumulates), each output rounded once.
 // CHECK-LABEL: func.func @cumsum
 // CHECK: %[[G:.+]]:2 = fusion.group single
 // CHECK: scf.for %[[I:.+]] = {{.+}} iter_args(
-// CHECK: scf.for %[[J:.+]] = {{.+}} iter_args(%[[OUT:.+]] = %{{.+}}, %[[ACC:.+]] = %{{.+}})
+// CHECK: scf.for %[[J:.+]] = {{.+}} iter_args(%[[OUT:.+]] = %{{.+}}, %[[ACC:.+]] = %{{.+}}, %[[RV:.+]] = %{{.+}}) -> (tensor<3x5xf32>, tensor<3xf32>, tensor<3xf64>)
 // CHECK: %[[FIRST:.+]] = arith.cmpi eq, %[[J]], %{{.+}} : index
 // CHECK: scf.if %[[FIRST]]
 // CHECK: %[[X:.+]] = tensor.extract %{{.+}}[%[[I]], %[[J]]]
 // CHECK: tensor.insert %[[X]] into %[[OUT]][%[[I]], %[[J]]]
+// CHECK: %[[X64:.+]] = arith.extf %[[X]] : f32 to f64
+// CHECK: tensor.insert %[[X64]] into %[[RV]][%[[I]]]
 // CHECK: } else {
-// CHECK: %[[PJ:.+]] = arith.subi %[[J]], %{{.+}} : index
-// CHECK: %[[PREV:.+]] = tensor.extract %[[OUT]][%[[I]], %[[PJ]]]
 // CHECK: %[[Y:.+]] = tensor.extract %{{.+}}[%[[I]], %[[J]]]
-// CHECK: %[[S:.+]] = arith.addf %[[PREV]], %[[Y]]
-// CHECK: tensor.insert %[[S]] into %[[OUT]][%[[I]], %[[J]]]
-// CHECK: tensor.insert %[[S]] into %[[ACC]][%[[I]]]
+// CHECK: %[[PREV:.+]] = tensor.extract %[[RV]][%[[I]]] : tensor<3xf64>
+// CHECK: %[[Y64:.+]] = arith.extf %[[Y]] : f32 to f64
+// CHECK: %[[S:.+]] = arith.addf %[[PREV]], %[[Y64]] : f64
+// CHECK: %[[S32:.+]] = arith.truncf %[[S]] : f64 to f32
+// CHECK: tensor.insert %[[S32]] into %[[OUT]][%[[I]], %[[J]]]
+// CHECK: tensor.insert %[[S32]] into %[[ACC]][%[[I]]]
+// CHECK: tensor.insert %[[S]] into %[[RV]][%[[I]]]
 // CHECK: return %[[G]]#0, %[[G]]#1
 func.func @cumsum(%x: tensor<3x5xf32>, %out: tensor<3x5xf32>, %acc: tensor<3xf32>) -> (tensor<3x5xf32>, tensor<3xf32>) {
   %0:2 = "tm_tensor.scan"(%x, %out, %acc) <{dimension = 1 : i64, inclusive = true, operandSegmentSizes = array<i32: 1, 2>}> ({
@@ -89,7 +94,7 @@ func.func @cumsum(%x: tensor<3x5xf32>, %out: tensor<3x5xf32>, %acc: tensor<3xf32
 // CHECK: fusion.group single (%[[X:.+]] = %{{.+}} : tensor<3x5xf32>, %[[S:.+]] = %[[SHARED]] : tensor<3x5xf32>)
 // CHECK: %[[ACC:.+]] = linalg.fill ins(%{{.+}} : f32) outs(%{{.+}} : tensor<3xf32>)
 // CHECK-NOT: linalg.fill
-// CHECK: scf.for {{.+}} iter_args(%{{.+}} = %[[S]], %{{.+}} = %[[ACC]])
+// CHECK: scf.for {{.+}} iter_args(%{{.+}} = %[[S]], %{{.+}} = %[[ACC]],
 // CHECK: fusion.yield
 // CHECK: linalg.add
 func.func @fills_join_the_kernel(%x: tensor<3x5xf32>) -> (tensor<3x5xf32>, tensor<3x5xf32>) {

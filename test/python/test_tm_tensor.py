@@ -131,6 +131,20 @@ def test_cumsum():
     check(Cumsum(), lambda: (torch.randn(4, 7),), kernels=1)
 
 
+def test_long_cumsum_compiles_and_runs_its_sum_in_f64():
+    """A scan over 2^18 values or more failed to compile on the CPU (found by probing,
+    2026-12-04): its kernel's tile went over the L2 capacity, the capacity check split the
+    group into one kernel per op, and the scan's loop was left in the host code. The
+    running value is carried in f64, as torch's CPU cumsum does: folded in f32 a cumsum of
+    100 000 values was 4.8e-6 from float64 (torch's 2.4e-8)."""
+    for shape in ((1, 262144), (4, 100000)):
+        inputs = lambda: (torch.rand(*shape) + 0.5,)  # noqa: E731
+        compiled = fusec.compile(Cumsum(), *inputs())
+        x, = inputs()
+        assert relative_error(compiled(x.numpy()), Cumsum()(x.double())) < 1e-7
+        assert len(compiled.kernels) == 1
+
+
 def test_sort_values_and_indices():
     # The iota of indices runs inside the sort's kernel.
     check(Sort(), lambda: (torch.randn(4, 9),), kernels=1, exact=(1,))
