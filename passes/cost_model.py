@@ -720,13 +720,20 @@ SPLIT_MAX_CHUNK = {"nvidia-h200": 65536, "cpu": 16384}
 SPLIT_MAX_PARTIALS = 4096  # what the combining reduction folds per row, at most
 
 
-def reduction_partials(rows: int, length: int, exact: bool, device: Device) -> int:
+def reduction_partials(rows: int, length: int, exact: bool, device: Device,
+                       trailing: bool = True) -> int:
     """How many partial results each of `rows` reductions of `length` values is split into
-    (1: not split). On the GPU: enough partials for SPLIT_BLOCKS_PER_UNIT blocks per SM,
-    each folding at least SPLIT_MIN_CHUNK values; for a float sum or product (not `exact`),
-    on both targets, at most SPLIT_MAX_CHUNK values per partial. The result is a target: the
-    pass realises it from the reduction's extents (`factor_partials`)."""
+    (1: not split). On the GPU, only a reduction over the trailing loops (`trailing`: the
+    row kernels'; one over leading loops is the data-movement family's "reduce" shape,
+    whose 256 slices and tree already keep each thread's fold short, and whose blocks the
+    CUDA target's own `--fusion-gpu-split-long-reductions` multiplies): enough partials for
+    SPLIT_BLOCKS_PER_UNIT blocks per SM, each folding at least SPLIT_MIN_CHUNK values. For a
+    float sum or product (not `exact`): at most SPLIT_MAX_CHUNK values per partial. The
+    result is a target: the pass realises it from the reduction's extents
+    (`factor_partials`)."""
     partials = 1
+    if device.name == "nvidia-h200" and not trailing:
+        return 1
     if device.name == "nvidia-h200" and rows < SPLIT_BLOCKS_PER_UNIT * device.parallel_units:
         partials = min(-(-SPLIT_BLOCKS_PER_UNIT * device.parallel_units // rows),
                        length // SPLIT_MIN_CHUNK)
@@ -737,25 +744,28 @@ def reduction_partials(rows: int, length: int, exact: bool, device: Device) -> i
 
 
 def factor_partials(extents: list[int], wanted: int) -> tuple[int, int]:
-    """Realise `wanted` partials over reduction dims of `extents` (outermost first): the
+    """Realise `wanted` partials over reduced dims of `extents` (outermost first): the
     first `whole` dims become partial dims, and the next is split by `factor` (1: not
-    split), so that the partials are prod(extents[:whole]) * factor, as near `wanted` as
-    divisors allow, at least half of it, and some values stay to fold. (0, 1): none."""
-    best, best_err = (0, 1), None
+    split), so that the partials are prod(extents[:whole]) * factor and some values stay to
+    fold: the count nearest `wanted` within half to twice it, else the nearest of any up to
+    SPLIT_MAX_PARTIALS (a 1021 x 1021 reduction: 1021 partials of 1021 values; two levels
+    of folding, however uneven, round like two short folds). (0, 1): none (a prime length)."""
+    best, best_key = (0, 1), None
     lead = 1
     for i, extent in enumerate(extents):
         rest = math.prod(extents[i + 1:])
-        for factor in range(1, min(extent, 2 * wanted // lead) + 1):
+        for factor in range(1, min(extent, SPLIT_MAX_PARTIALS // lead) + 1):
             if extent % factor or (factor == extent and rest == 1):
                 continue
             partials = lead * factor
-            if partials < 2 or partials * 2 < wanted or partials > 2 * wanted:
+            if partials < 2:
                 continue
             err = abs(math.log(partials / wanted))
-            if best_err is None or err < best_err - 1e-9:
-                best, best_err = ((i + 1, 1) if factor == extent else (i, factor)), err
+            key = (not wanted / 2 <= partials <= 2 * wanted, round(err, 9))
+            if best_key is None or key < best_key:
+                best, best_key = ((i + 1, 1) if factor == extent else (i, factor)), key
         lead *= extent
-        if lead > 2 * wanted:
+        if lead > SPLIT_MAX_PARTIALS:
             break
     return best
 

@@ -20,17 +20,21 @@ that is an elementwise `linalg.generic`, the generic itself is cloned over the c
 iteration space (its own operands cut in turn), so it still fuses into the partials' kernel
 and the cut lands on a view of a kernel's input.
 
-Over the target's own rewrite: the CUDA target's `--fusion-gpu-split-long-reductions`
+Beside the target's own rewrite: the CUDA target's `--fusion-gpu-split-long-reductions`
 splits, at the tiled stage, reductions over a leading dim (column sums, BatchNorm's
-statistics) by the data-movement family's launch shape; this pass, earlier and for both
-targets, takes the reductions over the trailing dims (rows), which that rewrite leaves to
-the row kernels.
+statistics) by the data-movement family's launch shape; on the H200 this pass takes the
+reductions over the trailing dims (rows), which that rewrite leaves to the row kernels.
+
+Reduced dims anywhere in the loops (a column sum, BatchNorm's statistics over N, H, W) are
+split on the CPU for the rounding's sake; on the H200 those are the data-movement family's
+(its slices and tree keep each thread's fold short). The partials' result is [the kept
+loops, the partial loops], each in loop order; the combine writes through the original
+output map, its kept loops renumbered.
 
 Left alone: reductions that are not a payload folding into its accumulator through one
 known combining op (an argmax's compare-and-select, a payload reading `linalg.index`),
-reductions over dims that are not the trailing loops, reads through other than a dim or a
-constant, several results, dynamic shapes, and what the cost model does not split (many
-rows, short rows, a length with no divisor near P: a prime, say).
+reads through other than a dim or a constant, several results, dynamic shapes, and what
+the cost model does not split (many rows, short rows, a single prime length).
 
 Before (a row sum of 4 rows of 262144 values on the GPU, 64 partials each):
     %s = linalg.generic {maps = [(d0, d1) -> (d0, d1), (d0, d1) -> (d0)],
@@ -98,7 +102,13 @@ class Candidate:
     op: ir.Operation
     combiner: ir.Operation  # the payload's op folding into the accumulator
     ranges: list[int]  # loop extents
-    parallel: int  # the leading parallel loops
+    kept: list[int]  # the parallel loops (the result's), in loop order
+    reduced: list[int]  # the reduced loops, in loop order
+
+    @property
+    def trailing(self) -> bool:
+        """The reduced loops come after every parallel one (a row reduction)."""
+        return not self.kept or max(self.kept) < min(self.reduced)
 
 
 def candidate(op: ir.Operation) -> Candidate | None:
@@ -108,15 +118,14 @@ def candidate(op: ir.Operation) -> Candidate | None:
     kinds = _kinds(op)
     if "reduction" not in kinds:
         return None
-    parallel = kinds.index("reduction")
-    if "parallel" in kinds[parallel:]:
-        return None  # reduced dims are not the trailing loops
+    kept = [i for i, k in enumerate(kinds) if k == "parallel"]
+    reduced = [i for i, k in enumerate(kinds) if k == "reduction"]
     operands = list(op.operands)
     if not all(_static(v) or not isinstance(v.type, ir.ShapedType) for v in operands):
         return None
     maps = _maps(op)
     reads = [projection(m) for m in maps]
-    if any(r is None for r in reads) or any(d is not None and d >= parallel for d in reads[-1]):
+    if any(r is None for r in reads) or any(d in reduced for d in reads[-1]):
         return None
     block = op.regions[0].blocks[0]
     if any(inner.operation.name == "linalg.index" for inner in block.operations):
@@ -143,7 +152,7 @@ def candidate(op: ir.Operation) -> Candidate | None:
                     ranges[d] = extent
     if 0 in ranges:
         return None  # a loop no operand spans, or an empty one
-    return Candidate(op, combiner, ranges, parallel)
+    return Candidate(op, combiner, ranges, kept, reduced)
 
 
 def _map(n_dims: int, dims: list[int | None]) -> ir.AffineMapAttr:
@@ -273,60 +282,71 @@ def split(c: Candidate, loops_whole: int, factor: int) -> None:
     `loops_whole` reduced loops become the partials' dims, and the next one is cut by
     `factor` (1: not cut)."""
     op = c.op
-    p = c.parallel
     operands = list(op.operands)
     n_in = len(operands) - 1
     reads = [projection(m) for m in _maps(op)]
     n_loops = len(c.ranges)
-    cut_loop = p + loops_whole
+    partial_loops = c.reduced[:loops_whole]
+    ranges = list(c.ranges)
+    cutter = None
     if factor > 1:
-        cutter = Cutter(cut_loop, factor)
-        n_partial_loops = loops_whole + 1
+        cut = c.reduced[loops_whole]
+        cutter = Cutter(cut, factor)
         new_inputs, new_maps = [], []
         for v, dims in zip(operands[:n_in], reads[:n_in]):
-            if isinstance(v.type, ir.ShapedType) and cut_loop in dims:
-                v = cutter.value(v, dims.index(cut_loop), op)
+            if isinstance(v.type, ir.ShapedType) and cut in dims:
+                v = cutter.value(v, dims.index(cut), op)
             new_inputs.append(v)
             new_maps.append(_map(n_loops + 1, cutter.dims(dims)))
-        n_partial_space = n_loops + 1
+        renumber = cutter.dims
+        ranges = ranges[:cut] + [factor, ranges[cut] // factor] + ranges[cut + 1:]
+        partial_loops = renumber(partial_loops) + [cut]
     else:
-        n_partial_loops = loops_whole
         new_inputs = operands[:n_in]
         new_maps = [_map(n_loops, dims) for dims in reads[:n_in]]
-        n_partial_space = n_loops
-    kept = p + n_partial_loops  # the partials' parallel loops
+        renumber = list
+    kept = renumber(c.kept)  # the parallel loops, in the partials' numbering
+    n_space = len(ranges)
+    # The partials: [kept loops..., partial loops...], each in loop order.
+    out_dims = kept + partial_loops
+    p = len(kept)
     acc_type = ir.RankedTensorType(op.results[0].type).element_type
-    shape = c.ranges[:p] + (c.ranges[p:cut_loop] + ([factor] if factor > 1 else []))
+    shape = [ranges[d] for d in out_dims]
     with ir.InsertionPoint(op), op.location:
         neutral = _neutral(c.combiner, acc_type)
         init = linalg.fill(neutral, outs=[tensor.EmptyOp(shape, acc_type).result])
         partial = linalg.GenericOp(
             [ir.RankedTensorType.get(shape, acc_type)], new_inputs, [init],
-            ir.ArrayAttr.get(new_maps + [_map(n_partial_space, list(range(kept)))]),
-            _iterators(["parallel"] * kept + ["reduction"] * (n_partial_space - kept)))
+            ir.ArrayAttr.get(new_maps + [_map(n_space, out_dims)]),
+            _iterators(["parallel" if d in out_dims else "reduction"
+                        for d in range(n_space)]))
     _copy_payload(op, partial.operation)
     partial.operation.attributes[attributes.SPLIT_PARTIALS] = ir.IntegerAttr.get(
         ir.IntegerType.get_signless(64), math.prod(shape[p:]))
-    # A reduction to one value gets a unit parallel loop in its combine, so that the
-    # combine is a row (one block on the GPU) rather than a loop with none to spread.
-    # Several partial dims are one to the combine (a view between the two kernels).
+    # The combine: loops [kept..., one partials dim] (several partial dims are one to it: a
+    # view between the two kernels), its result written through the original output map
+    # with each kept loop renumbered to its place. A reduction to one value gets a unit
+    # parallel loop, so that the combine is a row (one block on the GPU) rather than a loop
+    # with none to spread.
     unit = 1 if p == 0 else 0
     init = operands[n_in]
     partials = partial.result
+    count = math.prod(shape[p:])
+    place = {d: i for i, d in enumerate(c.kept)}
     with ir.InsertionPoint(op), op.location:
-        if n_partial_loops > 1:
+        if len(shape) - p > 1:
             partials = tensor.CollapseShapeOp(
-                ir.RankedTensorType.get(shape[:p] + [math.prod(shape[p:])], acc_type),
+                ir.RankedTensorType.get(shape[:p] + [count], acc_type),
                 partials, [[i] for i in range(p)] + [list(range(p, len(shape)))]).result
         if unit:
             init = _reshaped(init, [1])
-            count = math.prod(shape)
             partials = tensor.ExpandShapeOp(ir.RankedTensorType.get([1, count], acc_type),
                                             partials, [[0, 1]], [], [1, count]).result
+        out_map = [0] if unit else [None if d is None else place[d] for d in reads[n_in]]
         combine = linalg.GenericOp(
             [init.type], [partials], [init],
             ir.ArrayAttr.get([_map(p + 1 + unit, list(range(p + 1 + unit))),
-                              _map(p + 1 + unit, [0] if unit else reads[n_in])]),
+                              _map(p + 1 + unit, out_map)]),
             _iterators(["parallel"] * (p + unit) + ["reduction"]))
         block = combine.regions[0].blocks.append(acc_type, acc_type)
         result = _reshaped(combine.result, ir.RankedTensorType(op.results[0].type).shape) \
@@ -356,10 +376,10 @@ class SplitReductionsPass(Pass):
             c = candidate(op)
             if c is None:
                 continue
-            rows = math.prod(c.ranges[:c.parallel])
-            extents = c.ranges[c.parallel:]
+            rows = math.prod(c.ranges[d] for d in c.kept)
+            extents = [c.ranges[d] for d in c.reduced]
             wanted = cost_model.reduction_partials(
-                rows, math.prod(extents), c.combiner.name in EXACT, device)
+                rows, math.prod(extents), c.combiner.name in EXACT, device, c.trailing)
             if wanted < 2:
                 continue
             whole, factor = cost_model.factor_partials(extents, wanted)

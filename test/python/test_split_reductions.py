@@ -52,6 +52,35 @@ def test_long_sums_on_the_cpu_round_like_torch():
     assert len(compiled.kernels) == 7, [k["ops"] for k in compiled.kernels]
 
 
+class Norm(torch.nn.Module):
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, x):
+        if self.kind == "layer":
+            return F.layer_norm(x, list(x.shape[1:]))
+        if self.kind == "group":
+            return F.group_norm(x, 1)
+        return F.instance_norm(x)
+
+
+@pytest.mark.parametrize("kind,shape", [("layer", (2, 509, 509)), ("group", (1, 3, 509, 509)),
+                                        ("instance", (1, 4, 509, 509))])
+def test_norms_over_several_awkward_dims_on_values_far_from_zero(kind, shape):
+    """Found by a probe at scale (2026-12-04), inputs `randn + 1000`: a norm's statistics over
+    several dims of awkward (prime) extents were not split (no factor of 509 near what was
+    wanted) and folded 259081 to 777243 values in one order: LayerNorm 3.1e-3 from float64,
+    GroupNorm(1, 3) 8.2e-2, instance_norm 2.4e-3 (torch: 2e-5 to 3e-5; at 1021 x 1021, 0.33
+    to 0.46). Now the outer dim is taken whole (509 partials of 509 values): 5e-5 to 2e-4
+    over twelve draws (the mean's last bits, times the 1000 it is taken from); torch's
+    cascade sums 2e-5 to 3e-5."""
+    model = Norm(kind).eval()
+    compiled = fusec.compile(model, torch.randn(*shape) + 1000)
+    x = torch.randn(*shape) + 1000
+    assert rel_err(compiled(x.numpy()), model(x.double())) < 1e-3
+
+
 def test_a_short_or_wide_reduction_is_left_alone():
     """Many rows or short ones: no partials (the kernel count of a softmax, a row sum)."""
     class Rows(torch.nn.Module):
@@ -79,8 +108,13 @@ def test_partials_the_cost_model_asks_for():
     assert cost_model.reduction_partials(1, 1 << 24, True, cpu) == 1
     # A float sum on the CPU: chunks of at most 16384 values.
     assert cost_model.reduction_partials(1, 1 << 24, False, cpu) == 1024
-    # A prime length: no divisor near what is wanted, no split.
+    # A prime length: no divisor at all, no split; two prime dims: the outer one whole,
+    # however far from what is wanted (two levels of folding either way).
     assert cost_model.factor_partials([1000003], 24) == (0, 1)
+    assert cost_model.factor_partials([1021, 1021], 64) == (1, 1)
+    # On the H200 a reduction over leading dims is the data-movement family's (its slices
+    # and tree keep each thread's fold short): no partials asked for.
+    assert cost_model.reduction_partials(64, 1 << 20, False, h200, trailing=False) == 1
 
 
 class _Fn(torch.nn.Module):
