@@ -125,3 +125,25 @@ func.func @kept(%x: tensor<4xf32>, %a: tensor<2x4xf32>) -> (tensor<4xf32>, tenso
     }
   }
 #-}
+
+// -----
+
+// A transpose of a weight (a dense constant, of any size) is the transposed constant,
+// moved bit for bit here (upstream's elementwise fusion folded it later, element by
+// element: seconds for a tied LM head). A bf16 weight (no numpy dtype) and a transpose of
+// an input are left alone.
+// CHECK-LABEL: func.func @weight_transposes
+// CHECK-DAG: %[[T:.+]] = arith.constant dense<{{\[}}[1.000000e+00, 4.000000e+00], [2.000000e+00, 5.000000e+00], [3.000000e+00, 6.000000e+00]]> : tensor<3x2xf32>
+// CHECK-DAG: %[[B:.+]] = linalg.transpose ins(%{{.+}} : tensor<2x3xbf16>)
+// CHECK-DAG: %[[X:.+]] = linalg.transpose ins(%arg0 : tensor<2x3xf32>)
+// CHECK: return %[[T]], %[[B]], %[[X]]
+func.func @weight_transposes(%x: tensor<2x3xf32>) -> (tensor<3x2xf32>, tensor<3x2xbf16>, tensor<3x2xf32>) {
+  %w = arith.constant dense<[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]> : tensor<2x3xf32>
+  %wb = arith.constant dense<[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]> : tensor<2x3xbf16>
+  %e = tensor.empty() : tensor<3x2xf32>
+  %eb = tensor.empty() : tensor<3x2xbf16>
+  %t = linalg.transpose ins(%w : tensor<2x3xf32>) outs(%e : tensor<3x2xf32>) permutation = [1, 0]
+  %tb = linalg.transpose ins(%wb : tensor<2x3xbf16>) outs(%eb : tensor<3x2xbf16>) permutation = [1, 0]
+  %tx = linalg.transpose ins(%x : tensor<2x3xf32>) outs(%e : tensor<3x2xf32>) permutation = [1, 0]
+  return %t, %tb, %tx : tensor<3x2xf32>, tensor<3x2xbf16>, tensor<3x2xf32>
+}
