@@ -443,7 +443,11 @@ class Planner:
         if p.category == RESHAPE and self._view_of_input(p):
             step.duplicate = True  # exported, a view of an input would be a copy for nothing
             return None
-        if not earlier and follows_tiles:
+        # A split reduction's partials write their partials only: their rows are cut from
+        # the producer's (a reshape between), and the CUDA kernels build no second output
+        # of another shape beside them (GroupNorm after a residual add failed to compile).
+        partials = attributes.SPLIT_PARTIALS in self.graph.facts[cand.root].op.attributes
+        if not earlier and follows_tiles and not partials:
             return None  # exported: the group writes it once for its later users
         if cost_model.should_duplicate(p.bytes_read, p.bytes_written, p.is_cheap):
             step.duplicate = True
