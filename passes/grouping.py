@@ -213,6 +213,26 @@ def form_group(ops: Iterable[ir.Operation], kind: str,
     return group_op
 
 
+def loop_ranges(op: ir.Operation) -> list[int] | None:
+    """Static loop ranges of a linalg op with indexing maps, from its operand shapes."""
+    if "indexing_maps" not in op.attributes:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
+    ranges = [0] * maps[0].n_dims
+    for operand, amap in zip(op.operands, maps):
+        if not isinstance(operand.type, ir.RankedTensorType):
+            continue
+        for expr, extent in zip(amap.results, ir.RankedTensorType(operand.type).shape):
+            if isinstance(expr, ir.AffineDimExpr):
+                ranges[ir.AffineDimExpr(expr).position] = extent
+    return ranges
+
+
+def iterator_kinds(op: ir.Operation) -> list[str]:
+    """A linalg op's `iterator_types` as strings ("parallel", "reduction")."""
+    return [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
+
+
 def projection(amap: ir.AffineMap) -> list[int | None] | None:
     """An indexing map's results as the loops they read (None: the constant 0), or None
     where a result is anything else (a sum of dims, another constant)."""

@@ -64,7 +64,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
-from fusec.passes.grouping import op_key
+from fusec.passes.grouping import iterator_kinds, op_key
 from fusec.passes.registry import Pass, register
 from mlir import ir
 from mlir.dialects import arith, linalg, memref, scf
@@ -92,11 +92,6 @@ class Contraction:
     n: int
     ks: list[int]
     extents: list[int]  # static extent per loop dim, or a negative number when dynamic
-
-
-def iterator_kinds(op: ir.Operation) -> list[str]:
-    """A linalg op's `iterator_types` as strings ("parallel", "reduction")."""
-    return [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
 
 
 def map_dims(amap: ir.AffineMap) -> list[int] | None:

@@ -48,14 +48,14 @@ def _group_floor_s(group: ir.Operation, device: cost_model.Device) -> float:
     return cost_model.roofline_s(group_bytes(group), flops, device, contraction)
 
 
+VIEWS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
+
+
 def _only_views(group: ir.Operation) -> bool:
     """`group` holds reshapes only (and the constants cloned into it)."""
     return all(op.operation.name in VIEWS or op.operation.name in CLONED_INTO_GROUPS
                for op in group.regions[0].blocks[0].operations
                if op.operation.name != "fusion.yield")
-
-
-VIEWS = frozenset({"tensor.expand_shape", "tensor.collapse_shape"})
 
 
 def _op_count(group: ir.Operation) -> int:

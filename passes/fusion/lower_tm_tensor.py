@@ -207,12 +207,12 @@ def lower_scan(op: ir.Operation) -> list[ir.Value]:
     dim = _int_attr(op, "dimension")
     inclusive = ir.BoolAttr(op.attributes["inclusive"]).value
     element = _element_type(output)
-    f32 = ir.F32Type.get() if is_half(element) else \
-        ir.F64Type.get() if str(element) == "f32" else None  # the running value's type
-    wide = f32 is not None
+    running_type = ir.F32Type.get() if is_half(element) else \
+        ir.F64Type.get() if str(element) == "f32" else None
+    wide = running_type is not None
     inits = [output, accumulator]
     if wide:
-        inits.append(tensor.EmptyOp(_shape(accumulator), f32).result)
+        inits.append(tensor.EmptyOp(_shape(accumulator), running_type).result)
     types = [v.type for v in inits]
 
     def body(ivs: list[ir.Value], carried: list[ir.Value]) -> list[ir.Value]:
@@ -225,7 +225,7 @@ def lower_scan(op: ir.Operation) -> list[ir.Value]:
                      else tensor.ExtractOp(acc, acc_ivs)).result
             started = [tensor.InsertOp(value, out, ivs).result, acc]
             if wide:
-                started.append(tensor.InsertOp(arith.ExtFOp(f32, value).result, carried[2],
+                started.append(tensor.InsertOp(arith.ExtFOp(running_type, value).result, carried[2],
                                                acc_ivs).result)
             return started
 
@@ -240,18 +240,18 @@ def lower_scan(op: ir.Operation) -> list[ir.Value]:
             x = tensor.ExtractOp(source, ivs if inclusive else previous).result
             running = tensor.ExtractOp(carried[2], acc_ivs).result
             block = op.regions[0].blocks[0]
-            widener = Widener(f32.context, f32, (str(element),))
+            widener = Widener(running_type.context, running_type, (str(element),))
             widener.wide[value_key(block.arguments[0])] = running
             widener.narrow[value_key(block.arguments[1])] = x
             for inner in [o.operation for o in block.operations]:
                 if inner.name == YIELD:
-                    value32 = widener.f32_of(inner.operands[0])
+                    value_wide = widener.wide_of(inner.operands[0])
                     break
                 widener.clone(inner)
-            value = arith.TruncFOp(element, value32).result
+            value = arith.TruncFOp(element, value_wide).result
             return [tensor.InsertOp(value, out, ivs).result,
                     tensor.InsertOp(value, acc, acc_ivs).result,
-                    tensor.InsertOp(value32, carried[2], acc_ivs).result]
+                    tensor.InsertOp(value_wide, carried[2], acc_ivs).result]
 
         return if_else(first, types, start, step)
 

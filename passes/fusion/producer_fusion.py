@@ -334,8 +334,7 @@ class Planner:
             return ("split-reduction", "a split reduction's partials stay a kernel of their "
                     "own (`--fusion-split-reductions`): in their combine's kernel every value "
                     "would again be folded by one block per row")
-        if p.category in (CONTRACTION, WINDOW) and \
-                attributes.SPLIT_PARTIALS in self.graph.facts[cand.root].op.attributes:
+        if p.category in (CONTRACTION, WINDOW) and self._root_is_partials(cand):
             return ("split-reduction", f"a split reduction's partials take no {p.category} "
                     "before them: the partials' reshaped rows would leave it without "
                     "parallel tiles (one thread)")
@@ -446,8 +445,7 @@ class Planner:
         # A split reduction's partials write their partials only: their rows are cut from
         # the producer's (a reshape between), and the CUDA kernels build no second output
         # of another shape beside them (GroupNorm after a residual add failed to compile).
-        partials = attributes.SPLIT_PARTIALS in self.graph.facts[cand.root].op.attributes
-        if not earlier and follows_tiles and not partials:
+        if not earlier and follows_tiles and not self._root_is_partials(cand):
             return None  # exported: the group writes it once for its later users
         if cost_model.should_duplicate(p.bytes_read, p.bytes_written, p.is_cheap):
             step.duplicate = True
@@ -457,6 +455,10 @@ class Planner:
                 f"also used by {len(outside)} op(s) outside the group ({users}); recomputing "
                 f"this {p.category} would cost {p.flops} flops and {p.bytes_read} bytes, so it "
                 "is written once")
+
+    def _root_is_partials(self, cand: Candidate) -> bool:
+        """`cand`'s root is a split reduction's partials (`--fusion-split-reductions`)."""
+        return attributes.SPLIT_PARTIALS in self.graph.facts[cand.root].op.attributes
 
     def _view_of_input(self, p: OpFacts) -> bool:
         """`p` (a reshape) views a value no op of the block computes (a function input)."""

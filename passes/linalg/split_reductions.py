@@ -61,7 +61,8 @@ import mlir.ir as ir
 from mlir.dialects import arith, linalg, tensor
 
 from fusec.passes import attributes, cost_model
-from fusec.passes.grouping import defining_op, projection, value_key, walk_ops
+from fusec.passes.grouping import (defining_op, iterator_kinds, loop_ranges, projection,
+                                   value_key, walk_ops)
 from fusec.passes.registry import Pass, register
 
 # The combining ops a partial and its combine may use: associative and commutative (floats
@@ -73,6 +74,7 @@ NEUTRAL_FLOAT = {"arith.addf": 0.0, "arith.mulf": 1.0, "arith.maximumf": -math.i
 EXACT = frozenset({"arith.maximumf", "arith.minimumf", "arith.maxnumf", "arith.minnumf",
                    "arith.addi", "arith.muli", "arith.maxsi", "arith.minsi", "arith.maxui",
                    "arith.minui", "arith.andi", "arith.ori", "arith.xori"})
+COMBINERS = NEUTRAL_FLOAT.keys() | EXACT
 
 
 def _neutral_int(name: str, width: int) -> int | None:
@@ -85,11 +87,6 @@ def _neutral_int(name: str, width: int) -> int | None:
 
 def _maps(op: ir.Operation) -> list[ir.AffineMap]:
     return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
-def _kinds(op: ir.Operation) -> list[str]:
-    return ["reduction" if "reduction" in str(a) else "parallel"
-            for a in ir.ArrayAttr(op.attributes["iterator_types"])]
 
 
 def _static(value: ir.Value) -> bool:
@@ -115,7 +112,7 @@ def candidate(op: ir.Operation) -> Candidate | None:
     """`op` as a reduction this pass can split (see the module's docstring), or None."""
     if op.name != "linalg.generic" or len(op.results) != 1:
         return None
-    kinds = _kinds(op)
+    kinds = iterator_kinds(op)
     if "reduction" not in kinds:
         return None
     kept = [i for i, k in enumerate(kinds) if k == "parallel"]
@@ -137,19 +134,14 @@ def candidate(op: ir.Operation) -> Candidate | None:
     combiner = uses[0].owner
     combiner = combiner.operation if hasattr(combiner, "operation") else combiner
     terminator = block.operations[len(block.operations) - 1].operation
-    if combiner.name not in NEUTRAL_FLOAT and _neutral_int(combiner.name, 1) is None or \
-            len(combiner.operands) != 2 or terminator.operands[0] != combiner.results[0]:
+    if combiner.name not in COMBINERS or len(combiner.operands) != 2 or \
+            terminator.operands[0] != combiner.results[0]:
         return None
     element = ir.RankedTensorType(op.results[0].type).element_type
     if not isinstance(element, ir.FloatType if combiner.name in NEUTRAL_FLOAT
                       else ir.IntegerType):
         return None  # (an index accumulator, say)
-    ranges = [0] * len(kinds)
-    for v, dims in zip(operands, reads):
-        if isinstance(v.type, ir.ShapedType):
-            for d, extent in zip(dims, ir.RankedTensorType(v.type).shape):
-                if d is not None:
-                    ranges[d] = extent
+    ranges = loop_ranges(op)
     if 0 in ranges:
         return None  # a loop no operand spans, or an empty one
     return Candidate(op, combiner, ranges, kept, reduced)
@@ -231,7 +223,7 @@ class Cutter:
 def _elementwise(op: ir.Operation) -> bool:
     """A one-result `linalg.generic`, all loops parallel, its output the identity, its reads
     dims or constants, no `linalg.index`: it can be computed over a cut iteration space."""
-    if op.name != "linalg.generic" or len(op.results) != 1 or "reduction" in _kinds(op):
+    if op.name != "linalg.generic" or len(op.results) != 1 or "reduction" in iterator_kinds(op):
         return False
     maps = [projection(m) for m in _maps(op)]
     if any(m is None for m in maps) or maps[-1] != list(range(len(maps[-1]))) or \
@@ -271,7 +263,8 @@ def _reshaped(value: ir.Value, shape: list[int]) -> ir.Value:
 
 def _neutral(combiner: ir.Operation, element: ir.Type) -> ir.Value:
     if combiner.name in NEUTRAL_FLOAT:
-        return arith.ConstantOp(element, ir.FloatAttr.get(element, NEUTRAL_FLOAT[combiner.name])).result
+        value = NEUTRAL_FLOAT[combiner.name]
+        return arith.ConstantOp(element, ir.FloatAttr.get(element, value)).result
     width = ir.IntegerType(element).width
     value = _neutral_int(combiner.name, width)
     return arith.ConstantOp(element, ir.IntegerAttr.get(element, value)).result
@@ -288,7 +281,6 @@ def split(c: Candidate, loops_whole: int, factor: int) -> None:
     n_loops = len(c.ranges)
     partial_loops = c.reduced[:loops_whole]
     ranges = list(c.ranges)
-    cutter = None
     if factor > 1:
         cut = c.reduced[loops_whole]
         cutter = Cutter(cut, factor)

@@ -121,7 +121,7 @@ class Widener:
                  narrow: tuple[str, ...] = HALF) -> None:
         # The wide type (f32) and the narrow types computed in it (bf16, f16); a scan's
         # f32 running value is carried in f64 the same way (`lower_tm_tensor.lower_scan`).
-        self.f32 = wide or ir.F32Type.get(context)
+        self.wide_type = wide or ir.F32Type.get(context)
         self.narrow_types = narrow
         self.narrow: dict = {}
         self.wide: dict = {}
@@ -129,14 +129,14 @@ class Widener:
     def is_narrow(self, t: ir.Type) -> bool:
         return str(t) in self.narrow_types
 
-    def f32_of(self, v: ir.Value) -> ir.Value:
+    def wide_of(self, v: ir.Value) -> ir.Value:
         key = value_key(v)
         if key in self.wide:
             return self.wide[key]
         value = self.narrow.get(key, v)  # a value from above the payload stays as it is
         if not self.is_narrow(value.type):
             return value
-        self.wide[key] = arith.ExtFOp(self.f32, value).result
+        self.wide[key] = arith.ExtFOp(self.wide_type, value).result
         return self.wide[key]
 
     def narrow_of(self, v: ir.Value) -> ir.Value:
@@ -153,13 +153,13 @@ class Widener:
         if op.name in WIDENABLE and touches_half:
             clone = ir.Operation.create(
                 op.name,
-                results=[self.f32 if self.is_narrow(r.type) else r.type for r in op.results],
-                operands=[self.f32_of(v) for v in op.operands], attributes=_attributes(op))
+                results=[self.wide_type if self.is_narrow(r.type) else r.type for r in op.results],
+                operands=[self.wide_of(v) for v in op.operands], attributes=_attributes(op))
             for old, res in zip(op.results, clone.results):
                 (self.wide if self.is_narrow(old.type) else self.narrow)[value_key(old)] = res
             return
         if op.name == "arith.extf" and value_key(op.operands[0]) in self.wide and \
-                op.results[0].type == self.f32:
+                op.results[0].type == self.wide_type:
             self.narrow[value_key(op.results[0])] = self.wide[value_key(op.operands[0])]
             return
         clone = ir.Operation.create(op.name, results=[r.type for r in op.results],
@@ -198,7 +198,7 @@ def widen(generic: ir.Operation) -> bool:
     with ir.InsertionPoint(block), generic.location:
         for op in [o.operation for o in old_block.operations]:
             if op.name == "linalg.yield":
-                linalg.YieldOp([widener.f32_of(v) if i in wide_outs else widener.narrow_of(v)
+                linalg.YieldOp([widener.wide_of(v) if i in wide_outs else widener.narrow_of(v)
                                 for i, v in enumerate(op.operands)])
             else:
                 widener.clone(op)

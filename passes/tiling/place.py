@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.analysis import tensor_bytes
-from fusec.passes.grouping import family_tiled
+from fusec.passes.grouping import family_tiled, loop_ranges
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, register
 from mlir import ir
@@ -85,21 +85,6 @@ def reaches_output(value: ir.Value) -> bool:
         if user.name in VIEW_OPS and reaches_output(user.results[0]):
             return True
     return False
-
-
-def loop_ranges(op: ir.Operation) -> list[int] | None:
-    """Static loop ranges of a linalg op with indexing maps, from its operand shapes."""
-    if "indexing_maps" not in op.attributes:
-        return None
-    maps = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
-    ranges = [0] * maps[0].n_dims
-    for operand, amap in zip(op.operands, maps):
-        if not isinstance(operand.type, ir.RankedTensorType):
-            continue
-        for expr, extent in zip(amap.results, ir.RankedTensorType(operand.type).shape):
-            if isinstance(expr, ir.AffineDimExpr):
-                ranges[ir.AffineDimExpr(expr).position] = extent
-    return ranges
 
 
 def read_once(user: ir.Operation, operand_number: int) -> bool:
