@@ -13,6 +13,7 @@ this process (debugging); so does a platform without fork.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import tempfile
@@ -56,9 +57,16 @@ def run_isolated(step: Callable[[], str], what: str, timeout: float | None = Non
     fd, result_path = tempfile.mkstemp(prefix="fusec-import-", suffix=".txt")
     os.close(fd)
     error_path = result_path + ".error"
+    # What the parent holds is frozen out of the garbage collector across the fork: the child
+    # never collects it. An MLIR context the child's collector freed waited forever in its
+    # thread pool's destructor for the parent's worker threads, which a forked child lacks
+    # (a CI run hung in `pthread_cond_destroy` under `mlirContextDestroy`, 2026-12-05).
+    gc.freeze()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, use of fork()"
         pid = os.fork()
+    if pid != 0:
+        gc.unfreeze()
     if pid == 0:  # the child: run, write, leave without running the parent's exit handlers
         status = 0
         try:
