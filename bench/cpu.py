@@ -142,6 +142,10 @@ def _large_workloads() -> list[Workload]:
         def forward(self, q, k, v):
             return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+    class Transpose(nn.Module):
+        def forward(self, x):
+            return x.t().contiguous()
+
     attention = (1, 8, 1024, 64)
     attention_flops = 4 * 8 * 1024 * 1024 * 64
     return [
@@ -170,6 +174,8 @@ def _large_workloads() -> list[Workload]:
                  make(lambda: ResidualLayerNorm(1024), (4096, 1024), (4096, 1024))),
         Workload("rmsnorm_4096x1024", "x * rsqrt(mean(x^2) + eps) * w, 4096x1024 fp32",
                  make(lambda: RMSNorm(1024), (4096, 1024))),
+        Workload("transpose_4096x4096", "x.t().contiguous(), 4096x4096 fp32",
+                 make(Transpose, (4096, 4096))),
     ]
 
 

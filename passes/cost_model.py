@@ -1269,11 +1269,17 @@ def cpu_matmul_tiling_candidates(rows: int, cols: int, depth: int, elem_bytes: i
     return out
 
 
-# The CPU attention kernel's tiles (passes/tiling/cpu_attention.py): at most 64 query rows
-# (measured, B1 H8 S1024 D64: 64 x 128 tiles 15.6 ms, 32 x 128 16.9), key tiles whose f32
-# K^T and V tiles take at most 128 KB (half a core's L2 beside the scores' tile and the
-# accumulator).
-CPU_ATTENTION_MAX_ROWS = 64
+# The CPU attention kernel's tiles (passes/tiling/cpu_attention.py): at most 128 query rows,
+# key tiles whose f32 K^T and V tiles take at most 128 KB (half a core's L2 beside the
+# scores' tile and the accumulator). A tile's own work (K^T transposed and packed per row
+# block, the accumulator rescaled per key tile) shrinks with both; a causal diagonal tile
+# computes BM x BN scores of which half are masked, so a causal kernel's key tiles are no
+# wider than its row blocks. Measured (2026-12-05, this 2-core AVX-512 machine, one thread,
+# B1 H8 D64 fp32, one process, min of 12 calls), rows x keys: S2048 64x128 83.5 ms,
+# 128x128 84.2, 64x256 82.0, 128x256 76.6 (eager's SDPA 72.0); causal 64x128 44.5,
+# 128x128 43.5, 128x256 44.8, 64x256 47.1 (eager 47.1); S1024 64x128 22.3, 128x256 19.8
+# (eager 19.2), causal 11.6, 128x128 11.5, 128x256 12.2 (eager 13.4).
+CPU_ATTENTION_MAX_ROWS = 128
 CPU_ATTENTION_KV_TILE_BYTES = 128 * 1024
 
 
@@ -1291,31 +1297,47 @@ def cpu_attention_pays(q_len: int, kv_len: int) -> bool:
 
 
 def cpu_attention_tile(batch: int, q_len: int, kv_len: int, head_dim: int, v_dim: int,
-                       threads: int, tiles_per_thread: int = 4) -> tuple[int, int]:
-    """(query rows, keys) per tile of the CPU attention kernel. Keys: the widest of 128, 64,
-    32, 16 whose f32 K^T and V tiles fit CPU_ATTENTION_KV_TILE_BYTES (not above kv_len).
-    Rows: a divisor of q_len (a dynamic row count runs the microkernel's scalar remainder),
-    a multiple of CPU_MATMUL_ROWS where one divides, at most CPU_ATTENTION_MAX_ROWS, the
-    most rows that still give every thread `tiles_per_thread` tiles (fewer rows only down
-    to one row block); no divisor in range: the most rows, the last tile short."""
+                       threads: int, tiles_per_thread: int = 4,
+                       causal: bool = False) -> tuple[int, int]:
+    """(query rows, keys) per tile of the CPU attention kernel. Keys: the widest of 256,
+    128, 64, 32, 16 whose f32 K^T and V tiles fit CPU_ATTENTION_KV_TILE_BYTES (not above
+    kv_len; for a `causal` mask, not above the rows either). Rows: a divisor of q_len (a
+    dynamic row count runs the microkernel's scalar remainder), a multiple of
+    CPU_MATMUL_ROWS where one divides, at most CPU_ATTENTION_MAX_ROWS, the most rows that
+    still give every thread `tiles_per_thread` tiles (fewer rows only down to one row
+    block); no divisor in range: the most rows, the last tile short."""
     bn = 16
-    for keys in (128, 64, 32, 16):
+    for keys in (256, 128, 64, 32, 16):
         if 4 * keys * (head_dim + v_dim) <= CPU_ATTENTION_KV_TILE_BYTES:
             bn = keys
             break
     bn = min(bn, kv_len)
     if q_len <= CPU_MATMUL_ROWS:
         return q_len, bn
+    rows = _attention_rows(batch, q_len, threads, tiles_per_thread)
+    if causal:
+        while bn > 16 and bn > rows:
+            bn //= 2
+    return rows, bn
+
+
+def _attention_rows(batch: int, q_len: int, threads: int, tiles_per_thread: int) -> int:
+    """The CPU attention kernel's query rows per tile (`cpu_attention_tile`)."""
     wanted = threads * tiles_per_thread
     candidates = [r for r in range(min(q_len, CPU_ATTENTION_MAX_ROWS), 0, -1)
                   if q_len % r == 0 and r >= CPU_MATMUL_ROWS]
     blocked = [r for r in candidates if r % CPU_MATMUL_ROWS == 0] or candidates
-    if not blocked:
-        return min(q_len, CPU_ATTENTION_MAX_ROWS), bn
     for rows in blocked:
         if batch * (q_len // rows) >= wanted:
-            return rows, bn
-    return blocked[-1], bn
+            return rows
+    if blocked and batch * (q_len // blocked[-1]) >= threads:
+        return blocked[-1]
+    # No divisor gives every thread a tile (a prime q_len): row blocks of the microkernel's
+    # rows, enough of them, the last tile short.
+    per_batch = -(-wanted // batch)
+    rows = -(-q_len // per_batch)
+    rows = -(-rows // CPU_MATMUL_ROWS) * CPU_MATMUL_ROWS
+    return max(1, min(q_len, CPU_ATTENTION_MAX_ROWS, rows))
 
 
 # --- attention (compiler/targets/cuda/attention.py) ------------------------------------------

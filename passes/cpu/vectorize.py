@@ -14,11 +14,18 @@ vector loop, its unit dims dropped (`fold_unit_extent_dims_via_slices`), and the
 vectorized (`structured.vectorize`, `lanes` wide, masked where the row is not a whole number
 of vectors: one masked load or store per row end, as AVX-512 and AVX2 have).
 
+Transposes (a plain copy whose output's contiguous dim is not its input's: attention's K^T
+tile, `x.t()`, a permute moving the last dim) are tiled into squares of 16 x 16 (AVX-512)
+or 8 x 8 floats (`transpose_plan`: both extents whole multiples), each read as rows of the
+input, transposed in registers (`vector.transpose`, lowered to unpacks and lane shuffles)
+and written as rows of the output. LLVM's loop vectorizer gathered them one element per
+lane (`vgatherqps`: the copy of K^T was 9% of the CPU attention kernel's time).
+
 Taken: every operand f32; the last loop dim parallel, of static extent at least half a
 vector, and read or written only as the last index of an operand (`w` or `w + kw`: unit
 stride, the memref's last stride 1); windows of at most MAX_WINDOW points in their reduction
 dims; a payload of arith ops and the math ops LLVM has as vector instructions. Left to LLVM
-as before: transposes (their input is strided along the vector), strided windows (stride-2
+as before: transposes no square block divides, strided windows (stride-2
 depthwise), row reductions (the last dim a reduction: LLVM vectorizes those with
 `--fusion-reassociate-reductions`), `exp`/`erf`/`tanh` payloads (`--fusion-fast-exp` expands
 scalar ones later), matmuls (the microkernel's), ops with index checks (a call in the payload).
@@ -46,6 +53,8 @@ from mlir import ir
 
 TAG = attributes.CPU_VECTORIZE
 LOOP_TAG = TAG + "_loop"
+TRANSPOSE_TAG = TAG + "_transpose"
+TRANSPOSE_LOOP_TAG = TAG + "_transpose_loop"
 # The most points a window's reduction dims may have (a 7x7 kernel is 49): above, the op is
 # a contraction, the matmul microkernel's or LLVM's.
 MAX_WINDOW = 64
@@ -129,6 +138,51 @@ def plan(op: ir.Operation, lanes: int) -> tuple[list[int], list[int], int] | Non
     return sizes, parallel + reduction, len(parallel) - 1
 
 
+def transpose_plan(op: ir.Operation, lanes: int) -> tuple[list[int], list[int], int] | None:
+    """(tile sizes, interchange, square block) for a copy whose output's contiguous dim is
+    not its input's (a transpose: K^T in attention, `x.t()`, a permute that moves the last
+    dim), or None. The copy is tiled into `block` x `block` squares (16 on AVX-512, 8 on
+    AVX2, both extents whole multiples of it), each read as `block` rows along the input's
+    contiguous dim and transposed in registers (`vector.transpose`, lowered to shuffles):
+    LLVM, left with the scalar loops, gathers one element per lane (`vgatherqps`)."""
+    if op.name != "linalg.generic" or len(op.results) or len(op.operands) != 2:
+        return None
+    if any(k != "parallel" for k in iterator_kinds(op)):
+        return None
+    for value in op.operands:
+        if not isinstance(value.type, ir.MemRefType) or \
+                str(ir.MemRefType(value.type).element_type) != "f32":
+            return None
+        strides, _ = ir.MemRefType(value.type).get_strides_and_offset()
+        if not strides or strides[-1] != 1:
+            return None
+    body = list(op.regions[0].blocks[0].operations)
+    if len(body) != 1 or body[0].operands[0] != op.regions[0].blocks[0].arguments[0]:
+        return None  # a plain copy of the input
+    maps = [ir.AffineMapAttr(a).value for a in op.attributes["indexing_maps"]]
+    dims = []
+    for amap in maps:
+        if not amap.is_permutation:
+            return None
+        dims.append([ir.AffineDimExpr(e).position for e in amap.results])
+    a, w = dims[0][-1], dims[1][-1]
+    if a == w:
+        return None  # the contiguous dims agree: the elementwise plan's (or LLVM's)
+    extents = _static_extents(op, maps)
+    if extents is None:
+        return None
+    block = 16 if lanes >= 16 else 8
+    while block >= 8 and (extents[a] % block or extents[w] % block):
+        block //= 2
+    if block < 8 or block > lanes:
+        return None
+    n = len(extents)
+    sizes = [1] * n
+    sizes[a] = sizes[w] = block
+    outer = [d for d in range(n) if d not in (a, w)]
+    return sizes, outer + [a, w], block
+
+
 def _static_extents(op: ir.Operation, maps: list[ir.AffineMap]) -> list[int] | None:
     """Each loop dim's extent, read off an operand indexed by that dim alone, or None."""
     n = maps[0].n_dims
@@ -143,7 +197,8 @@ def _static_extents(op: ir.Operation, maps: list[ir.AffineMap]) -> list[int] | N
     return extents if all(e > 0 for e in extents) else None
 
 
-def _script(i: int, sizes: list[int], interchange: list[int], vector_loop: int) -> str:
+def _script(i: int, sizes: list[int], interchange: list[int], vector_loop: int,
+            loop_tag: str = LOOP_TAG) -> str:
     """Tile op `i`; mark its vector loop (the `vector_loop`-th of the nest, outermost 0),
     which the unit-dim folding leaves as it is, where the op itself is rebuilt untagged."""
     any_op = "!transform.any_op"
@@ -153,11 +208,17 @@ def _script(i: int, sizes: list[int], interchange: list[int], vector_loop: int) 
             f"    %t{i}_tiled, %t{i}_loops:{loops} = transform.structured.tile_using_for "
             f"%t{i} tile_sizes {sizes} interchange = {interchange} "
             f": ({any_op}) -> ({', '.join([any_op] * (loops + 1))})\n"
-            f'    transform.annotate %t{i}_loops#{vector_loop} "{LOOP_TAG}" : {any_op}')
+            f'    transform.annotate %t{i}_loops#{vector_loop} "{loop_tag}" : {any_op}')
 
 
 _FOLD_UNIT_DIMS = patterns_script("funcs", "linalg.fold_unit_extent_dims_via_slices")
 _TRANSFER_PATTERNS = patterns_script("vfuncs", "vector.transfer_permutation_patterns")
+# A transposed read becomes a read of rows and a vector.transpose; 16x16 and 8x8 blocks
+# are lowered to shuffles within and across lanes (unpack, then permutes), not to one
+# extract and insert per element.
+_TRANSPOSE_PATTERNS = patterns_script(
+    "tfuncs", "vector.transfer_permutation_patterns",
+    'vector.lower_transpose lowering_strategy = "shuffle_16x16" avx2_lowering_strategy = true')
 
 
 @register
@@ -173,13 +234,21 @@ class CpuVectorizePass(Pass):
             raise ValueError(f"fusion-cpu-vectorize: lanes={self.lanes} must be a power of "
                              "two, at least 2")
         scripts = []
+        blocks: dict[int, int] = {}  # square block per transpose, by script index
         for op in walk(module, "linalg.generic"):
             choice = plan(op, self.lanes)
-            if choice is None:
+            transpose = None if choice is not None else transpose_plan(op, self.lanes)
+            if choice is None and transpose is None:
                 continue
             i = len(scripts)
             op.attributes[TAG] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
-            scripts.append(_script(i, *choice))
+            if choice is not None:
+                scripts.append(_script(i, *choice))
+            else:
+                sizes, interchange, block = transpose
+                blocks[i] = block
+                scripts.append(_script(i, sizes, interchange, len(sizes) - 1,
+                                       f"{TRANSPOSE_LOOP_TAG}{block}"))
         if not scripts:
             return
         apply_script(module, "\n    ".join(scripts + [_FOLD_UNIT_DIMS]))
@@ -202,6 +271,31 @@ class CpuVectorizePass(Pass):
                 tagged += 1
         if tagged:
             apply_script(module, vectorize)
+        self._transposes(module, sorted(set(blocks.values())))
         for op in walk(module, "linalg.generic"):
             if TAG in op.attributes:
                 del op.attributes[TAG]
+
+    def _transposes(self, module: ir.Operation, blocks: list[int]) -> None:
+        """Vectorize the transposes' squares (each tiled to one block x block square in its
+        innermost loop) as reads of rows and in-register transposes."""
+        scripts = []
+        for block in blocks:
+            tag = f"{TRANSPOSE_TAG}{block}"
+            found = False
+            for loop in walk(module, "scf.for"):
+                if f"{TRANSPOSE_LOOP_TAG}{block}" not in loop.attributes:
+                    continue
+                del loop.attributes[f"{TRANSPOSE_LOOP_TAG}{block}"]
+                inner = walk(loop, "linalg.generic")
+                if len(inner) == 1 and len(iterator_kinds(inner[0])) == 2:
+                    inner[0].attributes[tag] = ir.UnitAttr.get()
+                    found = True
+            if found:
+                scripts.append(
+                    f"%x{block} = transform.structured.match attributes{{{tag}}} in %root "
+                    ": (!transform.any_op) -> !transform.any_op\n"
+                    f"    transform.structured.vectorize %x{block} vector_sizes [{block}, "
+                    f"{block}] : !transform.any_op")
+        if scripts:
+            apply_script(module, "\n    ".join(scripts + [_TRANSPOSE_PATTERNS]))

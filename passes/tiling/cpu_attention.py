@@ -596,5 +596,6 @@ class CpuAttentionPass(Pass):
                 continue
             parts = parts_of(group)
             tile = cost_model.cpu_attention_tile(parts.batch, parts.m, parts.n, parts.d,
-                                                 parts.dv, threads)
+                                                 parts.dv, threads,
+                                                 causal=parts.causal is not None)
             build(group, parts, self.block_rows or tile[0], self.block_keys or tile[1])

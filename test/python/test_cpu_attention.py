@@ -246,9 +246,11 @@ def _position_bias(q, k, v):
 def test_masks_changed_below_the_diagonal_run_on_every_tile(tmp_path, fn):
     """A mask with the causal bound that is NOT unchanged below the diagonal (a sliding
     window, a masked key, a position bias) has no interior tiles: one key loop (still
-    ending at the diagonal), the mask evaluated in it on every tile, the numbers right."""
+    ending at the diagonal where the mask has a causal bound), the mask evaluated in it on
+    every tile, the numbers right. 600 keys: tiles of 256 keys (or of the rows, 120, for a
+    causal bound) and a last short one, so that the key loop has several tiles."""
     torch.manual_seed(11)
-    args = _randn(*[(1, 2, 300, 32)] * 3)
+    args = _randn(*[(1, 2, 600, 32)] * 3)
     loops = _key_loops(tmp_path, fn, args)
     assert len(loops) == 1 and "linalg.index" in loops[0]
     assert "arith.cmpi" in loops[0] or "arith.select" in loops[0]
@@ -314,10 +316,15 @@ def test_small_attention_is_left_to_the_planner():
 
 def test_tile_choice():
     # The rows divide q_len, in microkernel blocks of 6 where one divides; enough tiles for
-    # the threads; the keys' f32 K^T and V tiles within the budget.
-    assert cost_model.cpu_attention_tile(8, 1024, 1024, 64, 64, threads=2) == (64, 128)
-    assert cost_model.cpu_attention_tile(8, 96, 96, 64, 64, threads=2) == (48, 96)
+    # the threads; the keys' f32 K^T and V tiles within the budget; a causal kernel's keys
+    # no wider than its rows (its diagonal tiles compute BM x BN scores, half masked).
+    assert cost_model.cpu_attention_tile(8, 1024, 1024, 64, 64, threads=2) == (128, 256)
+    assert cost_model.cpu_attention_tile(8, 1024, 1024, 64, 64, threads=2,
+                                         causal=True) == (128, 128)
+    assert cost_model.cpu_attention_tile(8, 96, 96, 64, 64, threads=2) == (96, 96)
+    assert cost_model.cpu_attention_tile(8, 96, 96, 64, 64, threads=2, causal=True) == (96, 96)
     assert cost_model.cpu_attention_tile(1, 96, 96, 64, 64, threads=8) == (6, 96)
-    assert cost_model.cpu_attention_tile(1, 97, 300, 128, 128, threads=2) == (64, 128)
-    assert cost_model.cpu_attention_tile(1, 97, 300, 256, 256, threads=2) == (64, 64)
+    # A prime q_len: no divisor gives the threads tiles; blocks of 6 rows, the last short.
+    assert cost_model.cpu_attention_tile(1, 97, 300, 128, 128, threads=2) == (18, 128)
+    assert cost_model.cpu_attention_tile(1, 97, 300, 256, 256, threads=2) == (18, 64)
     assert cost_model.cpu_attention_tile(4, 1, 8192, 128, 128, threads=2) == (1, 128)
