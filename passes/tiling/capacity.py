@@ -254,7 +254,8 @@ def _input_kept_bytes(group: ir.Operation) -> int:
     for op in block.operations:
         op = op.operation
         if op.name == "tensor.extract_slice" and MEM_ATTR in op.attributes \
-                and input_slice_role(op) == KEPT:
+                and input_slice_role(op) == KEPT \
+                and str(op.attributes[MEM_ATTR]) != "#fusion.mem<global>":
             total += value_bytes(op.results[0])
     return total
 

@@ -20,6 +20,13 @@ defining op:
   combined across the block and read by all, a matmul operand tile); on the CPU a tile is
   one core's task and the value stays in its registers and L1, written `register`.
 
+On the CPU a matmul's B operand tile (`packed_operand`: read along the output's columns,
+not its rows) is `global`, streamed: the microkernel (`--fusion-cpu-matmul`) copies it into
+its packed panel one depth block by column block at a time, each element once per tile,
+and keeps the panel (at most 256 KB), never the tile. Counted as kept, a K x N operand of
+4 MB made the capacity fit cut a 4096 x 1024 x 1024 matmul into tiles of 8 rows, each
+re-packing 2 MB of B for 8 rows (78 GFLOP/s against 98 in tiles of 1024 rows).
+
 The group gets a summary, `fusion.placement = {global = B, on_chip = B, register = N,
 shared = B}`: bytes written to global memory by the whole kernel, bytes one tile keeps on
 chip (the values kept), the count of register values, and shared-memory bytes per block (no
@@ -155,6 +162,40 @@ def feeds_tile_loop(value: ir.Value) -> bool:
     return False
 
 
+def packed_operand(user: ir.Operation, operand_number: int) -> bool:
+    """Whether operand `operand_number` of `user` is a matmul's B operand as the CPU matmul
+    microkernel reads it: `user` a multiply-accumulate generic of one reduction dim, the
+    operand an input indexed by the reduction dim and, last, the output's last (column) dim,
+    and not by the output's row dim (the dim before it)."""
+    from fusec.passes.cpu.cpu_matmul import is_multiply_accumulate
+
+    if user.name != "linalg.generic" or "indexing_maps" not in user.attributes:
+        return False
+    n_inputs = len(user.operands) - len(user.results)
+    if n_inputs != 2 or operand_number >= n_inputs:
+        return False
+    kinds = [str(k) for k in ir.ArrayAttr(user.attributes["iterator_types"])]
+    reductions = [d for d, k in enumerate(kinds) if "reduction" in k]
+    if len(reductions) != 1 or not is_multiply_accumulate(user):
+        return False
+    maps = [ir.AffineMapAttr(m).value for m in user.attributes["indexing_maps"]]
+    if not all(m.is_projected_permutation for m in maps):
+        return False
+    dims = [[ir.AffineDimExpr(e).position for e in m.results] for m in maps]
+    out = dims[-1]
+    if len(out) < 2:
+        return False
+    row, col = out[-2], out[-1]
+    mine = dims[operand_number]
+    return bool(mine) and mine[-1] == col and reductions[0] in mine and row not in mine
+
+
+def streamed_through_pack(op: ir.Operation) -> bool:
+    """Whether the slice `op` is read only as a matmul's packed B operand (`packed_operand`)."""
+    users = [(_op(u), n) for u, n in _users(op.results[0])]
+    return bool(users) and all(packed_operand(u, n) for u, n in users)
+
+
 def input_slice_role(op: ir.Operation) -> str | None:
     """A slice, read inside the tile, of a kernel input or of a value computed outside the
     tile loop: kept (staged on chip) when an op reuses its elements (a matmul operand tile),
@@ -223,6 +264,8 @@ def place_group(group: ir.Operation, device: cost_model.Device) -> dict[str, int
                 placed.append((op, role))
             elif op.name == "tensor.extract_slice" and in_tile:
                 role = input_slice_role(op)
+                if role == KEPT and not gpu and streamed_through_pack(op):
+                    role = OUTPUT  # the microkernel keeps a panel of it, not the tile
                 if role is not None:
                     placed.append((op, role))
 

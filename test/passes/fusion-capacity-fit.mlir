@@ -161,3 +161,27 @@ func.func @fits(%x: tensor<64x1024xf32>) -> tensor<64x1024xf32> {
   }
   return %r : tensor<64x1024xf32>
 }
+
+// -----
+
+// A plain matmul 4096 x 1024 x 1024 on the host (B's tile, K x columns, is no tile the core
+// keeps): the microkernel packs it one depth block by column block at a time, each element
+// once per tile (place.packed_operand: `global`, streamed), so it does not count against
+// the L2. The A tile does (re-read once per column block): 256 rows of 1024 fit. Counted
+// as kept, B's 2 MB made the fit cut the rows to 8 (each tile re-packing 2 MB of B for 8
+// rows: 78 GFLOP/s against 120 in 256-row tiles, one thread, 2026-12-05).
+// CPU-LABEL: func.func @matmul_b_streamed
+// CPU: fusion.capacity = "fits"
+// CPU-SAME: fusion.tile_sizes = array<i64: 256, 512, 0>
+// CPU: tensor.extract_slice %{{.+}}[%{{.+}}, 0] [256, 1024] [1, 1] {fusion.mem = #fusion.mem<register>}
+// CPU: tensor.extract_slice %{{.+}}[0, %{{.+}}] [1024, 512] [1, 1] {fusion.mem = #fusion.mem<global>}
+func.func @matmul_b_streamed(%a: tensor<4096x1024xf32>, %b: tensor<1024x1024xf32>) -> tensor<4096x1024xf32> {
+  %r = fusion.group single (%x = %a : tensor<4096x1024xf32>, %y = %b : tensor<1024x1024xf32>) -> tensor<4096x1024xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<4096x1024xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4096x1024xf32>) -> tensor<4096x1024xf32>
+    %m = linalg.matmul ins(%x, %y : tensor<4096x1024xf32>, tensor<1024x1024xf32>) outs(%f : tensor<4096x1024xf32>) -> tensor<4096x1024xf32>
+    fusion.yield %m : tensor<4096x1024xf32>
+  }
+  return %r : tensor<4096x1024xf32>
+}
