@@ -41,3 +41,24 @@ def test_bench_cpu_quick_softmax(tmp_path: Path) -> None:
     assert row["kernels"]["fusec"] == 1 < row["kernels"]["fusec_unfused"]
     # 64x512 fp32 read and written once.
     assert row["floor_bytes"] == 2 * 64 * 512 * 4
+
+
+def test_bench_compile_time_one_model(tmp_path: Path) -> None:
+    """bench/compile_time.py compiles a zoo model and reports its kernels and the parts the
+    time went to (no time asserted)."""
+    script = BENCH.parent / "compile_time.py"
+    env = dict(os.environ, FUSEC_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [sys.executable, str(script), "--only", "top2_moe", "--repeats", "1", "--stages"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [row] = [line for line in proc.stdout.splitlines() if line.startswith("| top2_moe |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "12"  # kernels, as test_zoo pins them
+    assert float(cells[2]) > 0
+    for part in ("import", "linalg", "fusion", "tiled", "bufferized", "cpu", "object"):
+        assert f"{part} " in cells[4]
+    bad = subprocess.run([sys.executable, str(script), "--only", "no_such_model"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode != 0 and "unknown zoo model" in bad.stderr
