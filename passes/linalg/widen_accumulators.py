@@ -60,8 +60,9 @@ def _element(value: ir.Value) -> ir.Type:
     return ir.RankedTensorType(value.type).element_type
 
 
-def _accumulators(generic: ir.Operation) -> list[int]:
-    """The outputs of a reduction generic that fold into a 16-bit value by rounding steps."""
+def _accumulators(generic: ir.Operation, narrow: tuple[str, ...] = HALF) -> list[int]:
+    """The outputs of a reduction generic that fold into a value of a `narrow` type (16-bit
+    by default) by rounding steps."""
     kinds = [str(k) for k in ir.ArrayAttr(generic.attributes["iterator_types"])]
     if not any("reduction" in k for k in kinds):
         return []
@@ -73,7 +74,7 @@ def _accumulators(generic: ir.Operation) -> list[int]:
         return []
     found = []
     for i, out in enumerate(view.outputs):
-        if not isinstance(out.type, ir.RankedTensorType) or not is_half(_element(out)):
+        if not isinstance(out.type, ir.RankedTensorType) or str(_element(out)) not in narrow:
             continue
         if any(True for _ in block.arguments[n_in + i].uses):  # it reads its accumulator
             found.append(i)
@@ -81,14 +82,15 @@ def _accumulators(generic: ir.Operation) -> list[int]:
 
 
 def _wide_init(init: ir.Value, f32: ir.Type, at: ir.Operation) -> ir.Value:
-    """`init` as an f32 tensor: a fill of the same value, or an elementwise extf."""
+    """`init` as a tensor of the wide type `f32` (f32, or f64 for `widen`'s `wide`): a fill
+    of the same value, or an elementwise extf."""
     shape = ir.RankedTensorType(init.type).shape
     producer = defining_op(init)
     with ir.InsertionPoint(at), at.location:
         empty = tensor.EmptyOp(shape, f32).result
         if producer is not None and producer.name == "linalg.fill":
             scalar = producer.operands[0]
-            wide = arith.ExtFOp(f32, scalar).result if is_half(scalar.type) else scalar
+            wide = arith.ExtFOp(f32, scalar).result if scalar.type != f32 else scalar
             return linalg.fill(wide, outs=[empty])
         return _elementwise(init, empty, lambda v: arith.ExtFOp(f32, v).result)
 
@@ -169,12 +171,15 @@ class Widener:
             self.narrow[value_key(old)] = res
 
 
-def widen(generic: ir.Operation) -> bool:
-    """Give `generic`'s 16-bit accumulators f32 (see the module's docstring)."""
-    wide_outs = _accumulators(generic)
+def widen(generic: ir.Operation, wide: ir.Type | None = None,
+          narrow: tuple[str, ...] = HALF) -> bool:
+    """Give `generic`'s 16-bit accumulators f32 (see the module's docstring); with `wide`
+    and `narrow`, accumulators of the `narrow` types the `wide` type (a long f32 fold's
+    combine in f64: `--fusion-split-reductions`)."""
+    wide_outs = _accumulators(generic, narrow)
     if not wide_outs:
         return False
-    f32 = ir.F32Type.get(generic.context)
+    f32 = wide or ir.F32Type.get(generic.context)
     view = generic.opview
     inputs, outputs = list(view.inputs), list(view.outputs)
     n_in = len(inputs)
@@ -189,7 +194,7 @@ def widen(generic: ir.Operation) -> bool:
         block = new.regions[0].blocks.append(
             *[_element(v) if isinstance(v.type, ir.RankedTensorType) else v.type
               for v in inputs + new_outs])
-    widener = Widener(generic.context)
+    widener = Widener(generic.context, f32, narrow)
     for i, arg in enumerate(old_block.arguments):
         if i >= n_in and i - n_in in wide_outs:
             widener.wide[value_key(arg)] = block.arguments[i]
