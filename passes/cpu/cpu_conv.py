@@ -1,6 +1,6 @@
 """--fusion-cpu-conv: 2-D convolutions in CPU kernels as im2col + the matmul microkernel.
 
-A convolution tile (NCHW input, FCHW filter, one group: torch's `Conv2d`, after the
+A convolution tile (NCHW input, FCHW filter: torch's `Conv2d`, after the
 `tiled` stage generalised it and `--fusion-cpu-loop-order` ordered its loops) otherwise
 becomes a 7-deep scalar loop nest that LLVM vectorizes along the output's width at best:
 7-25 GFLOP/s on one core here, where oneDNN does 100-150. This pass rewrites each such
@@ -22,8 +22,14 @@ Exact: each output is the same sum of the same products; only the order of the a
 changes (as `--fusion-reassociate-reductions` already allows for the convolution's
 reduction).
 
-Left alone: other element types (the microkernel is f32), grouped and depthwise
-convolutions (another op), pooling (no multiply-accumulate), and a tile whose output rows
+Grouped convolutions (torch-mlir's `conv_2d_ngchw_gfchw`, generalised: x[n, g, c, h, w],
+w[g, f, c, kh, kw], y[n, g, f, oh, ow]; `grouped_conv_loops`) have the group as a second
+batch dim everywhere: col[n, g, (c, kh, kw), (oh, ow)], one matmul batched over (n, g),
+each group's filter [f, (c, kh, kw)] its A. As LLVM's loops they were 75% of ResNeXt-50's
+CPU time (0.26x eager); after, its whole run 270 -> 109 ms (2 threads, one process each).
+
+Left alone: other element types (the microkernel is f32), depthwise convolutions (another
+op, `--fusion-cpu-vectorize`'s windows), pooling (no multiply-accumulate), and a tile whose output rows
 are not contiguous (a tile narrower than the output's width: its pixels cannot be one
 matmul column range) or whose filter is not contiguous per output channel.
 
@@ -88,6 +94,7 @@ class Conv:
     strides: tuple[int, int]
     dilations: tuple[int, int]
     offsets: tuple[int, int]  # constant offsets into the (padded) input's rows and columns
+    g: int | None = None  # the group dim of a grouped convolution (NGCHW / GFCHW), or None
 
 
 def _linear(expr: ir.AffineExpr) -> dict[int, int] | None:
@@ -126,37 +133,73 @@ def _window(expr: ir.AffineExpr, out_dim: int, window_dim: int) -> tuple[int, in
 
 
 def match_conv(op: ir.Operation) -> Conv | None:
-    """The dims of a 2-D NCHW/FCHW f32 convolution `linalg.generic` on memrefs, or None."""
+    """The dims of a 2-D NCHW/FCHW f32 convolution `linalg.generic` on memrefs, one group
+    (`conv_loops`) or several (`grouped_conv_loops`), or None."""
     if len(op.results) or not all(isinstance(v.type, ir.MemRefType) for v in op.operands):
         return None
-    return conv_loops(op)
+    return conv_loops(op) or grouped_conv_loops(op)
 
 
-def conv_loops(op: ir.Operation) -> Conv | None:
-    """The dims of a 2-D NCHW/FCHW f32 convolution `linalg.generic` (on tensors or memrefs:
-    the tiling asks before bufferization which roots this pass will build), or None."""
+def grouped_conv_loops(op: ir.Operation) -> Conv | None:
+    """The dims of a grouped 2-D f32 convolution `linalg.generic` (torch-mlir's
+    `conv_2d_ngchw_gfchw` generalised: x[n, g, c, h, w], w[g, f, c, kh, kw],
+    y[n, g, f, oh, ow]), or None. The tiling does not ask for these (`conv_loops` only):
+    their kernels are tiled as any other contraction."""
+    shaped = _conv_shaped(op, 5)
+    if shaped is None:
+        return None
+    iterators, x, y_dims, w_dims = shaped
+    n, g, f, oh, ow = y_dims
+    g2, f2, c, kh, kw = w_dims
+    if (g2, f2) != (g, f) or any(iterators[d] != "parallel" for d in y_dims):
+        return None
+    if any(iterators[d] != "reduction" for d in (c, kh, kw)):
+        return None
+    if _linear(x[0]) != {n: 1} or _linear(x[1]) != {g: 1} or _linear(x[2]) != {c: 1}:
+        return None
+    rows, cols = _window(x[3], oh, kh), _window(x[4], ow, kw)
+    if rows is None or cols is None or not is_multiply_accumulate(op):
+        return None
+    return Conv(n, f, oh, ow, c, kh, kw, (rows[0], cols[0]), (rows[1], cols[1]),
+                (rows[2], cols[2]), g)
+
+
+def _conv_shaped(op: ir.Operation, rank: int):
+    """(iterators, x map's results, y dims, w dims) of an f32 `linalg.generic` with three
+    operands of `rank` dims, rank + 3 loops of which 3 reductions, whose output and filter
+    maps are permutations of distinct dims; None otherwise."""
     if op.name != "linalg.generic" or len(op.operands) != 3:
         return None
     types = [v.type for v in op.operands]
     if not all(isinstance(t, ir.ShapedType) for t in types):
         return None
-    if any(str(ir.ShapedType(t).element_type) != "f32" or ir.ShapedType(t).rank != 4
+    if any(str(ir.ShapedType(t).element_type) != "f32" or ir.ShapedType(t).rank != rank
            for t in types):
         return None
     iterators = iterator_kinds(op)
-    if len(iterators) != 7 or iterators.count("reduction") != 3:
+    if len(iterators) != rank + 3 or iterators.count("reduction") != 3:
         return None
     x_map, w_map, y_map = [ir.AffineMapAttr(m).value for m in op.attributes["indexing_maps"]]
     y_dims, w_dims = map_dims(y_map), map_dims(w_map)
-    if y_dims is None or w_dims is None or len(set(y_dims)) != 4 or len(set(w_dims)) != 4:
+    if y_dims is None or w_dims is None or len(set(y_dims)) != rank \
+            or len(set(w_dims)) != rank:
         return None
+    return iterators, list(x_map.results), y_dims, w_dims
+
+
+def conv_loops(op: ir.Operation) -> Conv | None:
+    """The dims of a 2-D NCHW/FCHW f32 convolution `linalg.generic` (on tensors or memrefs:
+    the tiling asks before bufferization which roots this pass will build), or None."""
+    shaped = _conv_shaped(op, 4)
+    if shaped is None:
+        return None
+    iterators, x, y_dims, w_dims = shaped
     n, f, oh, ow = y_dims
     f2, c, kh, kw = w_dims
     if f2 != f or any(iterators[d] != "parallel" for d in y_dims):
         return None
     if any(iterators[d] != "reduction" for d in (c, kh, kw)):
         return None
-    x = list(x_map.results)
     if _linear(x[0]) != {n: 1} or _linear(x[1]) != {c: 1}:
         return None
     rows, cols = _window(x[2], oh, kh), _window(x[3], ow, kw)
@@ -193,21 +236,28 @@ def _copy_generic(source: ir.Value, dest: ir.Value, source_map: ir.AffineMapAttr
 
 def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
     """Replace the convolution `op` by im2col + a matmul; False (nothing changed) when its
-    tile's views cannot be collapsed or the col buffer is over `max_col_bytes`."""
+    tile's views cannot be collapsed or the col buffer is over `max_col_bytes`. A grouped
+    convolution (`conv.g`) has the group as a second batch dim everywhere: col[n, g, (c, kh,
+    kw), (oh, ow)], the filter [g, f, (c, kh, kw)], the output [n, g, f, (oh, ow)], and the
+    matmul is batched over (n, g): one per group, each group's filter its A."""
     x, w, y = op.operands
     y_shape = ir.MemRefType(y.type).shape
     w_shape = ir.MemRefType(w.type).shape
-    # The images and the output channels may be a partial tile's dynamic extents; the
-    # window and the pixels are what the matmul's K and columns are made of.
-    if any(e < 0 for e in list(y_shape[2:]) + list(w_shape[1:])):
+    lead = 1 if conv.g is None else 2  # the output's dims before its channels: n (, g)
+    # The images (groups) and the output channels may be a partial tile's dynamic extents;
+    # the window and the pixels are what the matmul's K and columns are made of.
+    if any(e < 0 for e in list(y_shape[lead + 1:]) + list(w_shape[lead:])):
         return False
-    batch, _, out_h, out_w = y_shape
-    _, channels, win_h, win_w = w_shape
-    if not (collapsible(y.type, [[0], [1], [2, 3]]) and collapsible(w.type, [[0], [1, 2, 3]])):
+    batch, out_h, out_w = y_shape[0], y_shape[lead + 1], y_shape[lead + 2]
+    channels, win_h, win_w = w_shape[lead], w_shape[lead + 1], w_shape[lead + 2]
+    y_groups = [[i] for i in range(lead + 1)] + [[lead + 1, lead + 2]]
+    w_groups = [[i] for i in range(lead)] + [[lead, lead + 1, lead + 2]]
+    if not (collapsible(y.type, y_groups) and collapsible(w.type, w_groups)):
         return False
     k, p = channels * win_h * win_w, out_h * out_w
     p_pad = cost_model.cpu_conv_padded_pixels(p)
-    if max_col_bytes and 4 * max(batch, 1) * k * p_pad > max_col_bytes:
+    groups_static = 1 if conv.g is None else max(y_shape[1], 1)
+    if max_col_bytes and 4 * max(batch, 1) * groups_static * k * p_pad > max_col_bytes:
         return False
     ctx = op.context
     (s0, s1), (d0, d1), (p0, p1) = conv.strides, conv.dilations, conv.offsets
@@ -221,62 +271,73 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
             return size if size >= 0 else memref.DimOp(value, arith.ConstantOp(index,
                                                                                 i).result).result
 
-        def alloc(shape: list[int], dynamic: list[ir.Value]) -> ir.Value:
-            return memref.AllocOp(ir.MemRefType.get(shape, f32), dynamic, [],
+        def alloc(shape: list[int | ir.Value]) -> ir.Value:
+            static = [v if isinstance(v, int) else ir.ShapedType.get_dynamic_size()
+                      for v in shape]
+            return memref.AllocOp(ir.MemRefType.get(static, f32),
+                                  [v for v in shape if isinstance(v, ir.Value)], [],
                                   alignment=aligned).result
 
-        def dynamic(*sizes: int | ir.Value) -> list[ir.Value]:
-            return [v for v in sizes if isinstance(v, ir.Value)]
-
-        images, channels_out = extent(y, 0), extent(y, 1)
+        # The leading (batch) extents: images, and groups for a grouped convolution.
+        leading = [extent(y, i) for i in range(lead)]
+        channels_out = extent(y, lead)
+        window = [channels, win_h, win_w]
         if p_pad == p:
-            # col's dims: (n, c, kh, kw, oh, ow); the gather walks the output's width
+            # col's dims: (n, [g,] c, kh, kw, oh, ow); the gather walks the output's width
             # innermost, reading the input's rows.
-            d = [ir.AffineDimExpr.get(i, ctx) for i in range(6)]
-            col = alloc([batch, channels, win_h, win_w, out_h, out_w], dynamic(images))
-            x_map = affine_map_attr(6, [d[0], d[1], d[4] * s0 + d[2] * d0 + const(p0),
-                             d[5] * s1 + d[3] * d1 + const(p1)])
-            _copy_generic(x, col, x_map, affine_map_attr(6, d), 6, f32)
-            b = collapse_view(col, [[0], [1, 2, 3], [4, 5]])
+            r = lead + 5
+            d = [ir.AffineDimExpr.get(i, ctx) for i in range(r)]
+            col = alloc(leading + window + [out_h, out_w])
+            c_, kh_, kw_, oh_, ow_ = d[lead:]
+            x_map = affine_map_attr(r, d[:lead] + [c_, oh_ * s0 + kh_ * d0 + const(p0),
+                                                   ow_ * s1 + kw_ * d1 + const(p1)])
+            _copy_generic(x, col, x_map, affine_map_attr(r, d), r, f32)
+            b = collapse_view(col, [[i] for i in range(lead)]
+                              + [[lead, lead + 1, lead + 2], [lead + 3, lead + 4]])
         else:
             # The pixels padded to whole vectors (a 7x7 image's 49 to 64): col's dims are
-            # (n, c, kh, kw, q) with q = oh * OW + ow; the pad columns are zeros, met by
+            # (n, [g,] c, kh, kw, q) with q = oh * OW + ow; the pad columns are zeros, met by
             # the filter in the matmul and dropped after it.
-            d = [ir.AffineDimExpr.get(i, ctx) for i in range(5)]
-            col = alloc([batch, channels, win_h, win_w, p_pad], dynamic(images))
-            q_row = ir.AffineFloorDivExpr.get(d[4], const(out_w))
-            q_col = ir.AffineModExpr.get(d[4], const(out_w))
-            x_map = affine_map_attr(5, [d[0], d[1], q_row * s0 + d[2] * d0 + const(p0),
-                             q_col * s1 + d[3] * d1 + const(p1)])
-            shape = [images, channels, win_h, win_w]
+            r = lead + 4
+            d = [ir.AffineDimExpr.get(i, ctx) for i in range(r)]
+            col = alloc(leading + window + [p_pad])
+            c_, kh_, kw_, q = d[lead:]
+            q_row = ir.AffineFloorDivExpr.get(q, const(out_w))
+            q_col = ir.AffineModExpr.get(q, const(out_w))
+            x_map = affine_map_attr(r, d[:lead] + [c_, q_row * s0 + kh_ * d0 + const(p0),
+                                                   q_col * s1 + kw_ * d1 + const(p1)])
+            shape = leading + window
             zero = arith.ConstantOp(f32, 0.0).result
-            linalg.fill(zero, outs=[_subview(col, [0, 0, 0, 0, p], shape + [p_pad - p])])
-            valid = _subview(col, [0] * 5, shape + [p])
-            _copy_generic(x, valid, x_map, affine_map_attr(5, d), 5, f32)
-            b = collapse_view(col, [[0], [1, 2, 3], [4]])
-        a = collapse_view(w, [[0], [1, 2, 3]])
-        c = out = collapse_view(y, [[0], [1], [2, 3]])
+            linalg.fill(zero, outs=[_subview(col, [0] * (r - 1) + [p], shape + [p_pad - p])])
+            valid = _subview(col, [0] * r, shape + [p])
+            _copy_generic(x, valid, x_map, affine_map_attr(r, d), r, f32)
+            b = collapse_view(col, [[i] for i in range(lead)]
+                              + [[lead, lead + 1, lead + 2], [lead + 3]])
+        a = collapse_view(w, w_groups)
+        c = out = collapse_view(y, y_groups)
         if p_pad != p:
             # The matmul writes a staging buffer as wide as col; the output's own values
             # (the convolution's init: zeros, a bias) go in and the result comes out.
-            c = alloc([batch, ir.MemRefType(y.type).shape[1], p_pad],
-                      dynamic(images, channels_out))
-            linalg.fill(zero, outs=[_subview(c, [0, 0, p], [images, channels_out, p_pad - p])])
-            staged = _subview(c, [0, 0, 0], [images, channels_out, p])
+            c = alloc(leading + [channels_out, p_pad])
+            linalg.fill(zero, outs=[_subview(c, [0] * (lead + 1) + [p],
+                                             leading + [channels_out, p_pad - p])])
+            staged = _subview(c, [0] * (lead + 2), leading + [channels_out, p])
             linalg.copy(out, outs=[staged])
-        # The matmul's dims: (n, f, p, k).
-        e = [ir.AffineDimExpr.get(i, ctx) for i in range(4)]
-        mm = multiply_accumulate(a, b, c, [affine_map_attr(4, [e[1], e[3]]),
-                                           affine_map_attr(4, [e[0], e[3], e[2]]),
-                                           affine_map_attr(4, [e[0], e[1], e[2]])],
-                                 ["parallel"] * 3 + ["reduction"])
+        # The matmul's dims: (n, [g,] f, p, k); the filter has no image dim.
+        e = [ir.AffineDimExpr.get(i, ctx) for i in range(lead + 3)]
+        batch_dims, f_, p_, k_ = e[:lead], e[lead], e[lead + 1], e[lead + 2]
+        mm = multiply_accumulate(a, b, c, [affine_map_attr(lead + 3, batch_dims[1:] + [f_, k_]),
+                                           affine_map_attr(lead + 3, batch_dims + [k_, p_]),
+                                           affine_map_attr(lead + 3, batch_dims + [f_, p_])],
+                                 ["parallel"] * (lead + 2) + ["reduction"])
         if p_pad != p:
             linalg.copy(staged, outs=[out])
-    f = ir.MemRefType(y.type).shape[1]
+    f = ir.MemRefType(y.type).shape[lead]
     padded = f" (pixels padded to {p_pad})" if p_pad != p else ""
+    grouped = "" if conv.g is None else " per group"
     mm.operation.attributes[TAG] = ir.StringAttr.get(
         f"{channels}x{win_h}x{win_w} window, stride {list(conv.strides)}, dilation "
-        f"{list(conv.dilations)}: im2col [{k}, {p}] per image, matmul "
+        f"{list(conv.dilations)}: im2col [{k}, {p}] per image{grouped}, matmul "
         f"[{f if f >= 0 else '?'}, {k}] @ [{k}, {p}]{padded}")
     op.erase()
     return True
@@ -285,7 +346,7 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
 def _chunk_script(i: int, conv: Conv, rows: int) -> str:
     """Transform IR: tile the convolution tagged `i` by `rows` output rows (one loop)."""
     any_op = "!transform.any_op"
-    sizes = [0] * 7
+    sizes = [0] * (7 if conv.g is None else 8)
     sizes[conv.oh] = rows
     return (f"%c{i} = transform.structured.match attributes{{{CHUNK_TAG} = {i} : i64}} in "
             f"%root : ({any_op}) -> {any_op}\n    "
@@ -296,13 +357,18 @@ def _chunk_script(i: int, conv: Conv, rows: int) -> str:
 def _chunk_rows(op: ir.Operation, conv: Conv, rows: int) -> int:
     """The output rows per im2col chunk for `op` (`rows` > 0: that many; 0: the cost
     model's), or 0 when the whole tile is one chunk."""
+    lead = 1 if conv.g is None else 2
     y_shape = ir.MemRefType(op.operands[2].type).shape
     w_shape = ir.MemRefType(op.operands[1].type).shape
-    out_h, out_w = y_shape[2], y_shape[3]
-    if out_h < 0 or out_w < 0 or any(e < 0 for e in w_shape[1:]):
+    out_h, out_w = y_shape[lead + 1], y_shape[lead + 2]
+    if out_h < 0 or out_w < 0 or any(e < 0 for e in w_shape[lead:]):
         return 0
     if rows <= 0:
-        rows = cost_model.cpu_conv_rows(out_h, out_w, w_shape[1] * w_shape[2] * w_shape[3])
+        # A tile's groups share the chunk's col buffer: each holds its own window's rows.
+        groups = 1 if conv.g is None else max(y_shape[1], 1)
+        rows = cost_model.cpu_conv_rows(out_h, out_w,
+                                        groups * w_shape[lead] * w_shape[lead + 1]
+                                        * w_shape[lead + 2])
     rows = min(rows, out_h)
     return rows if rows < out_h and out_h % rows == 0 else 0
 
