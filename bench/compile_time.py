@@ -38,14 +38,14 @@ def _timed(name, fn):
 
 def _instrument() -> None:
     """Time the import, each IR stage and the object file (the functions fusec calls
-    through their modules' globals)."""
-    from fusec.compiler import api, frontend, pipeline
+    through their modules' attributes: `compile` imports the frontend's function when it
+    runs)."""
+    from fusec.compiler import frontend, pipeline
     from fusec.compiler.targets import cpu
 
     frontend.import_torch_module = _timed("import", frontend.import_torch_module)
     pipeline.run_stage = _timed(lambda a: a[1], pipeline.run_stage)
     cpu.emit_object = _timed("object", cpu.emit_object)
-    del api  # imports frontend lazily, inside compile()
 
 
 def _one(entry, size: str) -> tuple[float, int, dict[str, float]]:

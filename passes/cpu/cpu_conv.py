@@ -96,6 +96,16 @@ class Conv:
     offsets: tuple[int, int]  # constant offsets into the (padded) input's rows and columns
     g: int | None = None  # the group dim of a grouped convolution (NGCHW / GFCHW), or None
 
+    @property
+    def lead(self) -> int:
+        """The output's dims before its channels: n, and g for a grouped convolution."""
+        return 1 if self.g is None else 2
+
+    def groups(self, y_shape: list[int]) -> int:
+        """The groups in a tile whose output has `y_shape` (1 without groups; a dynamic
+        extent counts as one)."""
+        return 1 if self.g is None else max(y_shape[1], 1)
+
 
 def _linear(expr: ir.AffineExpr) -> dict[int, int] | None:
     """An affine expression as {dim: coefficient, -1: constant}, or None when not linear."""
@@ -243,7 +253,7 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
     x, w, y = op.operands
     y_shape = ir.MemRefType(y.type).shape
     w_shape = ir.MemRefType(w.type).shape
-    lead = 1 if conv.g is None else 2  # the output's dims before its channels: n (, g)
+    lead = conv.lead
     # The images (groups) and the output channels may be a partial tile's dynamic extents;
     # the window and the pixels are what the matmul's K and columns are made of.
     if any(e < 0 for e in list(y_shape[lead + 1:]) + list(w_shape[lead:])):
@@ -256,8 +266,7 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
         return False
     k, p = channels * win_h * win_w, out_h * out_w
     p_pad = cost_model.cpu_conv_padded_pixels(p)
-    groups_static = 1 if conv.g is None else max(y_shape[1], 1)
-    if max_col_bytes and 4 * max(batch, 1) * groups_static * k * p_pad > max_col_bytes:
+    if max_col_bytes and 4 * max(batch, 1) * conv.groups(y_shape) * k * p_pad > max_col_bytes:
         return False
     ctx = op.context
     (s0, s1), (d0, d1), (p0, p1) = conv.strides, conv.dilations, conv.offsets
@@ -346,7 +355,7 @@ def rewrite(op: ir.Operation, conv: Conv, max_col_bytes: int = 0) -> bool:
 def _chunk_script(i: int, conv: Conv, rows: int) -> str:
     """Transform IR: tile the convolution tagged `i` by `rows` output rows (one loop)."""
     any_op = "!transform.any_op"
-    sizes = [0] * (7 if conv.g is None else 8)
+    sizes = [0] * (conv.lead + 6)
     sizes[conv.oh] = rows
     return (f"%c{i} = transform.structured.match attributes{{{CHUNK_TAG} = {i} : i64}} in "
             f"%root : ({any_op}) -> {any_op}\n    "
@@ -357,7 +366,7 @@ def _chunk_script(i: int, conv: Conv, rows: int) -> str:
 def _chunk_rows(op: ir.Operation, conv: Conv, rows: int) -> int:
     """The output rows per im2col chunk for `op` (`rows` > 0: that many; 0: the cost
     model's), or 0 when the whole tile is one chunk."""
-    lead = 1 if conv.g is None else 2
+    lead = conv.lead
     y_shape = ir.MemRefType(op.operands[2].type).shape
     w_shape = ir.MemRefType(op.operands[1].type).shape
     out_h, out_w = y_shape[lead + 1], y_shape[lead + 2]
@@ -365,10 +374,9 @@ def _chunk_rows(op: ir.Operation, conv: Conv, rows: int) -> int:
         return 0
     if rows <= 0:
         # A tile's groups share the chunk's col buffer: each holds its own window's rows.
-        groups = 1 if conv.g is None else max(y_shape[1], 1)
         rows = cost_model.cpu_conv_rows(out_h, out_w,
-                                        groups * w_shape[lead] * w_shape[lead + 1]
-                                        * w_shape[lead + 2])
+                                        conv.groups(y_shape) * w_shape[lead]
+                                        * w_shape[lead + 1] * w_shape[lead + 2])
     rows = min(rows, out_h)
     return rows if rows < out_h and out_h % rows == 0 else 0
 

@@ -234,7 +234,7 @@ class CpuVectorizePass(Pass):
             raise ValueError(f"fusion-cpu-vectorize: lanes={self.lanes} must be a power of "
                              "two, at least 2")
         scripts = []
-        blocks: dict[int, int] = {}  # square block per transpose, by script index
+        blocks: set[int] = set()  # the transposes' square block sizes
         for op in walk(module, "linalg.generic"):
             choice = plan(op, self.lanes)
             transpose = None if choice is not None else transpose_plan(op, self.lanes)
@@ -246,7 +246,7 @@ class CpuVectorizePass(Pass):
                 scripts.append(_script(i, *choice))
             else:
                 sizes, interchange, block = transpose
-                blocks[i] = block
+                blocks.add(block)
                 scripts.append(_script(i, sizes, interchange, len(sizes) - 1,
                                        f"{TRANSPOSE_LOOP_TAG}{block}"))
         if not scripts:
@@ -271,7 +271,7 @@ class CpuVectorizePass(Pass):
                 tagged += 1
         if tagged:
             apply_script(module, vectorize)
-        self._transposes(module, sorted(set(blocks.values())))
+        self._transposes(module, sorted(blocks))
         for op in walk(module, "linalg.generic"):
             if TAG in op.attributes:
                 del op.attributes[TAG]

@@ -81,18 +81,18 @@ def _accumulators(generic: ir.Operation, narrow: tuple[str, ...] = HALF) -> list
     return found
 
 
-def _wide_init(init: ir.Value, f32: ir.Type, at: ir.Operation) -> ir.Value:
-    """`init` as a tensor of the wide type `f32` (f32, or f64 for `widen`'s `wide`): a fill
-    of the same value, or an elementwise extf."""
+def _wide_init(init: ir.Value, wide: ir.Type, at: ir.Operation) -> ir.Value:
+    """`init` as a tensor of the `wide` type (f32, or f64 for `widen`'s `wide`): a fill of
+    the same value, or an elementwise extf."""
     shape = ir.RankedTensorType(init.type).shape
     producer = defining_op(init)
     with ir.InsertionPoint(at), at.location:
-        empty = tensor.EmptyOp(shape, f32).result
+        empty = tensor.EmptyOp(shape, wide).result
         if producer is not None and producer.name == "linalg.fill":
             scalar = producer.operands[0]
-            wide = arith.ExtFOp(f32, scalar).result if scalar.type != f32 else scalar
-            return linalg.fill(wide, outs=[empty])
-        return _elementwise(init, empty, lambda v: arith.ExtFOp(f32, v).result)
+            value = arith.ExtFOp(wide, scalar).result if scalar.type != wide else scalar
+            return linalg.fill(value, outs=[empty])
+        return _elementwise(init, empty, lambda v: arith.ExtFOp(wide, v).result)
 
 
 def _elementwise(source: ir.Value, dest: ir.Value, body) -> ir.Value:
@@ -179,11 +179,11 @@ def widen(generic: ir.Operation, wide: ir.Type | None = None,
     wide_outs = _accumulators(generic, narrow)
     if not wide_outs:
         return False
-    f32 = wide or ir.F32Type.get(generic.context)
+    wide_type = wide or ir.F32Type.get(generic.context)
     view = generic.opview
     inputs, outputs = list(view.inputs), list(view.outputs)
     n_in = len(inputs)
-    new_outs = [(_wide_init(o, f32, generic) if i in wide_outs else o)
+    new_outs = [(_wide_init(o, wide_type, generic) if i in wide_outs else o)
                 for i, o in enumerate(outputs)]
     with ir.InsertionPoint(generic), generic.location:
         new = linalg.GenericOp([o.type for o in new_outs], inputs, new_outs,
@@ -194,7 +194,7 @@ def widen(generic: ir.Operation, wide: ir.Type | None = None,
         block = new.regions[0].blocks.append(
             *[_element(v) if isinstance(v.type, ir.RankedTensorType) else v.type
               for v in inputs + new_outs])
-    widener = Widener(generic.context, f32, narrow)
+    widener = Widener(generic.context, wide_type, narrow)
     for i, arg in enumerate(old_block.arguments):
         if i >= n_in and i - n_in in wide_outs:
             widener.wide[value_key(arg)] = block.arguments[i]

@@ -42,12 +42,11 @@ from fusec.passes.inline_groups import groups_in, inline_group
 from fusec.passes.tiling.tile import fold_reshaped_empties
 from fusec.passes.registry import Pass, PassError, register
 from fusec.passes.tiling.place import (
-    KEPT,
+    GLOBAL,
     MEM_ATTR,
     PLACEMENT_ATTR,
     REGISTER,
     block_tiled,
-    input_slice_role,
     place_group,
     value_bytes,
 )
@@ -253,9 +252,10 @@ def _input_kept_bytes(group: ir.Operation) -> int:
     total = 0
     for op in block.operations:
         op = op.operation
+        # Placed slices are input slices (`input_slice_role`): kept unless placed global
+        # (streamed: read once, or a CPU matmul's packed B operand).
         if op.name == "tensor.extract_slice" and MEM_ATTR in op.attributes \
-                and input_slice_role(op) == KEPT \
-                and str(op.attributes[MEM_ATTR]) != "#fusion.mem<global>":
+                and str(op.attributes[MEM_ATTR]) != f"#fusion.mem<{GLOBAL}>":
             total += value_bytes(op.results[0])
     return total
 

@@ -521,8 +521,8 @@ def emit_object(module: ir.Module, path: str, options: Any = None, opt_level: in
     size `opt` unrolls whole (`unroll_threshold`, 0: LLVM's own; at 300, -O3's, a pad's copy
     loops unrolled whole cost `llc` 1.5 s on one kernel).
     """
-    target = [f"-mtriple={host_triple()}", f"-mcpu={target_cpu(options)}",
-              *_vector_width_flags(target_cpu(options))]
+    cpu = target_cpu(options)
+    target = [f"-mtriple={host_triple()}", f"-mcpu={cpu}", *_vector_width_flags(cpu)]
     unroll_threshold = _cpu_options(options).unroll_threshold
     with tempfile.TemporaryDirectory(prefix="fusec-obj-") as tmp, module.context:
         # A clone (the weights' attributes shared, not printed and parsed back).
