@@ -314,8 +314,15 @@ class FusecModel:
         self.kernels = len(self.meta["kernels"])
 
     def outputs_like(self, device: str) -> list[torch.Tensor]:
-        return [torch.full(o["shape"], float("nan"), device=device,
-                           dtype=getattr(torch, o["dtype"])) for o in self.meta["outputs"]]
+        """Output buffers filled with what no kernel writes by chance: NaN, or for integers
+        and bools a value read back unchanged if a kernel skipped it (-7, True)."""
+        outs = []
+        for o in self.meta["outputs"]:
+            dtype = getattr(torch, o["dtype"])
+            fill = float("nan") if dtype.is_floating_point else \
+                (True if dtype == torch.bool else -7)
+            outs.append(torch.full(o["shape"], fill, device=device, dtype=dtype))
+        return outs
 
     def bind(self, inputs: list[torch.Tensor], outputs: list[torch.Tensor], graph: bool = False):
         """A no-argument callable that runs the model on these tensors (through a CUDA graph,

@@ -95,9 +95,6 @@ def linalg_passes(options: CompileOptions) -> list[str]:
             # Sums of bf16/f16 tensors accumulate in f32 and round once, as torch's do
             # (torch-mlir folds them in the 16-bit type).
             "fusion-widen-accumulators",
-            # A long reduction over few rows folds in partials, then combines them: the
-            # GPU's SMs all busy, and no fold rounding over millions of values in one order.
-            f"fusion-split-reductions{{device={_device(options)}}}",
             # 1-D convolutions as 2-D ones of unit height: the convolution family's.
             "fusion-conv1d-as-conv2d",
             # A contraction over a zero-size dimension is its init (no kernel can take it).
@@ -127,6 +124,18 @@ def fusion_passes(options: CompileOptions) -> list[str]:
     # own; canonicalize then drops the constants that were cloned into groups.
     # The loop kernels' writes at indices read from data (scatter, index_put) are guarded
     # like the reads were in `linalg`.
+    # A long reduction over few rows folds in partials, then combines them: the GPU's SMs
+    # all busy, and no fold rounding over millions of values in one order. After the
+    # attention chains are groups (a decode step's softmax over 8192 keys, split, was no
+    # softmax to the recogniser: six kernels instead of one), before the planner; with or
+    # without fusion (it is also numerics).
+    # (canonicalize and cse after it: what the split leaves dead, the producers it cloned
+    # over the cut space, must not reach the planner as groups of their own.)
+    split = [f"fusion-split-reductions{{device={device}}}", "canonicalize", "cse"]
+    if plan and plan[0].startswith("fusion-attention"):
+        plan = plan[:1] + split + plan[1:]
+    else:
+        plan = split + plan
     return (["fusion-lower-tm-tensor",
              "fusion-guard-indices",
              "fusion-form-loop-kernels", "fusion-materialize-outputs"]

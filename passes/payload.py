@@ -47,8 +47,9 @@ CMPI = {0: "equal", 1: "not_equal", 2: "less", 3: "less_equal", 4: "greater",
 CMPF = {"ogt": "greater", "ugt": "greater", "oge": "greater_equal", "uge": "greater_equal",
         "olt": "less", "ult": "less", "ole": "less_equal", "ule": "less_equal",
         "oeq": "equal", "une": "not_equal"}  # (x une x: x is NaN, as numpy's x != x)
-_CMPF_CODES = {"1": "oeq", "2": "ogt", "3": "oge", "4": "olt", "5": "ole", "9": "ugt",
-               "10": "uge", "11": "ult", "12": "ule", "13": "une"}
+_CMPF_CODES = {"0": "false", "1": "oeq", "2": "ogt", "3": "oge", "4": "olt", "5": "ole",
+               "6": "one", "7": "ord", "8": "ueq", "9": "ugt", "10": "uge", "11": "ult",
+               "12": "ule", "13": "une", "14": "uno", "15": "true"}
 # Bitwise ops: on i1 logical (an i1 `true` reads as -1 here), else two's complement in int64.
 BIT_OPS = {"arith.andi": ("logical_and", "bitwise_and"), "arith.ori": ("logical_or", "bitwise_or"),
            "arith.xori": ("logical_xor", "bitwise_xor")}
@@ -355,3 +356,100 @@ def evaluate_payload_intervals(op: ir.Operation, args: list[Any], index: list) -
                 raise PayloadError(f"'{name}' is not bounded here")
         env[value_key(o.results[0])] = r
     return get(yielded)
+
+
+# ---------------------------------------------------------------- argmax / argmin payloads
+
+# The running value's combiner -> (kind, the predicate that moves the index).
+ARG_COMBINERS = {"arith.maximumf": ("max", "ugt"), "arith.minimumf": ("min", "ult")}
+# Casts an argmax's index may pass through from `linalg.index` to the yielded value.
+INDEX_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui")
+
+
+def arg_reduction(op: ir.Operation) -> tuple | None:
+    """(value result, index result, "max" | "min", the linalg.index op) of a two-result
+    reduction payload over its last loop that is torch's argmax / argmin after
+    `--fusion-nan-minmax` (the index moved while the running value is a number and the
+    point's value is larger (smaller) or NaN: the first NaN, else the first extreme):
+
+        %v = arith.maximumf %x, %acc_v
+        %u = arith.cmpf ugt, %x, %acc_v ; %o = arith.cmpf ord, %acc_v, %acc_v
+        %i = arith.select (andi %u, %o), %index, %acc_i
+
+    (minimumf with ult for argmin), where %index is the reduced loop's position
+    (`index_cast(linalg.index last)`) or, in `--fusion-split-reductions`' combine of argmax
+    partials, `index_cast(linalg.index last) * C + %local` with %local an input (the partial's
+    position within its chunk of C, which that pass guarantees below C). Either way the
+    index grows with the point, which a parallel fold's tie-break relies on. None for
+    anything else."""
+    if op.name != "linalg.generic" or len(op.results) != 2 or \
+            "reduction" not in str(op.attributes["iterator_types"]):
+        return None
+    block = op.regions[0].blocks[0]
+    n_in = len(op.operands) - 2
+    inputs = list(block.arguments)[:n_in]
+    accs = list(block.arguments)[n_in:]
+    yielded = list(block.operations[len(block.operations) - 1].operands)
+    n_loops = len(ir.ArrayAttr(op.attributes["iterator_types"]))
+
+    def owner(v: ir.Value) -> ir.Operation | None:
+        o = v.owner
+        return None if isinstance(o, ir.Block) else o.operation
+
+    def through_casts(v: ir.Value) -> ir.Value:
+        while owner(v) is not None and owner(v).name in INDEX_CASTS:
+            v = owner(v).operands[0]
+        return v
+
+    def position(v: ir.Value) -> ir.Operation | None:
+        o = owner(through_casts(v))
+        if o is not None and o.name == "linalg.index" and \
+                ir.IntegerAttr(o.attributes["dim"]).value == n_loops - 1:
+            return o
+        return None
+
+    def index_source(v: ir.Value) -> ir.Operation | None:
+        found = position(v)
+        if found is not None:
+            return found
+        add = owner(v)
+        if add is None or add.name != "arith.addi":
+            return None
+        for scaled, local in (tuple(add.operands), tuple(reversed(list(add.operands)))):
+            mul = owner(scaled)
+            if mul is None or mul.name != "arith.muli" or through_casts(local) not in inputs:
+                continue
+            for pos, c in (tuple(mul.operands), tuple(reversed(list(mul.operands)))):
+                const = owner(c)
+                if const is not None and const.name == "arith.constant" and \
+                        position(pos) is not None:
+                    return position(pos)
+        return None
+
+    for jv, ji in ((0, 1), (1, 0)):
+        comb, sel = owner(yielded[jv]), owner(yielded[ji])
+        if comb is None or sel is None or comb.name not in ARG_COMBINERS or \
+                sel.name != "arith.select" or sel.operands[2] != accs[ji]:
+            continue
+        kind, moved_pred = ARG_COMBINERS[comb.name]
+        acc_v = accs[jv]
+        xs = [v for v in comb.operands if v != acc_v]
+        if len(xs) != 1 or len(list(comb.operands)) != 2:
+            continue
+        x = xs[0]
+        cond = owner(sel.operands[0])
+        if cond is None or cond.name != "arith.andi":
+            continue
+        cmps = [owner(v) for v in cond.operands]
+        if any(c is None or c.name != "arith.cmpf" for c in cmps):
+            continue
+        preds = {cmpf_predicate(c): c for c in cmps}
+        moved, ordered = preds.get(moved_pred), preds.get("ord")
+        if moved is None or ordered is None or \
+                list(moved.operands) != [x, acc_v] or list(ordered.operands) != [acc_v, acc_v]:
+            continue
+        idx = index_source(sel.operands[1])
+        if idx is None:
+            continue
+        return jv, ji, kind, idx
+    return None

@@ -22,6 +22,20 @@ Before:
     %m = arith.select %c, %a, %b : f32
 After:
     %m = arith.maximumf %a, %b : f32
+
+torch's `argmax` / `argmin` (and `max(dim)` / `min(dim)`'s indices) give the first NaN's
+index in a row with a NaN. torch-mlir's reduction payload keeps the running value with
+`maximumf` (NaN-propagating) but moves the index by `cmpf ogt(x, acc)`, false for a NaN `x`:
+the index stayed the largest number's before it ([1, nan, 3] gave 2). In a reduction payload
+that yields `maximumf(x, acc)` (`minimumf`) as one result and `select(cmpf ogt(x, acc),
+index, acc_index)` (`olt`) as another, the compare becomes "x is larger or NaN, and the
+running value is not NaN yet":
+
+    %c = arith.cmpf ogt, %x, %acc     ->  %u = arith.cmpf ugt, %x, %acc
+                                          %o = arith.cmpf ord, %acc, %acc
+                                          %c = arith.andi %u, %o
+
+Ties keep the first index (the compare is strict), as torch.
 """
 
 from __future__ import annotations
@@ -69,3 +83,54 @@ class NanMinMaxPass(Pass):
             select.erase()
             if not list(cmp.results[0].uses):
                 cmp.erase()
+        for generic in walk_ops(module, lambda op: op.name == "linalg.generic"):
+            for select, cmp in _arg_selects(generic):
+                _nan_first(select, cmp)
+
+
+# The running value's combiner -> the compare that moves an argmax / argmin's index.
+ARG_COMPARES = {"arith.maximumf": "ogt", "arith.minimumf": "olt"}
+NAN_FIRST = {"ogt": arith.CmpFPredicate.UGT, "olt": arith.CmpFPredicate.ULT}
+
+
+def _arg_selects(generic: ir.Operation) -> list[tuple[ir.Operation, ir.Operation]]:
+    """The (select, compare) pairs of a reduction payload's argmax / argmin results: a
+    yielded `select(cmpf P(x, acc), i, acc_i)` whose `acc` is the accumulator of another
+    result yielded as `C(x, acc)`, with (C, P) in ARG_COMPARES."""
+    if "reduction" not in str(generic.attributes["iterator_types"]):
+        return []
+    block = generic.regions[0].blocks[0]
+    n_out = len(generic.results)
+    accs = list(block.arguments)[len(block.arguments) - n_out:]
+    yielded = list(block.operations[len(block.operations) - 1].operands)
+    found = []
+    for j, value in enumerate(yielded):
+        select = value.owner
+        if isinstance(select, ir.Block) or select.operation.name != "arith.select" or \
+                select.operands[2] != accs[j]:
+            continue
+        cmp = select.operands[0].owner
+        if isinstance(cmp, ir.Block) or cmp.operation.name != "arith.cmpf":
+            continue
+        x, acc = cmp.operands[0], cmp.operands[1]
+        for k, other in enumerate(yielded):
+            combiner = other.owner
+            if k == j or acc != accs[k] or isinstance(combiner, ir.Block) or \
+                    ARG_COMPARES.get(combiner.operation.name) != cmpf_predicate(cmp.operation):
+                continue
+            if {combiner.operation.operands[0], combiner.operation.operands[1]} == {x, acc}:
+                found.append((select.operation, cmp.operation))
+                break
+    return found
+
+
+def _nan_first(select: ir.Operation, cmp: ir.Operation) -> None:
+    """`select`'s condition as "x moves the index, or is the first NaN" (see above)."""
+    x, acc = cmp.operands[0], cmp.operands[1]
+    with ir.InsertionPoint(select), select.location:
+        moved = arith.CmpFOp(NAN_FIRST[cmpf_predicate(cmp)], x, acc).result
+        ordered = arith.CmpFOp(arith.CmpFPredicate.ORD, acc, acc).result
+        cond = arith.AndIOp(moved, ordered).result
+    select.operands[0] = cond
+    if not list(cmp.results[0].uses):
+        cmp.erase()

@@ -38,10 +38,17 @@ that magnitude; GroupNorm(1, 3) of `randn + 1000` at 1021 x 1021 was 1.2-3.0e-4 
 float64 against torch's 1e-6 to 6.5e-5, now within 1.8x of torch's (most draws equal). The
 GPU's combine stays f32 (its row kernels fold f32).
 
+An argmax / argmin over one trailing loop (`payload.arg_reduction`: torch's, after
+`--fusion-nan-minmax`) splits too (`split_arg`): partials of (value, position in the
+chunk), then a combine over the chunks in order that adds the chunk's offset, with the same
+rule, so the first NaN or the first extreme wins as in torch (greedy decoding's argmax
+over a 50257-token vocabulary was one GPU thread per row).
+
 Left alone: reductions that are not a payload folding into its accumulator through one
-known combining op (an argmax's compare-and-select, a payload reading `linalg.index`),
-reads through other than a dim or a constant, several results, dynamic shapes, and what
-the cost model does not split (many rows, short rows, a single prime length).
+known combining op (other payloads reading `linalg.index`), reads through other than a dim
+or a constant, other multi-result reductions, dynamic shapes, reductions inside a kernel
+formed already (an attention chain's softmax: the pass runs after `--fusion-attention`),
+and what the cost model does not split (many rows, short rows, a single prime length).
 
 Before (a row sum of 4 rows of 262144 values on the GPU, 64 partials each):
     %s = linalg.generic {maps = [(d0, d1) -> (d0, d1), (d0, d1) -> (d0)],
@@ -71,6 +78,7 @@ from fusec.passes import attributes, cost_model
 from fusec.passes.grouping import (defining_op, iterator_kinds, loop_ranges, projection,
                                    value_key, walk_ops)
 from fusec.passes.linalg.widen_accumulators import widen
+from fusec.passes.payload import arg_reduction
 from fusec.passes.registry import Pass, register
 
 # The combining ops a partial and its combine may use: associative and commutative (floats
@@ -109,6 +117,7 @@ class Candidate:
     ranges: list[int]  # loop extents
     kept: list[int]  # the parallel loops (the result's), in loop order
     reduced: list[int]  # the reduced loops, in loop order
+    arg: tuple | None = None  # an argmax / argmin: `payload.arg_reduction`'s answer
 
     @property
     def trailing(self) -> bool:
@@ -118,6 +127,8 @@ class Candidate:
 
 def candidate(op: ir.Operation) -> Candidate | None:
     """`op` as a reduction this pass can split (see the module's docstring), or None."""
+    if op.name == "linalg.generic" and len(op.results) == 2:
+        return _arg_candidate(op)
     if op.name != "linalg.generic" or len(op.results) != 1:
         return None
     kinds = iterator_kinds(op)
@@ -153,6 +164,124 @@ def candidate(op: ir.Operation) -> Candidate | None:
     if 0 in ranges:
         return None  # a loop no operand spans, or an empty one
     return Candidate(op, combiner, ranges, kept, reduced)
+
+
+def _arg_candidate(op: ir.Operation) -> Candidate | None:
+    """An argmax / argmin over one trailing loop (`payload.arg_reduction`, its index the
+    loop's position: not a combine of partials already), static, read through projections,
+    its two results written through one map."""
+    arg = arg_reduction(op)
+    if arg is None:
+        return None
+    jv, ji, kind, index_op = arg
+    kinds = iterator_kinds(op)
+    reduced = [i for i, k in enumerate(kinds) if k == "reduction"]
+    kept = [i for i, k in enumerate(kinds) if k == "parallel"]
+    if reduced != [len(kinds) - 1] or not all(
+            _static(v) or not isinstance(v.type, ir.ShapedType) for v in op.operands):
+        return None
+    maps = _maps(op)
+    reads = [projection(m) for m in maps]
+    if any(r is None for r in reads) or reads[-1] != reads[-2] or reduced[0] in reads[-1]:
+        return None
+    block = op.regions[0].blocks[0]
+    indices = [o.operation for o in block.operations if o.operation.name == "linalg.index"]
+    users = [u.owner.operation if hasattr(u.owner, "operation") else u.owner
+             for u in index_op.results[0].uses]
+    if len(indices) != 1 or not users or \
+            any(u.name not in ("arith.index_cast", "arith.index_castui") for u in users):
+        return None  # the plain position only (the combine's form has a multiply too)
+    combiner = block.operations[len(block.operations) - 1].operands[jv].owner.operation
+    ranges = loop_ranges(op)
+    if 0 in ranges:
+        return None
+    return Candidate(op, combiner, ranges, kept, reduced, arg)
+
+
+def split_arg(c: Candidate, factor: int) -> None:
+    """An argmax / argmin's row cut into `factor` chunks: partials (value, position within
+    the chunk) over [kept..., chunk], folded by the payload itself from (the neutral value,
+    0), then a combine over the chunks in order with the same rule, the position made the
+    row's (`chunk * length + local`). The combine's fold meets the chunks in order and moves
+    the index only for a larger value or the first NaN, so ties keep the first chunk's, and
+    within it the first position: torch's answer."""
+    op = c.op
+    jv, ji, kind, index_op = c.arg
+    operands = list(op.operands)
+    n_in = len(operands) - 2
+    reads = [projection(m) for m in _maps(op)]
+    cut = c.reduced[0]
+    cutter = Cutter(cut, factor)
+    new_inputs, new_maps = [], []
+    for v, dims in zip(operands[:n_in], reads[:n_in]):
+        if isinstance(v.type, ir.ShapedType) and cut in dims:
+            v = cutter.value(v, dims.index(cut), op)
+        new_inputs.append(v)
+        new_maps.append(_map(len(c.ranges) + 1, cutter.dims(dims)))
+    ranges = c.ranges[:cut] + [factor, c.ranges[cut] // factor]
+    length = ranges[-1]
+    out_dims = list(c.kept) + [cut]
+    shape = [ranges[d] for d in out_dims]
+    p = len(c.kept)
+    types = [ir.RankedTensorType(r.type).element_type for r in op.results]
+    with ir.InsertionPoint(op), op.location:
+        inits = []
+        for j, element in enumerate(types):
+            start = _neutral(c.combiner, element) if j == jv else \
+                arith.ConstantOp(element, ir.IntegerAttr.get(element, 0)).result
+            inits.append(linalg.fill(start, outs=[tensor.EmptyOp(shape, element).result]))
+        partial = linalg.GenericOp(
+            [ir.RankedTensorType.get(shape, t) for t in types], new_inputs, inits,
+            ir.ArrayAttr.get(new_maps + [_map(len(ranges), out_dims)] * 2),
+            _iterators(["parallel"] * (len(ranges) - 1) + ["reduction"]))
+    _copy_payload(op, partial.operation)
+    for inner in partial.regions[0].blocks[0].operations:
+        if inner.operation.name == "linalg.index":  # the position within the chunk
+            inner.operation.attributes["dim"] = ir.IntegerAttr.get(
+                ir.IntegerType.get_signless(64), cut + 1)
+    partial.operation.attributes[attributes.SPLIT_PARTIALS] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(64), factor)
+    # The combine: [kept..., chunk] (a unit row loop for a whole-tensor argmax), the
+    # payload's rule with the chunk's offset added to its position.
+    unit = 1 if p == 0 else 0
+    partials = list(partial.results)
+    outs = operands[n_in:]
+    place = {d: i for i, d in enumerate(c.kept)}
+    with ir.InsertionPoint(op), op.location:
+        if unit:
+            outs = [_reshaped(v, [1]) for v in outs]
+            partials = [tensor.ExpandShapeOp(ir.RankedTensorType.get([1, factor], t), v,
+                                             [[0, 1]], [], [1, factor]).result
+                        for v, t in zip(partials, types)]
+        n = p + 1 + unit
+        out_map = [0] if unit else [None if d is None else place[d] for d in reads[n_in]]
+        combine = linalg.GenericOp(
+            [v.type for v in outs], partials, outs,
+            ir.ArrayAttr.get([_map(n, list(range(n)))] * 2 + [_map(n, out_map)] * 2),
+            _iterators(["parallel"] * (n - 1) + ["reduction"]))
+        block = combine.regions[0].blocks.append(*(types + types))
+    value, local, acc_v, acc_i = block.arguments
+    index_type = types[ji]
+    with ir.InsertionPoint(block), op.location:
+        chunk = arith.IndexCastOp(index_type, linalg.IndexOp(n - 1).result).result
+        size = arith.ConstantOp(index_type, ir.IntegerAttr.get(index_type, length)).result
+        position = arith.AddIOp(arith.MulIOp(chunk, size).result, local).result
+        folded = ir.Operation.create(c.combiner.name, results=[types[jv]],
+                                     operands=[value, acc_v]).results[0]
+        moved = arith.CmpFOp(arith.CmpFPredicate.UGT if kind == "max"
+                             else arith.CmpFPredicate.ULT, value, acc_v).result
+        ordered = arith.CmpFOp(arith.CmpFPredicate.ORD, acc_v, acc_v).result
+        index = arith.SelectOp(arith.AndIOp(moved, ordered).result, position, acc_i).result
+        results = [None, None]
+        results[jv], results[ji] = folded, index
+        linalg.YieldOp(results)
+    for j, r in enumerate(op.results):
+        new = combine.results[j]
+        if unit:
+            with ir.InsertionPoint(op), op.location:
+                new = _reshaped(new, ir.RankedTensorType(r.type).shape)
+        r.replace_all_uses_with(new)
+    op.erase()
 
 
 def _map(n_dims: int, dims: list[int | None]) -> ir.AffineMapAttr:
@@ -376,6 +505,8 @@ class SplitReductionsPass(Pass):
     def run(self, module: ir.Operation) -> None:
         device = cost_model.device_named(self.device)
         for op in walk_ops(module, lambda o: o.name == "linalg.generic"):
+            if op.parent.name == "fusion.group":
+                continue  # a kernel formed already (an attention chain's softmax)
             c = candidate(op)
             if c is None:
                 continue
@@ -387,5 +518,8 @@ class SplitReductionsPass(Pass):
                 continue
             whole, factor = cost_model.factor_partials(extents, wanted)
             if whole == 0 and factor == 1:
+                continue
+            if c.arg is not None:
+                split_arg(c, factor)
                 continue
             split(c, whole, factor, wide_combine=device.name == cost_model.CPU_HOST.name)

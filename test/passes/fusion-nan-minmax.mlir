@@ -79,3 +79,98 @@ func.func @not_minmax(%x: tensor<8xf32>, %y: tensor<8xf32>, %n: tensor<8xi32>) -
   } -> tensor<8xf32>
   return %r, %x, %i, %w : tensor<8xf32>, tensor<8xf32>, tensor<8xi32>, tensor<8xf32>
 }
+
+// -----
+
+// torch-mlir's argmax / argmin payloads: the running value by maximumf / minimumf, the index
+// moved by a strict compare against it. The compare becomes "larger (smaller) or NaN, while
+// the running value is not NaN yet": the first NaN's index, as torch; ties keep the first.
+// CHECK-LABEL: func.func @argmax_argmin
+// CHECK: ^bb0(%[[X:.+]]: f32, %[[ACC:.+]]: f32, %[[IDX:.+]]: i64):
+// CHECK: %[[I:.+]] = arith.index_cast
+// CHECK: %[[V:.+]] = arith.maximumf %[[X]], %[[ACC]] : f32
+// CHECK-NEXT: %[[U:.+]] = arith.cmpf ugt, %[[X]], %[[ACC]] : f32
+// CHECK-NEXT: %[[O:.+]] = arith.cmpf ord, %[[ACC]], %[[ACC]] : f32
+// CHECK-NEXT: %[[C:.+]] = arith.andi %[[U]], %[[O]] : i1
+// CHECK-NEXT: %[[S:.+]] = arith.select %[[C]], %[[I]], %[[IDX]] : i64
+// CHECK-NEXT: linalg.yield %[[V]], %[[S]] : f32, i64
+// CHECK: ^bb0(%[[X2:.+]]: f32, %[[ACC2:.+]]: f32, %{{.+}}: i64):
+// CHECK: arith.minimumf %[[X2]], %[[ACC2]] : f32
+// CHECK-NEXT: arith.cmpf ult, %[[X2]], %[[ACC2]] : f32
+// CHECK-NEXT: arith.cmpf ord, %[[ACC2]], %[[ACC2]] : f32
+// CHECK-NOT: arith.cmpf olt
+#x = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @argmax_argmin(%x: tensor<4x16xf32>) -> (tensor<4xf32>, tensor<4xi64>, tensor<4xi64>) {
+  %ninf = arith.constant 0xFF800000 : f32
+  %inf = arith.constant 0x7F800000 : f32
+  %c0 = arith.constant 0 : i64
+  %ev = tensor.empty() : tensor<4xf32>
+  %ei = tensor.empty() : tensor<4xi64>
+  %v0 = linalg.fill ins(%ninf : f32) outs(%ev : tensor<4xf32>) -> tensor<4xf32>
+  %w0 = linalg.fill ins(%inf : f32) outs(%ev : tensor<4xf32>) -> tensor<4xf32>
+  %i0 = linalg.fill ins(%c0 : i64) outs(%ei : tensor<4xi64>) -> tensor<4xi64>
+  %r:2 = linalg.generic {indexing_maps = [#x, #row, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x16xf32>) outs(%v0, %i0 : tensor<4xf32>, tensor<4xi64>) {
+  ^bb0(%in: f32, %acc: f32, %idx: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %m = arith.maximumf %in, %acc : f32
+    %gt = arith.cmpf ogt, %in, %acc : f32
+    %s = arith.select %gt, %ii, %idx : i64
+    linalg.yield %m, %s : f32, i64
+  } -> (tensor<4xf32>, tensor<4xi64>)
+  %q:2 = linalg.generic {indexing_maps = [#x, #row, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x16xf32>) outs(%w0, %i0 : tensor<4xf32>, tensor<4xi64>) {
+  ^bb0(%in: f32, %acc: f32, %idx: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %m = arith.minimumf %in, %acc : f32
+    %lt = arith.cmpf olt, %in, %acc : f32
+    %s = arith.select %lt, %ii, %idx : i64
+    linalg.yield %m, %s : f32, i64
+  } -> (tensor<4xf32>, tensor<4xi64>)
+  return %r#0, %r#1, %q#1 : tensor<4xf32>, tensor<4xi64>, tensor<4xi64>
+}
+
+// -----
+
+// Negative: an index moved by a compare that does not match the running value's combiner
+// (ogt beside minimumf: not torch's argmin), or against another value than that combiner's
+// accumulator, is left as written.
+// CHECK-LABEL: func.func @not_argmax
+// CHECK-NOT: arith.cmpf ord
+// CHECK-NOT: arith.andi
+// CHECK: arith.cmpf ogt
+// CHECK: arith.cmpf ogt
+#x = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @not_argmax(%x: tensor<4x16xf32>, %y: tensor<4x16xf32>) -> (tensor<4xi64>, tensor<4xi64>) {
+  %inf = arith.constant 0x7F800000 : f32
+  %c0 = arith.constant 0 : i64
+  %ev = tensor.empty() : tensor<4xf32>
+  %ei = tensor.empty() : tensor<4xi64>
+  %v0 = linalg.fill ins(%inf : f32) outs(%ev : tensor<4xf32>) -> tensor<4xf32>
+  %i0 = linalg.fill ins(%c0 : i64) outs(%ei : tensor<4xi64>) -> tensor<4xi64>
+  %r:2 = linalg.generic {indexing_maps = [#x, #row, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x16xf32>) outs(%v0, %i0 : tensor<4xf32>, tensor<4xi64>) {
+  ^bb0(%in: f32, %acc: f32, %idx: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %m = arith.minimumf %in, %acc : f32
+    %gt = arith.cmpf ogt, %in, %acc : f32
+    %s = arith.select %gt, %ii, %idx : i64
+    linalg.yield %m, %s : f32, i64
+  } -> (tensor<4xf32>, tensor<4xi64>)
+  %q:2 = linalg.generic {indexing_maps = [#x, #x, #row, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x, %y : tensor<4x16xf32>, tensor<4x16xf32>) outs(%v0, %i0 : tensor<4xf32>, tensor<4xi64>) {
+  ^bb0(%in: f32, %other: f32, %acc: f32, %idx: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %m = arith.maximumf %in, %acc : f32
+    %gt = arith.cmpf ogt, %in, %other : f32
+    %s = arith.select %gt, %ii, %idx : i64
+    linalg.yield %m, %s : f32, i64
+  } -> (tensor<4xf32>, tensor<4xi64>)
+  return %r#1, %q#1 : tensor<4xi64>, tensor<4xi64>
+}

@@ -250,3 +250,78 @@ func.func @column_sum(%z: tensor<1048576x2xf32>) -> tensor<2xf32> {
   } -> tensor<2xf32>
   return %cols : tensor<2xf32>
 }
+
+// -----
+
+// An argmax over 8 rows of 50257 logits (greedy decoding), in `--fusion-nan-minmax`'s form.
+// On the H200: 29 chunks of 1733 (50257 = 29 x 1733); the partials fold (value, position in
+// the chunk) from (-inf, 0) with the payload itself (its linalg.index now the inner loop's);
+// the combine meets the chunks in order and moves the index, chunk * 1733 + local, by the
+// same rule (the first NaN or the first maximum wins, as in torch). On the CPU a max is
+// exact and one thread's fold is no slower: left alone. An argmax inside a kernel formed
+// already (an attention group's) is never split.
+// GPU-LABEL: func.func @argmax_vocabulary
+// GPU: %[[X:.+]] = tensor.expand_shape %arg0 {{\[}}[0], [1, 2]] {{.*}} into tensor<8x29x1733xf32>
+// GPU: %[[P:.+]]:2 = linalg.generic {{.*}} iterator_types = ["parallel", "parallel", "reduction"]} ins(%[[X]] : tensor<8x29x1733xf32>) outs(%{{.+}}, %{{.+}} : tensor<8x29xf32>, tensor<8x29xi64>) attrs = {fusion.split_partials = 29 : i64}
+// GPU: linalg.index 2 : index
+// GPU: linalg.generic {{.*}} iterator_types = ["parallel", "reduction"]} ins(%[[P]]#0, %[[P]]#1 : tensor<8x29xf32>, tensor<8x29xi64>) outs(%{{.+}}, %{{.+}} : tensor<8xf32>, tensor<8xi64>)
+// GPU: ^bb0(%[[V:.+]]: f32, %[[L:.+]]: i64, %[[ACC:.+]]: f32, %[[IDX:.+]]: i64):
+// GPU: %[[C:.+]] = linalg.index 1 : index
+// GPU: %[[CI:.+]] = arith.index_cast %[[C]] : index to i64
+// GPU: %[[OFF:.+]] = arith.muli %[[CI]], %{{.+}} : i64
+// GPU: %[[POS:.+]] = arith.addi %[[OFF]], %[[L]] : i64
+// GPU: arith.maximumf %[[V]], %[[ACC]] : f32
+// GPU: arith.cmpf ugt, %[[V]], %[[ACC]] : f32
+// GPU: arith.cmpf ord, %[[ACC]], %[[ACC]] : f32
+// GPU: arith.select %{{.+}}, %[[POS]], %[[IDX]] : i64
+// CPU-LABEL: func.func @argmax_vocabulary
+// CPU-NOT: fusion.split_partials
+// CPU: return
+func.func @argmax_vocabulary(%x: tensor<8x50257xf32>) -> tensor<8xi64> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %c0 = arith.constant 0 : i64
+  %ev = tensor.empty() : tensor<8xf32>
+  %ei = tensor.empty() : tensor<8xi64>
+  %v0 = linalg.fill ins(%ninf : f32) outs(%ev : tensor<8xf32>) -> tensor<8xf32>
+  %i0 = linalg.fill ins(%c0 : i64) outs(%ei : tensor<8xi64>) -> tensor<8xi64>
+  %r:2 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x50257xf32>) outs(%v0, %i0 : tensor<8xf32>, tensor<8xi64>) {
+  ^bb0(%in: f32, %acc: f32, %idx: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %m = arith.maximumf %in, %acc : f32
+    %u = arith.cmpf ugt, %in, %acc : f32
+    %o = arith.cmpf ord, %acc, %acc : f32
+    %c = arith.andi %u, %o : i1
+    %s = arith.select %c, %ii, %idx : i64
+    linalg.yield %m, %s : f32, i64
+  } -> (tensor<8xf32>, tensor<8xi64>)
+  return %r#1 : tensor<8xi64>
+}
+
+// -----
+
+// Negative: torch-mlir's argmax before `--fusion-nan-minmax` (its index moved by `ogt`,
+// which skips a NaN: no parallel order reproduces that fold) is left alone on both targets.
+// GPU-LABEL: func.func @argmax_not_nan_first
+// GPU-NOT: fusion.split_partials
+// GPU: return
+func.func @argmax_not_nan_first(%x: tensor<8x50257xf32>) -> tensor<8xi64> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %c0 = arith.constant 0 : i64
+  %ev = tensor.empty() : tensor<8xf32>
+  %ei = tensor.empty() : tensor<8xi64>
+  %v0 = linalg.fill ins(%ninf : f32) outs(%ev : tensor<8xf32>) -> tensor<8xf32>
+  %i0 = linalg.fill ins(%c0 : i64) outs(%ei : tensor<8xi64>) -> tensor<8xi64>
+  %r:2 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x50257xf32>) outs(%v0, %i0 : tensor<8xf32>, tensor<8xi64>) {
+  ^bb0(%in: f32, %acc: f32, %idx: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %m = arith.maximumf %in, %acc : f32
+    %gt = arith.cmpf ogt, %in, %acc : f32
+    %s = arith.select %gt, %ii, %idx : i64
+    linalg.yield %m, %s : f32, i64
+  } -> (tensor<8xf32>, tensor<8xi64>)
+  return %r#1 : tensor<8xi64>
+}

@@ -1363,3 +1363,85 @@ def test_conv1d_takes_the_convolution_family_not_the_fallback(ctx) -> None:
     paths = [k.info.get("path") for k in plan.launches]
     assert "fallback" not in paths, paths
     assert sum(p in ("gemm", "tc_gemm") for p in paths) == 2, paths
+
+
+ARGMAX = """
+#x = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @main(%x: tensor<64x1000xf32>) -> (tensor<64xf32>, tensor<64xi64>) {
+  %ninf = arith.constant 0xFF800000 : f32
+  %c0 = arith.constant 0 : i64
+  %ev = tensor.empty() : tensor<64xf32>
+  %ei = tensor.empty() : tensor<64xi64>
+  %v0 = linalg.fill ins(%ninf : f32) outs(%ev : tensor<64xf32>) -> tensor<64xf32>
+  %i0 = linalg.fill ins(%c0 : i64) outs(%ei : tensor<64xi64>) -> tensor<64xi64>
+  %r:2 = linalg.generic {indexing_maps = [#x, #row, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<64x1000xf32>) outs(%v0, %i0 : tensor<64xf32>, tensor<64xi64>) {
+  ^bb0(%in: f32, %acc: f32, %idx: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %m = arith.maximumf %in, %acc : f32
+    %u = arith.cmpf ugt, %in, %acc : f32
+    %o = arith.cmpf ord, %acc, %acc : f32
+    %c = arith.andi %u, %o : i1
+    %s = arith.select %c, %ii, %idx : i64
+    linalg.yield %m, %s : f32, i64
+  } -> (tensor<64xf32>, tensor<64xi64>)
+  return %r#0, %r#1 : tensor<64xf32>, tensor<64xi64>
+}
+"""
+
+ANY_ROWS = """
+#x = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @main(%x: tensor<64x1000xf32>) -> tensor<64xi1> {
+  %t = arith.constant 3.5 : f32
+  %false = arith.constant false
+  %eb = tensor.empty() : tensor<64x1000xi1>
+  %e = tensor.empty() : tensor<64xi1>
+  %gt = linalg.generic {indexing_maps = [#x, #x], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<64x1000xf32>) outs(%eb : tensor<64x1000xi1>) {
+  ^bb0(%a: f32, %o: i1):
+    %c = arith.cmpf ogt, %a, %t : f32
+    linalg.yield %c : i1
+  } -> tensor<64x1000xi1>
+  %z = linalg.fill ins(%false : i1) outs(%e : tensor<64xi1>) -> tensor<64xi1>
+  %any = linalg.generic {indexing_maps = [#x, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%gt : tensor<64x1000xi1>) outs(%z : tensor<64xi1>) {
+  ^bb0(%a: i1, %o: i1):
+    %r = arith.ori %a, %o : i1
+    linalg.yield %r : i1
+  } -> tensor<64xi1>
+  return %any : tensor<64xi1>
+}
+"""
+
+
+def test_row_argmax_folds_value_and_index_pairs(ctx) -> None:
+    """torch's argmax (after `--fusion-nan-minmax`) on the row emitter: each thread folds its
+    columns with the payload itself (the column as linalg.index), then the block combines
+    (value, index) pairs: both shuffled in every butterfly step (the index as i32), the NaN
+    and first-index rule as selects, one shared-memory round. It was a fallback kernel, one
+    thread per row."""
+    program = _generate(ARGMAX)
+    launch = program.plan.launches[0]
+    assert launch.info["path"] == "fast" and launch.info["shape"] == "row"
+    text = program.kernels_mlir
+    assert text.count("gpu.barrier") == 1
+    shuffles = re.findall(r"gpu\.shuffle xor .* : (\w+)", text)
+    assert shuffles.count("f32") == shuffles.count("i32") > 0  # value and index together
+    assert "arith.cmpf uno" in text and "arith.cmpi slt" in text  # NaN first, first index
+    assert ".visible .entry fusec_k0(" in program.ptx
+
+
+def test_row_any_folds_bools_in_i32(ctx) -> None:
+    """`any(-1)` (an i1 or-fold) on the row emitter: bools cross the block as i32 (the
+    shuffles and the per-warp slots take no i1), truncated back once; it was a fallback
+    kernel ("no known combiner")."""
+    program = _generate(ANY_ROWS)
+    launch = program.plan.launches[0]
+    assert launch.info["path"] == "fast" and launch.info["shape"] == "row"
+    text = program.kernels_mlir
+    assert set(re.findall(r"gpu\.shuffle xor .* : (\w+)", text)) == {"i32"}
+    assert "arith.extui" in text and "arith.trunci" in text
+    assert re.search(r"arith\.ori .* : i32", text)

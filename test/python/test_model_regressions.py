@@ -355,6 +355,38 @@ def test_min_max_and_clamps_propagate_nan():
     assert len(compiled.kernels) == 2  # the elementwise outputs, and amax with its reads
 
 
+class ArgExtremes(nn.Module):
+    """torch's argmax / argmin (and max / min over a dim) give the first NaN's index in a row
+    with a NaN; torch-mlir's payload moved the index by `x > acc` (false for a NaN), so the
+    index stayed the largest number's before it (found 2026-12-05: [1, nan, 3] gave 2)."""
+
+    def forward(self, x):
+        mx, mn = x.max(-1), x.min(1)
+        return x.argmax(-1), x.argmin(-1), mx.values, mx.indices, mn.indices, x.argmax(0)
+
+
+def test_argmax_argmin_take_the_first_nan_and_the_first_tie():
+    model = ArgExtremes().eval()
+    compiled = fusec.compile(model, torch.randn(6, 300))
+    for seed in (0, 1):
+        x = torch.randn(6, 300, generator=torch.Generator().manual_seed(seed))
+        x[0, 17] = x[0, 250] = float("nan")  # two NaNs: the first one's index
+        x[1, 299] = float("nan")  # the last element
+        x[2, 5] = x[2, 200] = x[2].abs().max() + 1  # tied maxima: the first
+        x[2, 7] = x[2, 150] = -x[2].abs().max() - 1  # tied minima: the first
+        x[3] = float("-inf")  # all -inf: index 0, as torch
+        x[4, 0] = float("nan")  # the first element
+        outs = compiled(x.numpy())
+        refs = model(x)
+        for i, (out, ref) in enumerate(zip(outs, refs)):
+            if ref.dtype == torch.int64:
+                assert np.array_equal(out, ref.numpy()), (seed, i, out, ref)
+            else:
+                nan = ref.isnan().numpy()
+                assert np.array_equal(np.isnan(out), nan), (seed, i)
+                assert np.array_equal(out[~nan], ref.numpy()[~nan]), (seed, i)
+
+
 class IntegerDivisions(nn.Module):
     """Integer `//`, `div(rounding_mode=...)`, `%` and `fmod` by a tensor (found by probing,
     2026-12-04: a zero divisor killed the calling process with SIGFPE, and the floor

@@ -704,3 +704,33 @@ def test_fast_kernels_are_built_once_per_body(monkeypatch) -> None:
     assert len(plain) == before
     assert [k.info["path"] for k in again] == [k.info["path"] for k in kernels]
     assert second.ptx == first.ptx
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inputs_that_disagree_on_the_contiguous_dim_are_read_in_their_own_phase(dtype):
+    """`x.t() + y`: x is contiguous along the output's rows, y along its columns. The plain
+    transpose read y a lane at a time (0.51x Inductor on the H200, bench/RESULTS.md run
+    168); the staged transpose reads x along p into a shared-memory square, then after one
+    barrier y along l beside the square's vectors: no strided read, every global access a
+    16-byte vector, one square (the output is never staged)."""
+    x, y = torch.randn(512, 256).to(dtype), torch.randn(256, 512).to(dtype)
+    program, kernels = _program(lambda a, b: a.t() * 2 + b, x, y)
+    assert len(kernels) == 1
+    info = kernels[0].info
+    assert info["path"] == "movement" and info["shape"] == "transpose"
+    assert info["launch"]["staged"] and info["strided_load_bytes_per_thread_pass"] == 0
+    body = _entry(program.ptx, kernels[0].symbol)
+    assert body.count("bar.sync") == 1 and re.search(r"ld\.shared\.v(2|4)", body)
+    assert not re.search(r"ld\.global(\.nc)?\.(u16|b16|f32|b32) ", body)  # no scalar reads
+    # A plain transpose (one input, its contiguous dim p) stays the unstaged shape.
+    _, plain = _program(lambda a: (a.t() * 2).contiguous(), x)
+    assert plain[0].info["shape"] == "transpose" and not plain[0].info["launch"]["staged"]
+
+
+def test_a_gather_beside_a_transpose_is_not_staged() -> None:
+    """A staged transpose evaluates its outputs twice and finds each read again by the path
+    to it; a gather (an index read from data) or a concat (a choice per lane) would walk
+    other reads in the two phases: such groups keep the plain transpose shape."""
+    x, y = torch.randn(256, 256), torch.randn(256, 512)
+    _, kernels = _program(lambda a, b: torch.cat([a.t(), b[:, :256]], dim=1), x, y)
+    assert all(not k.info.get("launch", {}).get("staged") for k in kernels)

@@ -203,3 +203,87 @@ def test_cuda_groupnorm_after_a_residual_add_compiles(batch):
     kernels = _cuda_kernels(lambda t: F.silu(F.group_norm(F.silu(t) + 1, 32)),
                             torch.randn(batch, 256, 64, 64))
     assert all(_path(k) != "fallback" for k in kernels)
+
+
+class ArgExtremes(torch.nn.Module):
+    def forward(self, x, y):
+        return x.argmax(-1), x.min(-1), y.argmax(), y.argmin()
+
+
+def _arg_inputs(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, 50257, generator=g)
+    y = torch.randn(1021, 1024, generator=g)
+    top = x.abs().max() + 1
+    x[0, 100] = x[0, 40000] = float("nan")  # the first NaN, in another chunk than the second
+    x[1, 50256] = float("nan")  # the last element
+    x[2, 1733 * 3 + 5] = x[2, 1733 * 20] = top  # tied maxima in two chunks: the first
+    x[3, 1733 * 7 - 1] = x[3, 1733 * 7] = -top  # tied minima across a chunk boundary
+    x[4] = float("-inf")  # no element moves the index: 0
+    x[5] = 0.5  # all tied: 0
+    if seed % 2:
+        y[700, 3] = float("nan")
+    y[17, 5] = y[900, 1] = y.abs().max() + 1
+    return x, y
+
+
+def test_argmax_split_into_partials_keeps_torchs_answer():
+    """A row argmax / argmin too long for one GPU block's registers (greedy decoding's argmax
+    over a 50257-token vocabulary, found 2026-12-05 on the fallback path) is split into
+    partials (value, position in the chunk) and a combine that meets the chunks in order.
+    The split the H200's cost model asks for, compiled here for the CPU: indices equal
+    torch's with NaNs (the first), ties within and across chunks (the first), rows of -inf
+    and whole-tensor argmax / argmin."""
+    from fusec.compiler import driver
+    from fusec.compiler.frontend import import_torch
+    from fusec.passes.registry import run_pipeline
+
+    model = ArgExtremes().eval()
+    with driver.quiet_torch_logs():
+        text = import_torch(model, *_arg_inputs(0))
+    module = driver.parse(text, "<test>")
+    run_pipeline(module, ["fusion-nan-minmax", "fusion-split-reductions{device=nvidia-h200}"])
+    split_text = str(module)
+    assert split_text.count("linalg.index") == 8  # 4 partials' positions, 4 combines' chunks
+    compiled = fusec.compile(split_text)
+    for seed in (1, 2):
+        x, y = _arg_inputs(seed)
+        outs = compiled(x.numpy(), y.numpy())
+        refs = model(x, y)
+        refs = [refs[0], refs[1].values, refs[1].indices, refs[2], refs[3]]
+        assert len(outs) == len(refs)
+        for i, (out, ref) in enumerate(zip(outs, refs)):
+            assert np.array_equal(np.asarray(out), ref.numpy(), equal_nan=True), (seed, i)
+
+
+def test_cuda_vocabulary_argmax_leaves_the_fallback():
+    """argmax over 8 rows of 50257 logits: partials over 29 chunks of 1733 (50257 = 29 x
+    1733: 232 blocks, every SM busy), then a combine: two row kernels of the fast emitter
+    (was one fallback kernel, a thread per row)."""
+    kernels = _cuda_kernels(lambda t: t.argmax(-1), torch.randn(8, 50257))
+    assert [_path(k) for k in kernels] == ["fast", "fast"]
+    assert _blocks(kernels[0]) >= 132
+
+
+def test_cuda_decode_attention_stays_one_kernel():
+    """A decode step's SDPA (B8 H32, one query row, 8192 keys): its softmax's reductions are
+    256 rows of 8192, which the split asks partials for. Split before the attention
+    recogniser ran (session 42's pipeline), the softmax was no softmax to it: six kernels
+    on the H200 instead of the attention kernel (found on the H200, 2026-12-05, run 168).
+    The split now runs after the attention chains are groups."""
+    q = torch.randn(8, 32, 1, 128).to(torch.bfloat16)
+    k, v = (torch.randn(8, 32, 8192, 128).to(torch.bfloat16) for _ in range(2))
+    kernels = _cuda_kernels(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
+    assert [_path(k) for k in kernels] == ["attention"]
+
+
+def test_cpu_attention_over_long_keys_stays_one_kernel():
+    """The same on the CPU, whose split asks partials of float sums longer than 16384: an
+    SDPA over 32768 keys stays the attention kernel, within 1e-5 of float64."""
+    q, k, v = torch.randn(1, 2, 4, 32), torch.randn(1, 2, 32768, 32), torch.randn(1, 2, 32768, 32)
+    compiled = fusec.compile(_Fn(lambda q, k, v: F.scaled_dot_product_attention(q, k, v)).eval(),
+                             q, k, v)
+    assert [kernel.get("kind") for kernel in compiled.metadata["kernels"]] == ["attention"]
+    out = compiled(q.numpy(), k.numpy(), v.numpy())
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    assert rel_err(out, ref) < 1e-5

@@ -16,6 +16,7 @@ from fusec.compiler.targets.cuda.device import (
     row_launch_shape,
 )
 from fusec.passes.grouping import producer_through_reshapes, projection
+from fusec.passes.payload import arg_reduction
 
 # ---------------------------------------------------------------- what the group emitter takes
 
@@ -43,8 +44,9 @@ def emitter_refusal(op: ir.Operation) -> str | None:
     if any(kinds[:-1]):
         return "a reduction over other than the last loop"
     if any(inner.operation.name == "linalg.index"
-           for inner in op.regions[0].blocks[0].operations):
-        return "linalg.index in the payload"
+           for inner in op.regions[0].blocks[0].operations) and \
+            arg_reduction(op) is None:
+        return "linalg.index in the payload (other than an argmax's / argmin's column)"
     return None
 
 

@@ -16,13 +16,28 @@ ELEMENT_BYTES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i
                  "i1": 1}
 # Element types held in memory as a wider type: i1 as one byte per value.
 MEMORY_ELEMENT = {"i1": "i8"}
+STATIC_SHARED_BYTES = 48 * 1024  # what a kernel may declare statically
 
 # A reduction's combining op (the op whose operand is the accumulator) -> gpu.all_reduce kind.
 COMBINERS = {
     "arith.addf": "add", "arith.mulf": "mul", "arith.maximumf": "maximumf",
     "arith.minimumf": "minimumf", "arith.maxnumf": "maxnumf", "arith.minnumf": "minnumf",
     "arith.addi": "add", "arith.muli": "mul", "arith.maxsi": "maxsi", "arith.minsi": "minsi",
+    "arith.maxui": "maxui", "arith.minui": "minui", "arith.andi": "and", "arith.ori": "or",
+    "arith.xori": "xor",
 }
+# Integers narrower than a shuffle's 32 bits are combined across threads in i32: extended
+# by sign for the signed combiners, by zero for the others (an i1 `any` / `all` is 0 / 1),
+# then truncated back (the low bits of a sum or product do not depend on the extension).
+SIGNED_COMBINERS = frozenset({"maxsi", "minsi"})
+
+
+def shuffle_type(type_: str) -> str:
+    """The type a block combines values of `type_` in (gpu.shuffle and the per-warp slots
+    take 32 and 64 bits)."""
+    if type_.startswith("i") and type_ != "index" and int(type_[1:]) < 32:
+        return "i32"
+    return type_
 # Payload ops emitted as they stand (scalar, region-free, pure).
 PAYLOAD_DIALECTS = ("arith.", "math.")
 

@@ -10,6 +10,7 @@ from typing import Any
 import mlir.ir as ir
 from fusec.compiler.targets.constants import dense_bytes
 from fusec.passes.grouping import op_key
+from fusec.passes.payload import arg_reduction
 from fusec.compiler.targets.cuda.built import FAST, PROBE_SYMBOL, body_text, renamed
 from fusec.compiler.targets.cuda.analysis import (
     GroupGeometry,
@@ -30,6 +31,8 @@ from fusec.compiler.targets.cuda.device import (
     CudaCodegenError,
     ElementwiseShape,
     RowShape,
+    SIGNED_COMBINERS,
+    shuffle_type,
 )
 
 # ---------------------------------------------------------------- kernel emission
@@ -70,7 +73,8 @@ class Input:
 
 @dataclass
 class PendingReduction:
-    """A reduction's per-thread partial, waiting to be combined across the block."""
+    """A reduction's per-thread partial, waiting to be combined across the block
+    (`KernelEmitter.flush_reductions`)."""
 
     key: int  # the reduction result's value key
     partial: str
@@ -78,6 +82,135 @@ class PendingReduction:
     wide: str  # the type it is combined in (f32 for 16-bit floats)
     type: str  # the result's element type
     init: str  # the reduction's initial value (combined in once, at the end)
+
+    @property
+    def keys(self) -> tuple:
+        return (self.key,)
+
+    def part_types(self) -> list[str]:
+        return [shuffle_type(self.wide)]
+
+    def parts(self, em: "KernelEmitter") -> list[str]:
+        """The partial in the type the block combines it in (`shuffle_type`)."""
+        wide = shuffle_type(self.wide)
+        if wide == self.wide:
+            return [self.partial]
+        ext = "extsi" if COMBINERS[self.combiner] in SIGNED_COMBINERS else "extui"
+        name = em.fresh("h")
+        em.emit(f"{name} = arith.{ext} {self.partial} : {self.wide} to {wide}")
+        return [name]
+
+    def combine(self, em: "KernelEmitter", a: list[str], b: list[str]) -> list[str]:
+        name = em.fresh("h")
+        em.emit(f"{name} = {self.combiner} {a[0]}, {b[0]} : {self.part_types()[0]}")
+        return [name]
+
+    def finish(self, em: "KernelEmitter", values: list[str]) -> None:
+        """The block's value combined with the init, rounded to the result's type."""
+        value = values[0]
+        if shuffle_type(self.wide) != self.wide:
+            value = em.fresh("h")
+            em.emit(f"{value} = arith.trunci {values[0]} : {shuffle_type(self.wide)} to "
+                    f"{self.wide}")
+        init = self.init
+        if self.wide != self.type:
+            init = em.fresh("w")
+            em.emit(f"{init} = arith.extf {self.init} : {self.type} to {self.wide}")
+        final = em.fresh("r")
+        em.emit(f"{final} = {self.combiner} {value}, {init} : {self.wide}")
+        if self.wide != self.type:
+            narrow = em.fresh("r")
+            em.emit(f"{narrow} = arith.truncf {final} : {self.wide} to {self.type}")
+            final = narrow
+        em.values[self.key] = Row(em.uniform_name(final), self.type)
+
+
+# An argmax's / argmin's compare in the tree: the value that wins outright.
+ARG_BETTER = {"max": "ogt", "min": "olt"}
+
+
+@dataclass
+class PendingArgReduction:
+    """An argmax / argmin (torch-mlir's payload after `--fusion-nan-minmax`: the running
+    value by maximumf / minimumf, the index moved while the value is larger or the first
+    NaN) as per-thread (value, index) partials. Each thread folds its columns in order with
+    the payload itself; the block combines pairs by the order the payload's sequential fold
+    defines: a NaN first, then the larger (smaller) value, ties to the smaller index; the
+    init pair is folded in last by the payload's own rule. The index travels as i32 (a
+    column of the row), the value as f32 for 16-bit floats (max / min are exact in it)."""
+
+    keys: tuple  # value keys of the (value, index) results; None where the result is dead
+    value: str
+    index: str  # i32
+    kind: str  # "max" | "min"
+    type: str  # the value's element type
+    index_type: str  # the index result's type (i64)
+    init: tuple  # (value, index) of the outs operands
+
+    def part_types(self) -> list[str]:
+        return [_float_shuffle_type(self.type), "i32"]
+
+    def parts(self, em: "KernelEmitter") -> list[str]:
+        value = self.value
+        if _float_shuffle_type(self.type) != self.type:
+            value = em.fresh("h")
+            em.emit(f"{value} = arith.extf {self.value} : {self.type} to f32")
+        return [value, self.index]
+
+    def combine(self, em: "KernelEmitter", a: list[str], b: list[str]) -> list[str]:
+        t = self.part_types()[0]
+
+        def cmp(pred: str, x: str, y: str, type_: str = t) -> str:
+            name = em.fresh("h")
+            em.emit(f"{name} = arith.{'cmpi' if type_ == 'i32' else 'cmpf'} {pred}, {x}, {y}"
+                    f" : {type_}")
+            return name
+
+        def logic(op: str, x: str, y: str) -> str:
+            name = em.fresh("h")
+            em.emit(f"{name} = arith.{op} {x}, {y} : i1")
+            return name
+
+        better = cmp(ARG_BETTER[self.kind], b[0], a[0])
+        b_nan, a_num = cmp("uno", b[0], b[0]), cmp("ord", a[0], a[0])
+        same = logic("ori", cmp("oeq", b[0], a[0]),
+                     logic("andi", b_nan, cmp("uno", a[0], a[0])))
+        first = logic("andi", same, cmp("slt", b[1], a[1], "i32"))
+        take = logic("ori", logic("ori", better, logic("andi", b_nan, a_num)), first)
+        out = []
+        for x, y, type_ in ((b[0], a[0], t), (b[1], a[1], "i32")):
+            out.append(em.fresh("h"))
+            em.emit(f"{out[-1]} = arith.select {take}, {x}, {y} : {type_}")
+        return out
+
+    def finish(self, em: "KernelEmitter", values: list[str]) -> None:
+        value, index = values
+        if _float_shuffle_type(self.type) != self.type:
+            narrow = em.fresh("r")
+            em.emit(f"{narrow} = arith.truncf {value} : f32 to {self.type}")
+            value = narrow
+        wide_index = em.fresh("r")
+        em.emit(f"{wide_index} = arith.extsi {index} : i32 to {self.index_type}")
+        init_value, init_index = self.init
+        # The payload's rule, the block's pair as the element: it moves the init while the
+        # init's value is a number and the pair's is larger (smaller) or NaN.
+        moved, ordered, take = em.fresh("r"), em.fresh("r"), em.fresh("r")
+        em.emit(f"{moved} = arith.cmpf {'ugt' if self.kind == 'max' else 'ult'}, {value}, "
+                f"{init_value} : {self.type}")
+        em.emit(f"{ordered} = arith.cmpf ord, {init_value}, {init_value} : {self.type}")
+        em.emit(f"{take} = arith.andi {moved}, {ordered} : i1")
+        finals = []
+        for x, y, type_ in ((value, init_value, self.type),
+                            (wide_index, init_index, self.index_type)):
+            finals.append(em.fresh("r"))
+            em.emit(f"{finals[-1]} = arith.select {take}, {x}, {y} : {type_}")
+        for key, final, type_ in zip(self.keys, finals, (self.type, self.index_type)):
+            if key is not None:
+                em.values[key] = Row(em.uniform_name(final), type_)
+
+
+def _float_shuffle_type(type_: str) -> str:
+    return "f32" if type_ in ("bf16", "f16") else type_
 
 
 def _external_reads(op: ir.Operation) -> list[int]:
@@ -291,7 +424,7 @@ class KernelEmitter:
         todo = self.body_ops()
         reads = {id_of(op): _external_reads(op) for op in todo}
         while todo:
-            pending = {r.key for r in self.pending}
+            pending = {k for r in self.pending for k in r.keys}
             for k, op in enumerate(todo):
                 keys = reads[id_of(op)]
                 if all(key in self.values and key not in pending for key in keys):
@@ -332,7 +465,9 @@ class KernelEmitter:
         value to a shared-memory slot of its own (one buffer per value, so rounds never
         overwrite what another warp still reads); one barrier; then every warp loads the
         per-warp values (lane l the value of warp l mod warps) and combines them with
-        xor-shuffles again, so every thread holds the result with no second barrier.
+        xor-shuffles again, so every thread holds the result with no second barrier. A
+        pending item is one value (`PendingReduction`) or several combined together (an
+        argmax's value and index, `PendingArgReduction`).
         """
         if not self.pending:
             return
@@ -340,9 +475,7 @@ class KernelEmitter:
         block = self.geo.shape.block
         warps = max(1, block // 32)
         width = min(block, 32)
-        partials = []
-        for r in pending:
-            partials.append(self.warp_reduce(r.partial, r, width))
+        partials = [self.warp_reduce(r.parts(self), r, width) for r in pending]
         if warps > 1:
             lane = self.lane_index()
             warp = self.warp_index()
@@ -351,12 +484,15 @@ class KernelEmitter:
             self.emit(f"scf.if {is_lane0} {{")
             self.indent += 1
             buffers = []
-            for r, value in zip(pending, partials):
-                buf = f"%wg{len(self.workgroup)}"
-                mtype = f"memref<{warps}x{r.wide}, #gpu.address_space<workgroup>>"
-                self.workgroup.append((buf, mtype))
-                buffers.append((buf, mtype))
-                self.emit(f"memref.store {value}, {buf}[{warp}] : {mtype}")
+            for r, values in zip(pending, partials):
+                bufs = []
+                for value, type_ in zip(values, r.part_types()):
+                    buf = f"%wg{len(self.workgroup)}"
+                    mtype = f"memref<{warps}x{type_}, #gpu.address_space<workgroup>>"
+                    self.workgroup.append((buf, mtype))
+                    bufs.append((buf, mtype))
+                    self.emit(f"memref.store {value}, {buf}[{warp}] : {mtype}")
+                buffers.append(bufs)
             self.indent -= 1
             self.emit("}")
             self.emit("gpu.barrier")
@@ -365,36 +501,30 @@ class KernelEmitter:
             # block's total in *every* lane (warps is a power of two).
             slot = self.arith("remui", lane, self.index(warps))
             combined = []
-            for r, (buf, mtype) in zip(pending, buffers):
-                loaded = self.fresh("z")
-                self.emit(f"{loaded} = memref.load {buf}[{slot}] : {mtype}")
+            for r, bufs in zip(pending, buffers):
+                loaded = []
+                for buf, mtype in bufs:
+                    loaded.append(self.fresh("z"))
+                    self.emit(f"{loaded[-1]} = memref.load {buf}[{slot}] : {mtype}")
                 combined.append(self.warp_reduce(loaded, r, warps))
             partials = combined
-        for r, value in zip(pending, partials):
-            init = r.init
-            if r.wide != r.type:
-                init = self.fresh("w")
-                self.emit(f"{init} = arith.extf {r.init} : {r.type} to {r.wide}")
-            final = self.fresh("r")
-            self.emit(f"{final} = {r.combiner} {value}, {init} : {r.wide}")
-            if r.wide != r.type:
-                narrow = self.fresh("r")
-                self.emit(f"{narrow} = arith.truncf {final} : {r.wide} to {r.type}")
-                final = narrow
-            self.values[r.key] = Row(self.uniform_name(final), r.type)
+        for r, values in zip(pending, partials):
+            r.finish(self, values)
 
-    def warp_reduce(self, value: str, r: PendingReduction, width: int) -> str:
-        """Butterfly (xor) reduction over the first `width` lanes of each warp (a power of 2)."""
+    def warp_reduce(self, values: list[str], r: Any, width: int) -> list[str]:
+        """Butterfly (xor) reduction over the first `width` lanes of each warp (a power of 2)
+        of a pending item's parts (`r.part_types()`), combined by `r.combine`."""
         offset = 1
         while offset < width:
-            other = self.fresh("h")
-            self.emit(f"{other}, %{other[1:]}ok = gpu.shuffle xor {value}, "
-                      f"{self.const(offset, 'i32')}, {self.const(32, 'i32')} : {r.wide}")
-            combined = self.fresh("h")
-            self.emit(f"{combined} = {r.combiner} {value}, {other} : {r.wide}")
-            value = combined
+            others = []
+            for value, type_ in zip(values, r.part_types()):
+                other = self.fresh("h")
+                self.emit(f"{other}, %{other[1:]}ok = gpu.shuffle xor {value}, "
+                          f"{self.const(offset, 'i32')}, {self.const(32, 'i32')} : {type_}")
+                others.append(other)
+            values = r.combine(self, values, others)
             offset *= 2
-        return value
+        return values
 
     def lane_index(self) -> str:
         if "lane" not in self.cache:
@@ -546,6 +676,11 @@ class KernelEmitter:
                 self.values[value_key(op.results[j])] = rep
             return
 
+        arg = arg_reduction(op)
+        if arg is not None:
+            self.fold_arg_pair(op, arg, operands_in, out_vals, maps, positions, domain)
+            return
+
         # Reduction over the last dimension: fold this thread's elements, then the block.
         # 16-bit floats accumulate in f32 (as PyTorch's reductions do): the payload up to the
         # combiner runs as written, the combining runs in f32, the result is rounded once.
@@ -594,6 +729,52 @@ class KernelEmitter:
             self.pending.append(PendingReduction(
                 value_key(op.results[j]), accs[j], combiners[j], wide[j], type_,
                 _element(init, 0)))
+
+    def fold_arg_pair(self, op: ir.Operation, arg: tuple, operands_in: list, out_vals: list,
+                      maps: list[MapInfo], positions: int, domain: str) -> None:
+        """An argmax / argmin over the row (`payload.arg_reduction`): this thread's columns folded in
+        order by the payload itself from (the neutral value, 0), then a pending pair
+        (`PendingArgReduction`). The payload's `linalg.index` of the reduced loop is the
+        column."""
+        jv, ji, kind, index_op = arg
+        n_in = len(operands_in)
+        block = op.regions[0].blocks[0]
+        yielded = list(block.operations[len(block.operations) - 1].operands)
+        if self.geo.kind != "row" or domain != "full":
+            raise CudaCodegenError("an argmax / argmin outside a row kernel")
+        vtype = tensor_info(op.results[jv].type)[1]
+        itype = tensor_info(op.results[ji].type)[1]
+        acc_v = self.const(_neutral("arith.maximumf" if kind == "max" else "arith.minimumf",
+                                    vtype), vtype)
+        acc_i = self.const(0, itype)
+        for p in range(positions):
+            env = {}
+            for a, val in zip(list(block.arguments)[:n_in], operands_in):
+                env[value_key(a)] = _element(val, p)
+            env[value_key(block.arguments[n_in + jv])] = acc_v
+            env[value_key(block.arguments[n_in + ji])] = acc_i
+            column = self.col_offsets[p // self.vec]
+            if p % self.vec:
+                column = self.arith("addi", column, self.index(p % self.vec))
+            env[value_key(index_op.results[0])] = column
+            new_v, new_i = self.emit_payload(block, env, [yielded[jv], yielded[ji]])
+            mask = self.masks.get(p // self.vec)
+            if mask is not None:
+                kept_v, kept_i = self.fresh("s"), self.fresh("s")
+                self.emit(f"{kept_v} = arith.select {mask}, {new_v}, {acc_v} : {vtype}")
+                self.emit(f"{kept_i} = arith.select {mask}, {new_i}, {acc_i} : {itype}")
+                new_v, new_i = kept_v, kept_i
+            acc_v, acc_i = new_v, new_i
+        narrow = self.fresh("w")
+        self.emit(f"{narrow} = arith.trunci {acc_i} : {itype} to i32")
+        inits = tuple(_element(self.access(out_vals[j], maps[n_in + j], "full")[1], 0)
+                      for j in (jv, ji))
+        if any(isinstance(out_vals[j], Empty) for j in (jv, ji)):
+            raise CudaCodegenError("reduction into an uninitialised tensor")
+        live = _live_results(op, self)
+        keys = tuple(value_key(op.results[j]) if j in live else None for j in (jv, ji))
+        self.pending.append(PendingArgReduction(keys, acc_v, narrow, kind, vtype, itype,
+                                                inits))
 
     def check_row_reads(self, op: ir.Operation, ins: list[ir.Value], maps: list[MapInfo]) -> None:
         """A generic computing one value per row reads each tensor operand at the row's own
@@ -669,6 +850,8 @@ class KernelEmitter:
             if inner.operation.name == "linalg.yield" or id_of(inner) not in needed:
                 continue
             if inner.operation.name == "linalg.index":
+                if value_key(inner.results[0]) in env:
+                    continue  # given (an argmax's column: `fold_arg_pair`)
                 raise CudaCodegenError("linalg.index in a live payload is not supported yet")
             if not inner.operation.name.startswith(PAYLOAD_DIALECTS) or len(inner.regions):
                 raise CudaCodegenError(f"payload op '{inner.operation.name}' is not supported")
@@ -926,6 +1109,10 @@ def _neutral(combiner: str, type_: str) -> str:
     if kind in ("minimumf", "minnumf"):
         return {"f32": "0x7F800000", "f64": "0x7FF0000000000000", "f16": "0x7C00",
                 "bf16": "0x7F80"}[type_]
+    if kind in ("or", "xor", "maxui"):
+        return "0"
+    if kind in ("and", "minui"):
+        return "-1"  # all ones (`true` for i1)
     bits = int(type_[1:])
     if kind == "maxsi":
         return str(-(1 << (bits - 1)))

@@ -34,7 +34,10 @@ Three kernel shapes (the cost model's pure functions give their sizes):
   * **transpose** (`cost_model.transpose_tile_shape`): when the inputs' contiguous dim is
     another output dim p (a 2-D transpose, K^T's (0, 2, 3, 1)), each block moves a 256-byte
     square of (p, l): read in vectors along p, kept in shared memory (the chunks XOR-swizzled
-    by row so neither phase has bank conflicts), written in vectors along l.
+    by row so neither phase has bank conflicts), written in vectors along l. Where the
+    inputs disagree (`x.t() + y`: x contiguous along p, y along l) the *staged* variant
+    keeps the reads along p in the squares instead of the outputs, and computes the outputs
+    in the second phase with the other inputs read along l (transpose.py).
 
   * **reduce** (`cost_model.split_reduction_shape`): a longer reduction over a non-last
     dim: a few output vectors per block, the reduced points split over the block's slices
@@ -78,6 +81,8 @@ from fusec.compiler.targets.cuda.device import (
     CudaCodegenError,
     CudaDevice,
 )
+from fusec.compiler.targets.cuda.lanes import BIG, Ix
+from fusec.compiler.targets.cuda.transpose import TransposeShapes, staged_refusal
 from fusec.compiler.targets.cuda.emitter import Input, KernelEmitter, _attr_value, _neutral, \
     id_of, payload_op_text
 from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, Built, body_text, renamed
@@ -91,22 +96,6 @@ MOVEMENT_OPS = frozenset({
     "tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
     "tensor.insert_slice", "tensor.concat", "tensor.pad", "tensor.empty", "arith.constant"})
 VECTOR_BYTES = 16
-BIG = 1 << 40  # the alignment of the constant 0
-STATIC_SHARED_BYTES = 48 * 1024  # what a kernel may declare statically
-
-
-@dataclass(frozen=True)
-class Ix:
-    """An index over a thread's lanes: lane k is `name` + k * `step`, or `names[k]`."""
-
-    name: str = ""
-    step: int = 0
-    align: int = 1
-    const: int | None = None
-    names: tuple = ()
-
-    def key(self) -> tuple:
-        return (self.name, self.step, self.names)
 
 
 @dataclass
@@ -132,8 +121,10 @@ def _ints(attr: ir.Attribute) -> list[int]:
     return list(ir.DenseI64ArrayAttr(attr))
 
 
-class MovementEmitter(KernelEmitter):
+class MovementEmitter(TransposeShapes, KernelEmitter):
     """One `gpu.func` for a data-movement group (see the module docstring)."""
+
+    phase = 0  # the staged transpose's phase (0: not staging; see `emit_staged_transpose`)
 
     folding = 0  # depth of unrolled reduction folds being evaluated (`Stats.row_loads`)
 
@@ -145,6 +136,15 @@ class MovementEmitter(KernelEmitter):
         self.stats = Stats()
         self.memo: list[dict] = [{}]
         self.V = 1
+        # The staged transpose (`emit_transpose`, mode extra "staged"): the values on the way
+        # from the output being evaluated to the read in hand (a read's identity in both
+        # phases), the phase, what phase 1 read along p (in evaluation order), and where
+        # phase 2 finds each such read in shared memory.
+        self.path: list[int] = []
+        self.phase = 0
+        self.recorded: list[tuple[tuple, list[str], str]] = []
+        self.squares: dict[tuple, tuple[str, str, str]] = {}
+        self.square_at: tuple[str, str] | None = None
         body = group.regions[0].blocks[0]
         for op in body.operations:
             name = op.operation.name
@@ -283,16 +283,26 @@ class MovementEmitter(KernelEmitter):
         if found is not None:
             return found
         rep = self.values.get(value_key(value))
-        if isinstance(rep, Input):
-            result = self.load(rep, tensor_info(value.type)[0], idx)
-        else:
-            result = self.eval_at(value, idx)
+        if self.phase:  # a staged transpose names each read by its path
+            self.path.append(value_key(value))
+        try:
+            if isinstance(rep, Input):
+                result = self.load(rep, tensor_info(value.type)[0], idx)
+            else:
+                result = self.eval_at(value, idx)
+        finally:
+            if self.phase:
+                self.path.pop()
         self.memo[-1][key] = result
         return result
 
     def load(self, inp: Input, shape: list[int], idx: list[Ix]) -> list[str]:
         lin = self.linearize(idx, shape)
         eb = ELEMENT_BYTES.get(inp.type, 4)
+        if self.phase:
+            staged = self.staged_load(inp, lin)
+            if staged is not None:
+                return staged
         if self.folding:
             # The physical layout decides, not the generic's maps: is the input's contiguous
             # dim indexed by the fold's point (a constant here) rather than the lanes?
@@ -826,8 +836,12 @@ class MovementEmitter(KernelEmitter):
         self.indent -= 1
         self.emit("}")
         partial = [f"{res}#{j}" for j in range(self.V)] if self.V > 1 else [res]
+        # Bools meet in bytes (no sub-byte memory): zero-extended, combined so, truncated.
+        slot_elt = MEMORY_ELEMENT.get(acc_elt, acc_elt)
+        if slot_elt != acc_elt:
+            partial = [self._cast("extui", v, acc_elt, slot_elt) for v in partial]
         smem = f"%partials{len(self.workgroup)}"
-        smem_type = f"memref<{S}x{C * self.V}x{acc_elt}, #gpu.address_space<workgroup>>"
+        smem_type = f"memref<{S}x{C * self.V}x{slot_elt}, #gpu.address_space<workgroup>>"
         self.workgroup.append((smem, smem_type))
         base = self.arith("muli", split["column"], self.index(self.V))
         cols = [base if j == 0 else self.arith("addi", base, self.index(j))
@@ -847,7 +861,7 @@ class MovementEmitter(KernelEmitter):
                 a, b, n = self.fresh("w"), self.fresh("w"), self.fresh("p")
                 self.emit(f"{a} = memref.load {smem}[{split['slice']}, {cols[j]}] : {smem_type}")
                 self.emit(f"{b} = memref.load {smem}[{other}, {cols[j]}] : {smem_type}")
-                self.emit(f"{n} = arith.{op_name} {a}, {b} : {acc_elt}")
+                self.emit(f"{n} = arith.{op_name} {a}, {b} : {slot_elt}")
                 self.emit(f"memref.store {n}, {smem}[{split['slice']}, {cols[j]}] : {smem_type}")
             self.indent -= 1
             self.emit("}")
@@ -857,6 +871,8 @@ class MovementEmitter(KernelEmitter):
         for j in range(self.V):
             v, n = self.fresh("w"), self.fresh("p")
             self.emit(f"{v} = memref.load {smem}[{self.index(0)}, {cols[j]}] : {smem_type}")
+            if slot_elt != acc_elt:
+                v = self._cast("trunci", v, slot_elt, acc_elt)
             self.emit(f"{n} = arith.{op_name} {acc[j]}, {v} : {acc_elt}")
             acc[j] = n
         if wide:
@@ -1103,6 +1119,8 @@ class MovementEmitter(KernelEmitter):
             block, grid = self.emit_direct()
         elif self.mode.kind == "reduce":
             block, grid = self.emit_reduce()
+        elif self.mode.extra.get("staged"):
+            block, grid = self.emit_staged_transpose()
         else:
             block, grid = self.emit_transpose()
         self.block, self.grid = block, grid
@@ -1186,94 +1204,6 @@ class MovementEmitter(KernelEmitter):
         self.indent -= 1
         self.emit("}")
         return shape.block, shape.grid
-
-    def emit_transpose(self) -> tuple[int, int]:
-        elts = [tensor_info(v.type)[1] for v in self.outputs]
-        if any(e in MEMORY_ELEMENT for e in elts):
-            raise CudaCodegenError("a transposing kernel of bools")
-        out = self.out_shape
-        p_dim, l_dim = self.mode.p, len(out) - 1
-        others = [d for d in range(len(out)) if d not in (p_dim, l_dim)]
-        P, L = out[p_dim], out[l_dim]
-        shape = cost_model.transpose_tile_shape(P, L, numel_of([out[d] for d in others]),
-                                                self.eb, self.device,
-                                                STATIC_SHARED_BYTES // max(1, len(elts)))
-        self.shape = shape
-        if len(elts) * shape.shared_bytes > STATIC_SHARED_BYTES:
-            raise CudaCodegenError(f"{len(elts)} outputs' squares exceed static shared memory")
-        t, vp, vl, block = shape.tile, shape.vec_p, shape.vec_l, shape.block
-        squares = []  # one square of shared memory per output
-        for i, elt in enumerate(elts):
-            squares.append((f"%tile_smem{i}",
-                            f"memref<{t}x{t}x{elt}, #gpu.address_space<workgroup>>", elt))
-            self.workgroup.append(squares[-1][:2])
-        # Block -> (other dims..., square along p, square along l), the last fastest.
-        coords = self.delinearize(Ix("%bid", 0, 1), [out[d] for d in others] +
-                                  [-(-P // t), -(-L // t)])
-        other_ix = dict(zip(others, coords[:-2]))
-        p0 = self.ix_mul(coords[-2], t)
-        l0 = self.ix_mul(coords[-1], t)
-        nch = t // vl
-
-        def swizzled(row: str, chunk: str) -> str:
-            key = self.arith("remui", self.arith("divui", row, self.index(vp)), self.index(nch))
-            return self.arith("xori", chunk, key)
-
-        # Phase 1: read along p (vectors of vp), write the square's rows p into shared memory.
-        self.V = vp
-        chunks_p = t // vp
-        rows1 = block // chunks_p
-        pc = self.arith("remui", "%tid", self.index(chunks_p))
-        lr0 = self.arith("divui", "%tid", self.index(chunks_p))
-        pending = []
-        for j in range(max(1, t // rows1)):
-            lr = lr0 if j == 0 else self.arith("addi", lr0, self.index(j * rows1))
-            p = self.arith("addi", p0.name, self.arith("muli", pc, self.index(vp)))
-            p = self.arith("minui", p, self.index(P - vp))
-            l_ = self.arith("minui", self.arith("addi", l0.name, lr), self.index(L - 1))
-            idx = [other_ix.get(d) for d in range(len(out))]
-            idx[p_dim] = Ix(p, 1, vp)
-            idx[l_dim] = Ix(l_, 0, 1)
-            pending.append((lr, [self.at(v, idx) for v in self.outputs]))
-        for lr, values in pending:
-            chunk = self.arith("divui", lr, self.index(vl))
-            within = self.arith("remui", lr, self.index(vl))
-            for k in range(vp):
-                row = self.arith("addi", self.arith("muli", pc, self.index(vp)), self.index(k))
-                col = self.arith("addi", self.arith("muli", swizzled(row, chunk),
-                                                    self.index(vl)), within)
-                for (smem, smem_type, _), lanes in zip(squares, values):
-                    self.emit(f"memref.store {lanes[k]}, {smem}[{row}, {col}] : {smem_type}")
-        self.emit("gpu.barrier")
-        # Phase 2: read the square's columns l in vectors of vl, write along l.
-        chunks_l = t // vl
-        rows2 = block // chunks_l
-        lc = self.arith("remui", "%tid", self.index(chunks_l))
-        pr0 = self.arith("divui", "%tid", self.index(chunks_l))
-        for j in range(max(1, t // rows2)):
-            pr = pr0 if j == 0 else self.arith("addi", pr0, self.index(j * rows2))
-            col = self.arith("muli", swizzled(pr, lc), self.index(vl))
-            read = []
-            for smem, smem_type, elt in squares:
-                vec = self.fresh("w")
-                self.emit(f"{vec} = vector.load {smem}[{pr}, {col}] : {smem_type}, "
-                          f"vector<{vl}x{elt}>")
-                read.append(self.vector_lanes(vec, vl, elt, "w"))
-            p = self.arith("addi", p0.name, pr)
-            l_ = self.arith("addi", l0.name, self.arith("muli", lc, self.index(vl)))
-            ok = self.arith("andi", self.arith("cmpi ult,", p, self.index(P)),
-                            self.arith("cmpi ult,", l_, self.index(L)), "i1")
-            self.emit(f"scf.if {ok} {{")
-            self.indent += 1
-            self.V = 1
-            idx = [other_ix.get(d) for d in range(len(out))]
-            idx[p_dim], idx[l_dim] = Ix(p, 0, 1), Ix(l_, 0, 1)
-            off = self.linearize(idx, out)
-            for i, lanes in enumerate(read):
-                self.store_lanes(self.num_inputs + i, off.name, lanes)
-            self.indent -= 1
-            self.emit("}")
-        return block, shape.grid
 
 
 def _constant_float(value: ir.Value) -> float | None:
@@ -1401,16 +1331,21 @@ def _build_movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.
         except CudaCodegenError:
             pass
     if best.stats.strided_bytes and len(best.out_shape) > 1:
+        staged = staged_refusal(group) is None
         for p in range(len(best.out_shape) - 1):
             if best.out_shape[p] == 1:
                 continue
-            try:
-                trial = MovementEmitter(group, symbol, constants, device, _Mode("transpose", p))
-                trial_text = trial.build()
-            except CudaCodegenError:
-                continue
-            if trial.stats.strided_bytes * 2 < best.stats.strided_bytes:
-                best, text = trial, trial_text
+            # The plain transpose, then (where the group's reads disagree on the contiguous
+            # dim) the staged one, which reads each input in the phase that suits it.
+            for extra in ({}, {"staged": True}) if staged else ({},):
+                try:
+                    trial = MovementEmitter(group, symbol, constants, device,
+                                            _Mode("transpose", p, extra=dict(extra)))
+                    trial_text = trial.build()
+                except CudaCodegenError:
+                    continue
+                if trial.stats.strided_bytes * 2 < best.stats.strided_bytes:
+                    best, text = trial, trial_text
     kind = best.mode.kind
     info = {"path": "movement", "shape": kind,
             "launch": {"block": best.block, "grid": best.grid,
@@ -1419,7 +1354,8 @@ def _build_movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.
                           {"vec": best.shape.vec, "columns": best.shape.columns,
                            "slices": best.shape.slices} if kind == "reduce" else
                           {"tile": best.shape.tile, "vec_p": best.shape.vec_p,
-                           "vec_l": best.shape.vec_l, "p_dim": best.mode.p})},
+                           "vec_l": best.shape.vec_l, "p_dim": best.mode.p,
+                           "staged": bool(best.mode.extra.get("staged"))})},
             "strided_load_bytes_per_thread_pass": best.stats.strided_bytes}
     ops = [o.operation.name for o in group.regions[0].blocks[0].operations
            if o.operation.name.startswith(("linalg.", "tensor.")) and
