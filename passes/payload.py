@@ -368,7 +368,7 @@ INDEX_CASTS = ("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.e
 
 def arg_reduction(op: ir.Operation) -> tuple | None:
     """(value result, index result, "max" | "min", the linalg.index op) of a two-result
-    reduction payload over its last loop that is torch's argmax / argmin after
+    reduction over one loop whose payload is torch's argmax / argmin after
     `--fusion-nan-minmax` (the index moved while the running value is a number and the
     point's value is larger (smaller) or NaN: the first NaN, else the first extreme):
 
@@ -376,8 +376,8 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
         %u = arith.cmpf ugt, %x, %acc_v ; %o = arith.cmpf ord, %acc_v, %acc_v
         %i = arith.select (andi %u, %o), %index, %acc_i
 
-    (minimumf with ult for argmin), where %index is the reduced loop's position
-    (`index_cast(linalg.index last)`) or, in `--fusion-split-reductions`' combine of argmax
+    (minimumf with ult for argmin; through the 16-bit widening's casts), where %index is
+    the reduced loop's position (`index_cast(linalg.index d)`) or, in `--fusion-split-reductions`' combine of argmax
     partials, `index_cast(linalg.index last) * C + %local` with %local an input (the partial's
     position within its chunk of C, which that pass guarantees below C). Either way the
     index grows with the point, which a parallel fold's tie-break relies on. None for
@@ -390,7 +390,10 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
     inputs = list(block.arguments)[:n_in]
     accs = list(block.arguments)[n_in:]
     yielded = list(block.operations[len(block.operations) - 1].operands)
-    n_loops = len(ir.ArrayAttr(op.attributes["iterator_types"]))
+    kinds = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    reduced = [d for d, k in enumerate(kinds) if "reduction" in k]
+    if len(reduced) != 1:
+        return None
 
     def owner(v: ir.Value) -> ir.Operation | None:
         o = v.owner
@@ -404,7 +407,7 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
     def position(v: ir.Value) -> ir.Operation | None:
         o = owner(through_casts(v))
         if o is not None and o.name == "linalg.index" and \
-                ir.IntegerAttr(o.attributes["dim"]).value == n_loops - 1:
+                ir.IntegerAttr(o.attributes["dim"]).value == reduced[0]:
             return o
         return None
 
@@ -426,15 +429,23 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
                     return position(pos)
         return None
 
+    def exact(v: ir.Value) -> ir.Value:
+        """`v` through the 16-bit widening's casts (`extf`, and the `truncf` of a max:
+        exact either way)."""
+        while owner(v) is not None and owner(v).name in ("arith.extf", "arith.truncf"):
+            v = owner(v).operands[0]
+        return v
+
     for jv, ji in ((0, 1), (1, 0)):
-        comb, sel = owner(yielded[jv]), owner(yielded[ji])
+        comb, sel = owner(exact(yielded[jv])), owner(yielded[ji])
         if comb is None or sel is None or comb.name not in ARG_COMBINERS or \
                 sel.name != "arith.select" or sel.operands[2] != accs[ji]:
             continue
         kind, moved_pred = ARG_COMBINERS[comb.name]
         acc_v = accs[jv]
-        xs = [v for v in comb.operands if v != acc_v]
-        if len(xs) != 1 or len(list(comb.operands)) != 2:
+        operands = [exact(v) for v in comb.operands]
+        xs = [v for v in operands if v != acc_v]
+        if len(xs) != 1 or len(operands) != 2:
             continue
         x = xs[0]
         cond = owner(sel.operands[0])
@@ -446,7 +457,8 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
         preds = {cmpf_predicate(c): c for c in cmps}
         moved, ordered = preds.get(moved_pred), preds.get("ord")
         if moved is None or ordered is None or \
-                list(moved.operands) != [x, acc_v] or list(ordered.operands) != [acc_v, acc_v]:
+                [exact(v) for v in moved.operands] != [x, acc_v] or \
+                [exact(v) for v in ordered.operands] != [acc_v, acc_v]:
             continue
         idx = index_source(sel.operands[1])
         if idx is None:

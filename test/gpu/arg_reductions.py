@@ -49,6 +49,13 @@ CASES = {
                          ["fast", "fast"]),
     "argmax_whole_f32": (lambda x: x.argmax(), ((4096, 4096), f32),
                          "argmax of a whole tensor (split into partials)", ["fast", "fast"]),
+    "seg_argmax_c21_f32": (lambda x: x.argmax(1), ((4, 21, 256, 256), f32),
+                           "segmentation: argmax over 21 classes of NCHW logits", ["movement"]),
+    "seg_argmax_c150_bf16": (lambda x: x.argmax(1), ((2, 150, 128, 128), bf16),
+                             "segmentation: argmax over 150 classes (a loop per pixel)",
+                             ["movement"]),
+    "col_max_f32": (lambda x: x.max(0), ((4096, 1024), f32),
+                    "max(dim=0): values and indices of columns", ["movement"]),
     "argmax_softmax_f32": (lambda x: (torch.softmax(x, -1), x.argmax(-1)), ((2048, 2048), f32),
                            "a softmax and the argmax of its row in one kernel", ["fast"]),
     "any_rows_f32": (lambda x: (x > 3.5).any(-1), ((8192, 1024), f32),
@@ -75,8 +82,19 @@ def _input(name: str, seed: int, device: str = "cuda") -> torch.Tensor:
     shape, dtype = CASES[name][1]
     g = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(shape, device=device, generator=g)
-    rows, cols = shape
+    rows, cols = shape[0], shape[-1]
     pick = torch.randint(0, cols, (8,), device=device, generator=g).tolist()
+    if name.startswith("seg_"):  # [N, C, H, W]: per pixel, over C
+        x[0, 3, 5, 7] = x[0, 9, 5, 7] = float("nan")  # the first NaN's class
+        x[1, :, 0, 0] = float("-inf")  # class 0
+        x[1, 2, 1, 1] = x[1, 7, 1, 1] = x.abs().max() + 1  # tied: the first
+        x[0, -1, -1, -1] = float("nan")  # the last class of the last pixel
+        return x.to(dtype)
+    if name == "col_max_f32":
+        x[5, 3] = x[900, 3] = float("nan")
+        x[:, 4] = float("-inf")
+        x[7, 5] = x[3000, 5] = x.abs().max() + 1
+        return x.to(dtype)
     if name == "argmax_whole_f32":
         x[rows // 3, pick[0]] = x[rows // 2, pick[1]] = x.abs().max() + 1  # tied: the first
         if seed % 2:

@@ -217,16 +217,24 @@ def test_split_reduction_shape_along_rows_is_sized_to_the_points() -> None:
 
 
 def test_what_the_family_refuses_goes_to_the_fallback_with_both_reasons() -> None:
-    """An argmax over a transposed dim (a reduction with two results, the maximum and its
-    index): the fast emitter takes no transpose, the data-movement kernels no reduction of
-    several results; the fallback path's kernel says why. A softmax over that dim, refused
-    whole by both as well (its max and sum are read back at every element), is cut after
-    each reduction (`split_at_reshapes`) and leaves nothing to the fallback."""
-    x = torch.randn(4, 16, 32)
-    _, kernels = _program(lambda t: torch.argmax(t.transpose(1, 2), dim=1), x)
+    """An argmin over rows of 4099 bf16 values, 1024 of them: too long a row for the fast
+    emitter's registers (an odd length is read a lane at a time: more than 16 chunks a
+    thread), a row reduction to the data-movement kernels (the fast emitter's kind), and
+    rows too many for the split into partials; the fallback path's kernel says why, both
+    reasons. An argmax over a transposed dim (two results, the maximum and its index) was
+    this test's example until the data-movement kernels folded both results together: it
+    is theirs now. A softmax over that dim, refused whole by both (its max and sum are read
+    back at every element), is cut after each reduction (`split_at_reshapes`) and leaves
+    nothing to the fallback."""
+    _, kernels = _program(lambda t: torch.argmin(t, dim=-1),
+                          torch.randn(1024, 4099).to(torch.bfloat16))
     fallback = [k for k in kernels if k.info["path"] == "fallback"]
     assert fallback, [k.info for k in kernels]
-    assert "data movement: a reduction with several results" in fallback[0].info["why"]
+    why = fallback[0].info["why"]
+    assert "too long to keep in registers" in why and "data movement: " in why, why
+    x = torch.randn(4, 16, 32)
+    _, kernels = _program(lambda t: torch.argmax(t.transpose(1, 2), dim=1), x)
+    assert [k.info["path"] for k in kernels] == ["movement"], [k.info for k in kernels]
     _, kernels = _program(lambda t: torch.softmax(t.transpose(1, 2), dim=1), x)
     assert "fallback" not in [k.info["path"] for k in kernels], [k.info for k in kernels]
 
@@ -734,3 +742,19 @@ def test_a_gather_beside_a_transpose_is_not_staged() -> None:
     x, y = torch.randn(256, 256), torch.randn(256, 512)
     _, kernels = _program(lambda a, b: torch.cat([a.t(), b[:, :256]], dim=1), x, y)
     assert all(not k.info.get("launch", {}).get("staged") for k in kernels)
+
+
+def test_a_channel_argmax_folds_value_and_index_together() -> None:
+    """A segmentation head's `logits.argmax(1)` over NCHW classes: each output pixel folds
+    its classes with the payload itself, the value and the index carried together, in
+    order (torch's first extreme, first NaN), unrolled up to 64 classes and in a loop nest
+    beyond (150 classes: one scf.for carrying both accumulators). It was a fallback kernel
+    ("a reduction with several results")."""
+    for classes, loops in ((21, 0), (150, 1)):
+        program, kernels = _program(lambda t: t.argmax(1), torch.randn(2, classes, 32, 32))
+        assert len(kernels) == 1
+        info = kernels[0].info
+        assert info["path"] == "movement" and info["shape"] == "direct"
+        text = program.kernels_mlir
+        assert len(re.findall(r"scf\.for .* -> \(f32, i64\)", text)) == loops
+        assert text.count('"arith.select"') >= (1 if loops else classes)

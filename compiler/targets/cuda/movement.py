@@ -89,6 +89,7 @@ from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, Built, body_text, re
 from fusec.compiler.targets.cuda.folds import MAX_WINDOW_POINTS, WINDOW_OPS, fold_points, \
     loop_ranges, reduction_combiner, split_points, window_extents
 from fusec.passes import cost_model
+from fusec.passes.payload import arg_reduction
 
 # The group-level ops this family evaluates (besides scalar arith/math ops and constants).
 MOVEMENT_OPS = frozenset({
@@ -708,8 +709,10 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
         takes it, along_rows. The "reduce" shape splits its top-level reductions over the
         block's slices (`split_reduction`): a long one (more points), or any one along rows.
         16-bit accumulators are f32 (as torch's reductions), rounded once."""
-        if n_in + len(op.results) != len(op.operands) or len(op.results) != 1:
-            raise CudaCodegenError("a reduction with several results")
+        if n_in + len(op.results) != len(op.operands):
+            raise CudaCodegenError("a reduction whose operands are not ins and outs")
+        if len(op.results) != 1:
+            return self.eval_joint_reduction(op, result, idx, dom, reduced, n_in, affine)
         ranges = loop_ranges(op)
         extents = [ranges[d] for d in reduced]
         total = math.prod(extents)
@@ -773,6 +776,73 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
             acc = [self._cast("truncf", v, "f32", out_elt) for v in acc]
         return acc
 
+    def eval_joint_reduction(self, op: ir.Operation, result: int, idx: list[Ix], dom: list,
+                             reduced: list[int], n_in: int, affine: list) -> list[str]:
+        """A reduction with several results (torch's argmax: the running value and its
+        index), at one output vector: every result's accumulator folded together, point by
+        point in order, by the payload itself (its own sequential meaning: the first
+        extreme, the first NaN), unrolled up to MAX_WINDOW_POINTS points, else in a loop
+        nest (`rolled_fold`); the results are computed once per output vector
+        (`self.memo`). The direct and transposing shapes only: the "reduce" shape's tree of
+        slices has no order to keep."""
+        if self.mode.kind == "reduce":
+            raise CudaCodegenError("a reduction with several results (split over slices)")
+        key = ("joint", id_of(op), self.V, tuple(i.key() for i in idx))
+        found = self._find(key)
+        if found is not None:
+            return found[result]
+        n_out = len(op.results)
+        maps = ir.ArrayAttr(op.attributes["indexing_maps"])
+        if len({str(maps[n_in + j]) for j in range(n_out)}) != 1:
+            raise CudaCodegenError("a reduction whose results are written through different "
+                                   "maps")
+        elts = [str(ir.RankedTensorType(r.type).element_type) for r in op.results]
+        if any(e in ("bf16", "f16") for e in elts) and arg_reduction(op) is None:
+            raise CudaCodegenError("a 16-bit reduction with several results")
+        if any(e in MEMORY_ELEMENT for e in elts):
+            raise CudaCodegenError("a bool reduction with several results")
+        extents = [loop_ranges(op)[d] for d in reduced]
+        total = math.prod(extents)
+        accs = [self.at(op.operands[n_in + j], idx) for j in range(n_out)]
+
+        def step(coords: list[Ix], flat: list[str]) -> list[str]:
+            point = list(dom)
+            for d, ix in zip(reduced, coords):
+                point[d] = ix
+            parts = [flat[j * self.V:(j + 1) * self.V] for j in range(n_out)]
+            return [v for lanes in self._payload(op, 0, point, n_in, affine, None, parts)
+                    for v in lanes]
+
+        flat = [v for lanes in accs for v in lanes]
+        before = (self.stats.row_bytes, self.stats.fold_bytes)
+        self.folding += 1
+        try:
+            if total > MAX_WINDOW_POINTS:
+                # Which reads the loop makes (along the rows or not) is its first point's
+                # (probed at constant coordinates, as `eval_reduction` does; dead code).
+                self.memo.append({})
+                try:
+                    step([self.ix_const(0)] * len(extents), flat)
+                finally:
+                    self.memo.pop()
+                if self._along_rows_since(before):
+                    raise CudaCodegenError("a reduction over its inputs' contiguous dim (a "
+                                           "row reduction: the fast emitter's)")
+                flat = self.rolled_fold(extents, step, flat,
+                                        [e for e in elts for _ in range(self.V)])
+            else:
+                for p in itertools.product(*[range(e) for e in extents]):
+                    flat = step([self.ix_const(c) for c in p], flat)
+        finally:
+            self.folding -= 1
+        if self.mode.kind != "reduce" and not self.mode.extra.get("strided_fold") and \
+                self._along_rows_since(before):
+            raise CudaCodegenError("a reduction over its inputs' contiguous dim (a row "
+                                   "reduction: the fast emitter's)")
+        found = [flat[j * self.V:(j + 1) * self.V] for j in range(n_out)]
+        self.memo[-1][key] = found
+        return found[result]
+
     def _along_rows_since(self, before: tuple[int, int]) -> bool:
         """Whether the folds evaluated since `before` (`Stats.row_bytes`, `.fold_bytes`)
         read more bytes along reduced rows, a lane at a time, than otherwise."""
@@ -780,25 +850,27 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
         return rows > 0 and rows > self.stats.fold_bytes - before[1]
 
     def rolled_fold(self, extents: list[int], step, acc: list[str],
-                    acc_elt: str) -> list[str]:
+                    acc_elt: str | list[str]) -> list[str]:
         """`acc` with the `extents` points folded in order by
         `step(coords, acc)`, in nested scf.for loops (one per extent: no division per point)
         carrying the vector's accumulators (a window too long to unroll, one thread per
-        output vector: its neighbours' windows overlap, and the L1 serves the reuse)."""
-        types = ", ".join([acc_elt] * self.V)
-        arity = f":{self.V}" if self.V > 1 else ""
+        output vector: its neighbours' windows overlap, and the L1 serves the reuse).
+        `acc_elt`: the accumulators' type, or one per entry of `acc` (several results)."""
+        elts = [acc_elt] * len(acc) if isinstance(acc_elt, str) else list(acc_elt)
+        types = ", ".join(elts)
+        arity = f":{len(acc)}" if len(acc) > 1 else ""
         coords: list[Ix] = []
         results = []
         for extent in extents:
             k, res = self.fresh("k"), self.fresh("r")
-            iters = [self.fresh("acc") for _ in range(self.V)]
+            iters = [self.fresh("acc") for _ in acc]
             self.emit(f"{res}{arity} = scf.for {k} = {self.index(0)} to {self.index(extent)} "
                       f"step {self.index(1)} iter_args("
                       f"{', '.join(f'{a} = {v}' for a, v in zip(iters, acc))}) -> ({types}) {{")
             self.indent += 1
             self.memo.append({})
             coords.append(Ix(k, 0, 1))
-            results.append([f"{res}#{j}" for j in range(self.V)] if self.V > 1 else [res])
+            results.append([f"{res}#{j}" for j in range(len(acc))] if len(acc) > 1 else [res])
             acc = iters
         acc = step(coords, acc)
         for res in reversed(results):
@@ -885,12 +957,13 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
         return n
 
     def _payload(self, op: ir.Operation, result: int, dom: list[Ix], n_in: int,
-                 affine: list, acc: tuple | None) -> list[str]:
+                 affine: list, acc: tuple | None, accs: list | None = None) -> Any:
         """The payload's yielded value `result` at loop point `dom`; for a reduction `acc`
         = (the accumulator's lanes, their type, the outs' type): the outs argument reads
         it (an f32 accumulator of a 16-bit output is read as f32 where the payload widens
         its outs argument), and the new accumulator is returned (before the payload's
-        rounding back to 16 bits)."""
+        rounding back to 16 bits). With `accs` (each result's accumulator lanes, in their
+        own types: `eval_joint_reduction`), every yielded value, as a list per result."""
         def operand_at(i: int) -> list[str]:
             # Any affine map of the loops (a projection, or a window's `oh * s + kh`).
             m = affine[i]
@@ -903,6 +976,8 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
         env: dict[int, Any] = {}
         for i, arg in enumerate(block.arguments):
             env[value_key(arg)] = (lambda i=i: operand_at(i))
+        for j, lanes in enumerate(accs or ()):
+            env[value_key(block.arguments[n_in + j])] = list(lanes)
         widened_out = None
         if acc is not None:
             lanes, acc_elt, out_elt = acc
@@ -913,7 +988,8 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
                 widened_out = (value_key(out_arg), list(lanes))
                 env[value_key(out_arg)] = (
                     lambda: [self._cast("truncf", v, acc_elt, out_elt) for v in lanes])
-        needed = _needed(block, [wanted])
+        every = list(yield_op.operands) if accs is not None else [wanted]
+        needed = _needed(block, every)
 
         def get(v: ir.Value) -> Any:
             key = value_key(v)
@@ -940,6 +1016,9 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
             env_out = self.eval_payload_op(inner, dom, get)
             for r, val in zip(inner.results, env_out):
                 env[value_key(r)] = val
+        if accs is not None:
+            return [self._lane_names(g) if isinstance(g, Ix) else g
+                    for g in (get(v) for v in every)]
         if widened_out is not None:
             owner = wanted.owner
             if not isinstance(owner, ir.Block) and owner.operation.name == "arith.truncf":
