@@ -211,13 +211,8 @@ def split_arg(c: Candidate, factor: int) -> None:
     n_in = len(operands) - 2
     reads = [projection(m) for m in _maps(op)]
     cut = c.reduced[0]
-    cutter = Cutter(cut, factor)
-    new_inputs, new_maps = [], []
-    for v, dims in zip(operands[:n_in], reads[:n_in]):
-        if isinstance(v.type, ir.ShapedType) and cut in dims:
-            v = cutter.value(v, dims.index(cut), op)
-        new_inputs.append(v)
-        new_maps.append(_map(len(c.ranges) + 1, cutter.dims(dims)))
+    new_inputs, new_maps = _cut_inputs(op, operands[:n_in], reads[:n_in], len(c.ranges),
+                                       Cutter(cut, factor))
     ranges = c.ranges[:cut] + [factor, c.ranges[cut] // factor]
     length = ranges[-1]
     out_dims = list(c.kept) + [cut]
@@ -282,6 +277,19 @@ def split_arg(c: Candidate, factor: int) -> None:
                 new = _reshaped(new, ir.RankedTensorType(r.type).shape)
         r.replace_all_uses_with(new)
     op.erase()
+
+
+def _cut_inputs(op: ir.Operation, inputs: list[ir.Value], reads: list[list[int | None]],
+                n_loops: int, cutter: "Cutter") -> tuple[list[ir.Value], list[ir.AffineMapAttr]]:
+    """`op`'s inputs over the iteration space `cutter` cuts (one loop more): an input that
+    reads the cut loop is cut with it (`Cutter.value`), the others kept; with their maps."""
+    new_inputs, new_maps = [], []
+    for v, dims in zip(inputs, reads):
+        if isinstance(v.type, ir.ShapedType) and cutter.loop in dims:
+            v = cutter.value(v, dims.index(cutter.loop), op)
+        new_inputs.append(v)
+        new_maps.append(_map(n_loops + 1, cutter.dims(dims)))
+    return new_inputs, new_maps
 
 
 def _map(n_dims: int, dims: list[int | None]) -> ir.AffineMapAttr:
@@ -422,12 +430,7 @@ def split(c: Candidate, loops_whole: int, factor: int, wide_combine: bool = Fals
     if factor > 1:
         cut = c.reduced[loops_whole]
         cutter = Cutter(cut, factor)
-        new_inputs, new_maps = [], []
-        for v, dims in zip(operands[:n_in], reads[:n_in]):
-            if isinstance(v.type, ir.ShapedType) and cut in dims:
-                v = cutter.value(v, dims.index(cut), op)
-            new_inputs.append(v)
-            new_maps.append(_map(n_loops + 1, cutter.dims(dims)))
+        new_inputs, new_maps = _cut_inputs(op, operands[:n_in], reads[:n_in], n_loops, cutter)
         renumber = cutter.dims
         ranges = ranges[:cut] + [factor, ranges[cut] // factor] + ranges[cut + 1:]
         partial_loops = renumber(partial_loops) + [cut]
