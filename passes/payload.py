@@ -11,7 +11,7 @@ from typing import Any
 
 import mlir.ir as ir
 from fusec.passes.grouping import defining_op as defining
-from fusec.passes.grouping import value_key
+from fusec.passes.grouping import iterator_kinds, value_key
 
 
 class PayloadError(Exception):
@@ -382,16 +382,14 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
     position within its chunk of C, which that pass guarantees below C). Either way the
     index grows with the point, which a parallel fold's tie-break relies on. None for
     anything else."""
-    if op.name != "linalg.generic" or len(op.results) != 2 or \
-            "reduction" not in str(op.attributes["iterator_types"]):
+    if op.name != "linalg.generic" or len(op.results) != 2:
         return None
     block = op.regions[0].blocks[0]
     n_in = len(op.operands) - 2
     inputs = list(block.arguments)[:n_in]
     accs = list(block.arguments)[n_in:]
     yielded = list(block.operations[len(block.operations) - 1].operands)
-    kinds = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-    reduced = [d for d, k in enumerate(kinds) if "reduction" in k]
+    reduced = [d for d, k in enumerate(iterator_kinds(op)) if k == "reduction"]
     if len(reduced) != 1:
         return None
 

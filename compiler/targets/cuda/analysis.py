@@ -15,7 +15,7 @@ from fusec.compiler.targets.cuda.device import (
     elementwise_launch_shape,
     row_launch_shape,
 )
-from fusec.passes.grouping import producer_through_reshapes, projection
+from fusec.passes.grouping import iterator_kinds, producer_through_reshapes, projection
 from fusec.passes.payload import arg_reduction
 
 # ---------------------------------------------------------------- what the group emitter takes
@@ -124,8 +124,8 @@ def _generics(group: ir.Operation) -> list[ir.Operation]:
     return [op for op in body.operations if op.operation.name == "linalg.generic"]
 
 
-def iterators(op: ir.Operation) -> list[str]:
-    return [str(a).split("<")[-1].rstrip(">").strip() for a in op.attributes["iterator_types"]]
+# A linalg op's iterator kinds ("parallel", "reduction"): the one reader, grouping's.
+iterators = iterator_kinds
 
 
 def reports_failed_check(op: ir.Operation, deferred: bool = False) -> bool:
