@@ -135,6 +135,8 @@ CASES = {
     "transpose_slice_add": (lambda x, y: x[:, 8:520].t() + y,
                             [((600, 1024), f32), ((512, 600), f32)], 1e-6,
                             "x[:, 8:520].t() + y fp32 (the slice is a gather: not staged)"),
+    "self_transpose_add": (lambda x: x + x.t() * 2, [((2048, 2048), f32)], 1e-6,
+                           "x + x.t() * 2 fp32 (one input read both ways: staged)"),
     "two_transposes_add": (lambda x, y, z: x.t() + y.t() + z, [((2048, 2048), f32)] * 3, 1e-6,
                            "x.t() + y.t() + z fp32 (two staged reads)"),
     "transpose_ragged": (lambda x: x.t().contiguous(), [((1000, 999), f32)], 0.0,

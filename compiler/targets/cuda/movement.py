@@ -967,8 +967,16 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
         def operand_at(i: int) -> list[str]:
             # Any affine map of the loops (a projection, or a window's `oh * s + kh`).
             m = affine[i]
-            return self.at(op.operands[i], [self.eval_affine(e, dom, m.n_dims)
-                                            for e in m.results])
+            idx = [self.eval_affine(e, dom, m.n_dims) for e in m.results]
+            if not self.phase:
+                return self.at(op.operands[i], idx)
+            # A staged transpose names a read by its path: the operand's position is part
+            # of it (one value read through two maps is two reads).
+            self.path.append(("operand", id_of(op), i))
+            try:
+                return self.at(op.operands[i], idx)
+            finally:
+                self.path.pop()
 
         block = op.regions[0].blocks[0]
         yield_op = block.operations[len(block.operations) - 1]
