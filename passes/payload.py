@@ -377,9 +377,10 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
         %i = arith.select (andi %u, %o), %index, %acc_i
 
     (minimumf with ult for argmin; through the 16-bit widening's casts), where %index is
-    the reduced loop's position (`index_cast(linalg.index d)`) or, in `--fusion-split-reductions`' combine of argmax
-    partials, `index_cast(linalg.index last) * C + %local` with %local an input (the partial's
-    position within its chunk of C, which that pass guarantees below C). Either way the
+    the reduced loop's position (`index_cast(linalg.index d)`) or, in the combine of
+    `--fusion-split-reductions`' argmax partials, `index_cast(linalg.index d) * C + %local`
+    with %local an input (the partial's position within its chunk of C, which that pass
+    guarantees below C). Either way the
     index grows with the point, which a parallel fold's tie-break relies on. None for
     anything else."""
     if op.name != "linalg.generic" or len(op.results) != 2:
@@ -393,17 +394,13 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
     if len(reduced) != 1:
         return None
 
-    def owner(v: ir.Value) -> ir.Operation | None:
-        o = v.owner
-        return None if isinstance(o, ir.Block) else o.operation
-
     def through_casts(v: ir.Value) -> ir.Value:
-        while owner(v) is not None and owner(v).name in INDEX_CASTS:
-            v = owner(v).operands[0]
+        while defining(v) is not None and defining(v).name in INDEX_CASTS:
+            v = defining(v).operands[0]
         return v
 
     def position(v: ir.Value) -> ir.Operation | None:
-        o = owner(through_casts(v))
+        o = defining(through_casts(v))
         if o is not None and o.name == "linalg.index" and \
                 ir.IntegerAttr(o.attributes["dim"]).value == reduced[0]:
             return o
@@ -413,15 +410,15 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
         found = position(v)
         if found is not None:
             return found
-        add = owner(v)
+        add = defining(v)
         if add is None or add.name != "arith.addi":
             return None
         for scaled, local in (tuple(add.operands), tuple(reversed(list(add.operands)))):
-            mul = owner(scaled)
+            mul = defining(scaled)
             if mul is None or mul.name != "arith.muli" or through_casts(local) not in inputs:
                 continue
             for pos, c in (tuple(mul.operands), tuple(reversed(list(mul.operands)))):
-                const = owner(c)
+                const = defining(c)
                 if const is not None and const.name == "arith.constant" and \
                         position(pos) is not None:
                     return position(pos)
@@ -430,12 +427,12 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
     def exact(v: ir.Value) -> ir.Value:
         """`v` through the 16-bit widening's casts (`extf`, and the `truncf` of a max:
         exact either way)."""
-        while owner(v) is not None and owner(v).name in ("arith.extf", "arith.truncf"):
-            v = owner(v).operands[0]
+        while defining(v) is not None and defining(v).name in ("arith.extf", "arith.truncf"):
+            v = defining(v).operands[0]
         return v
 
     for jv, ji in ((0, 1), (1, 0)):
-        comb, sel = owner(exact(yielded[jv])), owner(yielded[ji])
+        comb, sel = defining(exact(yielded[jv])), defining(yielded[ji])
         if comb is None or sel is None or comb.name not in ARG_COMBINERS or \
                 sel.name != "arith.select" or sel.operands[2] != accs[ji]:
             continue
@@ -446,10 +443,10 @@ def arg_reduction(op: ir.Operation) -> tuple | None:
         if len(xs) != 1 or len(operands) != 2:
             continue
         x = xs[0]
-        cond = owner(sel.operands[0])
+        cond = defining(sel.operands[0])
         if cond is None or cond.name != "arith.andi":
             continue
-        cmps = [owner(v) for v in cond.operands]
+        cmps = [defining(v) for v in cond.operands]
         if any(c is None or c.name != "arith.cmpf" for c in cmps):
             continue
         preds = {cmpf_predicate(c): c for c in cmps}

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusec.passes.grouping import walk_ops
+from fusec.passes.grouping import defining_op, iterator_kinds, walk_ops
 from fusec.passes.payload import cmpf_predicate
 from fusec.passes.registry import Pass, register
 from mlir import ir
@@ -90,14 +90,13 @@ class NanMinMaxPass(Pass):
 
 # The running value's combiner -> the compare that moves an argmax / argmin's index.
 ARG_COMPARES = {"arith.maximumf": "ogt", "arith.minimumf": "olt"}
-NAN_FIRST = {"ogt": arith.CmpFPredicate.UGT, "olt": arith.CmpFPredicate.ULT}
 
 
 def _arg_selects(generic: ir.Operation) -> list[tuple[ir.Operation, ir.Operation]]:
     """The (select, compare) pairs of a reduction payload's argmax / argmin results: a
     yielded `select(cmpf P(x, acc), i, acc_i)` whose `acc` is the accumulator of another
     result yielded as `C(x, acc)`, with (C, P) in ARG_COMPARES."""
-    if "reduction" not in str(generic.attributes["iterator_types"]):
+    if "reduction" not in iterator_kinds(generic):
         return []
     block = generic.regions[0].blocks[0]
     n_out = len(generic.results)
@@ -105,32 +104,39 @@ def _arg_selects(generic: ir.Operation) -> list[tuple[ir.Operation, ir.Operation
     yielded = list(block.operations[len(block.operations) - 1].operands)
     found = []
     for j, value in enumerate(yielded):
-        select = value.owner
-        if isinstance(select, ir.Block) or select.operation.name != "arith.select" or \
-                select.operands[2] != accs[j]:
+        select = defining_op(value)
+        if select is None or select.name != "arith.select" or select.operands[2] != accs[j]:
             continue
-        cmp = select.operands[0].owner
-        if isinstance(cmp, ir.Block) or cmp.operation.name != "arith.cmpf":
+        cmp = defining_op(select.operands[0])
+        if cmp is None or cmp.name != "arith.cmpf":
             continue
         x, acc = cmp.operands[0], cmp.operands[1]
         for k, other in enumerate(yielded):
-            combiner = other.owner
-            if k == j or acc != accs[k] or isinstance(combiner, ir.Block) or \
-                    ARG_COMPARES.get(combiner.operation.name) != cmpf_predicate(cmp.operation):
+            combiner = defining_op(other)
+            if k == j or acc != accs[k] or combiner is None or \
+                    ARG_COMPARES.get(combiner.name) != cmpf_predicate(cmp):
                 continue
-            if {combiner.operation.operands[0], combiner.operation.operands[1]} == {x, acc}:
-                found.append((select.operation, cmp.operation))
+            if {combiner.operands[0], combiner.operands[1]} == {x, acc}:
+                found.append((select, cmp))
                 break
     return found
+
+
+def nan_first_move(kind: str, x: ir.Value, acc: ir.Value) -> ir.Value:
+    """At the insertion point: whether point value `x` moves an argmax's ("max") or
+    argmin's ("min") index past running value `acc`: larger (smaller) or NaN, while `acc`
+    is a number (torch's first NaN, else its first extreme)."""
+    moved = arith.CmpFOp(arith.CmpFPredicate.UGT if kind == "max" else arith.CmpFPredicate.ULT,
+                         x, acc).result
+    ordered = arith.CmpFOp(arith.CmpFPredicate.ORD, acc, acc).result
+    return arith.AndIOp(moved, ordered).result
 
 
 def _nan_first(select: ir.Operation, cmp: ir.Operation) -> None:
     """`select`'s condition as "x moves the index, or is the first NaN" (see above)."""
     x, acc = cmp.operands[0], cmp.operands[1]
     with ir.InsertionPoint(select), select.location:
-        moved = arith.CmpFOp(NAN_FIRST[cmpf_predicate(cmp)], x, acc).result
-        ordered = arith.CmpFOp(arith.CmpFPredicate.ORD, acc, acc).result
-        cond = arith.AndIOp(moved, ordered).result
+        cond = nan_first_move("max" if cmpf_predicate(cmp) == "ogt" else "min", x, acc)
     select.operands[0] = cond
     if not list(cmp.results[0].uses):
         cmp.erase()

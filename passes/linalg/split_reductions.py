@@ -77,6 +77,7 @@ from mlir.dialects import arith, linalg, tensor
 from fusec.passes import attributes, cost_model
 from fusec.passes.grouping import (defining_op, iterator_kinds, loop_ranges, projection,
                                    value_key, walk_ops)
+from fusec.passes.linalg.nan_minmax import nan_first_move
 from fusec.passes.linalg.widen_accumulators import widen
 from fusec.passes.payload import arg_reduction
 from fusec.passes.registry import Pass, register
@@ -263,10 +264,7 @@ def split_arg(c: Candidate, factor: int) -> None:
         position = arith.AddIOp(arith.MulIOp(chunk, size).result, local).result
         folded = ir.Operation.create(c.combiner.name, results=[types[jv]],
                                      operands=[value, acc_v]).results[0]
-        moved = arith.CmpFOp(arith.CmpFPredicate.UGT if kind == "max"
-                             else arith.CmpFPredicate.ULT, value, acc_v).result
-        ordered = arith.CmpFOp(arith.CmpFPredicate.ORD, acc_v, acc_v).result
-        index = arith.SelectOp(arith.AndIOp(moved, ordered).result, position, acc_i).result
+        index = arith.SelectOp(nan_first_move(kind, value, acc_v), position, acc_i).result
         results = [None, None]
         results[jv], results[ji] = folded, index
         linalg.YieldOp(results)

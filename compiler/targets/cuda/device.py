@@ -34,10 +34,10 @@ SIGNED_COMBINERS = frozenset({"maxsi", "minsi"})
 
 def shuffle_type(type_: str) -> str:
     """The type a block combines values of `type_` in (gpu.shuffle and the per-warp slots
-    take 32 and 64 bits)."""
+    take 32 and 64 bits): i32 for narrower integers, f32 for 16-bit floats."""
     if type_.startswith("i") and type_ != "index" and int(type_[1:]) < 32:
         return "i32"
-    return type_
+    return "f32" if type_ in ("bf16", "f16") else type_
 # Payload ops emitted as they stand (scalar, region-free, pure).
 PAYLOAD_DIALECTS = ("arith.", "math.")
 

@@ -148,11 +148,11 @@ class PendingArgReduction:
     init: tuple  # (value, index) of the outs operands
 
     def part_types(self) -> list[str]:
-        return [_float_shuffle_type(self.type), "i32"]
+        return [shuffle_type(self.type), "i32"]
 
     def parts(self, em: "KernelEmitter") -> list[str]:
         value = self.value
-        if _float_shuffle_type(self.type) != self.type:
+        if shuffle_type(self.type) != self.type:
             value = em.fresh("h")
             em.emit(f"{value} = arith.extf {self.value} : {self.type} to f32")
         return [value, self.index]
@@ -185,7 +185,7 @@ class PendingArgReduction:
 
     def finish(self, em: "KernelEmitter", values: list[str]) -> None:
         value, index = values
-        if _float_shuffle_type(self.type) != self.type:
+        if shuffle_type(self.type) != self.type:
             narrow = em.fresh("r")
             em.emit(f"{narrow} = arith.truncf {value} : f32 to {self.type}")
             value = narrow
@@ -207,10 +207,6 @@ class PendingArgReduction:
         for key, final, type_ in zip(self.keys, finals, (self.type, self.index_type)):
             if key is not None:
                 em.values[key] = Row(em.uniform_name(final), type_)
-
-
-def _float_shuffle_type(type_: str) -> str:
-    return "f32" if type_ in ("bf16", "f16") else type_
 
 
 def _external_reads(op: ir.Operation) -> list[int]:

@@ -97,6 +97,10 @@ MOVEMENT_OPS = frozenset({
     "tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
     "tensor.insert_slice", "tensor.concat", "tensor.pad", "tensor.empty", "arith.constant"})
 VECTOR_BYTES = 16
+# The refusal of a fold along its inputs' rows; `_build_movement_kernel` retries such a
+# group in the "reduce" shape, along the rows.
+ROW_REDUCTION = ("a reduction over its inputs' contiguous dim (a row reduction: the fast "
+                 "emitter's)")
 # Built and checked here (PTX), not yet run on the H200 (2026-12-05: the device was refused
 # at every call after these landed): off until test/gpu/movement.py's staged cases,
 # test/gpu/arg_reductions.py's seg_* / col_* cases and the movement fuzz pass there.
@@ -142,11 +146,11 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
         self.stats = Stats()
         self.memo: list[dict] = [{}]
         self.V = 1
-        # The staged transpose (`emit_transpose`, mode extra "staged"): the values on the way
-        # from the output being evaluated to the read in hand (a read's identity in both
-        # phases), the phase, what phase 1 read along p (in evaluation order), and where
-        # phase 2 finds each such read in shared memory.
-        self.path: list[int] = []
+        # The staged transpose (`emit_staged_transpose`): the values and generic operands on
+        # the way from the output being evaluated to the read in hand (a read's identity in
+        # both phases), the phase, what phase 1 read along p (in evaluation order), and
+        # where phase 2 finds each such read in shared memory.
+        self.path: list = []
         self.phase = 0
         self.recorded: list[tuple[tuple, list[str], str]] = []
         self.squares: dict[tuple, tuple[str, str, str]] = {}
@@ -745,8 +749,7 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
                 rest //= e
             return list(reversed(coords))
 
-        rows_error = CudaCodegenError("a reduction over its inputs' contiguous dim (a row "
-                                      "reduction: the fast emitter's)")
+        rows_error = CudaCodegenError(ROW_REDUCTION)
         if self.mode.kind == "reduce" and len(self.memo) == 1 and \
                 (total > MAX_WINDOW_POINTS or along_rows or self.mode.extra.get("short")):
             return self.split_reduction(op, result, extents, total, step, acc, acc_elt,
@@ -833,8 +836,7 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
                 finally:
                     self.memo.pop()
                 if self._along_rows_since(before):
-                    raise CudaCodegenError("a reduction over its inputs' contiguous dim (a "
-                                           "row reduction: the fast emitter's)")
+                    raise CudaCodegenError(ROW_REDUCTION)
                 flat = self.rolled_fold(extents, step, flat,
                                         [e for e in elts for _ in range(self.V)])
             else:
@@ -844,8 +846,7 @@ class MovementEmitter(TransposeShapes, KernelEmitter):
             self.folding -= 1
         if self.mode.kind != "reduce" and not self.mode.extra.get("strided_fold") and \
                 self._along_rows_since(before):
-            raise CudaCodegenError("a reduction over its inputs' contiguous dim (a row "
-                                   "reduction: the fast emitter's)")
+            raise CudaCodegenError(ROW_REDUCTION)
         found = [flat[j * self.V:(j + 1) * self.V] for j in range(n_out)]
         self.memo[-1][key] = found
         return found[result]
@@ -1399,7 +1400,7 @@ def _build_movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.
         text = best.build()
     except CudaCodegenError as refusal:
         long = "more than the" in str(refusal) and "reduction of" in str(refusal)
-        rows = "contiguous dim" in str(refusal)
+        rows = ROW_REDUCTION in str(refusal)
         if not (long or rows):
             raise
         # A long reduction: split over a block's slices; one over the inputs' contiguous

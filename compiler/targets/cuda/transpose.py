@@ -65,7 +65,7 @@ class TransposeShapes:
             raise CudaCodegenError("a staged transpose of bools")
         self.phase = 0
         try:
-            lanes = self.load(inp, [numel_of([inp.numel])], [lin])
+            lanes = self.load(inp, [inp.numel], [lin])
         finally:
             self.phase = 1
         self.recorded.append((leaf, lanes, inp.type))
