@@ -1118,10 +1118,10 @@ CPU_MATMUL_COLUMN_QUANTUM = 32
 CPU_MATMUL_MIN_RAGGED_COLUMNS = 8 * CPU_MATMUL_COLUMN_QUANTUM
 
 
-def _column_width(cols: int, tiles: int) -> int:
+def _column_width(cols: int, tiles: int, quantum: int = CPU_MATMUL_COLUMN_QUANTUM) -> int:
     """The widest column tile giving at least `tiles` tiles: whole quanta dividing N, else
     a ragged width of whole quanta (0: none)."""
-    q = CPU_MATMUL_COLUMN_QUANTUM
+    q = quantum
     if tiles <= 1:
         return cols
     widths = [w for w in range(q, cols, q) if cols % w == 0 and cols // w >= tiles]
@@ -1185,7 +1185,8 @@ MATMUL_MIN_TILE_LAUNCHES = 10
 
 def cpu_matmul_tiling(rows: int, cols: int, depth: int, elem_bytes: int, row_tile: int,
                       threads: int, prologue_row_bytes: int = 0, prologue_row_flops: int = 0,
-                      tiles_per_thread: int = 4, device: Device = CPU_HOST) -> MatmulTiling:
+                      tiles_per_thread: int = 4, device: Device = CPU_HOST,
+                      quantum: int = CPU_MATMUL_COLUMN_QUANTUM) -> MatmulTiling:
     """Rows and columns per tile of a CPU matmul kernel C[rows, cols] = A[rows, depth]
     B[depth, cols] (with an elementwise prologue on A of `prologue_row_bytes` and
     `prologue_row_flops` per row) that the row policy gave tiles of `row_tile` rows.
@@ -1196,7 +1197,9 @@ def cpu_matmul_tiling(rows: int, cols: int, depth: int, elem_bytes: int, row_til
     tile; column tiles (or both) read it fewer times. The choice: the fewest bytes read
     among tilings of at least `threads * tiles_per_thread` tiles whose prologue stays on
     chip and is recomputed for at most 1/16 of the matmul's work. Measured (2 threads,
-    seq 128): a Linear 768 -> 3072 8.3 -> 5.5 ms; GPT-2-small 500 -> 402 ms."""
+    seq 128): a Linear 768 -> 3072 8.3 -> 5.5 ms; GPT-2-small 500 -> 402 ms. Column tiles
+    are whole `quantum`s (a multiple of the head size where the columns are heads x
+    head_dim loops)."""
     b_bytes = depth * cols * elem_bytes
     a_bytes = rows * depth * elem_bytes
     row_tiles_now = math.ceil(rows / row_tile) if row_tile else 1
@@ -1223,8 +1226,8 @@ def cpu_matmul_tiling(rows: int, cols: int, depth: int, elem_bytes: int, row_til
         if prologue_row_bytes * r > device.on_chip_bytes:
             continue
         # As many tiles as the pool balances, else at least one per thread.
-        width = _column_width(cols, math.ceil(want / row_tiles)) or \
-            _column_width(cols, math.ceil(threads / row_tiles))
+        width = _column_width(cols, math.ceil(want / row_tiles), quantum) or \
+            _column_width(cols, math.ceil(threads / row_tiles), quantum)
         if not width or width >= cols:
             continue
         col_tiles = math.ceil(cols / width)
@@ -1239,7 +1242,8 @@ def cpu_matmul_tiling(rows: int, cols: int, depth: int, elem_bytes: int, row_til
 def cpu_matmul_tiling_candidates(rows: int, cols: int, depth: int, elem_bytes: int,
                                  row_tile: int, threads: int, prologue_row_bytes: int = 0,
                                  prologue_row_flops: int = 0, tiles_per_thread: int = 4,
-                                 device: Device = CPU_HOST) -> list[MatmulTiling]:
+                                 device: Device = CPU_HOST,
+                                 quantum: int = CPU_MATMUL_COLUMN_QUANTUM) -> list[MatmulTiling]:
     """The tilings `--tune` measures for a CPU matmul kernel, the model's
     (`cpu_matmul_tiling`) first: the row tiles alone, then whole rows in column tiles for
     1, 2, 4 and 8 tiles per thread, each whose prologue stays on chip and is recomputed for
@@ -1247,7 +1251,7 @@ def cpu_matmul_tiling_candidates(rows: int, cols: int, depth: int, elem_bytes: i
     MATMUL_MIN_TILE_LAUNCHES launches has the model's alone."""
     first = cpu_matmul_tiling(rows, cols, depth, elem_bytes, row_tile, threads,
                               prologue_row_bytes, prologue_row_flops, tiles_per_thread,
-                              device)
+                              device, quantum)
     out = [first]
     flops = 2 * rows * cols * depth
     if flops / threads / device.matmul_flops_per_s < MATMUL_MIN_TILE_LAUNCHES * device.launch_s:
@@ -1258,7 +1262,7 @@ def cpu_matmul_tiling_candidates(rows: int, cols: int, depth: int, elem_bytes: i
     if prologue_row_bytes * rows > device.on_chip_bytes:
         return out
     for per_thread in (1, 2, 4, 8):
-        width = _column_width(cols, threads * per_thread)
+        width = _column_width(cols, threads * per_thread, quantum)
         if not width or width >= cols:
             continue
         if prologue_row_flops * rows * math.ceil(cols / width) * 16 > flops:

@@ -247,6 +247,18 @@ def projection(amap: ir.AffineMap) -> list[int | None] | None:
     return out
 
 
+def split_columns(a_dims: list[int], b_dims: list[int], c_dims: list[int]) -> list[int] | None:
+    """The loops of a matmul-like op's columns (C += A * B; each operand's map as the loops it
+    reads) when they are split over several loops, outer first: the loops C and B read and A
+    does not, standing side by side in the same order at the end of both B's and C's maps.
+    torch-mlir's head split after a projection gives C[b, t, h, d] += A[b, t, k] * B[k, h, d]:
+    columns (h, d). None when the columns are one loop (or not such a run)."""
+    ns = [d for d in c_dims if d in b_dims and d not in a_dims]
+    if len(ns) < 2 or c_dims[-len(ns):] != ns or b_dims[-len(ns):] != ns:
+        return None
+    return ns
+
+
 def value_key(value: ir.Value) -> tuple[int, int]:
     """A stable identity for a value: its defining op's key and result number, or for a block
     argument the (negated) key of the op that owns the block and the argument number."""

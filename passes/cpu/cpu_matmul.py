@@ -61,10 +61,11 @@ After (nr = 16):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
-from fusec.passes.grouping import iterator_kinds, op_key
+from fusec.passes.grouping import iterator_kinds, op_key, split_columns
 from fusec.passes.registry import Pass, register
 from mlir import ir
 from mlir.dialects import arith, linalg, memref, scf
@@ -156,8 +157,87 @@ def collapsible(t: ir.Type, groups: list[list[int]]) -> bool:
     return True
 
 
-def collapse_view(value: ir.Value, groups: list[list[int]]) -> ir.Value:
-    """`memref.collapse_shape` of `value` by `groups` (checked with `collapsible`)."""
+def _collapse_subview(value: ir.Value, groups: list[list[int]]) -> ir.Value | None:
+    """`value`, a unit-stride `memref.subview` taking every dim of a group but the first
+    whole, as a subview of its source collapsed by `groups` (the first dim's offset scaled by
+    the inner extents), or None where it is no such view.
+
+    A load through a collapsed view is folded into the source's indices by delinearizing
+    (a division and a remainder per index): LLVM then sees no consecutive addresses, and a
+    B panel's packing copy ran as 8-lane gathers (LLaMA's Q projection 1.45x the time of
+    the same matmul without the head split). Through the collapsed source, the indices of
+    a tile's view are linear."""
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.name != "memref.subview":
+        return None
+    sub = owner.operation.opview
+    source = sub.source
+    src_shape = ir.MemRefType(source.type).shape
+    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+    offsets, sizes, strides = (list(sub.static_offsets), list(sub.static_sizes),
+                               list(sub.static_strides))
+    if len(sizes) != len(src_shape) or ir.MemRefType(value.type).rank != len(src_shape) \
+            or any(st != 1 for st in strides) or any(sz < 0 for sz in sizes):
+        return None
+    for group in groups:
+        if any(offsets[d] != 0 or sizes[d] != src_shape[d] for d in group[1:]):
+            return None
+    if not collapsible(source.type, groups):
+        return None
+    base = collapse_view(source, groups, linear=True)
+    dynamic_offsets = iter(sub.offsets)
+    values = [next(dynamic_offsets) if o == dynamic else None for o in offsets]
+    new_static, new_dynamic, new_sizes = [], [], []
+    index = ir.IndexType.get()
+    for group in groups:
+        inner = 1
+        for d in group[1:]:
+            inner *= src_shape[d]
+        first = group[0]
+        if values[first] is None:
+            new_static.append(offsets[first] * inner)
+        else:
+            scaled = values[first]
+            if inner != 1:
+                scaled = arith.MulIOp(scaled, arith.ConstantOp(index, inner).result).result
+            new_static.append(dynamic)
+            new_dynamic.append(scaled)
+        extent = 1
+        for d in group:
+            extent *= sizes[d]
+        new_sizes.append(extent)
+    base_strides, _ = memref_strides(base.type)
+    offset_known = all(o != dynamic for o in new_static) and \
+        memref_strides(base.type)[1] != dynamic
+    offset = dynamic
+    if offset_known:
+        offset = memref_strides(base.type)[1] + sum(o * st for o, st in zip(new_static,
+                                                                         base_strides))
+    element = ir.MemRefType(value.type).element_type
+    result = ir.MemRefType.get(new_sizes, element,
+                               ir.StridedLayoutAttr.get(offset, base_strides))
+    i64s = lambda xs: ir.DenseI64ArrayAttr.get(xs)  # noqa: E731
+    return memref.SubViewOp(result, base, new_dynamic, [], [], i64s(new_static),
+                            i64s(new_sizes), i64s([1] * len(new_sizes))).result
+
+
+def collapse_view(value: ir.Value, groups: list[list[int]], linear: bool = False) -> ir.Value:
+    """`memref.collapse_shape` of `value` by `groups` (checked with `collapsible`). With
+    `linear`, a view whose loads keep linear indices where one can be had: a tile's subview
+    of a collapsed source (`_collapse_subview`), a whole buffer reinterpreted."""
+    if linear:
+        view = _collapse_subview(value, groups)
+        if view is not None:
+            return view
+    t = ir.MemRefType(value.type)
+    if linear and identity_layout(value.type) and t.has_static_shape:
+        # A whole buffer (a kernel argument) reinterpreted: its loads keep linear indices
+        # (`fold-memref-alias-ops` would delinearize them through a collapse_shape).
+        shape = [math.prod(t.shape[d] for d in g) for g in groups]
+        strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
+        i64s = ir.DenseI64ArrayAttr.get
+        return memref.ReinterpretCastOp(ir.MemRefType.get(shape, t.element_type), value, [], [],
+                                        [], i64s([0]), i64s(shape), i64s(strides)).result
     t = ir.MemRefType(value.type)
     shape = list(t.shape)
     result_shape = []
@@ -212,16 +292,14 @@ def multiply_accumulate(a: ir.Value, b: ir.Value, c: ir.Value, maps: list[ir.Aff
     return generic
 
 
-def _run_in(dims: list[int], group: list[int], tail: bool = False) -> list[int] | None:
+def _run_in(dims: list[int], group: list[int]) -> list[int] | None:
     """The positions of `group`'s dims in `dims` when they stand there side by side in
-    `group`'s order (at its end when `tail`), else None."""
+    `group`'s order, else None."""
     if group[0] not in dims:
         return None
     first = dims.index(group[0])
     positions = list(range(first, first + len(group)))
     if [dims[i] for i in positions if i < len(dims)] != group:
-        return None
-    if tail and positions[-1] != len(dims) - 1:
         return None
     return positions
 
@@ -258,10 +336,10 @@ def merge_split_dims(op: ir.Operation) -> ir.Operation | None:
         return None
     a_dims, b_dims, c_dims = maps
     ks = [d for d in a_dims if iterators[d] == "reduction"]
-    ns = [d for d in c_dims if d in b_dims and d not in a_dims]
+    ns = split_columns(a_dims, b_dims, c_dims)
     runs: list[tuple[list[int], list[list[int] | None]]] = []
-    if len(ns) > 1:
-        runs.append((ns, [None, _run_in(b_dims, ns, tail=True), _run_in(c_dims, ns, tail=True)]))
+    if ns is not None:
+        runs.append((ns, [None, _run_in(b_dims, ns), _run_in(c_dims, ns)]))
     if len(ks) > 1 and set(ks) == {d for d, it in enumerate(iterators) if it == "reduction"}:
         runs.append((ks, [_run_in(a_dims, ks), _run_in(b_dims, ks), None]))
     runs = [(group, places) for group, places in runs
@@ -282,7 +360,7 @@ def merge_split_dims(op: ir.Operation) -> ir.Operation | None:
     ctx = op.context
     new_dims = [ir.AffineDimExpr.get(i, ctx) for i in range(len(new_index))]
     with ir.InsertionPoint(op), op.location:
-        views = [v if len(g) == len(m) else collapse_view(v, g)
+        views = [v if len(g) == len(m) else collapse_view(v, g, linear=True)
                  for v, g, m in zip(op.operands, groups, maps)]
         new_maps = [affine_map_attr(len(new_index), [new_dims[new_index[m[g[0]]]] for g in grp])
                     for m, grp in zip(maps, groups)]

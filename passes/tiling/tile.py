@@ -67,7 +67,7 @@ from fusec.passes.fusion.analysis import CONTRACTION, describe
 from fusec.passes.grouping import (CLONED_INTO_GROUPS, RESHAPE_OPS, defining_op, family_tiled,
                                    form_group, is_compute,
                                    memory_element_type, op_key, producer_through_reshapes,
-                                   walk_ops)
+                                   iterator_kinds, projection, split_columns, walk_ops)
 from fusec.passes.inline_groups import groups_in, inline_group
 from fusec.passes.registry import Pass, PassError, register
 from fusec.passes.targets import kernel_builder
@@ -660,15 +660,21 @@ def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
     where the cost model says so (`cpu_matmul_tiling`): the columns must be a tile dim of
     the plan, and only elementwise ops and views may come before the matmul (a column tile
     recomputes its rows of them; the cost model weighs that)."""
-    n = _col_dim(root)
-    allowed = _allowed_dims(dims, len(ranges))
-    if n is None or n == m or n not in allowed or iterators[n] != "parallel":
-        return sizes
     body = list(group.regions[0].blocks[0].operations)
     contraction = next((op.operation for i, op in enumerate(body) if _is_tileable(op)
                         and describe(op.operation, i).category == CONTRACTION), None)
     if contraction is None:
         return sizes
+    # Columns split over loops (a projection's output viewed as heads x head_dim) are tiled
+    # by their outer loop, in whole inner rows (`--fusion-cpu-matmul` merges them back).
+    n, inner = _col_dim(root), 1
+    split = _split_column_loops(contraction) if contraction == root else None
+    if split is not None:
+        n, inner = split[0], math.prod(ranges[d] for d in split[1:])
+    allowed = _allowed_dims(dims, len(ranges))
+    if n is None or n == m or n not in allowed or iterators[n] != "parallel":
+        return sizes
+    cols = ranges[n] * inner
     before = [op.operation for op in body[:[op.operation for op in body].index(contraction)]]
     before = [op for op in before if op.name not in _FREE_PROLOGUE and not _is_fill(op)]
     if any(not _is_elementwise(op) for op in before):
@@ -682,14 +688,16 @@ def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
     prologue_bytes = sum(_element_bytes(op) * math.prod(ir.ShapedType(op.results[0].type).shape)
                          for op in before)
     elem = _element_bytes(contraction)
+    quantum = math.lcm(cost_model.CPU_MATMUL_COLUMN_QUANTUM, inner)
     candidates = cost_model.cpu_matmul_tiling_candidates(
-        ranges[m], ranges[n], depth, elem, sizes[m], threads,
+        ranges[m], cols, depth, elem, sizes[m], threads,
         prologue_row_bytes=prologue_bytes // ranges[m],
-        prologue_row_flops=prologue_flops // ranges[m], tiles_per_thread=tiles_per_thread)
-    flops = 2 * ranges[m] * ranges[n] * depth
-    key = (f"cpu_matmul m={ranges[m]} n={ranges[n]} k={depth} el={elem * 8}b "
+        prologue_row_flops=prologue_flops // ranges[m], tiles_per_thread=tiles_per_thread,
+        quantum=quantum)
+    flops = 2 * ranges[m] * cols * depth
+    key = (f"cpu_matmul m={ranges[m]} n={cols} k={depth} el={elem * 8}b "
            f"prologue={prologue_bytes}B/{prologue_flops}flop threads={threads} "
-           f"row_tile={sizes[m]}")
+           f"row_tile={sizes[m]}" + (f" column_quantum={quantum}" if inner > 1 else ""))
     predicted = flops / (threads * cost_model.CPU_HOST.matmul_flops_per_s)
     tiling = _tuned_tiling(group, key, candidates, predicted, tuning)
     if not tiling.cols:
@@ -698,8 +706,31 @@ def _column_tiles(group: ir.Operation, root: ir.Operation, ranges: list[int],
             sizes[m] = tiling.rows
         return sizes
     sizes = list(sizes)
-    sizes[m], sizes[n] = tiling.rows, tiling.cols
+    sizes[m], sizes[n] = tiling.rows, tiling.cols // inner
     return sizes
+
+
+def _split_column_loops(op: ir.Operation) -> list[int] | None:
+    """A matmul-like op's column loops, outer first, when they are several
+    (`grouping.split_columns`), else None (also for an op that reduces nothing)."""
+    if "indexing_maps" not in op.attributes or len(op.operands) != 3 or \
+            "reduction" not in iterator_kinds(op):
+        return None
+    maps = [projection(ir.AffineMapAttr(a).value) for a in op.attributes["indexing_maps"]]
+    if any(m is None or None in m for m in maps):
+        return None
+    return split_columns(*maps)
+
+
+def _matmul_row_dim(root: ir.Operation) -> int | None:
+    """The row loop of a matmul-rooted kernel (`_row_dim`); where the root is a matmul whose
+    columns are split over loops (heads x head_dim), the loop before them."""
+    split = _split_column_loops(root)
+    if split is None:
+        return _row_dim(root)
+    out_map = projection(ir.AffineMapAttr(list(root.attributes["indexing_maps"])[-1]).value)
+    before = out_map[:len(out_map) - len(split)]
+    return before[-1] if before else None
 
 
 def _conv_dims(group: ir.Operation,
@@ -772,7 +803,7 @@ def tile_sizes_for(group: ir.Operation, root: ir.Operation, ranges: list[int],
         microkernel = min_tile_bytes > 0 and kind == "contraction"
         # (A convolution is a windowed op to the planner, not a "contraction" kernel.)
         conv = _conv_dims(group, root) if min_tile_bytes > 0 and conv_builds_as_gemm else None
-        m = _row_dim(root) if microkernel and conv is None else None
+        m = _matmul_row_dim(root) if microkernel and conv is None else None
         if conv is not None:
             allowed = _allowed_dims(dims, len(ranges))
             n, oh, ow, rows_free, channels = conv

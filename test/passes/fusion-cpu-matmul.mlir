@@ -152,8 +152,11 @@ func.func @deep_and_ragged(%a: memref<14x700xf32>, %b: memref<700x40xf32>, %c: m
 // through collapse_shape views of B and C, then the microkernel as for any matmul. Without
 // the merge its matcher read `h` as the rows (2-row matmuls, 12 GFLOP/s).
 // CHECK-LABEL: func.func @split_columns
+// A view of unknown offset is collapsed; a whole buffer (C here) is reinterpreted instead,
+// so that its loads keep linear indices (through a collapse_shape, fold-memref-alias-ops
+// delinearizes each index: a division and a remainder, and LLVM packs B with gathers).
 // CHECK-DAG: memref.collapse_shape %{{.+}} {{\[\[}}0], [1, 2]] : memref<96x2x64xf32, strided<[768, 64, 1], offset: ?>> into memref<96x128xf32, strided<[768, 1], offset: ?>>
-// CHECK-DAG: memref.collapse_shape %{{.+}} {{\[\[}}0], [1, 2]] : memref<30x2x64xf32> into memref<30x128xf32>
+// CHECK-DAG: memref.reinterpret_cast %{{.+}} to offset: [0], sizes: [30, 128], strides: [128, 1] : memref<30x2x64xf32> to memref<30x128xf32>
 // CHECK: vector.fma
 // CHECK: vector.transfer_write {{.+}} vector<6x16xf32>
 func.func @split_columns(%a: memref<30x96xf32>, %b: memref<96x2x64xf32, strided<[768, 64, 1], offset: ?>>, %c: memref<30x2x64xf32>) {
@@ -171,8 +174,8 @@ func.func @split_columns(%a: memref<30x96xf32>, %b: memref<96x2x64xf32, strided<
 // Depth split over two loops (attention's output projection reading the heads merged:
 // C[t, n] += A[t, h, d] * B[h, d, n]): one depth loop of 2 x 64.
 // CHECK-LABEL: func.func @split_depth
-// CHECK-DAG: memref.collapse_shape %{{.+}} {{\[\[}}0], [1, 2]] : memref<30x2x64xf32> into memref<30x128xf32>
-// CHECK-DAG: memref.collapse_shape %{{.+}} {{\[\[}}0, 1], [2]] : memref<2x64x48xf32> into memref<128x48xf32>
+// CHECK-DAG: memref.reinterpret_cast %{{.+}} to offset: [0], sizes: [30, 128], strides: [128, 1] : memref<30x2x64xf32> to memref<30x128xf32>
+// CHECK-DAG: memref.reinterpret_cast %{{.+}} to offset: [0], sizes: [128, 48], strides: [48, 1] : memref<2x64x48xf32> to memref<128x48xf32>
 // CHECK: vector.fma
 func.func @split_depth(%a: memref<30x2x64xf32>, %b: memref<2x64x48xf32>, %c: memref<30x48xf32>) {
   linalg.generic {indexing_maps = [affine_map<(t, h, d, n) -> (t, h, d)>, affine_map<(t, h, d, n) -> (h, d, n)>, affine_map<(t, h, d, n) -> (t, n)>], iterator_types = ["parallel", "reduction", "reduction", "parallel"]} ins(%a, %b : memref<30x2x64xf32>, memref<2x64x48xf32>) outs(%c : memref<30x48xf32>) {
@@ -193,6 +196,42 @@ func.func @split_depth(%a: memref<30x2x64xf32>, %b: memref<2x64x48xf32>, %c: mem
 // CHECK-NOT: memref.collapse_shape
 func.func @split_columns_gap(%a: memref<30x96xf32>, %b: memref<96x2x32xf32, strided<[768, 64, 1], offset: ?>>, %c: memref<30x2x32xf32, strided<[128, 64, 1], offset: ?>>) {
   linalg.generic {indexing_maps = [affine_map<(t, h, k, d) -> (t, k)>, affine_map<(t, h, k, d) -> (k, h, d)>, affine_map<(t, h, k, d) -> (t, h, d)>], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%a, %b : memref<30x96xf32>, memref<96x2x32xf32, strided<[768, 64, 1], offset: ?>>) outs(%c : memref<30x2x32xf32, strided<[128, 64, 1], offset: ?>>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// A kernel's column tile of a weight split into heads (its tile takes heads %h and %h + 1,
+// each whole): the tile is viewed in the whole weight merged, at column %h * 64, so that the
+// packing copy reads rows of consecutive floats. A view that cuts into a head (its columns
+// 32.. of each) cannot be merged at all: the op is left to the loops.
+// CHECK-LABEL: func.func @split_columns_tile
+// CHECK: %[[W:.+]] = memref.reinterpret_cast %{{.+}} to offset: [0], sizes: [96, 1024], strides: [1024, 1] : memref<96x16x64xf32> to memref<96x1024xf32>
+// CHECK: %[[COL:.+]] = arith.muli %{{.+}}, %c64 : index
+// CHECK: memref.subview %[[W]][0, %[[COL]]] [96, 128] [1, 1] : memref<96x1024xf32> to memref<96x128xf32, strided<[1024, 1], offset: ?>>
+// CHECK-NOT: memref.collapse_shape
+// CHECK: vector.fma
+// CHECK-LABEL: func.func @split_columns_cut_head
+// CHECK-NOT: vector.fma
+// CHECK: linalg.generic
+func.func @split_columns_tile(%a: memref<30x96xf32>, %w: memref<96x16x64xf32>, %c: memref<30x2x64xf32>, %h: index) {
+  %b = memref.subview %w[0, %h, 0] [96, 2, 64] [1, 1, 1] : memref<96x16x64xf32> to memref<96x2x64xf32, strided<[1024, 64, 1], offset: ?>>
+  linalg.generic {indexing_maps = [affine_map<(t, h, k, d) -> (t, k)>, affine_map<(t, h, k, d) -> (k, h, d)>, affine_map<(t, h, k, d) -> (t, h, d)>], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%a, %b : memref<30x96xf32>, memref<96x2x64xf32, strided<[1024, 64, 1], offset: ?>>) outs(%c : memref<30x2x64xf32>) {
+  ^bb0(%x: f32, %y: f32, %acc: f32):
+    %m = arith.mulf %x, %y : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+func.func @split_columns_cut_head(%a: memref<30x96xf32>, %w: memref<96x16x64xf32>, %c: memref<30x2x32xf32>, %h: index) {
+  %b = memref.subview %w[0, %h, 32] [96, 2, 32] [1, 1, 1] : memref<96x16x64xf32> to memref<96x2x32xf32, strided<[1024, 64, 1], offset: ?>>
+  linalg.generic {indexing_maps = [affine_map<(t, h, k, d) -> (t, k)>, affine_map<(t, h, k, d) -> (k, h, d)>, affine_map<(t, h, k, d) -> (t, h, d)>], iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%a, %b : memref<30x96xf32>, memref<96x2x32xf32, strided<[1024, 64, 1], offset: ?>>) outs(%c : memref<30x2x32xf32>) {
   ^bb0(%x: f32, %y: f32, %acc: f32):
     %m = arith.mulf %x, %y : f32
     %s = arith.addf %acc, %m : f32

@@ -42,6 +42,33 @@ func.func @linear_columns(%a: tensor<128x768xf32>, %b: tensor<768x3072xf32>) -> 
 
 // -----
 
+// A projection whose columns are split into heads (C[b, t, h, d] += A[b, t, k] * B[k, h, d],
+// torch-mlir's head split propagated into the matmul): its rows are t, not h, and its
+// columns h x d are tiled by whole heads (2 of 64 = 128 columns), never inside a head.
+// Before, the row policy took h for the rows and cut t into tiles of 16, each packing all
+// of B (LLaMA's Q projection at 44 GFLOP/s).
+// MODEL-LABEL: func.func @heads_split_projection
+// MODEL: fusion.kernel_tile = array<i64: 0, 128>
+// MODEL-SAME: fusion.tile_sizes = array<i64: 0, 0, 2, 0, 0>
+// MODEL-SAME: fusion.tune_key = "cpu_matmul m=128 n=1024 k=1024 el=32b prologue=0B/0flop threads=2 row_tile=32 column_quantum=64"
+func.func @heads_split_projection(%a: tensor<1x128x1024xf32>, %b: tensor<1024x16x64xf32>) -> tensor<1x128x16x64xf32> {
+  %r = fusion.group epilogue (%x = %a : tensor<1x128x1024xf32>, %y = %b : tensor<1024x16x64xf32>) -> tensor<1x128x16x64xf32> attributes {fusion.tile_dims = [1, 2]} {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<1x128x16x64xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%e : tensor<1x128x16x64xf32>) -> tensor<1x128x16x64xf32>
+    %m = linalg.generic {indexing_maps = [affine_map<(b, t, h, d, k) -> (b, t, k)>, affine_map<(b, t, h, d, k) -> (k, h, d)>, affine_map<(b, t, h, d, k) -> (b, t, h, d)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%x, %y : tensor<1x128x1024xf32>, tensor<1024x16x64xf32>) outs(%f : tensor<1x128x16x64xf32>) {
+    ^bb0(%p: f32, %q: f32, %acc: f32):
+      %mul = arith.mulf %p, %q : f32
+      %s = arith.addf %acc, %mul : f32
+      linalg.yield %s : f32
+    } -> tensor<1x128x16x64xf32>
+    fusion.yield %m : tensor<1x128x16x64xf32>
+  }
+  return %r : tensor<1x128x16x64xf32>
+}
+
+// -----
+
 // Not a matmul: nothing to tune, nothing recorded.
 // MODEL-LABEL: func.func @not_a_matmul
 // MODEL-NOT: fusion.kernel_tile
