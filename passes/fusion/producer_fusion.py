@@ -372,9 +372,10 @@ class Planner:
                 "one's prologue once per column tile")
 
     def _contraction_behind(self, p: OpFacts) -> OpFacts | None:
-        """The contraction `p` is an elementwise function of (through elementwise ops, with
-        graph inputs and constants beside it), or None: None as well when a reduction or any
-        other op is among its producers (a softmax's division stays where it is)."""
+        """The contraction `p` is an elementwise function of (through elementwise ops and
+        reshapes, with graph inputs and constants beside it), or None: None as well when a
+        reduction or any other op is among its producers (a softmax's division stays where
+        it is)."""
         found, stack, seen = None, [p], {p.key}
         while stack:
             for key in stack.pop().producers:
@@ -384,7 +385,8 @@ class Planner:
                 q = self.graph.facts[key]
                 if q.category == CONTRACTION:
                     found = found or q
-                elif q.category == ELEMENTWISE:
+                elif q.category in (ELEMENTWISE, RESHAPE):
+                    # (a view between them: a Linear's [B*T, N] result seen as [B, T, N])
                     stack.append(q)
                 else:
                     return None

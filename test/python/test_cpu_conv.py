@@ -69,7 +69,7 @@ CASES = {
     "1x1-14x14-padded": (lambda: ConvBnRelu(64, 48, 1), (1, 64, 14, 14), 1),
     "7x7-stride2-bias": (lambda: ConvBnRelu(3, 16, 7, 2, 3, bias=True), (1, 3, 32, 32), 1),
     "3x3-7x7-image": (lambda: ConvBnRelu(64, 96, 3, padding=1), (1, 64, 7, 7), 1),
-    "basic-block": (lambda: BasicBlock(16), (2, 16, 10, 10), 3),
+    "basic-block": (lambda: BasicBlock(16), (2, 16, 10, 10), 2),
 }
 
 

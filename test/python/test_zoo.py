@@ -36,10 +36,12 @@ TOLERANCE = 1e-5
 # query and key projections have the head-split slice RoPE reads as a kernel of its own:
 # `tile.split_trailing_beside`. The decoders' packed-sequence cumsum over their positions
 # is computed at compile time: `fusion-fold-constants`, three launches fewer each; the
-# top-2 router's topk and scatter are row maxima and selects: `decompositions._small_topk`.)
+# top-2 router's topk and scatter are row maxima and selects: `decompositions._small_topk`.
+# A BatchNorm + ReLU between two convolutions is the first one's epilogue, not the second
+# one's prologue: `epilogue-first`, through the reshapes between them.)
 LAUNCHES = {
     "gpt2": 16, "gpt2_sdpa": 16, "bert": 18, "llama": 29, "vit": 20, "t5_encoder": 17,
-    "whisper_encoder": 19, "resnet18": 38, "resnet50": 24, "resnext50": 21, "mobilenet_v2": 18,
+    "whisper_encoder": 19, "resnet18": 24, "resnet50": 19, "resnext50": 20, "mobilenet_v2": 18,
     "mobilenet_v3_small": 23, "top2_moe": 12,
 }
 REFUSED = {"mixtral_moe": "control flow depends on a tensor's value"}
