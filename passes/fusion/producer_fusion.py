@@ -76,6 +76,12 @@ ABSORBABLE = frozenset({"elementwise", "transpose", "fill", "reshape", "slice", 
                         CONTRACTION, WINDOW, "concat"})
 
 
+def _unit_view(op: ir.Operation) -> bool:
+    """Whether a reshape only adds or drops dims of extent 1 (the other dims unchanged)."""
+    shapes = [ir.ShapedType(op.operands[0].type).shape, ir.ShapedType(op.results[0].type).shape]
+    return [d for d in shapes[0] if d != 1] == [d for d in shapes[1] if d != 1]
+
+
 @dataclass
 class Policy:
     """What a planning run may fuse."""
@@ -373,9 +379,9 @@ class Planner:
 
     def _contraction_behind(self, p: OpFacts) -> OpFacts | None:
         """The contraction `p` is an elementwise function of (through elementwise ops and
-        reshapes, with graph inputs and constants beside it), or None: None as well when a
-        reduction or any other op is among its producers (a softmax's division stays where
-        it is)."""
+        views that add or drop unit dims, with graph inputs and constants beside it), or
+        None: None as well when a reduction or any other op is among its producers (a
+        softmax's division stays where it is)."""
         found, stack, seen = None, [p], {p.key}
         while stack:
             for key in stack.pop().producers:
@@ -385,8 +391,11 @@ class Planner:
                 q = self.graph.facts[key]
                 if q.category == CONTRACTION:
                     found = found or q
-                elif q.category in (ELEMENTWISE, RESHAPE):
-                    # (a view between them: a Linear's [B*T, N] result seen as [B, T, N])
+                elif q.category == ELEMENTWISE or q.category == RESHAPE and _unit_view(q.op):
+                    # (a view that adds or drops unit dims between them: a Linear's [T, N]
+                    # result seen as [1, T, N]. A view that splits a dim of the contraction
+                    # (Swin's windows x heads) would leave the group's root tiled by loops
+                    # the contraction does not have: its batch dim untiled, one thread.)
                     stack.append(q)
                 else:
                     return None

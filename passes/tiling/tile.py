@@ -216,7 +216,11 @@ def split_trailing_beside(group: ir.Operation) -> list[ir.Operation]:
     movement is tiled by itself and reads the root's result from memory once."""
     if str(ir.StringAttr(group.attributes["kind"]).value) == "horizontal":
         return [group]  # independent parts: each its own loop already
-    root = find_root(group)
+    # A contraction whose result the group yields is the root here even where the group
+    # yields later work too (`rotate_half` written as cat(-q[..., h:], q[..., :h]) makes the
+    # negated half the last result): tiled by that work, the contraction ran before the
+    # tile loop, whole, on one thread.
+    root = _yielded_contraction(group) or find_root(group)
     if root is None:
         return [group]
     body = _body_ops(group)
@@ -242,6 +246,17 @@ def split_trailing_beside(group: ir.Operation) -> list[ir.Operation]:
     first, second = _split_in_two(group, _kernel_ops(op for op in body if op_key(op) in head),
                                   None, SPLIT_BESIDE)
     return [first, second]
+
+
+def _yielded_contraction(group: ir.Operation) -> ir.Operation | None:
+    """The group's contraction when the group yields its result (through reshapes)."""
+    body = list(group.regions[0].blocks[0].operations)
+    for value in list(body[-1].operands):
+        op = producer_through_reshapes(value)
+        if op is not None and _is_tileable(op) and \
+                describe(op, body.index(op)).category == CONTRACTION:
+            return op
+    return None
 
 
 def split_padded_prologue(group: ir.Operation) -> list[ir.Operation]:

@@ -154,3 +154,47 @@ module {
     return %0#0, %0#1 : tensor<1x64x4x32xf32>, tensor<1x4x64x16xf32>
   }
 }
+
+// -----
+
+// The same with the trailing work yielded last and ending in an elementwise op (rotate_half
+// written as cat(-q[..., h:], q[..., :h]): the negated second half). The group's last
+// result is then the negation's, and tiled by it the matmul ran before the tile loop, whole,
+// on one thread (the kernel's grid was 1). The matmul whose result the group yields is the
+// root all the same: the negated slice is a kernel of its own after it.
+// CHECK-LABEL: func.func @projection_and_negated_half
+// CHECK: fusion.group epilogue
+// CHECK-SAME: fusion.grid = 2 : i64
+// CHECK: scf.forall ({{.+}}) in (2)
+// CHECK: linalg.generic {{.+}} iterator_types = ["parallel", "parallel", "reduction"]
+// CHECK: fusion.group single
+// CHECK-SAME: fusion.split = "what the kernel yields after its root
+// CHECK: tensor.extract_slice
+// CHECK: arith.negf
+// FINEST-LABEL: func.func @projection_and_negated_half
+// FINEST-COUNT-1: fusion.group
+// FINEST-NOT: fusion.split
+#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+module {
+  func.func @projection_and_negated_half(%x: tensor<64x128xf32>) -> (tensor<1x64x4x32xf32>, tensor<1x4x64x16xf32>) {
+    %0:2 = fusion.group epilogue (%arg1 = %x : tensor<64x128xf32>) -> (tensor<1x64x4x32xf32>, tensor<1x4x64x16xf32>) attributes {fusion.device = "cpu", fusion.tile_dims = [0, 1]} {
+      %w = arith.constant dense<1.000000e-01> : tensor<128x128xf32>
+      %zero = arith.constant 0.000000e+00 : f32
+      %e = tensor.empty() : tensor<64x128xf32>
+      %et = tensor.empty() : tensor<1x4x64x32xf32>
+      %en = tensor.empty() : tensor<1x4x64x16xf32>
+      %f = linalg.fill ins(%zero : f32) outs(%e : tensor<64x128xf32>) -> tensor<64x128xf32>
+      %m = linalg.matmul ins(%arg1, %w : tensor<64x128xf32>, tensor<128x128xf32>) outs(%f : tensor<64x128xf32>) -> tensor<64x128xf32>
+      %q = tensor.expand_shape %m [[0, 1], [2, 3]] output_shape [1, 64, 4, 32] : tensor<64x128xf32> into tensor<1x64x4x32xf32>
+      %t = linalg.transpose ins(%q : tensor<1x64x4x32xf32>) outs(%et : tensor<1x4x64x32xf32>) permutation = [0, 2, 1, 3]
+      %h = tensor.extract_slice %t[0, 0, 0, 16] [1, 4, 64, 16] [1, 1, 1, 1] : tensor<1x4x64x32xf32> to tensor<1x4x64x16xf32>
+      %n = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%h : tensor<1x4x64x16xf32>) outs(%en : tensor<1x4x64x16xf32>) {
+      ^bb0(%in: f32, %out: f32):
+        %neg = arith.negf %in : f32
+        linalg.yield %neg : f32
+      } -> tensor<1x4x64x16xf32>
+      fusion.yield %q, %n : tensor<1x64x4x32xf32>, tensor<1x4x64x16xf32>
+    }
+    return %0#0, %0#1 : tensor<1x64x4x32xf32>, tensor<1x4x64x16xf32>
+  }
+}

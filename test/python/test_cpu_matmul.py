@@ -161,28 +161,36 @@ class HeadsProjection(torch.nn.Module):
     """A Q projection split into heads and rotated as LLaMA's RoPE does (`rotate_half`): the
     head split reaches the matmul (its columns become two loops, heads x head_dim)."""
 
-    def __init__(self, d: int, heads: int) -> None:
+    def __init__(self, d: int, heads: int, inline: bool = False) -> None:
         super().__init__()
         self.q = torch.nn.Linear(d, d, bias=False)
         self.heads = heads
+        self.inline = inline
 
     def forward(self, x, cos, sin):
         b, t, d = x.shape
         q = self.q(x).view(b, t, self.heads, d // self.heads).transpose(1, 2)
         half = d // self.heads // 2
-        x1, x2 = q[..., :half], q[..., half:]
-        return q * cos + torch.cat((-x2, x1), dim=-1) * sin
+        if self.inline:  # the second half sliced first
+            rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+        else:  # LLaMA's rotate_half
+            x1, x2 = q[..., :half], q[..., half:]
+            rotated = torch.cat((-x2, x1), dim=-1)
+        return q * cos + rotated * sin
 
 
-def test_projection_split_into_heads(tmp_path):
+@pytest.mark.parametrize("inline", [False, True], ids=["rotate-half", "inline-slices"])
+def test_projection_split_into_heads(inline, tmp_path):
     """The matmul whose columns are heads x head_dim is tiled by whole heads, all its rows in
     each tile (it was tiled by rows with the heads taken for them: each tile packed all of
     B; LLaMA's Q projection at 44 GFLOP/s, 1.45x more with B packed through gathers), and
     the microkernel takes it, merged into one column loop, reading B through linear
-    indices (no collapse_shape left for LLVM to delinearize into gathers)."""
+    indices (no collapse_shape left for LLVM to delinearize into gathers). With the second
+    half sliced first, the negated half was the group's last result and the matmul ran
+    before its tile loop on one thread; it is the kernel's root all the same now."""
     cpu = CpuOptions(arch="x86-64-v3", threads=2)
     shapes = [(1, 64, 768), (1, 1, 64, 64), (1, 1, 64, 64)]
-    compile_and_check(HeadsProjection(768, 12), shapes, tmp_path, kernels=5, cpu=cpu)
+    compile_and_check(HeadsProjection(768, 12, inline), shapes, tmp_path, kernels=5, cpu=cpu)
     tiled = (tmp_path / "model.tiled.mlir").read_text()
     key = re.search(r'fusion.tune_key = "cpu_matmul m=64 n=768 k=768 [^"]*column_quantum=64"',
                     tiled)

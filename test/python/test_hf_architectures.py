@@ -24,8 +24,11 @@ hf = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = hf
 _spec.loader.exec_module(hf)
 
-# Kernel launches of fusec's CPU plan today, pinned as the zoo's are.
-KERNELS = {"rwkv": 70, "swin": 23, "bloom": 18, "gpt_bigcode": 14, "mamba": 62}
+# Kernel launches of fusec's CPU plan today, pinned as the zoo's are. (Mamba: the
+# elementwise work computed from its projection is one tiled kernel, not recomputed in each
+# of the scan's steps, `epilogue-first`; Swin: a matmul its group yields beside later work
+# is a kernel of its own, `split_trailing_beside`.)
+KERNELS = {"rwkv": 70, "swin": 24, "bloom": 18, "gpt_bigcode": 14, "mamba": 64}
 
 
 @pytest.fixture(autouse=True)
