@@ -45,6 +45,7 @@ def decomposition_table() -> dict[Any, Any]:
     - `aten.roll` (Swin's shifted windows): a concat of two slices per rolled dim (a flat
       roll: of the flattened tensor). torch-mlir's lowering types the slices with dynamic
       sizes, and it refuses a roll without dims.
+    - `aten.isfinite`: `|x| < inf` (torch-mlir's `|x| != inf` called NaN finite).
     - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
       experts' router): row maxima and selects, fusable, instead of tm_tensor's serial
       loops (a one-thread kernel on the GPU); more than SMALL_SELECTION stay torch-mlir's.
@@ -68,7 +69,18 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.scatter.value] = _small_scatter
     table[aten.roll.default] = _roll_as_slices
     table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_no_training
+    table[aten.isfinite.default] = _isfinite
     return table
+
+
+def _isfinite(x: torch.Tensor) -> torch.Tensor:
+    """`|x| < inf`: false for NaN as for the infinities (torch-mlir's `|x| != inf` is true for
+    NaN); every integer is finite."""
+    import torch
+
+    if not x.dtype.is_floating_point:
+        return torch.ones_like(x, dtype=torch.bool)
+    return torch.abs(x) < float("inf")
 
 
 def fx_decomposition_table() -> dict[Any, Any]:

@@ -534,6 +534,9 @@ def _torch_mlir_generic_text(
         _TRAINING_NOTED.add(type(module))
         print(f"fusec: note: {type(module).__name__} is in training mode; compiling it in eval "
               "mode (model.eval())", file=sys.stderr)
+    # Exported in eval mode; the user's module is given back in the modes it came in (a
+    # training loop that compiles a copy for evaluation must not lose dropout after it).
+    modes = [(m, m.training) for m in module.modules()]
     module.eval()
     try:
         with warnings.catch_warnings(), _torch_logs_quiet():
@@ -544,6 +547,9 @@ def _torch_mlir_generic_text(
         raise
     except Exception as error:  # torch.export raises many types (Unsupported, UserError, ...)
         raise _export_failure(error) from error
+    finally:
+        for m, training in modes:
+            m.training = training
     for note in program.graph_module.meta.get(NOTES_META, []):
         print(f"fusec: note: {type(module).__name__}: {note}", file=sys.stderr)
     signature = torch_signature(program)
@@ -794,14 +800,18 @@ def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> 
     would grow without bound trying); buffers registered with `persistent=False` (RoPE's
     tables, BERT's `position_ids`), which torch.export keeps among its constants, are handed
     to torch-mlir's importer with the others (it looks for buffers in the state dict only);
-    after the decompositions, a negative `dim` argument is made positive (torch-mlir's
-    scatter lowering crashes the process on `dim=-1`).
+    after the decompositions, uint8 values are read as unsigned (`fusec.compiler.unsigned`:
+    torch-mlir reads them as signed) and a negative `dim` argument is made positive
+    (torch-mlir's scatter lowering crashes the process on `dim=-1`).
     """
     import torch
+
+    from fusec.compiler.unsigned import read_uint8_unsigned
 
     program = torch.export.export(module, tuple(example_inputs), strict=False)
     refuse_data_dependent_shapes(program)
     program = decompose_program(program)
+    read_uint8_unsigned(program, _user_frame)
     normalise_negative_dims(program)
     _keep_non_persistent_buffers(program)
     view_state_in_lists(program)

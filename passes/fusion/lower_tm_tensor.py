@@ -258,6 +258,30 @@ def lower_scan(op: ir.Operation) -> list[ir.Value]:
     return loop_nest(_shape(source), inits, body)[:2]
 
 
+# arith.cmpf predicates: ordered a <= b, a >= b (torch-mlir's "may precede" for an
+# ascending and a descending sort).
+_OLE, _OGE = 5, 3
+
+
+def _nan_greatest(op: ir.Operation) -> None:
+    """The sort's float comparisons with NaN as the greatest value, as torch sorts (NaNs last
+    ascending, first descending): an ordered `a <= b` is false whenever a NaN is compared,
+    so NaNs stayed where they were and split the order around them. `a <= b` becomes
+    `a <= b or b is NaN`, `a >= b` becomes `a >= b or a is NaN` (a NaN may precede a NaN:
+    still a total preorder, so the merge stays stable)."""
+    block = op.regions[0].blocks[0]
+    for cmp in [o.operation for o in block.operations if o.operation.name == "arith.cmpf"]:
+        predicate = ir.IntegerAttr(cmp.attributes["predicate"]).value
+        if predicate not in (_OLE, _OGE):
+            continue
+        a, b = cmp.operands[0], cmp.operands[1]
+        nan_side = b if predicate == _OLE else a
+        with ir.InsertionPoint.after(cmp), cmp.location:
+            is_nan = arith.CmpFOp(arith.CmpFPredicate.UNO, nan_side, nan_side).result
+            either = arith.OrIOp(cmp.results[0], is_nan)
+        cmp.results[0].replace_all_uses_except(either.result, either.operation)
+
+
 def lower_sort(op: ir.Operation) -> list[ir.Value]:
     """Stable bottom-up merge sort along `dimension`, all operands permuted together.
 
@@ -271,6 +295,7 @@ def lower_sort(op: ir.Operation) -> list[ir.Value]:
     inputs, operands = _segments(op)
     if inputs:
         raise PassError("tm_tensor.sort with `ins` operands is not supported", op.location)
+    _nan_greatest(op)
     dim = _int_attr(op, "dimension")
     shape = _shape(operands[0])
     n = shape[dim]

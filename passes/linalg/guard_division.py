@@ -7,7 +7,9 @@ calling process on x86 (SIGFPE) or returns garbage. This pass guards each intege
 a non-zero constant: the divisor is replaced by 1 where it is 0 (the kernel never traps),
 and the failure is reported as `--fusion-guard-indices` reports an index out of range, with
 a check of its own in `fusion.index_checks` (its message says "integer division by 0";
-the runtime raises ZeroDivisionError for it). With `defer=true` the report goes in after tiling
+the runtime raises ZeroDivisionError for it). A signed division by -1 (which traps for
+INT_MIN: the quotient overflows) divides by 1 and negates instead, wrapping as torch does
+(INT_MIN // -1 is INT_MIN, INT_MIN % -1 is 0). With `defer=true` the report goes in after tiling
 (`--fusion-report-indices`), for the same reason as the index checks'.
 
 Before:
@@ -38,12 +40,39 @@ MESSAGE = ZERO_DIVISION_MESSAGE.replace("{index}", "{{index}}") + \
     "{op}: torch raises ZeroDivisionError)"
 
 
-def _nonzero_constant(value: ir.Value) -> bool:
+# Signed divisions, which also trap for INT_MIN / -1 (the quotient overflows; torch's CPU
+# kernels give INT_MIN, and 0 for the remainder).
+SIGNED = frozenset({"arith.divsi", "arith.remsi", "arith.floordivsi", "arith.ceildivsi"})
+
+
+def _constant(value: ir.Value) -> int | None:
     owner = value.owner
     if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
-        return False
+        return None
     attr = owner.operation.attributes["value"]
-    return isinstance(attr, ir.IntegerAttr) and ir.IntegerAttr(attr).value != 0
+    return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None
+
+
+def _needs_guard(op: ir.Operation) -> bool:
+    """Whether the divisor may be 0 (or -1, for a signed division)."""
+    value = _constant(op.operands[1])
+    return value is None or value == 0 or (value == -1 and op.name in SIGNED)
+
+
+def _guard_minus_one(op: ir.Operation) -> None:
+    """A signed division by -1 as a negation (wrapping: INT_MIN stays INT_MIN), a remainder
+    by -1 as 0; the division itself divides by 1 there and never traps."""
+    a, divisor = op.operands[0], op.operands[1]
+    with ir.InsertionPoint(op), op.location:
+        minus_one = arith.ConstantOp(divisor.type, -1).result
+        one = arith.ConstantOp(divisor.type, 1).result
+        zero = arith.ConstantOp(divisor.type, 0).result
+        is_minus_one = arith.CmpIOp(arith.CmpIPredicate.eq, divisor, minus_one).result
+        op.operands[1] = arith.SelectOp(is_minus_one, one, divisor).result
+    with ir.InsertionPoint.after(op), op.location:
+        exact = zero if op.name == "arith.remsi" else arith.SubIOp(zero, a).result
+        result = arith.SelectOp(is_minus_one, exact, op.results[0])
+    op.results[0].replace_all_uses_except(result.result, result.operation)
 
 
 @register
@@ -57,12 +86,20 @@ class GuardDivisionPass(Pass):
 
     def run(self, module: ir.Operation) -> None:
         divisions = walk_ops(module, lambda op: op.name in DIVISIONS and
-                             GUARDED_ATTR not in op.attributes and
-                             not _nonzero_constant(op.operands[1]))
-        if not divisions:
+                             GUARDED_ATTR not in op.attributes and _needs_guard(op))
+        zero_guarded = []
+        for op in divisions:
+            constant = _constant(op.operands[1])
+            if op.name in SIGNED and constant != 0:
+                _guard_minus_one(op)
+            if constant not in (None, 0):
+                op.attributes[GUARDED_ATTR] = ir.UnitAttr.get()  # the constant -1: never 0
+            else:
+                zero_guarded.append(op)
+        if not zero_guarded:
             return
         checks = module_checks(module)
-        for op in divisions:
+        for op in zero_guarded:
             divisor = op.operands[1]
             with ir.InsertionPoint(op), op.location:
                 zero = arith.ConstantOp(divisor.type, 0).result

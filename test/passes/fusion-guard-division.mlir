@@ -4,19 +4,29 @@
 // An integer division and a remainder by a tensor's values (x // y, x % y): each divisor is
 // replaced by 1 where it is 0 (the kernel never traps: SIGFPE on x86) and the failure is
 // reported as an index check's is, with a check of its own (the runtime raises
-// ZeroDivisionError for its message). The division by the constant 4 is left alone.
+// ZeroDivisionError for its message). A signed division by -1 traps too, for INT_MIN (the
+// quotient overflows): it divides by 1 and takes 0 - x instead (wrapping: INT_MIN // -1 is
+// INT_MIN, as torch gives), a remainder by -1 is 0. The division by the constant 4 is left
+// alone.
 // CHECK: module attributes {fusion.index_checks = [{loc = {{.*}}, message = "integer division by {index} (arith.divsi: torch raises ZeroDivisionError)"}, {loc = {{.*}}, message = "integer division by {index} (arith.remsi: torch raises ZeroDivisionError)"}]}
 // CHECK-LABEL: func.func @divide
 // CHECK: ^bb0(%[[A:.+]]: i64, %[[B:.+]]: i64, %{{.+}}: i64):
-// CHECK: %[[NZ:.+]] = arith.cmpi ne, %[[B]], %[[ZERO:.+]] : i64
+// CHECK: %[[M1:.+]] = arith.cmpi eq, %[[B]], %{{.+}} : i64
+// CHECK: %[[B1:.+]] = arith.select %[[M1]], %{{.+}}, %[[B]] : i64
+// CHECK: %[[NZ:.+]] = arith.cmpi ne, %[[B1]], %[[ZERO:.+]] : i64
 // CHECK: scf.if %{{.+}} {
-// CHECK: func.call @fusec_index_error(%{{.+}}, %[[B]]) : (i64, i64) -> ()
-// CHECK: %[[SAFE:.+]] = arith.select %[[NZ]], %[[B]], %{{.+}} : i64
-// CHECK: %[[Q:.+]] = arith.divsi %[[A]], %[[SAFE]] {fusion.guarded} : i64
-// CHECK: %[[NZ2:.+]] = arith.cmpi ne, %[[B]], %{{.+}} : i64
+// CHECK: func.call @fusec_index_error(%{{.+}}, %[[B1]]) : (i64, i64) -> ()
+// CHECK: %[[SAFE:.+]] = arith.select %[[NZ]], %[[B1]], %{{.+}} : i64
+// CHECK: %[[Q0:.+]] = arith.divsi %[[A]], %[[SAFE]] {fusion.guarded} : i64
+// CHECK: %[[NEG:.+]] = arith.subi %{{.+}}, %[[A]] : i64
+// CHECK: %[[Q:.+]] = arith.select %[[M1]], %[[NEG]], %[[Q0]] : i64
+// CHECK: %[[M2:.+]] = arith.cmpi eq, %[[B]], %{{.+}} : i64
+// CHECK: %[[B2:.+]] = arith.select %[[M2]], %{{.+}}, %[[B]] : i64
+// CHECK: %[[NZ2:.+]] = arith.cmpi ne, %[[B2]], %{{.+}} : i64
 // CHECK: func.call @fusec_index_error
-// CHECK: %[[SAFE2:.+]] = arith.select %[[NZ2]], %[[B]], %{{.+}} : i64
-// CHECK: arith.remsi %[[Q]], %[[SAFE2]] {fusion.guarded} : i64
+// CHECK: %[[SAFE2:.+]] = arith.select %[[NZ2]], %[[B2]], %{{.+}} : i64
+// CHECK: %[[R0:.+]] = arith.remsi %[[Q]], %[[SAFE2]] {fusion.guarded} : i64
+// CHECK: arith.select %[[M2]], %{{.+}}, %[[R0]] : i64
 // CHECK-NOT: fusion.guarded
 // CHECK: arith.divsi %{{.+}}, %{{.+}} : i64
 // CHECK: func.func private @fusec_index_error(i64, i64)
@@ -69,4 +79,28 @@ func.func @no_guard(%x: tensor<8xf32>, %y: tensor<8xf32>, %n: tensor<8xi32>) -> 
     linalg.yield %r : i32
   } -> tensor<8xi32>
   return %f, %i : tensor<8xf32>, tensor<8xi32>
+}
+
+// -----
+
+// A division by the constant -1 (`x // -1`): no zero to report, but INT_MIN would trap: the
+// divisor becomes 1 and the quotient 0 - x. No check is declared.
+// CHECK-NOT: fusion.index_checks
+// CHECK-LABEL: func.func @by_minus_one
+// CHECK: %[[M:.+]] = arith.cmpi eq, %{{.+}}, %{{.+}} : i32
+// CHECK: %[[ONE:.+]] = arith.select %[[M]], %{{.+}}, %{{.+}} : i32
+// CHECK: %[[Q:.+]] = arith.floordivsi %{{.+}}, %[[ONE]] {fusion.guarded} : i32
+// CHECK: arith.select %[[M]], %{{.+}}, %[[Q]] : i32
+// CHECK-NOT: fusec_index_error
+#id = affine_map<(d0) -> (d0)>
+func.func @by_minus_one(%x: tensor<8xi32>) -> tensor<8xi32> {
+  %m1 = arith.constant -1 : i32
+  %e = tensor.empty() : tensor<8xi32>
+  %r = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]}
+      ins(%x : tensor<8xi32>) outs(%e : tensor<8xi32>) {
+  ^bb0(%a: i32, %out: i32):
+    %q = arith.floordivsi %a, %m1 : i32
+    linalg.yield %q : i32
+  } -> tensor<8xi32>
+  return %r : tensor<8xi32>
 }

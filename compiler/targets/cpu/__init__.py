@@ -159,6 +159,11 @@ def bufferized_passes(options: Any = None) -> list[str]:
     ]
 
 
+# Upstream `math-expand-ops`' ops, powf left out (see `cpu_passes`).
+EXPANDED_MATH_OPS = ("ctlz", "sinh", "cosh", "tanh", "tan", "asinh", "acosh", "atanh", "fma",
+                     "ceil", "exp2", "fpowi", "roundeven", "round", "rsqrt")
+
+
 def cpu_passes(options: Any = None) -> list[str]:
     """bufferized -> cpu (LLVM dialect, host function gone, plan in `fusion.plan`)."""
     cpu = _cpu_options(options)
@@ -199,7 +204,13 @@ def cpu_passes(options: Any = None) -> list[str]:
         # no soft-float helpers for it (`__truncsfbf2`), and it is what PyTorch computes too.
         "math-extend-to-supported-types{extra-types=f32 target-type=f32}",
         "arith-emulate-unsupported-floats{source-types=bf16,f16 target-type=f32}",
-        "math-expand-ops",
+        # log1p and expm1 accurate near 0 (math-to-LLVM writes log(1 + x), exp(x) - 1).
+        "fusion-cpu-log1p-expm1",
+        # Every op upstream expands but powf: its expansion is exp(y * log(x)), NaN for a
+        # negative base with an integral exponent ((-2) ** 3), for 0 ** 0 and 1 ** nan, and
+        # with a constant negative base the result was poison and the kernel stored nothing.
+        # powf stays libm's pow (C's special cases, as torch's CPU kernels).
+        f"math-expand-ops{{ops={','.join(EXPANDED_MATH_OPS)}}}",
         # After the expansion (tanh becomes exp): f32 exp as a polynomial LLVM vectorizes.
         "fusion-fast-exp",
         # f32 erf (GELU) likewise: a libm call per element is 20-40x slower.

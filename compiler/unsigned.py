@@ -1,0 +1,86 @@
+"""uint8 values read as unsigned where torch-mlir would read them as signed.
+
+torch-mlir lowers `ui8` to MLIR's signless `i8`, and the ops that interpret the values as
+signed: on [10, 200, 255], `x * 0.5` gave [5, -28, -0.5], `x > 200` was true for 128,
+`x.sum()` wrapped, `sort` put 255 first. Its dtype conversions know the type is unsigned,
+and so do the ops whose result is uint8 again with wrapping arithmetic (`+`, `*`, `-x`,
+bitwise ops, shifts, `where`: the same bits either way). So in the FX graph, before
+torch-mlir:
+- an op that reads a uint8 value into a result of another type (a float, a bool, int32 or
+  wider: promotions, comparisons, sums) reads it converted to int32 first;
+- an op that orders uint8 values into a uint8 result (sort, topk, max / min, clamp, floor
+  division, remainder) is refused, located: computed as signed it would be wrong, and
+  computed in int32 then narrowed, torch-mlir's importer crashed. Convert first
+  (`x.int()`, `x.long()`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Ops left reading the uint8 value itself (their lowering knows it is unsigned, or they
+# only assert its dtype).
+_AS_IS = ("convert_element_type", "_to_copy", "_assert_tensor_metadata", "to.dtype", "getitem")
+
+# Ops whose uint8 result depends on the order of uint8 values.
+ORDERED = ("sort", "topk", "max", "min", "amax", "amin", "maximum", "minimum", "clamp",
+           "floor_divide", "remainder", "fmod", "div", "median", "kthvalue", "mode", "cummax",
+           "cummin", "argsort")
+
+
+def _dtypes(node: Any) -> list[Any]:
+    value = node.meta.get("val") if hasattr(node, "meta") else None
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return [getattr(v, "dtype", None) for v in values]
+
+
+def _convert(graph: Any, source: Any, dtype: Any) -> Any:
+    import torch
+
+    node = graph.call_function(torch.ops.prims.convert_element_type.default, (source, dtype))
+    value = source.meta["val"]
+    with value.fake_mode:
+        node.meta["val"] = torch.empty_strided(value.shape, value.stride(), dtype=dtype,
+                                               device=value.device)
+    return node
+
+
+def read_uint8_unsigned(program: Any, where: Any = None) -> None:
+    """Rewrite `program`'s graph in place (see the module's docstring); `where(node)` names
+    the user's line of a node, for the refusal."""
+    import torch
+
+    from fusec.compiler.frontend import FrontendError
+
+    graph = program.graph
+    u8 = torch.uint8
+    narrow = (torch.uint8, torch.int8, torch.int16)
+    if not any(u8 in _dtypes(n) for n in graph.nodes):
+        return
+    widened: dict[Any, Any] = {}
+
+    def widen(value: Any) -> Any:
+        if _dtypes(value) != [u8]:
+            return value
+        if value not in widened:
+            with graph.inserting_after(value):
+                widened[value] = _convert(graph, value, torch.int32)
+        return widened[value]
+
+    for node in list(graph.nodes):
+        name = str(node.target)
+        if node.op != "call_function" or any(key in name for key in _AS_IS) or \
+                not any(_dtypes(a) == [u8] for a in node.all_input_nodes):
+            continue
+        if any(d in narrow for d in _dtypes(node)):
+            op = name.split(".")[-2] if name.count(".") >= 2 else name
+            if op.split(".")[-1] in ORDERED or op in ORDERED:
+                line = where(node) if where else ""
+                raise FrontendError(
+                    f"{line + ': ' if line else ''}'{op}' of a uint8 tensor: torch-mlir "
+                    "orders uint8 values as signed (255 before 0); convert it first "
+                    "(x.int() or x.long())")
+            continue  # a uint8 result of wrapping arithmetic: the same bits either way
+        node.args = torch.fx.node.map_arg(node.args, widen)
+        node.kwargs = torch.fx.node.map_arg(node.kwargs, widen)
+    graph.lint()

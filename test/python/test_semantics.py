@@ -1,0 +1,170 @@
+"""torch's semantics where a probe outside the zoo found fusec's CPU results wrong (2026-12-05):
+each case is compared with torch's own result in the same dtype (exactly for integers and
+booleans, NaNs in the same places), and each failed before its fix.
+
+- `pow` with a negative base: a constant base's kernel stored nothing (the output was
+  whatever the buffer held), an integral exponent gave NaN, 0 ** 0 gave NaN (upstream's
+  `math-expand-ops` writes powf as exp(y * log(x)); the CPU now calls libm's pow).
+- `isfinite(nan)` was true (torch-mlir's `|x| != inf`).
+- INT_MIN // -1, % -1, fmod(INT_MIN, -1) killed the process (SIGFPE).
+- uint8 values were read as signed (`x * 0.5`, `x / 255`, `x > 200`, `x.sum()`), and a sort
+  of uint8 values ordered them as signed: now read as unsigned, or refused with the line.
+- compiling a model in training mode left the user's module in eval mode.
+- `log1p` / `expm1` of tiny x were 0 (math-to-LLVM's log(1 + x) and exp(x) - 1).
+- `sort` / `topk` with NaNs left the NaNs where they were (torch: NaN is the greatest).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_mlir")
+
+import fusec  # noqa: E402
+from fusec.compiler.frontend import FrontendError  # noqa: E402
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, f) -> None:
+        super().__init__()
+        self.f = f
+
+    def forward(self, *args):
+        return self.f(*args)
+
+
+def _same(out: np.ndarray, ref: torch.Tensor) -> None:
+    ref = ref.numpy()
+    assert out.dtype == ref.dtype, (out.dtype, ref.dtype)
+    if np.issubdtype(ref.dtype, np.floating):
+        np.testing.assert_allclose(out, ref, rtol=2e-6, atol=0, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(out, ref)
+
+
+def _check(f, *example, fresh=None):
+    compiled = fusec.compile(Fn(f).eval(), *example, cache=False)
+    inputs = fresh if fresh is not None else example
+    _same(compiled(*[x.numpy() for x in inputs]), f(*inputs))
+
+
+EXPONENTS = torch.tensor([0.0, 1, 2, 3, -1, 0.5, float("nan"), float("inf"), -float("inf"), -2])
+BASES = torch.tensor([-2.0, -1.5, 3, 0, -0.0, 1, float("nan"), -1, 0.5, -3])
+
+
+@pytest.mark.parametrize("base", [-2.0, -0.5, 0.0])
+def test_pow_of_a_constant_base(base):
+    g = torch.Generator().manual_seed(1)
+    fresh = torch.randint(-4, 5, (10,), generator=g).float()
+    _check(lambda e: base ** e, EXPONENTS, fresh=(fresh,))
+    _check(lambda e: base ** e, EXPONENTS)
+
+
+def test_pow_of_negative_bases():
+    _check(torch.pow, BASES, EXPONENTS)
+    _check(torch.pow, BASES, torch.tensor([2, 3, 2, 0, 1, 5, 0, 3, -2, 3]))
+    _check(lambda x: x ** 2.5, BASES)
+
+
+def test_isfinite_of_nan():
+    x = torch.tensor([float("nan"), float("inf"), 1.0, -float("inf"), -0.0])
+    _check(torch.isfinite, x)
+    _check(lambda x: torch.where(torch.isfinite(x), x, 0.0).sum(), x)
+    _check(torch.isfinite, torch.tensor([3, -7]))
+
+
+@pytest.mark.parametrize("name,f", [
+    ("floor_divide", lambda x, y: x // y),
+    ("remainder", torch.remainder),
+    ("fmod", torch.fmod),
+    ("constant divisor", lambda x, y: x // -1 + y),
+    ("constant remainder", lambda x, y: x % -1 + y),
+])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_division_of_the_minimum_by_minus_one(name, f, dtype):
+    low = torch.iinfo(dtype).min
+    x = torch.tensor([low, 7, -7, 5, low, 9], dtype=dtype)
+    y = torch.tensor([-1, 2, -1, -1, 3, -1], dtype=dtype)
+    _check(f, x, y)
+
+
+def test_truncating_division_of_the_minimum_by_minus_one():
+    # torch's own CPU kernel traps on this one; C's wrapping quotient is what fusec gives.
+    low = torch.iinfo(torch.int64).min
+    x = torch.tensor([low, 7, -7, 5], dtype=torch.int64)
+    y = torch.tensor([-1, 2, -1, -1], dtype=torch.int64)
+    compiled = fusec.compile(Fn(lambda x, y: torch.div(x, y, rounding_mode="trunc")), x, y,
+                             cache=False)
+    np.testing.assert_array_equal(compiled(x.numpy(), y.numpy()), [low, 3, 7, -5])
+
+
+U8 = torch.tensor([[10, 200, 255, 0, 128, 77]], dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("name,f", [
+    ("scale", lambda x: x * 0.5),
+    ("normalise", lambda x: x / 255),
+    ("compare", lambda x: x > 200),
+    ("sum", lambda x: x.sum(1)),
+    ("mask", lambda x: torch.where(x > 100, x, 0)),
+    ("wrapping add", lambda x: x + 100),
+    ("wrapping product", lambda x: x * x),
+    ("negate", lambda x: -x),
+    ("with int8", lambda x: x + x.to(torch.int8)),
+    ("converted", lambda x: x.float() / 255),
+])
+def test_uint8_is_unsigned(name, f):
+    g = torch.Generator().manual_seed(3)
+    fresh = torch.randint(0, 256, U8.shape, generator=g, dtype=torch.uint8)
+    _check(f, U8, fresh=(fresh,))
+
+
+def test_ordering_uint8_is_refused_at_its_line():
+    with pytest.raises(FrontendError, match=r"test_semantics\.py:\d+: 'sort' of a uint8"):
+        fusec.compile(Fn(lambda x: torch.sort(x, dim=1).values), U8, cache=False)
+
+
+def test_compiling_keeps_the_modules_training_modes():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    model[0].eval()
+    fusec.compile(model, torch.randn(2, 4), cache=False)
+    assert [model.training, model[0].training, model[1].training] == [True, False, True]
+
+
+@pytest.mark.parametrize("f", [torch.log1p, torch.expm1], ids=["log1p", "expm1"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_log1p_and_expm1_near_zero(f, dtype):
+    x = torch.tensor([1e-10, 1e-7, 1e-5, -1e-6, 0.3, -0.7, 5.0, -1.0, -2.0, float("inf"),
+                      -float("inf"), float("nan"), 0.0, 80.0, -100.0], dtype=dtype)
+    compiled = fusec.compile(Fn(f), x, cache=False)
+    out = torch.from_numpy(compiled(x.numpy())).double()
+    ref = f(x.double())
+    assert torch.equal(out.isnan(), ref.isnan())
+    finite = torch.isfinite(ref)
+    assert torch.equal(out[~finite & ~ref.isnan()], ref[~finite & ~ref.isnan()])
+    rel = ((out - ref).abs() / ref.abs().clamp_min(1e-300))[finite]
+    assert rel.max() < (4e-7 if dtype == torch.float32 else 1e-15), rel
+
+
+NAN, INF = float("nan"), float("inf")
+WITH_NANS = torch.tensor([[3, NAN, -1, INF, 0, -INF, NAN, 2], [1, 1, NAN, 0, 0, 5, -2, 1]])
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["ascending", "descending"])
+def test_sort_puts_nan_where_torch_does(descending):
+    def f(x):
+        return torch.sort(x, dim=1, descending=descending)
+
+    compiled = fusec.compile(Fn(f), WITH_NANS, cache=False)
+    values, indices = compiled(WITH_NANS.numpy())
+    ref_values, ref_indices = f(WITH_NANS)
+    np.testing.assert_array_equal(values, ref_values.numpy())  # NaNs in the same places
+    np.testing.assert_array_equal(indices, ref_indices.numpy())
+
+
+def test_topk_takes_nan_as_the_largest():
+    f = lambda x: torch.topk(x, 6, dim=1).values  # noqa: E731 (tie order is torch's own)
+    compiled = fusec.compile(Fn(f), WITH_NANS, cache=False)
+    np.testing.assert_array_equal(compiled(WITH_NANS.numpy()), f(WITH_NANS).numpy())
