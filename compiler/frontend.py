@@ -810,6 +810,7 @@ def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> 
 
     program = torch.export.export(module, tuple(example_inputs), strict=False)
     refuse_data_dependent_shapes(program)
+    refuse_none_outputs(program, type(module).__name__)
     program = decompose_program(program)
     read_uint8_unsigned(program, _user_frame)
     normalise_negative_dims(program)
@@ -827,6 +828,21 @@ def _user_frame(node: Any) -> str:
     frames, user = python_frames(node.meta.get("stack_trace") or "")
     name, line = (user or frames or [("", "")])[-1]
     return f"{name}:{line}" if name else ""
+
+
+def refuse_none_outputs(program: Any, model: str) -> None:
+    """A FrontendError naming an output that is None: torch-mlir refused it as `!torch.none`
+    in a function type, which named no output. (A number is returned as it is.)"""
+    import torch
+
+    outputs = [spec for spec in program.graph_signature.output_specs
+               if spec.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
+    for k, spec in enumerate(outputs):
+        if isinstance(spec.arg, torch.export.graph_signature.ConstantArgument) and \
+                spec.arg.value is None:
+            raise FrontendError(
+                f"{model}'s output {k} is None; fusec compiles models whose outputs are "
+                "tensors or numbers (leave it out of the outputs)")
 
 
 def refuse_data_dependent_shapes(program: Any) -> None:

@@ -154,6 +154,15 @@ CLI_CASES = [
                                             "    return (torch.randn(4),)\n"},
      ["m.py", "-o", "{out}"], "m.py:4",
      r"control flow depends on a tensor's value .* torch\.where or torch\.cond"),
+    # A None among the outputs: named (torch-mlir's refusal named `!torch.none` only).
+    ("none-output", {"m.py": "import torch\n"
+                             "class M(torch.nn.Module):\n"
+                             "    def forward(self, x):\n"
+                             "        return x * 2, None\n"
+                             "def model():\n    return M()\n"
+                             "def example_inputs():\n"
+                             "    return (torch.randn(4),)\n"},
+     ["m.py", "-o", "{out}"], "m.py", r"M's output 1 is None; fusec compiles models whose outputs"),
     # --arch is checked before anything runs (it used to abort inside LLVM, exit 134).
     ("arch-bogus", {"add.mlir": ADD_MLIR}, ["add.mlir", "--target", "cuda", "--arch", "bogus",
                                             "-o", "{out}"], "",
