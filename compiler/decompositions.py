@@ -46,6 +46,8 @@ def decomposition_table() -> dict[Any, Any]:
       roll: of the flattened tensor). torch-mlir's lowering types the slices with dynamic
       sizes, and it refuses a roll without dims.
     - `aten.isfinite`: `|x| < inf` (torch-mlir's `|x| != inf` called NaN finite).
+    - `aten.fmod` of floats: the exact remainder of |a| by |b| with a's sign (torch-mlir's
+      `a - trunc(a / b) * b` lost every digit of a large quotient, and gave NaN for b = inf).
     - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
       experts' router): row maxima and selects, fusable, instead of tm_tensor's serial
       loops (a one-thread kernel on the GPU); more than SMALL_SELECTION stay torch-mlir's.
@@ -70,7 +72,26 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.roll.default] = _roll_as_slices
     table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_no_training
     table[aten.isfinite.default] = _isfinite
+    table[aten.fmod.Tensor] = _fmod
+    table[aten.fmod.Scalar] = _fmod
     return table
+
+
+def _fmod(a: Any, b: Any) -> Any:
+    """C's fmod of a float tensor: the remainder of |a| by |b|, with a's sign. torch-mlir's
+    is a - trunc(a / b) * b in the float type: fmod(1e8, 3.7) gave 0 (torch: 2.511) and
+    fmod(5, inf) NaN. Its remainder is exact (`arith.remf`, then a sign correction that
+    two non-negative operands never need). Integers: torch-mlir's."""
+    import torch
+
+    aten = torch.ops.aten
+    if not isinstance(a, torch.Tensor) or not a.dtype.is_floating_point:
+        return NotImplemented
+    if isinstance(b, torch.Tensor):
+        r = aten.remainder.Tensor(aten.abs.default(a), aten.abs.default(b))
+    else:
+        r = aten.remainder.Scalar(aten.abs.default(a), abs(b))
+    return aten.where.self(aten.lt.Scalar(a, 0), aten.neg.default(r), r)
 
 
 def _isfinite(x: torch.Tensor) -> torch.Tensor:

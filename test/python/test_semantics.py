@@ -12,6 +12,8 @@ booleans, NaNs in the same places), and each failed before its fix.
 - compiling a model in training mode left the user's module in eval mode.
 - `log1p` / `expm1` of tiny x were 0 (math-to-LLVM's log(1 + x) and exp(x) - 1).
 - `sort` / `topk` with NaNs left the NaNs where they were (torch: NaN is the greatest).
+- float `fmod` was a - trunc(a / b) * b: fmod(1e8, 3.7) gave 0 (torch 2.511), fmod(5, inf)
+  NaN.
 """
 
 from __future__ import annotations
@@ -168,3 +170,16 @@ def test_topk_takes_nan_as_the_largest():
     f = lambda x: torch.topk(x, 6, dim=1).values  # noqa: E731 (tie order is torch's own)
     compiled = fusec.compile(Fn(f), WITH_NANS, cache=False)
     np.testing.assert_array_equal(compiled(WITH_NANS.numpy()), f(WITH_NANS).numpy())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_fmod_is_exact(dtype):
+    a = torch.tensor([5.0, -5, 1e8, 123456.7, 7.5, -7.5, 1, NAN, INF, -5], dtype=dtype)
+    b = torch.tensor([INF, 3, 3.7, 0.1, 2, 2, 0, 1, 1, -INF], dtype=dtype)
+    _check(torch.fmod, a, b)
+    _check(lambda a: torch.fmod(a, 3.7), a)
+    g = torch.Generator().manual_seed(5)
+    fresh = (torch.randn(64, generator=g, dtype=dtype) * 1e6,
+             torch.randn(64, generator=g, dtype=dtype))
+    _check(torch.fmod, a[:1].expand(64).contiguous(), b[:1].expand(64).contiguous(),
+           fresh=fresh)
