@@ -73,8 +73,8 @@ def read_uint8_unsigned(program: Any, where: Any = None) -> None:
                 not any(_dtypes(a) == [u8] for a in node.all_input_nodes):
             continue
         if any(d in narrow for d in _dtypes(node)):
-            op = name.split(".")[-2] if name.count(".") >= 2 else name
-            if op.split(".")[-1] in ORDERED or op in ORDERED:
+            op = name.split(".")[-2] if name.count(".") >= 2 else name  # aten.<op>.<overload>
+            if op in ORDERED:
                 line = where(node) if where else ""
                 raise FrontendError(
                     f"{line + ': ' if line else ''}'{op}' of a uint8 tensor: torch-mlir "

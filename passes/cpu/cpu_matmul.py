@@ -190,9 +190,7 @@ def _collapse_subview(value: ir.Value, groups: list[list[int]]) -> ir.Value | No
     new_static, new_dynamic, new_sizes = [], [], []
     index = ir.IndexType.get()
     for group in groups:
-        inner = 1
-        for d in group[1:]:
-            inner *= src_shape[d]
+        inner = math.prod(src_shape[d] for d in group[1:])
         first = group[0]
         if values[first] is None:
             new_static.append(offsets[first] * inner)
@@ -202,23 +200,17 @@ def _collapse_subview(value: ir.Value, groups: list[list[int]]) -> ir.Value | No
                 scaled = arith.MulIOp(scaled, arith.ConstantOp(index, inner).result).result
             new_static.append(dynamic)
             new_dynamic.append(scaled)
-        extent = 1
-        for d in group:
-            extent *= sizes[d]
-        new_sizes.append(extent)
-    base_strides, _ = memref_strides(base.type)
-    offset_known = all(o != dynamic for o in new_static) and \
-        memref_strides(base.type)[1] != dynamic
+        new_sizes.append(math.prod(sizes[d] for d in group))
+    base_strides, base_offset = memref_strides(base.type)
     offset = dynamic
-    if offset_known:
-        offset = memref_strides(base.type)[1] + sum(o * st for o, st in zip(new_static,
-                                                                         base_strides))
+    if base_offset != dynamic and dynamic not in new_static:
+        offset = base_offset + sum(o * st for o, st in zip(new_static, base_strides))
     element = ir.MemRefType(value.type).element_type
     result = ir.MemRefType.get(new_sizes, element,
                                ir.StridedLayoutAttr.get(offset, base_strides))
-    i64s = lambda xs: ir.DenseI64ArrayAttr.get(xs)  # noqa: E731
-    return memref.SubViewOp(result, base, new_dynamic, [], [], i64s(new_static),
-                            i64s(new_sizes), i64s([1] * len(new_sizes))).result
+    static = ir.DenseI64ArrayAttr.get
+    return memref.SubViewOp(result, base, new_dynamic, [], [], static(new_static),
+                            static(new_sizes), static([1] * len(new_sizes))).result
 
 
 def collapse_view(value: ir.Value, groups: list[list[int]], linear: bool = False) -> ir.Value:
@@ -235,9 +227,9 @@ def collapse_view(value: ir.Value, groups: list[list[int]], linear: bool = False
         # (`fold-memref-alias-ops` would delinearize them through a collapse_shape).
         shape = [math.prod(t.shape[d] for d in g) for g in groups]
         strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]
-        i64s = ir.DenseI64ArrayAttr.get
+        static = ir.DenseI64ArrayAttr.get
         return memref.ReinterpretCastOp(ir.MemRefType.get(shape, t.element_type), value, [], [],
-                                        [], i64s([0]), i64s(shape), i64s(strides)).result
+                                        [], static([0]), static(shape), static(strides)).result
     t = ir.MemRefType(value.type)
     shape = list(t.shape)
     result_shape = []
