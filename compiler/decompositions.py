@@ -46,6 +46,7 @@ def decomposition_table() -> dict[Any, Any]:
       roll: of the flattened tensor). torch-mlir's lowering types the slices with dynamic
       sizes, and it refuses a roll without dims.
     - `aten.isfinite`: `|x| < inf` (torch-mlir's `|x| != inf` called NaN finite).
+    - `aten.trunc` of floats: ceil below zero, floor elsewhere (signed zeros kept).
     - `aten.fmod` of floats: the exact remainder of |a| by |b| with a's sign (torch-mlir's
       `a - trunc(a / b) * b` lost every digit of a large quotient, and gave NaN for b = inf).
     - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
@@ -74,7 +75,19 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.isfinite.default] = _isfinite
     table[aten.fmod.Tensor] = _fmod
     table[aten.fmod.Scalar] = _fmod
+    table[aten.trunc.default] = _trunc
     return table
+
+
+def _trunc(x: Any) -> Any:
+    """`ceil` below zero, `floor` elsewhere: the sign of a zero kept (torch-mlir's selects
+    gave trunc(-0.0) = +0, and so `frac(-0.0)` = -0; torch: -0 and +0)."""
+    import torch
+
+    aten = torch.ops.aten
+    if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+        return NotImplemented
+    return aten.where.self(aten.lt.Scalar(x, 0), aten.ceil.default(x), aten.floor.default(x))
 
 
 def _fmod(a: Any, b: Any) -> Any:

@@ -14,6 +14,7 @@ booleans, NaNs in the same places), and each failed before its fix.
 - `sort` / `topk` with NaNs left the NaNs where they were (torch: NaN is the greatest).
 - float `fmod` was a - trunc(a / b) * b: fmod(1e8, 3.7) gave 0 (torch 2.511), fmod(5, inf)
   NaN.
+- signed zeros: ceil(-0.4) and trunc(-0.0) gave +0, frac(-0.0) -0 (torch: -0, -0, +0).
 """
 
 from __future__ import annotations
@@ -183,3 +184,13 @@ def test_float_fmod_is_exact(dtype):
              torch.randn(64, generator=g, dtype=dtype))
     _check(torch.fmod, a[:1].expand(64).contiguous(), b[:1].expand(64).contiguous(),
            fresh=fresh)
+
+
+@pytest.mark.parametrize("f", [torch.ceil, torch.floor, torch.trunc, torch.frac, torch.round],
+                         ids=["ceil", "floor", "trunc", "frac", "round"])
+def test_rounding_keeps_the_sign_of_zero(f):
+    x = torch.tensor([-0.4, -0.0, 0.0, -2.5, 2.5, -3.5, 1e30, -1e30, NAN, INF, -0.6, 0.6])
+    compiled = fusec.compile(Fn(f), x, cache=False)
+    out, ref = compiled(x.numpy()), f(x).numpy()
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
