@@ -47,6 +47,7 @@ def decomposition_table() -> dict[Any, Any]:
       sizes, and it refuses a roll without dims.
     - `aten.isfinite`: `|x| < inf` (torch-mlir's `|x| != inf` called NaN finite).
     - `aten.trunc` of floats: ceil below zero, floor elsewhere (signed zeros kept).
+    - `aten.signbit`, `aten.copysign` of floats: compares (torch-mlir cannot lower them).
     - `aten.fmod` of floats: the exact remainder of |a| by |b| with a's sign (torch-mlir's
       `a - trunc(a / b) * b` lost every digit of a large quotient, and gave NaN for b = inf).
     - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
@@ -76,7 +77,45 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.fmod.Tensor] = _fmod
     table[aten.fmod.Scalar] = _fmod
     table[aten.trunc.default] = _trunc
+    table[aten.signbit.default] = _signbit
+    table[aten.copysign.Tensor] = _copysign
+    table[aten.copysign.Scalar] = _copysign
     return table
+
+
+def _signbit(x: Any) -> Any:
+    """Below zero, or a zero whose reciprocal is -inf (-0.0); torch-mlir cannot lower it (its
+    refusal named `constant.int`). A NaN counts as positive (torch reads its sign bit: the
+    NaNs arithmetic makes have it clear on x86, a negated one has it set)."""
+    import torch
+
+    aten = torch.ops.aten
+    if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+        return NotImplemented
+    negative_zero = aten.logical_and.default(
+        aten.eq.Scalar(x, 0), aten.lt.Scalar(aten.reciprocal.default(x), 0))
+    return aten.logical_or.default(aten.lt.Scalar(x, 0), negative_zero)
+
+
+def _copysign(a: Any, b: Any) -> Any:
+    """|a| with b's sign (`_signbit`'s reading of it, -0.0 included), in the float type torch
+    gives the result (integers promote to the default float)."""
+    import torch
+
+    aten = torch.ops.aten
+    if not isinstance(a, torch.Tensor):
+        return NotImplemented
+    dtype = torch.result_type(a, b)
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    if a.dtype != dtype:
+        a = aten._to_copy.default(a, dtype=dtype)
+    if isinstance(b, torch.Tensor) and not b.dtype.is_floating_point:
+        b = aten._to_copy.default(b, dtype=dtype)
+    magnitude = aten.abs.default(a)
+    if not isinstance(b, torch.Tensor):
+        return magnitude if math.copysign(1.0, b) > 0 else aten.neg.default(magnitude)
+    return aten.where.self(_signbit(b), aten.neg.default(magnitude), magnitude)
 
 
 def _trunc(x: Any) -> Any:

@@ -15,6 +15,7 @@ booleans, NaNs in the same places), and each failed before its fix.
 - float `fmod` was a - trunc(a / b) * b: fmod(1e8, 3.7) gave 0 (torch 2.511), fmod(5, inf)
   NaN.
 - signed zeros: ceil(-0.4) and trunc(-0.0) gave +0, frac(-0.0) -0 (torch: -0, -0, +0).
+- `signbit` / `copysign` were refused with a message naming `constant.int`.
 """
 
 from __future__ import annotations
@@ -192,5 +193,23 @@ def test_rounding_keeps_the_sign_of_zero(f):
     x = torch.tensor([-0.4, -0.0, 0.0, -2.5, 2.5, -3.5, 1e30, -1e30, NAN, INF, -0.6, 0.6])
     compiled = fusec.compile(Fn(f), x, cache=False)
     out, ref = compiled(x.numpy()), f(x).numpy()
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
+
+
+SIGNED = torch.tensor([1.5, -2.0, 0.0, -0.0, 3.0, INF, -INF, 7.0])
+SIGNS = torch.tensor([-1.0, 2.0, -0.0, 0.0, -INF, -3.0, 1.0, -0.0])
+
+
+@pytest.mark.parametrize("name,f,args", [
+    ("signbit", torch.signbit, (SIGNS,)),
+    ("copysign", torch.copysign, (SIGNED, SIGNS)),
+    ("copysign by a number", lambda a: torch.copysign(a, -2.0), (SIGNED,)),
+    ("copysign of integers", lambda a, b: torch.copysign(a.long(), b), (SIGNED.clamp(-5, 5), SIGNS)),
+])
+def test_signbit_and_copysign(name, f, args):
+    compiled = fusec.compile(Fn(f), *args, cache=False)
+    out, ref = compiled(*[x.numpy() for x in args]), f(*args).numpy()
+    assert out.dtype == ref.dtype
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
