@@ -60,6 +60,7 @@ from typing import Callable, Sequence
 import mlir.ir as ir
 from fusec.passes import attributes
 from fusec.passes.grouping import defining_op, form_group, op_key, value_key, walk_ops
+from fusec.passes.payload import cmpf_predicate
 from fusec.passes.registry import Pass, PassError, register
 from mlir.dialects import arith, bufferization, scf, tensor
 
@@ -258,11 +259,6 @@ def lower_scan(op: ir.Operation) -> list[ir.Value]:
     return loop_nest(_shape(source), inits, body)[:2]
 
 
-# arith.cmpf predicates: ordered a <= b, a >= b (torch-mlir's "may precede" for an
-# ascending and a descending sort).
-_OLE, _OGE = 5, 3
-
-
 def _nan_greatest(op: ir.Operation) -> None:
     """The sort's float comparisons with NaN as the greatest value, as torch sorts (NaNs last
     ascending, first descending): an ordered `a <= b` is false whenever a NaN is compared,
@@ -271,11 +267,12 @@ def _nan_greatest(op: ir.Operation) -> None:
     still a total preorder, so the merge stays stable)."""
     block = op.regions[0].blocks[0]
     for cmp in [o.operation for o in block.operations if o.operation.name == "arith.cmpf"]:
-        predicate = ir.IntegerAttr(cmp.attributes["predicate"]).value
-        if predicate not in (_OLE, _OGE):
+        # torch-mlir's "may precede": ordered a <= b ascending, a >= b descending.
+        predicate = cmpf_predicate(cmp)
+        if predicate not in ("ole", "oge"):
             continue
         a, b = cmp.operands[0], cmp.operands[1]
-        nan_side = b if predicate == _OLE else a
+        nan_side = b if predicate == "ole" else a
         with ir.InsertionPoint.after(cmp), cmp.location:
             is_nan = arith.CmpFOp(arith.CmpFPredicate.UNO, nan_side, nan_side).result
             either = arith.OrIOp(cmp.results[0], is_nan)

@@ -171,15 +171,17 @@ def tileable_dims(group: ir.Operation) -> int | list[int]:
     return reduction_rank_limit(group)
 
 
+def _yielded(group: ir.Operation) -> list[ir.Operation]:
+    """The tileable ops whose results the group yields (through reshapes), in yield order."""
+    terminator = list(group.regions[0].blocks[0].operations)[-1]
+    ops = [producer_through_reshapes(value) for value in terminator.operands]
+    return [op for op in ops if op is not None and _is_tileable(op)]
+
+
 def find_root(group: ir.Operation) -> ir.Operation | None:
     """The tileable op whose result the group yields (through reshapes), the last one first."""
-    body = group.regions[0].blocks[0]
-    terminator = list(body.operations)[-1]
-    for value in reversed(list(terminator.operands)):
-        op = producer_through_reshapes(value)
-        if op is not None and _is_tileable(op):
-            return op
-    return None
+    yielded = _yielded(group)
+    return yielded[-1] if yielded else None
 
 
 SPLIT_PAD = ("the padding after the kernel's last op is a kernel of its own: tiled by the "
@@ -251,12 +253,8 @@ def split_trailing_beside(group: ir.Operation) -> list[ir.Operation]:
 def _yielded_contraction(group: ir.Operation) -> ir.Operation | None:
     """The group's contraction when the group yields its result (through reshapes)."""
     body = list(group.regions[0].blocks[0].operations)
-    for value in list(body[-1].operands):
-        op = producer_through_reshapes(value)
-        if op is not None and _is_tileable(op) and \
-                describe(op, body.index(op)).category == CONTRACTION:
-            return op
-    return None
+    return next((op for op in _yielded(group)
+                 if describe(op, body.index(op)).category == CONTRACTION), None)
 
 
 def split_padded_prologue(group: ir.Operation) -> list[ir.Operation]:
