@@ -98,21 +98,15 @@ def compile_fx_graph(graph: Any, *example_inputs: Any, target: str = "cpu",
     """`compile` for an FX graph as TorchDynamo hands it to a backend (or any callable of
     tensors): imported as it is (`frontend.import_fx_graph`: one trace to aten ops, no
     torch.export), then compiled, cached and loaded as `compile` does. Inputs the graph
-    updates in place come back as extra outputs after its own, listed as (input, output)
-    positions in the module's `input_updates`."""
+    updates in place are written back by each call (the module's `input_updates`)."""
     from fusec.compiler import driver
-    from fusec.compiler.frontend import import_fx_graph, read_torch_signature
+    from fusec.compiler.frontend import import_fx_graph
 
     driver.check_example_inputs(example_inputs, "<torch.fx>")
     with driver.quiet_torch_logs():
         imported = import_fx_graph(graph, *example_inputs)
-    updates = read_torch_signature(imported.module).get("updates", [])
-    module = _compile_imported(imported, None, "<torch.fx>", example_inputs, target, fusion,
-                               None, cache, None, False, cpu, cuda)
-    # (input, output) pairs: the graph updates these inputs in place; the caller copies the
-    # outputs back (`frontend.input_updates_as_outputs`).
-    module.input_updates = [tuple(u) for u in updates]
-    return module
+    return _compile_imported(imported, None, "<torch.fx>", example_inputs, target, fusion,
+                             None, cache, None, False, cpu, cuda)
 
 
 def _artifact_path(options: CompileOptions, source_key: str) -> str:

@@ -260,6 +260,9 @@ def artifact_metadata(plan: Plan) -> dict:
         "index_checks": list(plan.metadata.get("index_checks", [])),
         # "dict": the model returned a dict; the runtime returns one, keyed by output name.
         "outputs_as": plan.metadata.get("outputs_as", "tuple"),
+        # [input, output] positions: the output is the input's new value, written back into
+        # the caller's array by the runtime (the model updates that input in place).
+        "input_updates": plan.metadata.get("input_updates", []),
         # The LLVM CPU of the kernels (x86-64-v4 needs AVX-512): checked by the runtime.
         "cpu": plan.metadata.get("cpu"),
         "plan": plan.to_json_dict(),

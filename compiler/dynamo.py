@@ -224,7 +224,7 @@ def _compile_static(gm: Any, args: list[Any], target: str,
     result = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     as_tuple, as_list = isinstance(result, tuple), isinstance(result, list)
     graph = bool(options.get("graph", False)) and target == "cuda"
-    updates = getattr(module, "input_updates", [])
+    updated = [i for i, _ in module.input_updates]
 
     def run(*call_args: Any) -> Any:
         inputs = [call_args[i].contiguous() for i in tensor_positions]
@@ -234,11 +234,13 @@ def _compile_static(gm: Any, args: list[Any], target: str,
             outs = module(*[a.detach() for a in inputs])
         outs = outs if isinstance(outs, tuple) else (outs,)
         outs = [_to_torch(o) for o in outs]
-        if updates:
-            # What the graph updated in place (a buffer), written back as eager would.
-            for i, j in updates:
-                call_args[tensor_positions[i]].copy_(outs[j])
-            outs = outs[:updates[0][1]]
+        # What the graph updated in place (a buffer) the runtime wrote back into `inputs`;
+        # into the caller's tensor too where `contiguous()` made a copy.
+        for i in updated:
+            original = call_args[tensor_positions[i]]
+            if inputs[i] is not original:
+                with torch.no_grad():
+                    original.copy_(inputs[i])
         if as_list:
             return outs
         if as_tuple:

@@ -490,11 +490,16 @@ def torch_signature(program: Any) -> dict:
              "output": next(i for i, spec in enumerate(signature.output_specs)
                             if spec.kind == OutputKind.BUFFER_MUTATION and spec.target == target)}
             for target in updated]
+    # Inputs forward updates in place: outputs after the user's, copied back by the runtime.
+    updates = [list(u) for u in program.graph_module.meta.get(UPDATES_META, [])]
+    if updates:
+        result["updates"] = updates
+    returned = len(outputs) - len(updates)
     # A model returning a flat dict of tensors: the keys name the outputs, and the runtime
     # returns a dict again.
     spec = getattr(getattr(program, "call_spec", None), "out_spec", None)
-    if spec is not None and spec.type is dict and len(spec.context) == len(outputs) and \
-            spec.num_leaves == len(outputs) and all(isinstance(k, str) for k in spec.context):
+    if spec is not None and spec.type is dict and len(spec.context) == returned and \
+            spec.num_leaves == returned and all(isinstance(k, str) for k in spec.context):
         for entry, key in zip(outputs, spec.context):
             entry["name"] = key
         result["outputs_as"] = "dict"
@@ -890,34 +895,45 @@ def separate_mutations(program: Any) -> None:
       spec a USER_INPUT with the buffer's name as target, which `torch_signature` lists
       under "state") and its new value a result after the user's outputs; the artifact
       keeps it between calls, starting from its value at compile time;
+    - a user input updated in place (a KV cache the caller passes, `x.add_(1)`) is one more
+      output after the user's, recorded in `meta[UPDATES_META]` as (input, output)
+      positions: the runtime writes it back into the caller's array, as eager would;
     - a parameter updated in place (RWKV rescales its weights once, on the first call in
       eval mode) is computed from its value at compile time on every call, the update not
-      kept; a user input updated in place is not written back. Both are said on stderr.
+      kept (said on stderr).
     """
-    from torch.export.graph_signature import InputKind, InputSpec, OutputKind
+    from torch.export.graph_signature import InputKind, InputSpec, OutputKind, OutputSpec
 
     signature = program.graph_signature
     output = next(n for n in program.graph.nodes if n.op == "output")
     values = list(output.args[0])
     if len(values) != len(signature.output_specs):
         return
-    kept, state, dropped = [], [], []
+    kept, updated, state, dropped = [], [], [], []
     for value, spec in zip(values, signature.output_specs):
         if spec.kind == OutputKind.BUFFER_MUTATION:
             state.append((value, spec))
-        elif spec.kind in (OutputKind.PARAMETER_MUTATION, OutputKind.USER_INPUT_MUTATION):
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            updated.append((value, spec))
+        elif spec.kind == OutputKind.PARAMETER_MUTATION:
             dropped.append(spec)
         else:
             kept.append((value, spec))
-    if not state and not dropped:
+    if not state and not dropped and not updated:
         return
     # Said by the caller (stderr is not shown while torch.export runs).
     notes = program.graph_module.meta.setdefault(NOTES_META, [])
     for spec in dropped:
-        what = "parameter" if spec.kind == OutputKind.PARAMETER_MUTATION else "input"
-        notes.append(f"forward updates {what} '{spec.target}' in place; every call of the "
+        notes.append(f"forward updates parameter '{spec.target}' in place; every call of the "
                      "compiled model computes from its value at compile time and the update "
                      "is not kept")
+    user_inputs = [s.arg.name for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
+    program.graph_module.meta[UPDATES_META] = [
+        (user_inputs.index(spec.target), len(kept) + k) for k, (_, spec) in enumerate(updated)]
+    # Plain outputs to torch-mlir (which would import an input mutation as an overwrite of
+    # a non-value tensor argument).
+    kept += [(value, OutputSpec(kind=OutputKind.USER_OUTPUT, arg=spec.arg, target=None))
+             for value, spec in updated]
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     inputs = list(signature.input_specs)
     moved = []

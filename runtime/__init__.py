@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from fusec.runtime.cuda import _CudaCall
+from fusec.runtime.cuda import _CudaCall, _is_torch
 from fusec.runtime.library import (CPU_LEVEL_FLAGS, _Library, _open_library,  # noqa: F401
                                    host_cpu_flags)
 from fusec.runtime.specs import (ABI_VERSION, ARTIFACT_FORMAT, HOST_TARGETS,  # noqa: F401
@@ -151,14 +151,16 @@ class Module:
         if stream is not None or graph:
             raise ValueError(f"{self.path.name}: stream= and graph= are for cuda artifacts")
         arrays = self._check_inputs(inputs)
+        self._check_updated(inputs)
         targets = self._check_outputs(out, arrays) if out is not None else None
+        returned = self.returned_outputs
+        outputs = [np.empty(s.shape, s.numpy_dtype) for s in self.signature.outputs]
         # A model that checks indices read from its inputs may fail half-way: the caller's
         # `out` arrays are then written only once the run has succeeded.
-        outputs = (
-            targets
-            if targets is not None and not self._lib.metadata.get("index_checks")
-            else [np.empty(s.shape, s.numpy_dtype) for s in self.signature.outputs]
-        )
+        direct = targets is not None and not self._lib.metadata.get("index_checks")
+        if direct:
+            for position, target in zip(returned, targets):
+                outputs[position] = target
         in_ptrs = self._in_array_type(*(a.ctypes.data for a in arrays))
         out_ptrs = self._out_array_type(*(a.ctypes.data for a in outputs))
         status = self._lib.run(in_ptrs, out_ptrs)
@@ -170,13 +172,63 @@ class Module:
             raise RuntimeError(
                 f"{self.path}: fusec_run failed (status {status}): {self._lib.error_text()}"
             )
-        if targets is not None and outputs is not targets:
-            for target, result in zip(targets, outputs):
-                np.copyto(target, result)
-            outputs = targets
-        if out is None:
-            outputs = _numbers_for_scalars(outputs, self.signature.outputs)
-        return self._pack(outputs)
+        self._write_back(inputs, outputs)
+        if targets is not None:
+            if not direct:
+                for position, target in zip(returned, targets):
+                    np.copyto(target, outputs[position])
+            return self._pack(targets)
+        specs = self.signature.outputs
+        return self._pack(_numbers_for_scalars([outputs[i] for i in returned],
+                                               [specs[i] for i in returned]))
+
+    @property
+    def input_updates(self) -> list[tuple[int, int]]:
+        """(input, output) positions: the model updates that input in place (`x.add_(1)`, a
+        KV cache written at a position); the output is its new value, which a call writes
+        back into the caller's array (numpy or torch) and does not return."""
+        return [tuple(u) for u in self._lib.metadata.get("input_updates", [])]
+
+    @property
+    def returned_outputs(self) -> list[int]:
+        """Positions in `signature.outputs` that a call returns (all but the inputs' new
+        values, `input_updates`)."""
+        updated = {j for _, j in self.input_updates}
+        return [i for i in range(len(self.signature.outputs)) if i not in updated]
+
+    def _check_updated(self, inputs: Sequence[Any]) -> None:
+        """Before running: an input the model updates in place must be an array the new value
+        can be written into (a writeable numpy array or a torch tensor)."""
+        for i, _ in self.input_updates:
+            x, spec = inputs[i], self.signature.inputs[i]
+            if isinstance(x, np.ndarray) and x.flags.writeable or _is_torch(x) or \
+                    self.target == "cuda" and hasattr(x, "__cuda_array_interface__"):
+                continue
+            what = "a read-only numpy array" if isinstance(x, np.ndarray) else \
+                type(x).__name__
+            raise ValueError(f"input {i} ({spec.name!r}): the model updates it in place, so "
+                             f"it must be a writeable numpy array or torch tensor; got {what}")
+
+    def _write_back(self, inputs: Sequence[Any], outputs: list[Any]) -> None:
+        """The inputs' new values (`input_updates`) copied into the caller's arrays."""
+        for i, j in self.input_updates:
+            x, value = inputs[i], outputs[j]
+            if isinstance(x, np.ndarray):
+                np.copyto(x, value.view(x.dtype) if value.dtype.itemsize == x.dtype.itemsize
+                          and value.dtype != x.dtype else value)
+                continue
+            if not _is_torch(x):  # a CuPy array (cuda)
+                x[...] = value
+                continue
+            import torch
+
+            if isinstance(value, np.ndarray):
+                if x.dtype == torch.bfloat16:  # numpy holds its bits (ml_dtypes or uint16)
+                    value = torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
+                else:
+                    value = torch.from_numpy(value)
+            with torch.no_grad():
+                x.copy_(value)
 
     def profiling(self, on: bool = True) -> None:
         """CUDA: time every launch of the runs from now on (a CUDA event before each launch
@@ -240,7 +292,8 @@ class Module:
         """The outputs as the model returned them: one value, a tuple, or a dict keyed by
         output name (a model that returned a dict)."""
         if self._lib.metadata.get("outputs_as") == "dict":
-            return {s.name: o for s, o in zip(self.signature.outputs, outputs)}
+            specs = [self.signature.outputs[i] for i in self.returned_outputs]
+            return {s.name: o for s, o in zip(specs, outputs)}
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def run_pointers(
@@ -287,7 +340,7 @@ class Module:
         return arrays
 
     def _check_outputs(self, out: Any, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        specs = self.signature.outputs
+        specs = [self.signature.outputs[i] for i in self.returned_outputs]
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(outs) != len(specs):
             raise ValueError(f"{self.path.name} has {len(specs)} outputs, out= gave {len(outs)}")

@@ -146,6 +146,8 @@ class _CudaCall:
 
     def __init__(self, module: Module, inputs: Sequence[Any], out: Any, stream: Any) -> None:
         self.module = module
+        self.inputs = inputs
+        module._check_updated(inputs)
         specs = module.signature.inputs
         if len(inputs) != len(specs):
             names = ", ".join(s.name for s in specs)
@@ -297,28 +299,38 @@ class _CudaCall:
 
     def _outputs(self, out: Any) -> tuple[list[_DeviceArg], list[Any]]:
         specs = self.module.signature.outputs
+        returned = self.module.returned_outputs
         if out is not None:
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
-            if len(outs) != len(specs):
-                raise ValueError(f"{self.module.path.name} has {len(specs)} outputs, out= gave "
-                                 f"{len(outs)}")
-            args = [self._arg(o, s, f"out[{i}] ({s.name!r})", False)
+            if len(outs) != len(returned):
+                raise ValueError(f"{self.module.path.name} has {len(returned)} outputs, out= "
+                                 f"gave {len(outs)}")
+            given = dict(zip(returned, outs))
+            # The updated inputs' new values: on the device, like the inputs.
+            outs = [given[i] if i in given else self._new_array(s)
+                    for i, s in enumerate(specs)]
+            args = [self._arg(o, s, f"out[{returned.index(i)}] ({s.name!r})" if i in given
+                              else f"output {i} ({s.name!r})", False)
                     for i, (o, s) in enumerate(zip(outs, specs))]
             return args, outs
-        if self.torch_like is not None:
-            import torch
-
-            results = [torch.empty(s.shape, dtype=getattr(torch, s.dtype),
-                                   device=self.torch_like.device) for s in specs]
-        elif self.cupy_like is not None:
-            import cupy
-
-            results = [cupy.empty(s.shape, dtype=s.numpy_dtype) for s in specs]
-        else:
-            results = [np.empty(s.shape, s.numpy_dtype) for s in specs]
+        results = [self._new_array(s) for s in specs]
         args = [self._arg(r, s, f"output {i} ({s.name!r})", False)
                 for i, (r, s) in enumerate(zip(results, specs))]
         return args, results
+
+    def _new_array(self, spec: TensorSpec) -> Any:
+        """An output array: a torch tensor on the inputs' device if an input is a torch
+        tensor, a CuPy array if one is a CuPy array, numpy otherwise."""
+        if self.torch_like is not None:
+            import torch
+
+            return torch.empty(spec.shape, dtype=getattr(torch, spec.dtype),
+                               device=self.torch_like.device)
+        if self.cupy_like is not None:
+            import cupy
+
+            return cupy.empty(spec.shape, dtype=spec.numpy_dtype)
+        return np.empty(spec.shape, spec.numpy_dtype)
 
     def run(self, graph: bool) -> Any:
         lib = self.module._lib
@@ -346,7 +358,8 @@ class _CudaCall:
         finally:
             self._release()
         results = self.results
-        return self.module._pack(results)
+        self.module._write_back(self.inputs, results)
+        return self.module._pack([results[i] for i in self.module.returned_outputs])
 
     def _release(self) -> None:
         for a in self.args:

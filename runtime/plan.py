@@ -164,6 +164,11 @@ def apply_torch_signature(plan: Plan, signature: dict) -> None:
                 buffer.name = name
     if signature.get("outputs_as") == "dict":
         plan.metadata["outputs_as"] = "dict"
+    if signature.get("updates") and len(signature.get("outputs", [])) == \
+            len(plan.user_outputs()):
+        # (input, output) positions: the model updates these inputs in place; the runtime
+        # copies the outputs back into the caller's arrays and returns the others.
+        plan.metadata["input_updates"] = [list(u) for u in signature["updates"]]
 
 
 def name_user_outputs(plan: Plan) -> None:

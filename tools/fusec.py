@@ -398,14 +398,22 @@ def _check(output: str, model, inputs, path: str) -> int:
     generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
     fresh = [torch.randn(tuple(t.shape), generator=generator).to(t.dtype)
              if t.dtype.is_floating_point else t.clone() for t in inputs]
-    outs = _as_list(compiled(*fresh))
+    # Each run on its own copies: a model may update inputs in place (compared below).
+    given = [t.clone() for t in fresh]
+    outs = _as_list(compiled(*given))
     with torch.no_grad():
-        own = _as_list(model(*fresh))  # torch in the model's own dtype
-        ref = _as_list(model.double()(*[a.double() if a.dtype.is_floating_point else a
-                                        for a in fresh]))
+        own_in = [t.clone() for t in fresh]
+        own = _as_list(model(*own_in))  # torch in the model's own dtype
+        ref_in = [a.double() if a.dtype.is_floating_point else a.clone() for a in fresh]
+        ref = _as_list(model.double()(*ref_in))
+    names = [f"output {i}" for i in range(len(outs))]
+    for i, _ in compiled.input_updates:
+        updated = given[i].float() if given[i].dtype == torch.bfloat16 else given[i]
+        outs, ref, own = outs + [updated.numpy()], ref + [ref_in[i]], own + [own_in[i]]
+        names.append(f"input {i} (updated in place)")
     worst = 0.0
     ok = True
-    for i, (o, r, t) in enumerate(zip(outs, ref, own)):
+    for name, o, r, t in zip(names, outs, ref, own):
         r = r.numpy().astype(np.float64)
         out = np.asarray(o).astype(np.float64)
         err = relative_error(out, r)
@@ -417,7 +425,7 @@ def _check(output: str, model, inputs, path: str) -> int:
         ok = ok and err < bar
         note = f" (torch's own {str(t.dtype).split('.')[1]}: {torch_err:.2e}; bar {bar:.1e})" \
             if low_precision else ""
-        print(f"output {i}: shape {tuple(o.shape)} {np.asarray(o).dtype}, relative error vs "
+        print(f"{name}: shape {tuple(o.shape)} {np.asarray(o).dtype}, relative error vs "
               f"PyTorch (float64) {err:.2e}{note}")
     kernels = len(compiled.kernels)
     print(f"{'OK' if ok else 'MISMATCH'}: {kernels} kernel{'s' if kernels != 1 else ''}, "

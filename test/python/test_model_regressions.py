@@ -235,10 +235,10 @@ def test_buffer_updated_in_place_is_state_kept_between_calls(capfd):
             assert rel_err(out, reference.double()(x.double())) < 1e-6
 
 
-def test_parameter_or_input_updated_in_place_is_not_an_output(capfd):
+def test_parameter_updated_in_place_is_not_an_output(capfd):
     """RWKV rescales its weights in place on its first call in eval mode (the compiled model
-    returned the weights first); a model may add to its input in place. Each call computes
-    from the values at compile time; the caller gets the model's one output."""
+    returned the weights first). Each call computes from the weights at compile time; the
+    caller gets the model's one output."""
 
     class Rescale(nn.Module):
         def __init__(self) -> None:
@@ -248,24 +248,75 @@ def test_parameter_or_input_updated_in_place_is_not_an_output(capfd):
         def forward(self, x):
             with torch.no_grad():
                 self.weight.div_(2.0)
-            x.add_(1.0)
             return x * self.weight
 
     torch.manual_seed(0)
     model = Rescale().eval()
     before = model.weight.detach().clone()
     compiled = fusec.compile(model, torch.randn(6))
-    err = capfd.readouterr().err
-    assert "forward updates parameter 'weight' in place" in err
-    assert "forward updates input 'x' in place" in err
+    assert "forward updates parameter 'weight' in place" in capfd.readouterr().err
     assert torch.equal(model.weight.detach(), before)  # compiling ran nothing for real
-    x = torch.randn(6)
-    kept = x.numpy().copy()
+    assert compiled.input_updates == []
     for _ in range(2):
+        x = torch.randn(6)
         out = compiled(x.numpy())
         assert isinstance(out, np.ndarray)
-        assert rel_err(out, (x.double() + 1.0) * before.double() / 2.0) < 1e-6
-    assert np.array_equal(x.numpy(), kept)  # the input is not written
+        assert rel_err(out, x.double() * before.double() / 2.0) < 1e-6
+
+
+class KVCacheWrite(nn.Module):
+    """A decode step that writes this step's keys into a cache the caller owns, then attends
+    over it: the cache is an input updated in place (it was computed on but never written
+    back: the caller's cache kept its old rows)."""
+
+    def forward(self, cache, k, q):
+        cache[:, 3:5] = k
+        return torch.softmax(q @ cache.transpose(-1, -2) * 0.25, -1) @ cache
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_input_updated_in_place_is_written_back(as_torch, capfd):
+    torch.manual_seed(0)
+    cache, k, q = torch.randn(2, 8, 16), torch.randn(2, 2, 16), torch.randn(2, 1, 16)
+    compiled = fusec.compile(KVCacheWrite(), cache.clone(), k, q)
+    assert "in place" not in capfd.readouterr().err  # nothing is lost, nothing to say
+    assert compiled.input_updates == [(0, 1)]
+    assert len(compiled.signature.outputs) == 2  # the C ABI writes the cache's new value
+    for _ in range(2):
+        cache, k, q = torch.randn(2, 8, 16), torch.randn(2, 2, 16), torch.randn(2, 1, 16)
+        ref_cache = cache.double()
+        with torch.no_grad():
+            ref = KVCacheWrite()(ref_cache, k.double(), q.double())
+        given = cache.clone() if as_torch else cache.numpy().copy()
+        out = compiled(given, k if as_torch else k.numpy(), q if as_torch else q.numpy())
+        assert isinstance(out, np.ndarray) and out.shape == (2, 1, 16)  # one output, as torch
+        assert rel_err(out, ref) < 1e-6
+        assert rel_err(np.asarray(given), ref_cache) == 0.0
+        assert not np.array_equal(np.asarray(given), cache.numpy())
+
+
+def test_input_updated_in_place_through_out_and_strided_arrays():
+    """`out=` names the returned outputs only; a Fortran-order input (copied in) is still
+    written back; a read-only array is refused before running, naming the input."""
+
+    class AddInto(nn.Module):
+        def forward(self, x, y):
+            x += y
+            return x * 3
+
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    compiled = fusec.compile(AddInto(), x.clone(), y)
+    given = np.asfortranarray(x.numpy().copy())
+    out = np.empty((4, 6), np.float32)
+    assert compiled(given, y.numpy(), out=out) is out
+    assert rel_err(out, (x.double() + y.double()) * 3) < 1e-6
+    assert rel_err(given, x.double() + y.double()) < 1e-7
+    frozen = x.numpy().copy()
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match=r"input 0 \('x'\): the model updates it in place"):
+        compiled(frozen, y.numpy())
+    assert np.array_equal(frozen, x.numpy())
 
 
 def test_cuda_refuses_state_with_its_reason():
