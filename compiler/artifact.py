@@ -260,6 +260,9 @@ def artifact_metadata(plan: Plan) -> dict:
         "index_checks": list(plan.metadata.get("index_checks", [])),
         # "dict": the model returned a dict; the runtime returns one, keyed by output name.
         "outputs_as": plan.metadata.get("outputs_as", "tuple"),
+        # How the model returned its outputs, nested (`frontend.output_tree`); the runtime
+        # returns them so.
+        "outputs_tree": plan.metadata.get("outputs_tree"),
         # [input, output] positions: the output is the input's new value, written back into
         # the caller's array by the runtime (the model updates that input in place).
         "input_updates": plan.metadata.get("input_updates", []),

@@ -503,7 +503,30 @@ def torch_signature(program: Any) -> dict:
         for entry, key in zip(outputs, spec.context):
             entry["name"] = key
         result["outputs_as"] = "dict"
+    if spec is not None and spec.num_leaves == returned:
+        result["outputs_tree"] = output_tree(spec)
     return result
+
+
+def output_tree(spec: Any) -> Any:
+    """The structure of a model's outputs (a pytree `TreeSpec`) as JSON the runtime rebuilds
+    without torch: an output's position for a leaf, else {"tuple": [...]}, {"list": [...]}
+    or {"dict": [[key, ...], ...]} (a dict, or a dict-like such as HF's ModelOutput; a
+    namedtuple comes back as a tuple)."""
+    leaves = iter(range(spec.num_leaves))
+
+    def walk(node: Any) -> Any:
+        if node.is_leaf():
+            return next(leaves)
+        children = [walk(node.child(i)) for i in range(node.num_children)]
+        keys = node.context
+        if isinstance(node.type, type) and issubclass(node.type, dict) and \
+                isinstance(keys, (list, tuple)) and len(keys) == len(children) and \
+                all(isinstance(k, (str, int)) for k in keys):
+            return {"dict": [[k, c] for k, c in zip(keys, children)]}
+        return {"list" if node.type is list else "tuple": children}
+
+    return walk(spec)
 
 
 def _torch_mlir_generic_text(

@@ -93,6 +93,25 @@ def load(path: str | os.PathLike) -> Module:
     return Module(p, _open_library(p))
 
 
+def _tree_leaves(tree: Any) -> int:
+    """How many outputs an `outputs_tree` holds."""
+    if isinstance(tree, int):
+        return 1
+    (kind, children), = tree.items()
+    return sum(_tree_leaves(c[1] if kind == "dict" else c) for c in children)
+
+
+def _unflatten(tree: Any, outputs: list[Any]) -> Any:
+    """`outputs` (flat, in order) nested as `tree` says (`frontend.output_tree`)."""
+    if isinstance(tree, int):
+        return outputs[tree]
+    (kind, children), = tree.items()
+    if kind == "dict":
+        return {key: _unflatten(child, outputs) for key, child in children}
+    values = [_unflatten(child, outputs) for child in children]
+    return values if kind == "list" else tuple(values)
+
+
 def _check_error(text: str) -> Exception:
     """The exception for a failed check (`fusion.index_checks`): ZeroDivisionError for an
     integer division by zero (`--fusion-guard-division`), else IndexError."""
@@ -290,7 +309,11 @@ class Module:
 
     def _pack(self, outputs: list[Any]) -> Any:
         """The outputs as the model returned them: one value, a tuple, or a dict keyed by
-        output name (a model that returned a dict)."""
+        output name (a model that returned a dict), nested as the model nested them (a list
+        in a tuple, a dict of tuples: the metadata's `outputs_tree`)."""
+        tree = self._lib.metadata.get("outputs_tree")
+        if tree is not None and _tree_leaves(tree) == len(outputs):
+            return _unflatten(tree, outputs)
         if self._lib.metadata.get("outputs_as") == "dict":
             specs = [self.signature.outputs[i] for i in self.returned_outputs]
             return {s.name: o for s, o in zip(specs, outputs)}

@@ -164,6 +164,8 @@ def apply_torch_signature(plan: Plan, signature: dict) -> None:
                 buffer.name = name
     if signature.get("outputs_as") == "dict":
         plan.metadata["outputs_as"] = "dict"
+    if "outputs_tree" in signature:
+        plan.metadata["outputs_tree"] = signature["outputs_tree"]
     if signature.get("updates") and len(signature.get("outputs", [])) == \
             len(plan.user_outputs()):
         # (input, output) positions: the model updates these inputs in place; the runtime

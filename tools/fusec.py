@@ -471,10 +471,11 @@ def _profile(output: str, inputs, runs: int) -> None:
 
 
 def _as_list(value) -> list:
-    """A model's outputs as a flat list: a tensor, a tuple/list, or a dict (its values)."""
-    if isinstance(value, dict):
-        return list(value.values())
-    return list(value) if isinstance(value, (tuple, list)) else [value]
+    """A model's outputs as a flat list, in torch's pytree order (a tensor; tuples, lists,
+    dicts and HF ModelOutputs, nested)."""
+    from torch.utils import _pytree
+
+    return _pytree.tree_leaves(value)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -487,3 +487,51 @@ def test_a_matmul_of_a_value_divided_by_a_computed_scalar():
     q, k = torch.randn(2, 5, 6), torch.randn(2, 7, 6)
     assert rel_err(compiled(q.numpy(), k.numpy()), model(q.double(), k.double())) < 1e-6
     assert len(compiled.kernels) == 1
+
+
+def test_nested_outputs_come_back_nested():
+    """A model returning a list inside a tuple, a dict of tuples, a one-element tuple or a
+    list got a flat tuple (or a bare array for the one-element tuple): outputs now come back
+    as the model nested them (a namedtuple as a tuple)."""
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "a b")
+
+    class Nested(nn.Module):
+        def forward(self, x):
+            return (x + 1, [x * 2, {"a": x - 1, "b": (x * x,)}])
+
+    class OneTuple(nn.Module):
+        def forward(self, x):
+            return (x + 1,)
+
+    class AList(nn.Module):
+        def forward(self, x):
+            return [x + 1, x * 2]
+
+    class Named(nn.Module):
+        def forward(self, x):
+            return Pair(x + 1, x * 2)
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 5)
+    for model in (Nested(), OneTuple(), AList(), Named()):
+        compiled = fusec.compile(model.eval(), x)
+        fresh = torch.randn(3, 5)
+        got, want = compiled(fresh.numpy()), model(fresh.double())
+
+        def same(g, w):
+            if isinstance(w, torch.Tensor):
+                assert isinstance(g, np.ndarray) and g.shape == tuple(w.shape)
+                assert rel_err(g, w) < 1e-6
+            elif isinstance(w, dict):
+                assert isinstance(g, dict) and list(g) == list(w)
+                for key in w:
+                    same(g[key], w[key])
+            else:
+                assert type(g) is (list if isinstance(w, list) else tuple), type(g)
+                assert len(g) == len(w)
+                for a, b in zip(g, w):
+                    same(a, b)
+
+        same(got, want)
