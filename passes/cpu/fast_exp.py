@@ -6,9 +6,14 @@ replaces each f32 `math.exp` by the classic Cephes scheme, all in `arith`/`math.
 n = floor(x log2 e + 1/2), r = x - n ln 2 (in two parts, for accuracy), exp(r) by a
 degree-6 polynomial (Estrin's scheme), times 2^n built in the exponent bits. The products
 and sums that pair up are marked `contract`, so that LLVM makes them FMAs where the target
-has them. Accuracy about 1 ulp over the normal range; inputs above 88.72 give +inf and
-below -88.37 give 0 (no denormals), NaN stays NaN. (Near the top, n = 128 and 2^n is not a
-float: the result is 2 y 2^127.) f64 exps are left to libm.
+has them. Accuracy about 1 ulp over the normal range; inputs above 88.72 give +inf, NaN
+stays NaN. 2^n is a float for n in [-126, 127] only: outside it the result is y 2^(n - m)
+2^m with m clamped there (n - m in [-24, 1], a normal float, so y 2^(n - m) is exact and
+the one rounding is the last product's), which gives +inf's neighbour near the top and
+torch's denormals between -103.97 and -87.34 (they were flushed to 0). Below -103.97 the
+result is 0, as y times a second factor of 0 (2^-127's bits): a product whose result is a
+denormal or underflows costs a microcode assist on x86 cores, and a softmax's masked
+(-inf) scores would pay it in every lane. f64 exps are left to libm.
 
 Measured on one Zen 1 core: Horner's chain of separate multiplies and adds made each
 vector's exp a chain of about 25 dependent ops, which the core could not overlap enough
@@ -39,7 +44,7 @@ LN2_LO = -2.12194440e-4
 POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
               1.6666665459e-1, 5.0000001201e-1)
 OVERFLOW = 88.72283905206835  # ln(FLT_MAX)
-INPUT_MIN = -88.37
+UNDERFLOW = -103.97207708399179  # ln(2^-150): below it exp rounds to 0 in f32
 
 
 def _f32(value: float) -> ir.Value:
@@ -70,24 +75,37 @@ def _polynomial(r: ir.Value) -> ir.Value:
     return arith.AddFOp(_fma(poly, r2, r), _f32(1.0)).result
 
 
+def _i32(value: int) -> ir.Value:
+    return arith.ConstantOp(ir.IntegerType.get_signless(32), value).result
+
+
+def _power_of_two(n: ir.Value) -> ir.Value:
+    """2^n for an i32 `n` in [-126, 127], built in the exponent bits."""
+    bits = arith.ShLIOp(arith.AddIOp(n, _i32(127)).result, _i32(23)).result
+    return arith.BitcastOp(ir.F32Type.get(), bits).result
+
+
 def expand_exp(op: ir.Operation) -> None:
     """Replace one f32 `math.exp` by the polynomial scheme, at its place."""
     x = op.operands[0]
-    f32, i32 = ir.F32Type.get(), ir.IntegerType.get_signless(32)
     with ir.InsertionPoint(op), op.location:
-        clamped = arith.MinimumFOp(arith.MaximumFOp(x, _f32(INPUT_MIN)).result,
+        underflow = arith.CmpFOp(arith.CmpFPredicate.OLT, x, _f32(UNDERFLOW)).result
+        clamped = arith.MinimumFOp(arith.MaximumFOp(x, _f32(UNDERFLOW)).result,
                                    _f32(OVERFLOW)).result
         n = math.FloorOp(_fma(clamped, _f32(LOG2E), _f32(0.5))).result
         r = _fma(n, _f32(-LN2_HI), clamped)
         r = _fma(n, _f32(-LN2_LO), r)
         y = _polynomial(r)
-        # n = 128 (x near the top) has no float 2^n: 2^127 times y + y (exactly 2 y).
-        n_scale = arith.MinimumFOp(n, _f32(127.0)).result
-        y = _fma(y, arith.SubFOp(n, n_scale).result, y)
-        exponent = arith.AddIOp(arith.FPToSIOp(i32, n_scale).result,
-                                arith.ConstantOp(i32, 127).result).result
-        bits = arith.ShLIOp(exponent, arith.ConstantOp(i32, 23).result).result
-        scaled = arith.MulFOp(y, arith.BitcastOp(f32, bits).result).result
+        # 2^n in two factors, each a float: 2^(n - m) with m = n clamped to [-126, 127]
+        # (in integers: one conversion, integer min and max).
+        i32 = ir.IntegerType.get_signless(32)
+        whole = arith.FPToSIOp(i32, n).result
+        clamped_n = arith.MaxSIOp(arith.MinSIOp(whole, _i32(127)).result, _i32(-126)).result
+        y = arith.MulFOp(y, _power_of_two(arith.SubIOp(whole, clamped_n).result)).result
+        # Below ln(2^-150) the second factor is 0 (2^-127's bits): an exact product, where
+        # y 2^-150 would underflow in the multiply.
+        clamped_n = arith.SelectOp(underflow, _i32(-127), clamped_n).result
+        scaled = arith.MulFOp(y, _power_of_two(clamped_n)).result
         overflow = arith.CmpFOp(arith.CmpFPredicate.OGT, x, _f32(OVERFLOW)).result
         result = arith.SelectOp(overflow, _f32(float("inf")), scaled).result
     op.results[0].replace_all_uses_with(result)

@@ -443,9 +443,23 @@ def test_fast_exp_accuracy_and_specials(tmp_path):
     x[-3:] = [88.5, 88.7, 88.72]  # near the top of the float range
     (out,) = run_plan(plan, lib, [x])
     assert out[0] == 0.0 and out[1] == np.inf and np.isnan(out[2]) and out[3] == 1.0
-    assert out[4] == 0.0 and out[5] == np.inf
+    assert out[4] == np.float32(np.exp(-100.0)) > 0 and out[5] == np.inf  # a denormal
     ref = np.exp(x[6:].astype(np.float64))
     assert np.max(np.abs(out[6:] - ref) / ref) < 1e-6  # per element, about 1 ulp
+
+
+def test_fast_exp_gives_denormals_as_torch_does(tmp_path):
+    """exp between ln(2^-150) and ln(FLT_MIN) is a denormal (torch's and libm's); the
+    polynomial flushed it to 0 below -88.37. Below -103.97 it rounds to 0."""
+    plan, lib = compile_ir(EXP_1D, tmp_path)
+    x = np.linspace(-103.9, -87.0, 4096).astype(np.float32)
+    x[:4] = [-103.98, -104.0, -1e30, -103.97]
+    (out,) = run_plan(plan, lib, [x])
+    assert list(out[:3]) == [0.0, 0.0, 0.0] and out[3] == np.float32(2.0 ** -149)
+    want = np.exp(x.astype(np.float64)).astype(np.float32)  # correctly rounded
+    ulps = np.abs(out.view(np.int32) - want.view(np.int32))
+    assert ulps.max() <= 1, x[np.argmax(ulps)]
+    assert (out[4:] > 0).all()
 
 
 HORIZONTAL_AND_SCALAR = """
