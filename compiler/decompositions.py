@@ -133,7 +133,8 @@ def _fmod(a: Any, b: Any) -> Any:
     """C's fmod of a float tensor: the remainder of |a| by |b|, with a's sign. torch-mlir's
     is a - trunc(a / b) * b in the float type: fmod(1e8, 3.7) gave 0 (torch: 2.511) and
     fmod(5, inf) NaN. Its remainder is exact (`arith.remf`, then a sign correction that
-    two non-negative operands never need). Integers: torch-mlir's."""
+    two non-negative operands never need), with a's sign bit (-0.0 keeps it). Integers:
+    torch-mlir's."""
     import torch
 
     aten = torch.ops.aten
@@ -143,7 +144,8 @@ def _fmod(a: Any, b: Any) -> Any:
         r = aten.remainder.Tensor(aten.abs.default(a), aten.abs.default(b))
     else:
         r = aten.remainder.Scalar(aten.abs.default(a), abs(b))
-    return aten.where.self(aten.lt.Scalar(a, 0), aten.neg.default(r), r)
+    # a's sign as its sign bit reads: fmod(-0.0, b) is -0.0.
+    return aten.where.self(_signbit(a), aten.neg.default(r), r)
 
 
 def _isfinite(x: torch.Tensor) -> torch.Tensor:

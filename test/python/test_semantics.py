@@ -187,6 +187,15 @@ def test_float_fmod_is_exact(dtype):
            fresh=fresh)
 
 
+def test_float_fmod_keeps_the_sign_of_zero():
+    a = torch.tensor([-0.0, 0.0, -6.0, 6.0, -0.0])
+    b = torch.tensor([3.0, -3.0, 3.0, -3.0, -INF])
+    compiled = fusec.compile(Fn(torch.fmod), a, b, cache=False)
+    out, ref = compiled(a.numpy(), b.numpy()), torch.fmod(a, b).numpy()
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
+
+
 @pytest.mark.parametrize("f", [torch.ceil, torch.floor, torch.trunc, torch.frac, torch.round],
                          ids=["ceil", "floor", "trunc", "frac", "round"])
 def test_rounding_keeps_the_sign_of_zero(f):
