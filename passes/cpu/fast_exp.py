@@ -55,7 +55,7 @@ def _contract() -> ir.Attribute:
     return ir.Attribute.parse("#arith.fastmath<contract>")
 
 
-def _fma(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+def fma_contract(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
     """a b + c, which LLVM may fuse into one FMA (`contract`: one rounding, not two) where
     the target has it; a multiply and an add where it has not (no `fmaf` call)."""
     product = arith.MulFOp(a, b, fastmath=_contract()).result
@@ -70,9 +70,9 @@ def _polynomial(r: ir.Value) -> ir.Value:
     c = [_f32(x) for x in POLYNOMIAL]
     r2 = arith.MulFOp(r, r).result
     r4 = arith.MulFOp(r2, r2).result
-    high, middle, low = (_fma(c[i], r, c[i + 1]) for i in (0, 2, 4))
-    poly = _fma(high, r4, _fma(middle, r2, low))
-    return arith.AddFOp(_fma(poly, r2, r), _f32(1.0)).result
+    high, middle, low = (fma_contract(c[i], r, c[i + 1]) for i in (0, 2, 4))
+    poly = fma_contract(high, r4, fma_contract(middle, r2, low))
+    return arith.AddFOp(fma_contract(poly, r2, r), _f32(1.0)).result
 
 
 def _i32(value: int) -> ir.Value:
@@ -85,6 +85,33 @@ def _power_of_two(n: ir.Value) -> ir.Value:
     return arith.BitcastOp(ir.F32Type.get(), bits).result
 
 
+# 2^r = e^(r ln 2) on |r| <= 1/2: Taylor's terms (ln 2)^k / k!, k = 0..6 (the first left
+# out is 1.2e-7 of the value at |r| = 1/2).
+EXP2_TERMS = (1.0, 0.6931471805599453, 0.2402265069591007, 0.05550410866482158,
+              0.009618129107628477, 0.0013333558146428443, 0.00015403530393381608)
+
+
+def approx_exp2(t: ir.Value) -> ir.Value:
+    """2^t for an f32 `t`, built at the insertion point, for what needs no denormal: about
+    2e-7 relative; t clamped to [-127, 128], so below -126.5 the result is 0 (2^-127's bits
+    are zero) and near 128 +inf; NaN stays NaN. About 17 vector ops where `expand_exp`
+    takes 28: no two-part ln 2 reduction (the caller folds log2 e into its argument, often
+    into a product it makes anyway), no overflow select, no second factor. The attention
+    kernel's probabilities exp(s - max) are its use: their denormals are below any sum's
+    rounding."""
+    t = arith.MinimumFOp(arith.MaximumFOp(t, _f32(-127.0)).result, _f32(128.0)).result
+    n = math.FloorOp(arith.AddFOp(t, _f32(0.5)).result).result
+    r = arith.SubFOp(t, n).result  # exact: |r| <= 1/2
+    c = [_f32(x) for x in EXP2_TERMS]
+    r2 = arith.MulFOp(r, r).result
+    r4 = arith.MulFOp(r2, r2).result
+    low, middle, high = (fma_contract(c[i + 1], r, c[i]) for i in (0, 2, 4))
+    poly = fma_contract(fma_contract(c[6], r2, high), r4, fma_contract(middle, r2, low))
+    whole = arith.FPToSIOp(ir.IntegerType.get_signless(32), n).result
+    bits = arith.ShLIOp(arith.AddIOp(whole, _i32(127)).result, _i32(23)).result
+    return arith.MulFOp(poly, arith.BitcastOp(ir.F32Type.get(), bits).result).result
+
+
 def expand_exp(op: ir.Operation) -> None:
     """Replace one f32 `math.exp` by the polynomial scheme, at its place."""
     x = op.operands[0]
@@ -92,9 +119,9 @@ def expand_exp(op: ir.Operation) -> None:
         underflow = arith.CmpFOp(arith.CmpFPredicate.OLT, x, _f32(UNDERFLOW)).result
         clamped = arith.MinimumFOp(arith.MaximumFOp(x, _f32(UNDERFLOW)).result,
                                    _f32(OVERFLOW)).result
-        n = math.FloorOp(_fma(clamped, _f32(LOG2E), _f32(0.5))).result
-        r = _fma(n, _f32(-LN2_HI), clamped)
-        r = _fma(n, _f32(-LN2_LO), r)
+        n = math.FloorOp(fma_contract(clamped, _f32(LOG2E), _f32(0.5))).result
+        r = fma_contract(n, _f32(-LN2_HI), clamped)
+        r = fma_contract(n, _f32(-LN2_LO), r)
         y = _polynomial(r)
         # 2^n in two factors, each a float: 2^(n - m) with m = n clamped to [-126, 127]
         # (in integers: one conversion, integer min and max).

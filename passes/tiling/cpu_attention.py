@@ -65,6 +65,7 @@ import math
 from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
+from fusec.passes.cpu.fast_exp import LOG2E, approx_exp2, fma_contract
 from fusec.passes.fusion.attention import NotAttention, _cast_of, computed_scale, match_group
 from fusec.passes.fusion.attention_mask import causal_bound, interior_point, interior_scale
 from fusec.passes.grouping import (RESHAPE_OPS, defining_op, form_group, is_attention,
@@ -526,6 +527,16 @@ class _KeyTile:
             rounded = _convert(_convert(v, x_type), f32) if x_type != f32 else v
             return arith.MulFOp(rounded, arith.ConstantOp(f32, scale).result).result
 
+        def log2_exponent(v, c):
+            """(X - z) log2 e as one product and sum (`c` = -z log2 e, per row): exp(X - z)
+            is then 2^that, with `scale` folded into the product's constant."""
+            if scale is None:
+                base, factor = v, LOG2E
+            else:
+                base = _convert(_convert(v, x_type), f32) if x_type != f32 else v
+                factor = scale * LOG2E
+            return fma_contract(base, arith.ConstantOp(f32, factor).result, c)
+
         if scale is not None:  # max X = scale max S: rounding keeps the order (scale > 0)
             tile_max = _elementwise(tile_max, f32, [rows], scaled)
         m_new = _elementwise(m_old, f32, [rows], lambda v, t: arith.MaximumFOp(v, t).result,
@@ -539,10 +550,14 @@ class _KeyTile:
 
         z = _elementwise(m_new, f32, [rows], safe)
         row = "(d0, d1) -> (d0)"
+        # exp(X - z) = 2^((X - z) log2 e), the short form (`approx_exp2`: the probabilities'
+        # denormals are below the row sum's rounding).
+        z_log2 = _elementwise(z, f32, [rows], lambda v: arith.MulFOp(
+            v, arith.ConstantOp(f32, -LOG2E).result).result)
         probs = _elementwise(x, f32, [rows, bn],
-                             lambda v, c: _exp(arith.SubFOp(scaled(v), c).result), (z, row))
-        alpha = _elementwise(m_old, f32, [rows], lambda v, c: _exp(arith.SubFOp(v, c).result),
-                             (z, "(d0) -> (d0)"))
+                             lambda v, c: approx_exp2(log2_exponent(v, c)), (z_log2, row))
+        alpha = _elementwise(m_old, f32, [rows], lambda v, c: approx_exp2(
+            fma_contract(v, arith.ConstantOp(f32, LOG2E).result, c)), (z_log2, "(d0) -> (d0)"))
         l_scaled = _update(l_old, lambda v, a: arith.MulFOp(v, a).result,
                            (alpha, "(d0) -> (d0)"))
         l_new = _row_reduce(probs, l_scaled, "arith.addf")
@@ -555,12 +570,6 @@ class _KeyTile:
         m_kept = _update(m_old, lambda v, t: arith.MaximumFOp(v, t).result,
                          (tile_max, "(d0) -> (d0)"))
         return [m_kept, l_new, acc_new]
-
-
-def _exp(x: ir.Value) -> ir.Value:
-    from mlir.dialects import math as math_dialect
-
-    return math_dialect.ExpOp(x).result
 
 
 def _erase_dead(group: ir.Operation) -> None:

@@ -40,8 +40,9 @@
 // The key tiles wholly below the block's diagonal come first, min(tiles, (m0 + 1) / 8) of
 // them: the mask changes nothing there (attention_mask.interior_point) and the chain is
 // S times 0.125 (interior_scale), so they evaluate no mask (no index, no compare) and no
-// pass of their own for X: the row max is 0.125 max S and exp reads 0.125 S - z, S rounded
-// to bf16 as the chain rounds it:
+// pass of their own for X: the row max is 0.125 max S and exp(0.125 S - z) is
+// 2^(S (0.125 log2 e) - z log2 e), one product and sum (z log2 e once per row), S rounded
+// to bf16 as the chain rounds it; 2^t is fast_exp.approx_exp2 (clamp, floor, polynomial):
 // CHECK: %[[INNER:.*]] = arith.minsi %[[TILES]]
 // CHECK: scf.for %{{.*}} = %{{.*}} to %[[INNER]] step %{{.*}} iter_args({{.*}}) -> (tensor<8xf32>, tensor<8xf32>, tensor<8x64xf32>)
 // CHECK-NOT: linalg.index
@@ -54,12 +55,16 @@
 // CHECK-NEXT: linalg.yield
 // CHECK-NOT: linalg.index
 // CHECK-NOT: arith.cmpi
+// CHECK: arith.constant -1.44269502 : f32
 // CHECK: arith.truncf %{{.*}} : f32 to bf16
 // CHECK-NEXT: arith.extf
-// CHECK-NEXT: arith.constant 1.250000e-01 : f32
-// CHECK-NEXT: arith.mulf
-// CHECK-NEXT: arith.subf
-// CHECK-NEXT: math.exp
+// CHECK-NEXT: arith.constant 0.180336878 : f32
+// CHECK-NEXT: arith.mulf {{.*}} fastmath<contract>
+// CHECK-NEXT: arith.addf {{.*}} fastmath<contract>
+// CHECK-NEXT: arith.constant -1.270000e+02 : f32
+// CHECK-NEXT: arith.maximumf
+// CHECK: math.floor
+// CHECK-NOT: math.exp
 // CHECK-NOT: linalg.index
 // CHECK-NOT: arith.cmpi
 // CHECK: scf.yield
@@ -84,8 +89,8 @@
 // The online softmax: the tile's row max, the new max, exp, the rescaled sum and output:
 // CHECK: arith.maximumf %in, %out
 // CHECK: arith.maximumf
-// CHECK: math.exp
-// CHECK: math.exp
+// CHECK: math.floor
+// CHECK: math.floor
 // P rounded to bf16, as P V reads it:
 // CHECK: arith.truncf %{{.*}} : f32 to bf16
 // CHECK-NEXT: arith.extf
