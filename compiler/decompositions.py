@@ -50,6 +50,8 @@ def decomposition_table() -> dict[Any, Any]:
     - `aten.signbit`, `aten.copysign` of floats: compares (torch-mlir cannot lower them).
     - `aten.fmod` of floats: the exact remainder of |a| by |b| with a's sign (torch-mlir's
       `a - trunc(a / b) * b` lost every digit of a large quotient, and gave NaN for b = inf).
+    - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
+      `x ** n` by a Python int: in integers (torch-mlir's f64 division, its refusals).
     - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
       experts' router): row maxima and selects, fusable, instead of tm_tensor's serial
       loops (a one-thread kernel on the GPU); more than SMALL_SELECTION stay torch-mlir's.
@@ -80,6 +82,11 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.signbit.default] = _signbit
     table[aten.copysign.Tensor] = _copysign
     table[aten.copysign.Scalar] = _copysign
+    table[aten.neg.default] = _neg
+    for scalar, tensor_form in ((aten.mul.Tensor, aten.mul.Tensor),
+                                (aten.sub.Tensor, aten.sub.Tensor),
+                                (aten.remainder.Scalar, aten.remainder.Tensor)):
+        table.setdefault(scalar, _int8_scalar_operand(tensor_form))
     return table
 
 
@@ -138,6 +145,13 @@ def _fmod(a: Any, b: Any) -> Any:
     import torch
 
     aten = torch.ops.aten
+    if isinstance(a, torch.Tensor) and not a.dtype.is_floating_point and \
+            isinstance(_integer_operand(a, b), torch.Tensor) and not isinstance(b, torch.Tensor):
+        # An integer fmod by a scalar (torch-mlir refused it, naming `constant.int`): a less
+        # the truncating quotient times b, in integers.
+        b = _integer_operand(a, b)
+        q = aten.div.Tensor_mode(a, b, rounding_mode="trunc")
+        return aten.sub.Tensor(a, aten.mul.Tensor(q, b))
     if not isinstance(a, torch.Tensor) or not a.dtype.is_floating_point:
         return NotImplemented
     if isinstance(b, torch.Tensor):
@@ -352,6 +366,7 @@ def _floor_divide_integers(a: Any, b: Any) -> Any:
     import torch
 
     aten = torch.ops.aten
+    b = _integer_operand(a, b)
     if not all(isinstance(t, torch.Tensor) and not t.dtype.is_floating_point and
                not t.dtype.is_complex and t.dtype not in (torch.bool, torch.uint8)
                for t in (a, b)):
@@ -363,12 +378,63 @@ def _floor_divide_integers(a: Any, b: Any) -> Any:
     return aten.sub.Tensor(q, aten._to_copy.default(fix, dtype=q.dtype))
 
 
+def _integer_operand(a: Any, b: Any) -> Any:
+    """A Python int `b` beside an integer tensor `a` as a 0-d tensor of a's dtype (torch's
+    promotion keeps a's dtype), where it fits that dtype; `b` itself otherwise. torch-mlir
+    computes an integer tensor's division by a scalar in f64 (`a // 7` of int64 was
+    inexact above 2^53), its fmod by a scalar not at all; with a tensor it divides in
+    integers."""
+    import torch
+
+    if not isinstance(a, torch.Tensor) or a.dtype.is_floating_point or a.dtype.is_complex \
+            or a.dtype == torch.bool or type(b) is not int:
+        return b
+    limits = torch.iinfo(a.dtype)
+    if not limits.min <= b <= limits.max:
+        return b
+    return torch.ops.aten.full.default([], b, dtype=a.dtype, device=a.device)
+
+
+def _neg(x: Any) -> Any:
+    """-x of an integer tensor as 0 - x: torch-mlir negates integers in f32 (sitofp, negf,
+    fptosi), wrong above 2^24 (-16777217 came back -16777216). Floats: torch-mlir's."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or x.dtype.is_complex \
+            or x.dtype == torch.bool:
+        return NotImplemented
+    aten = torch.ops.aten
+    return aten.sub.Tensor(aten.full.default([], 0, dtype=x.dtype, device=x.device), x)
+
+
 def _div_floor_mode(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
     """`div(a, b, rounding_mode="floor")` of integer tensors: `_floor_divide_integers`;
-    other modes and floats: torch-mlir's."""
+    "trunc" by a Python int: by a 0-d tensor (`_integer_operand`); floats: torch-mlir's."""
+    import torch
+
+    if rounding_mode == "trunc" and type(b) is int and \
+            isinstance(_integer_operand(a, b), torch.Tensor):
+        return torch.ops.aten.div.Tensor_mode(a, _integer_operand(a, b), rounding_mode="trunc")
     if rounding_mode != "floor":
         return NotImplemented
     return _floor_divide_integers(a, b)
+
+
+def _int8_scalar_operand(op: Any) -> Any:
+    """`op(a, b)` of an int8 tensor and a Python int with b as a 0-d int8 tensor: torch-mlir's
+    import of such a scalar crashes the process (SIGSEGV; `x * 3`, `x - 5`, `x % 7` of
+    int8). Anything else: torch-mlir's."""
+    import torch
+
+    def decomposition(a: Any, b: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (isinstance(a, torch.Tensor) and a.dtype == torch.int8 and type(b) is int):
+            return NotImplemented
+        operand = _integer_operand(a, b)
+        if not isinstance(operand, torch.Tensor):
+            return NotImplemented
+        return op(a, operand, *args, **kwargs)
+
+    return decomposition
 
 
 def _roll_as_slices(x: torch.Tensor, shifts: list[int], dims: list[int] = ()
@@ -398,9 +464,23 @@ def _roll_as_slices(x: torch.Tensor, shifts: list[int], dims: list[int] = ()
 
 
 def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:
-    """x ** 2 and x ** 3 as multiplications; other exponents are left to torch-mlir."""
+    """x ** 2 and x ** 3 as multiplications; an integer tensor to a non-negative integer
+    power by squaring (wrapping as torch's; torch-mlir refused it); other exponents are left
+    to torch-mlir."""
+    import torch
+
     if not x.dtype.is_floating_point:
-        return NotImplemented
+        if x.dtype.is_complex or x.dtype == torch.bool or type(exponent) is not int or \
+                not 0 <= exponent < 2 ** 16:
+            return NotImplemented
+        result, base, e = None, x, exponent
+        while e:
+            if e & 1:
+                result = base if result is None else result * base
+            e >>= 1
+            if e:
+                base = base * base
+        return torch.ones_like(x) if result is None else result
     if exponent == 2:
         return x * x
     if exponent == 3:

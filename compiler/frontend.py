@@ -504,7 +504,10 @@ def torch_signature(program: Any) -> dict:
             entry["name"] = key
         result["outputs_as"] = "dict"
     if spec is not None and spec.num_leaves == returned:
-        result["outputs_tree"] = output_tree(spec)
+        tree = output_tree(spec)
+        # One tensor, or a flat tuple of two or more, is what the runtime returns anyway.
+        if tree != (0 if returned == 1 else {"tuple": list(range(returned))}):
+            result["outputs_tree"] = tree
     return result
 
 

@@ -222,3 +222,36 @@ def test_signbit_and_copysign(name, f, args):
     assert out.dtype == ref.dtype
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_array_equal(np.signbit(out), np.signbit(ref))
+
+
+BIG = {torch.int32: 2 ** 30, torch.int64: 2 ** 60}
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("f", [
+    lambda a: -a,
+    lambda a: a // 7,
+    lambda a: a // -7,
+    lambda a: torch.div(a, 7, rounding_mode="trunc"),
+    lambda a: torch.fmod(a, 7),
+    lambda a: torch.fmod(a, -7),
+    lambda a: a ** 3,
+    lambda a: a ** 0,
+], ids=["neg", "floordiv", "floordiv_negative", "div_trunc", "fmod", "fmod_negative",
+        "pow3", "pow0"])
+def test_integer_arithmetic_by_a_python_int_stays_in_integers(f, dtype):
+    """torch-mlir negated integers in f32 (-16777217 gave -16777216) and divided them by a
+    Python int in f64 (int64 // 7 inexact above 2^53); it refused fmod and ** by one."""
+    big = BIG[dtype]
+    a = torch.tensor([big + 1, -big - 3, 123456789, -5, 7, 2 ** 24 + 1, 0, -2 ** 24 - 1],
+                     dtype=dtype)
+    _check(f, a)
+
+
+@pytest.mark.parametrize("f", [lambda a: a * 3, lambda a: a - 5, lambda a: a % 7,
+                               lambda a: a // 7, lambda a: torch.fmod(a, -3)],
+                         ids=["mul", "sub", "remainder", "floordiv", "fmod"])
+def test_int8_arithmetic_by_a_python_int(f):
+    """An int8 tensor times, minus or modulo a Python int crashed torch-mlir's import
+    (SIGSEGV: the process survived, the model was refused)."""
+    _check(f, torch.tensor([100, -100, 7, -7, 0, 127, -128, 55], dtype=torch.int8))
