@@ -13,10 +13,10 @@ scores set to sample values.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import mlir.ir as ir
-from fusec.passes.grouping import value_key
+from fusec.passes.grouping import defining_op, value_key
 from fusec.passes.payload import (
     PayloadError,
     constant_array,
@@ -250,9 +250,7 @@ def _mask_shape(match: "Match", q_len: int, kv_len: int) -> tuple:
     if any(isinstance(a.attr, ir.DenseElementsAttr) and not a.attr.is_splat
            for attrs in named for a in attrs):
         return _classify(emitter) if o.m * o.n <= MASK_GRID_MAX else (None, None, None)
-    key = (o.m, o.n, tuple((op.name, str(op.results[0].type) if len(op.results) else "",
-                            tuple(sorted((a.name, str(a.attr)) for a in attrs)))
-                           for op, attrs in zip(feeding, named)))
+    key = (o.m, o.n, _structure(feeding))
     if key not in _MASK_CACHE:
         _MASK_CACHE[key] = _classify(emitter) if o.m * o.n <= MASK_GRID_MAX else \
             _classify_blocks(emitter)
@@ -260,6 +258,40 @@ def _mask_shape(match: "Match", q_len: int, kv_len: int) -> tuple:
 
 
 _MASK_CACHE: dict = {}
+
+
+def _structure(ops: list[ir.Operation]) -> tuple:
+    """What decides `_classify`'s answer for the score ops `ops`, as a hashable key: each op's
+    name, attributes and result types, its operands numbered by first appearance (so two
+    layers' masks, whose values differ only in identity, share a key), and the same for the
+    ops inside its regions (a mask's diagonal is a constant in a linalg.generic's body: a
+    key of the top-level ops alone gave a bottom-right causal mask the top-left one's
+    classification, compiled first in the same process), and constants by value wherever
+    they are defined."""
+    numbers: dict = {}
+
+    def number(value: ir.Value) -> Any:
+        producer = defining_op(value)
+        if producer is not None and producer.name == "arith.constant":
+            # By value: a body reads the function's constants (the diagonal's %c131_i64)
+            # without the constant op being among `ops`.
+            return ("constant", str(producer.attributes["value"]))
+        return numbers.setdefault(value_key(value), len(numbers))
+
+    def describe(op: ir.Operation) -> tuple:
+        attributes = tuple(sorted((op.attributes[i].name, str(op.attributes[i].attr))
+                                  for i in range(len(op.attributes))))
+        entry = (op.name, attributes, tuple(str(r.type) for r in op.results),
+                 tuple(number(v) for v in op.operands),
+                 tuple(tuple((tuple((number(a), str(a.type)) for a in block.arguments),
+                              tuple(describe(inner.operation) for inner in block.operations))
+                             for block in region.blocks)
+                       for region in op.regions))
+        for result in op.results:
+            number(result)
+        return entry
+
+    return tuple(describe(op) for op in ops)
 
 # S values the grid is evaluated at: (first head, last head).
 _NEAR = ((0.0, 1.5), (-2.5,))

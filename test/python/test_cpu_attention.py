@@ -330,3 +330,35 @@ def test_tile_choice():
     assert cost_model.cpu_attention_tile(1, 97, 300, 128, 128, threads=2) == (18, 128)
     assert cost_model.cpu_attention_tile(1, 97, 300, 256, 256, threads=2) == (18, 64)
     assert cost_model.cpu_attention_tile(4, 1, 8192, 128, 128, threads=2) == (1, 128)
+
+
+def _masked(keep):
+    """Naive attention whose scores outside `keep(q_len, kv_len)` (a bool [Lq, Lk]) are
+    -inf."""
+    def fn(q, k, v):
+        s = q @ k.transpose(-1, -2) * 0.125
+        lq, lk = s.shape[-2:]
+        s = s.masked_fill(~keep(lq, lk), float("-inf"))
+        return s.softmax(-1) @ v
+    return fn
+
+
+@pytest.mark.parametrize("masks", [
+    # A causal mask aligned top-left, then bottom-right (a KV-cache decoder's): Lq < Lk.
+    (lambda lq, lk: torch.ones(lq, lk, dtype=torch.bool).tril(0),
+     lambda lq, lk: torch.ones(lq, lk, dtype=torch.bool).tril(lk - lq)),
+    # Two sliding windows.
+    (lambda lq, lk: torch.ones(lq, lk, dtype=torch.bool).triu(-48).tril(0),
+     lambda lq, lk: torch.ones(lq, lk, dtype=torch.bool).triu(-100).tril(5)),
+], ids=["causal-corners", "bands"])
+def test_masks_of_one_structure_compiled_in_one_process_each_get_their_own(masks):
+    """The masks' classification is cached per structure (every layer has the same mask);
+    its key missed the constants a mask's body reads from the function (the diagonal), so a
+    second model with another diagonal got the first one's causal bound: 0.98 off."""
+    torch.manual_seed(3)
+    args = _randn((1, 2, 130, 64), (1, 2, 260, 64), (1, 2, 260, 64))
+    for keep in masks:
+        fn = _masked(keep)
+        module = fusec.compile(Wrap(fn).eval(), *args, cache=False)
+        assert _kinds(module) == ["attention"]
+        assert _error(module(*[a.numpy() for a in args]), _reference(fn, args)) < 1e-5
