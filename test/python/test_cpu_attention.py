@@ -332,7 +332,7 @@ def test_tile_choice():
     assert cost_model.cpu_attention_tile(4, 1, 8192, 128, 128, threads=2) == (1, 128)
 
 
-def _masked(keep):
+def _masked_by(keep):
     """Naive attention whose scores outside `keep(q_len, kv_len)` (a bool [Lq, Lk]) are
     -inf."""
     def fn(q, k, v):
@@ -358,7 +358,7 @@ def test_masks_of_one_structure_compiled_in_one_process_each_get_their_own(masks
     torch.manual_seed(3)
     args = _randn((1, 2, 130, 64), (1, 2, 260, 64), (1, 2, 260, 64))
     for keep in masks:
-        fn = _masked(keep)
+        fn = _masked_by(keep)
         module = fusec.compile(Wrap(fn).eval(), *args, cache=False)
         assert _kinds(module) == ["attention"]
         assert _error(module(*[a.numpy() for a in args]), _reference(fn, args)) < 1e-5
