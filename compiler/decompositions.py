@@ -50,6 +50,10 @@ def decomposition_table() -> dict[Any, Any]:
     - `aten.signbit`, `aten.copysign` of floats: compares (torch-mlir cannot lower them).
     - `aten.fmod` of floats: the exact remainder of |a| by |b| with a's sign (torch-mlir's
       `a - trunc(a / b) * b` lost every digit of a large quotient, and gave NaN for b = inf).
+    - `aten.eq.Tensor` of a float tensor with itself: `not (x != x)` (torch-mlir folds it to
+      true; NaN == NaN is false); `aten.isclose` of floats as torch writes it.
+    - `aten.randint.low` with a negative low: low + randint(0, high - low) (torch-mlir's
+      float-to-int conversion truncates toward zero: biased below zero).
     - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
       `x ** n` by a Python int: in integers (torch-mlir's f64 division, its refusals).
     - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
@@ -83,6 +87,9 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.copysign.Tensor] = _copysign
     table[aten.copysign.Scalar] = _copysign
     table[aten.neg.default] = _neg
+    table[aten.eq.Tensor] = _eq_self
+    table[aten.isclose.default] = _isclose
+    table[aten.randint.low] = _randint_from_zero
     for scalar, tensor_form in ((aten.mul.Tensor, aten.mul.Tensor),
                                 (aten.sub.Tensor, aten.sub.Tensor),
                                 (aten.remainder.Scalar, aten.remainder.Tensor)):
@@ -405,6 +412,49 @@ def _neg(x: Any) -> Any:
         return NotImplemented
     aten = torch.ops.aten
     return aten.sub.Tensor(aten.full.default([], 0, dtype=x.dtype, device=x.device), x)
+
+
+def _eq_self(a: Any, b: Any) -> Any:
+    """`x == x` of a float tensor as `not (x != x)`: torch-mlir folds an equality of a value
+    with itself to true, and NaN == NaN is false (`where(x == x, x, 0)`, the NaN-scrubbing
+    idiom, kept the NaNs). Anything else: torch-mlir's."""
+    import torch
+
+    if a is not b or not isinstance(a, torch.Tensor) or not a.dtype.is_floating_point:
+        return NotImplemented
+    aten = torch.ops.aten
+    return aten.logical_not.default(aten.ne.Tensor(a, b))
+
+
+def _isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,
+             equal_nan: bool = False) -> Any:
+    """torch's isclose of float tensors: equal, or a finite |a - b| within atol + |rtol b|
+    (torch-mlir's lowering called NaN close to NaN without `equal_nan`)."""
+    import torch
+
+    if not all(isinstance(t, torch.Tensor) and t.dtype.is_floating_point for t in (a, b)):
+        return NotImplemented
+    aten = torch.ops.aten
+    close = aten.eq.Tensor(a, b)
+    if equal_nan:
+        close = aten.logical_or.default(close, aten.logical_and.default(
+            aten.isnan.default(a), aten.isnan.default(b)))
+    error = aten.abs.default(aten.sub.Tensor(a, b))
+    allowed = aten.add.Scalar(aten.abs.default(aten.mul.Scalar(b, rtol)), atol)
+    within = aten.logical_and.default(_isfinite(error), aten.le.Tensor(error, allowed))
+    return aten.logical_or.default(close, within)
+
+
+def _randint_from_zero(low: int, high: int, size: list[int], **kwargs: Any) -> Any:
+    """randint(low, high) with low < 0 as low + randint(0, high - low): torch-mlir draws a
+    uniform float in [low, high) and converts it to an integer, which truncates toward zero
+    (low never drawn, 0 twice as often); from 0 the truncation is the floor."""
+    import torch
+
+    if not isinstance(low, int) or low >= 0:
+        return NotImplemented
+    aten = torch.ops.aten
+    return aten.add.Scalar(aten.randint.low(0, high - low, size, **kwargs), low)
 
 
 def _div_floor_mode(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
