@@ -5,6 +5,7 @@ clean, fusable linalg (see `decomposition_table`)."""
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ def decomposition_table() -> dict[Any, Any]:
       `a - trunc(a / b) * b` lost every digit of a large quotient, and gave NaN for b = inf).
     - `aten.eq.Tensor` of a float tensor with itself: `not (x != x)` (torch-mlir folds it to
       true; NaN == NaN is false); `aten.isclose` of floats as torch writes it.
+    - `aten.index_put` (`y[i] = v`): a boolean mask with one value as a select; int32
+      indices widened (also for `aten.index.Tensor`).
+    - `aten.elu` (SELU, CELU): expm1 below zero, as torch's kernel.
+    - `aten.clamp` of integers by float bounds: in the default float, as torch promotes.
     - `aten.randint.low` with a negative low: low + randint(0, high - low) (torch-mlir's
       float-to-int conversion truncates toward zero: biased below zero).
     - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
@@ -90,6 +95,10 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.eq.Tensor] = _eq_self
     table[aten.isclose.default] = _isclose
     table[aten.randint.low] = _randint_from_zero
+    table[aten.index_put.default] = _index_put
+    table[aten.index.Tensor] = _index_int64
+    table[aten.clamp.default] = _clamp_promoted
+    table[aten.elu.default] = _elu
     for scalar, tensor_form in ((aten.mul.Tensor, aten.mul.Tensor),
                                 (aten.sub.Tensor, aten.sub.Tensor),
                                 (aten.remainder.Scalar, aten.remainder.Tensor)):
@@ -457,6 +466,83 @@ def _randint_from_zero(low: int, high: int, size: list[int], **kwargs: Any) -> A
     return aten.add.Scalar(aten.randint.low(0, high - low, size, **kwargs), low)
 
 
+_INDEX_PUT_WIDENED = threading.local()  # set while `_index_put` calls index_put itself
+
+
+def _index_put(x: Any, indices: list[Any], values: Any, accumulate: bool = False) -> Any:
+    """`x[indices] = values` (`index_put`) as torch means it:
+    - one boolean mask over x's leading dims and one value (`y[mask] = 0.0`, masked_fill's
+      meaning; with accumulate, `y[mask] += v`): a select (torch-mlir went through nonzero
+      and refused the data-dependent shape);
+    - narrow integer indices widened to int64 (negative ones are wrapped where the scatter
+      reads them, `lower_tm_tensor`).
+    Anything else: torch-mlir's."""
+    import torch
+
+    aten = torch.ops.aten
+    given = [i for i in indices if i is not None]
+    if getattr(_INDEX_PUT_WIDENED, "on", False) or not given:
+        return NotImplemented
+    if any(i.dtype == torch.bool for i in given):
+        mask = indices[0]
+        if len(given) != 1 or mask is None or mask.dtype != torch.bool or \
+                tuple(mask.shape) != tuple(x.shape[:mask.dim()]) or values.numel() != 1:
+            return NotImplemented
+        mask = aten.view.default(mask, list(mask.shape) + [1] * (x.dim() - mask.dim()))
+        value = aten._to_copy.default(aten.view.default(values, []), dtype=x.dtype)
+        new = aten.add.Tensor(x, value) if accumulate else value
+        return aten.where.self(mask, new, x)
+    narrow = (torch.int32, torch.int16, torch.int8)
+    if not any(i.dtype in narrow for i in given):
+        return NotImplemented
+    widened = [aten._to_copy.default(i, dtype=torch.int64) if i is not None and
+               i.dtype in narrow else i for i in indices]
+    _INDEX_PUT_WIDENED.on = True
+    try:
+        return aten.index_put.default(x, widened, values, accumulate)
+    finally:
+        _INDEX_PUT_WIDENED.on = False
+
+
+def _index_int64(x: Any, indices: list[Any]) -> Any:
+    """`x[i]` with an int32 (or narrower) index tensor: the index widened to int64 first
+    (torch-mlir's lowering compared it with int64 bounds: "arith.cmpi requires all operands
+    to have the same type")."""
+    import torch
+
+    narrow = (torch.int32, torch.int16, torch.int8)
+    if not any(i is not None and i.dtype in narrow for i in indices):
+        return NotImplemented
+    return torch.ops.aten.index.Tensor(x, [
+        torch.ops.aten._to_copy.default(i, dtype=torch.int64)
+        if i is not None and i.dtype in narrow else i for i in indices])
+
+
+def _clamp_promoted(x: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002
+    """clamp of an integer tensor by float bounds: in the type torch promotes to (the default
+    float), as torch returns it (torch-mlir compared the integers with float compares)."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.dtype.is_floating_point or \
+            not any(isinstance(b, float) for b in (min, max)):
+        return NotImplemented
+    wide = torch.ops.aten._to_copy.default(x, dtype=torch.get_default_dtype())
+    return torch.ops.aten.clamp.default(wide, min, max)
+
+
+def _elu(x: Any, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0) -> Any:
+    """ELU (and SELU, CELU through it) with expm1 below zero, as torch's kernel: torch-mlir's
+    exp(x) - 1 lost the small negative inputs (elu(-3e-7) was -2.98e-7)."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point:
+        return NotImplemented
+    aten = torch.ops.aten
+    negative = aten.mul.Scalar(aten.expm1.default(aten.mul.Scalar(x, input_scale)),
+                               alpha * scale)
+    return aten.where.self(aten.gt.Scalar(x, 0), aten.mul.Scalar(x, scale), negative)
+
+
 def _div_floor_mode(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
     """`div(a, b, rounding_mode="floor")` of integer tensors: `_floor_divide_integers`;
     "trunc" by a Python int: by a 0-d tensor (`_integer_operand`); floats: torch-mlir's."""
@@ -514,7 +600,8 @@ def _roll_as_slices(x: torch.Tensor, shifts: list[int], dims: list[int] = ()
 
 
 def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:
-    """x ** 2 and x ** 3 as multiplications; an integer tensor to a non-negative integer
+    """x ** 2 and x ** 3 as multiplications, x ** -1, -2, -3 as 1 / x^n; an integer tensor
+    to a non-negative integer
     power by squaring (wrapping as torch's; torch-mlir refused it); other exponents are left
     to torch-mlir."""
     import torch
@@ -535,6 +622,10 @@ def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:
         return x * x
     if exponent == 3:
         return x * x * x
+    if exponent in (-1, -2, -3):
+        # 1 / x^n: upstream's fpowi expansion gave 0 ** -1 as -inf (torch: +inf).
+        return torch.ops.aten.div.Tensor(torch.ones_like(x), _pow_scalar(x, -exponent)
+                                         if exponent != -1 else x)
     return NotImplemented
 
 

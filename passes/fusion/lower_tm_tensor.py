@@ -165,7 +165,8 @@ def lower_scatter(op: ir.Operation) -> list[ir.Value]:
     """Scatter as a loop over every element of `updates`, in order."""
     (updates, indices), (original,) = _segments(op)
     dimension_map = list(ir.DenseI64ArrayAttr(op.attributes["dimension_map"]))
-    update_shape, rank = _shape(updates), len(_shape(original))
+    update_shape, original_shape = _shape(updates), _shape(original)
+    rank = len(original_shape)
     depth = _shape(indices)[-1]
     index_type = ir.IndexType.get()
 
@@ -182,6 +183,11 @@ def lower_scatter(op: ir.Operation) -> list[ir.Value]:
             raw = tensor.ExtractOp(indices, [ivs[0], _index(i)]).result
             offset = arith.IndexCastOp(index_type, raw).result
             dim = dimension_map[i]
+            # A negative index counts from the end, as torch's `y[i] = v` takes it (the
+            # index checks then see the wrapped one).
+            offset = arith.SelectOp(
+                arith.CmpIOp(arith.CmpIPredicate.slt, offset, _index(0)).result,
+                arith.AddIOp(offset, _index(original_shape[dim])).result, offset).result
             starts[dim] = offset if starts[dim] is None else arith.AddIOp(offset,
                                                                           starts[dim]).result
         if any(s is None for s in starts):

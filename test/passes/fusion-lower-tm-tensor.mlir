@@ -4,16 +4,21 @@
 
 // scatter_add along dim 1 (index depth 2, dimension_map [0, 1]): one serial kernel, a loop
 // over the 12 updates that extracts both index components, adds them to no slice offset
-// (scalar updates), and combines with the region (original + update) in place.
+// (scalar updates), and combines with the region (original + update) in place. A negative
+// index counts from the end (torch's `y[-1] = v`): index + dim size where it is below 0.
 // CHECK-LABEL: func.func @scatter_add
 // CHECK: %[[G:.+]] = fusion.group single (%[[U:.+]] = %{{.+}} : tensor<12xf32>, %[[I:.+]] = %{{.+}} : tensor<12x2xi64>, %[[O:.+]] = %{{.+}} : tensor<3x5xf32>) -> tensor<3x5xf32>
 // CHECK-SAME: fusion.serial
 // CHECK: %[[R:.+]] = scf.for %[[B:.+]] = %{{.+}} to %{{.+}} step %{{.+}} iter_args(%[[T:.+]] = %[[O]]) -> (tensor<3x5xf32>)
 // CHECK: %[[UPD:.+]] = tensor.extract %[[U]][%[[B]]]
 // CHECK: %[[I0:.+]] = tensor.extract %[[I]][%[[B]], %{{.+}}]
-// CHECK: %[[D0:.+]] = arith.index_cast %[[I0]] : i64 to index
+// CHECK: %[[C0:.+]] = arith.index_cast %[[I0]] : i64 to index
+// CHECK: %[[N0:.+]] = arith.cmpi slt, %[[C0]], %{{.+}} : index
+// CHECK: %[[W0:.+]] = arith.addi %[[C0]], %{{.+}} : index
+// CHECK: %[[D0:.+]] = arith.select %[[N0]], %[[W0]], %[[C0]] : index
 // CHECK: %[[I1:.+]] = tensor.extract %[[I]][%[[B]], %{{.+}}]
-// CHECK: %[[D1:.+]] = arith.index_cast %[[I1]] : i64 to index
+// CHECK: %[[C1:.+]] = arith.index_cast %[[I1]] : i64 to index
+// CHECK: %[[D1:.+]] = arith.select %{{.+}}, %{{.+}}, %[[C1]] : index
 // CHECK: %[[OLD:.+]] = tensor.extract %[[T]][%[[D0]], %[[D1]]]
 // CHECK: %[[NEW:.+]] = arith.addf %[[OLD]], %[[UPD]] : f32
 // CHECK: %[[INS:.+]] = tensor.insert %[[NEW]] into %[[T]][%[[D0]], %[[D1]]]
@@ -40,7 +45,8 @@ func.func @scatter_add(%upd: tensor<12xf32>, %idx: tensor<12x2xi64>, %orig: tens
 // CHECK: scf.for %[[R:.+]] = {{.+}} iter_args(%[[T1:.+]] = %[[T0]])
 // CHECK: scf.for %[[J:.+]] = {{.+}} iter_args(%[[T:.+]] = %[[T1]])
 // CHECK: %[[UPD:.+]] = tensor.extract %{{.+}}[%[[B]], %[[R]], %[[J]]]
-// CHECK: %[[IDX:.+]] = arith.index_cast
+// CHECK: %[[RAW:.+]] = arith.index_cast
+// CHECK: %[[IDX:.+]] = arith.select %{{.+}}, %{{.+}}, %[[RAW]] : index
 // CHECK: %[[ROW:.+]] = arith.addi %[[IDX]], %[[R]]
 // CHECK: tensor.insert %[[UPD]] into %[[T]][%[[ROW]], %[[J]]]
 func.func @index_put_rows(%upd: tensor<3x1x4xf32>, %idx: tensor<3x1xi64>, %orig: tensor<5x4xf32>) -> tensor<5x4xf32> {

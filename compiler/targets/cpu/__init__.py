@@ -206,6 +206,10 @@ def cpu_passes(options: Any = None) -> list[str]:
         # no soft-float helpers for it (`__truncsfbf2`), and it is what PyTorch computes too.
         "math-extend-to-supported-types{extra-types=f32 target-type=f32}",
         "arith-emulate-unsupported-floats{source-types=bf16,f16 target-type=f32}",
+        # f32 tanh, sinh, cosh and their inverses accurate near 0 and at the range's ends
+        # (upstream's expansions cancel: tanh(1e-8) was 0); before log1p's, which takes
+        # theirs.
+        "fusion-cpu-hyperbolic",
         # log1p and expm1 accurate near 0 (math-to-LLVM writes log(1 + x), exp(x) - 1).
         "fusion-cpu-log1p-expm1",
         # Every op upstream expands but powf: its expansion is exp(y * log(x)), NaN for a
