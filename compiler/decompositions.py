@@ -55,6 +55,10 @@ def decomposition_table() -> dict[Any, Any]:
       true; NaN == NaN is false); `aten.isclose` of floats as torch writes it.
     - `aten.index_put` (`y[i] = v`): a boolean mask with one value as a select; int32
       indices widened (also for `aten.index.Tensor`).
+    - `aten.diagonal_scatter` (`y.diagonal().fill_(v)`, `fill_diagonal_`'s as_strided form):
+      a select on the diagonal; `aten.cat` drops inputs empty along its dim (block_diag).
+    - comparisons of a float tensor with a Python int: with the int as a float (torch-mlir
+      folded `zeros_like(x) == 0` to false).
     - `aten.elu` (SELU, CELU): expm1 below zero, as torch's kernel.
     - `aten.clamp` of integers by float bounds: in the default float, as torch promotes.
     - `aten.randint.low` with a negative low: low + randint(0, high - low) (torch-mlir's
@@ -99,6 +103,12 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.index.Tensor] = _index_int64
     table[aten.clamp.default] = _clamp_promoted
     table[aten.elu.default] = _elu
+    table[aten.cat.default] = _cat_nonempty
+    for compare in (aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar,
+                    aten.gt.Scalar, aten.ge.Scalar):
+        table[compare] = _compare_float_scalar(compare)
+    table[aten.diagonal_scatter.default] = _diagonal_scatter
+    table[aten.as_strided_scatter.default] = _as_strided_diagonal
     for scalar, tensor_form in ((aten.mul.Tensor, aten.mul.Tensor),
                                 (aten.sub.Tensor, aten.sub.Tensor),
                                 (aten.remainder.Scalar, aten.remainder.Tensor)):
@@ -541,6 +551,90 @@ def _elu(x: Any, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.
     negative = aten.mul.Scalar(aten.expm1.default(aten.mul.Scalar(x, input_scale)),
                                alpha * scale)
     return aten.where.self(aten.gt.Scalar(x, 0), aten.mul.Scalar(x, scale), negative)
+
+
+def _cat_nonempty(tensors: list[Any], dim: int = 0) -> Any:
+    """cat without the inputs that are empty along `dim` (`torch.block_diag` pads with [n, 0]
+    blocks, which torch-mlir refused naming `constant.int`). Anything else: torch-mlir's."""
+    import torch
+
+    def empty(t: Any) -> bool:
+        # A 1-D empty tensor is skipped whatever the rank of the others (torch's legacy).
+        return t.numel() == 0 and (t.dim() == 1 or -t.dim() <= dim < t.dim() and
+                                   t.shape[dim] == 0)
+
+    kept = [t for t in tensors if not empty(t)]
+    if len(kept) == len(tensors) or not kept or any(t.dim() != kept[0].dim() for t in kept):
+        return NotImplemented
+    if len(kept) == 1:
+        return torch.ops.aten.clone.default(kept[0])
+    return torch.ops.aten.cat.default(kept, dim)
+
+
+def _diagonal_scatter(x: Any, src: Any, offset: int = 0, dim1: int = 0,
+                      dim2: int = 1) -> Any:
+    """`x` with `src` written on its diagonal (`y.diagonal().fill_(0)`, torch-mlir refused
+    it naming `vtensor.literal`): a select between x and src placed along the diagonal's
+    rows (offset >= 0) or columns, the diagonal found by comparing two aranges."""
+    import torch
+
+    aten = torch.ops.aten
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        return NotImplemented
+    d1, d2 = dim1 % x.dim(), dim2 % x.dim()
+    if d1 == d2:
+        return NotImplemented
+    moved = aten.movedim.intlist(x, [d1, d2], [-2, -1])
+    n, m = moved.shape[-2], moved.shape[-1]
+    length = src.shape[-1]
+    rows = aten.view.default(aten.arange.default(n, dtype=torch.int64), [n, 1])
+    cols = aten.view.default(aten.arange.default(m, dtype=torch.int64), [1, m])
+    on_diagonal = aten.eq.Scalar(aten.sub.Tensor(cols, rows), offset)
+    src = aten._to_copy.default(src, dtype=x.dtype)
+    if offset >= 0:  # diagonal element k sits in row k
+        padded = aten.constant_pad_nd.default(src, [0, n - length])
+        placed = aten.unsqueeze.default(padded, -1)
+    else:  # in column k
+        padded = aten.constant_pad_nd.default(src, [0, m - length])
+        placed = aten.unsqueeze.default(padded, -2)
+    result = aten.where.self(on_diagonal, placed, moved)
+    return aten.movedim.intlist(result, [-2, -1], [d1, d2])
+
+
+def _as_strided_diagonal(x: Any, src: Any, size: list[int], stride: list[int],
+                         storage_offset: int | None = None) -> Any:
+    """as_strided_scatter that writes the main diagonal of a contiguous 2-D tensor (what
+    `fill_diagonal_` exports to): `_diagonal_scatter`. Other strides: torch-mlir's."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_contiguous():
+        return NotImplemented
+    n, m = x.shape
+    if list(size) != [min(n, m)] or list(stride) != [m + 1] or storage_offset not in (0, None):
+        return NotImplemented
+    return _diagonal_scatter(x, src)
+
+
+def _compare_float_scalar(op: Any) -> Any:
+    """A comparison of a float tensor with a Python int, with the int as a float:
+    torch-mlir's folder compared a constant float tensor with an int scalar as unequal
+    (`zeros_like(x) == 0` folded to false; `xlogy` of a constant zero gave NaN); of an
+    integer tensor with a Python float, in the default float as torch promotes."""
+    import torch
+
+    def decomposition(a: Any, b: Any) -> Any:
+        if not isinstance(a, torch.Tensor):
+            return NotImplemented
+        if a.dtype.is_floating_point and type(b) is int:
+            return op(a, float(b))
+        if not a.dtype.is_floating_point and not a.dtype.is_complex and \
+                a.dtype != torch.bool and type(b) is float:
+            # torch promotes: the integers as the default float (torch-mlir's import of an
+            # integer tensor compared with a float crashed, SIGSEGV).
+            return op(torch.ops.aten._to_copy.default(a, dtype=torch.get_default_dtype()), b)
+        return NotImplemented
+
+    return decomposition
 
 
 def _div_floor_mode(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:

@@ -353,3 +353,41 @@ def test_hyperbolic_functions_reach_the_ends_of_the_range(f, x):
     compiled = fusec.compile(Fn(f), x, cache=False)
     np.testing.assert_allclose(compiled(x.numpy()), f(x).numpy(), rtol=1e-6, atol=0,
                                equal_nan=True)
+
+
+def test_diagonal_writes_and_block_diag():
+    """`y.diagonal().fill_(0)`, `fill_diagonal_`, `diagonal_scatter` were refused naming
+    torch-mlir's `vtensor.literal`; `torch.block_diag` naming `constant.int` at no location
+    (its [n, 0] padding blocks)."""
+    g = torch.Generator().manual_seed(6)
+    x, b = torch.randn(4, 4, generator=g), torch.randn(2, 5, 6, generator=g)
+
+    def diagonal_fill(x):
+        y = x.clone()
+        y.diagonal().fill_(0)
+        return y
+
+    def fill_diagonal(x):
+        y = x.clone()
+        y.fill_diagonal_(-1.0)
+        return y
+
+    _check(diagonal_fill, x)
+    _check(fill_diagonal, x)
+    _check(lambda x: torch.diagonal_scatter(x, torch.arange(3.0), 1), x)
+    _check(lambda x: torch.diagonal_scatter(x, torch.arange(3.0) * 2, -1), x)
+    _check(lambda b: torch.diagonal_scatter(b, torch.ones(2, 5), 0, 1, 2), b)
+    _check(lambda x: torch.block_diag(x, x[:2, :3]), x)
+
+
+def test_comparisons_of_constant_tensors_with_python_numbers():
+    """torch-mlir folded `zeros_like(x) == 0` to false (a float splat against an int scalar),
+    so `xlogy(zeros_like(y), y)` gave NaN where y <= 0; an int tensor against a float scalar
+    crashed its import (SIGSEGV)."""
+    x = torch.tensor([0.0, -1.0, INF, 1.0, NAN])
+    _check(lambda x: torch.zeros_like(x) == 0, x)
+    _check(lambda x: torch.where(torch.zeros_like(x) == 0, 1.0, x), x)
+    _check(lambda x: (torch.full_like(x, 2.0) != 2) | (torch.full_like(x, 2.0) < 3), x)
+    _check(lambda x: torch.xlogy(torch.zeros_like(x), x), x)
+    i = torch.tensor([3, -2, 7, 0])
+    _check(lambda i: (i == 3.0) | (i < 3.5), i)
