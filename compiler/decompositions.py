@@ -392,6 +392,8 @@ def _floor_divide_integers(a: Any, b: Any) -> Any:
     import torch
 
     aten = torch.ops.aten
+    if isinstance(a, torch.Tensor) and a.dtype.is_floating_point:
+        return _floor_divide_floats(a, b)
     b = _integer_operand(a, b)
     if not all(isinstance(t, torch.Tensor) and not t.dtype.is_floating_point and
                not t.dtype.is_complex and t.dtype not in (torch.bool, torch.uint8)
@@ -402,6 +404,38 @@ def _floor_divide_integers(a: Any, b: Any) -> Any:
     fix = aten.logical_and(aten.ne.Scalar(r, 0),
                            aten.ne.Tensor(aten.lt.Scalar(r, 0), aten.lt.Scalar(b, 0)))
     return aten.sub.Tensor(q, aten._to_copy.default(fix, dtype=q.dtype))
+
+
+def _floor_divide_floats(a: Any, b: Any) -> Any:
+    """`a // b` of floats as torch (and Python) compute it, from the exact remainder: q =
+    (a - fmod(a, b)) / b, one less where the remainder's sign differs from b's, then rounded
+    to the nearest integer; a zero quotient takes the sign of a / b, and b = 0 gives a / b.
+    torch-mlir's floor(a / b) gave -7 // inf = -0.0 (torch -1) and inf // 3 = inf (NaN)."""
+    import torch
+
+    aten = torch.ops.aten
+    if not isinstance(b, torch.Tensor):
+        b = aten.full.default([], b, dtype=a.dtype, device=a.device)
+    if a.dtype in (torch.float16, torch.bfloat16):
+        # In f32, rounded once at the end, as torch's kernels compute 16-bit floats.
+        wide = aten._to_copy.default
+        result = _floor_divide_floats(wide(a, dtype=torch.float32),
+                                      wide(b, dtype=torch.float32))
+        return wide(result, dtype=a.dtype)
+    if b.dtype != a.dtype:
+        b = aten._to_copy.default(b, dtype=a.dtype)
+    mod = _fmod(a, b)
+    div = aten.div.Tensor(aten.sub.Tensor(a, mod), b)
+    off = aten.logical_and.default(aten.ne.Scalar(mod, 0.0),
+                                   aten.ne.Tensor(aten.lt.Scalar(b, 0.0), aten.lt.Scalar(mod, 0.0)))
+    div = aten.where.self(off, aten.sub.Scalar(div, 1.0), div)
+    floor = aten.floor.default(div)
+    floor = aten.where.self(aten.gt.Scalar(aten.sub.Tensor(div, floor), 0.5),
+                            aten.add.Scalar(floor, 1.0), floor)
+    quotient = aten.div.Tensor(a, b)
+    signed_zero = _copysign(aten.zeros_like.default(a), quotient)
+    result = aten.where.self(aten.eq.Scalar(div, 0.0), signed_zero, floor)
+    return aten.where.self(aten.eq.Scalar(b, 0.0), quotient, result)
 
 
 def _integer_operand(a: Any, b: Any) -> Any:

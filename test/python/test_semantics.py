@@ -391,3 +391,24 @@ def test_comparisons_of_constant_tensors_with_python_numbers():
     _check(lambda x: torch.xlogy(torch.zeros_like(x), x), x)
     i = torch.tensor([3, -2, 7, 0])
     _check(lambda i: (i == 3.0) | (i < 3.5), i)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_floor_division_as_torch(dtype):
+    """torch-mlir's floor(a / b): -7 // inf gave -0.0 (torch -1), inf // 3 inf (torch NaN);
+    torch divides from the exact remainder."""
+    a = torch.tensor([-7.0, 7.0, INF, -INF, 5.0, -5.0, 0.0, -0.0, 1e30, 7.5, -7.5, 3.0, NAN, 1.0],
+                     dtype=dtype)
+    b = torch.tensor([INF, -INF, 3.0, 3.0, 2.0, 2.0, -3.0, 3.0, 7.0, -2.0, 0.5, 0.0, 1.0, -0.0],
+                     dtype=dtype)
+    compiled = fusec.compile(Fn(lambda a, b: (a // b, torch.div(a, b, rounding_mode="floor"),
+                                              a // 3)), a, b, cache=False)
+    for out, ref in zip(compiled(a.numpy(), b.numpy()), (a // b, a // b, a // 3)):
+        np.testing.assert_array_equal(out, ref.numpy())
+        numbers = ~np.isnan(out)  # (a NaN's sign bit means nothing)
+        np.testing.assert_array_equal(np.signbit(out[numbers]), np.signbit(ref.numpy()[numbers]))
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(4096, generator=g, dtype=dtype) * 100
+    y = torch.randn(4096, generator=g, dtype=dtype)
+    many = fusec.compile(Fn(lambda a, b: a // b), x, y, cache=False)
+    np.testing.assert_array_equal(many(x.numpy(), y.numpy()), (x // y).numpy())
