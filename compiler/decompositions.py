@@ -59,6 +59,7 @@ def decomposition_table() -> dict[Any, Any]:
       a select on the diagonal; `aten.cat` drops inputs empty along its dim (block_diag).
     - comparisons of a float tensor with a Python int: with the int as a float (torch-mlir
       folded `zeros_like(x) == 0` to false).
+    - `aten.adaptive_max_pool2d` to a size that does not divide: a max per window.
     - `aten.elu` (SELU, CELU): expm1 below zero, as torch's kernel.
     - `aten.clamp` of integers by float bounds: in the default float, as torch promotes.
     - `aten.randint.low` with a negative low: low + randint(0, high - low) (torch-mlir's
@@ -104,6 +105,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.clamp.default] = _clamp_promoted
     table[aten.elu.default] = _elu
     table[aten.cat.default] = _cat_nonempty
+    table[aten.adaptive_max_pool2d.default] = _adaptive_max_pool2d
     for compare in (aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar,
                     aten.gt.Scalar, aten.ge.Scalar):
         table[compare] = _compare_float_scalar(compare)
@@ -669,6 +671,36 @@ def _compare_float_scalar(op: Any) -> Any:
         return NotImplemented
 
     return decomposition
+
+
+def _adaptive_max_pool2d(x: Any, output_size: list[int]) -> Any:
+    """Adaptive max pooling to a size that does not divide the input's (torch-mlir's lowering
+    failed on a `tensor.cast` of the uneven windows): output cell (i, j) is the max of rows
+    [floor(i H / oh), ceil((i + 1) H / oh)) and the columns likewise, its index the first
+    maximum's position in the H x W plane (torch's). Sizes that divide: torch-mlir's."""
+    import torch
+
+    aten = torch.ops.aten
+    height, width = x.shape[-2], x.shape[-1]
+    oh, ow = (output_size[0] or height), (output_size[-1] or width)
+    if height % oh == 0 and width % ow == 0:
+        return NotImplemented
+    lead = list(x.shape[:-2])
+    values, indices = [], []
+    for i in range(oh):
+        h0, h1 = (i * height) // oh, -((-(i + 1) * height) // oh)
+        for j in range(ow):
+            w0, w1 = (j * width) // ow, -((-(j + 1) * width) // ow)
+            window = aten.slice.Tensor(aten.slice.Tensor(x, -2, h0, h1), -1, w0, w1)
+            flat = aten.view.default(aten.clone.default(window), lead + [(h1 - h0) * (w1 - w0)])
+            value, where = aten.max.dim(flat, -1)
+            row = aten.add.Scalar(aten.div.Tensor_mode(where, w1 - w0, rounding_mode="trunc"), h0)
+            col = aten.add.Scalar(aten.remainder.Scalar(where, w1 - w0), w0)
+            values.append(value)
+            indices.append(aten.add.Tensor(aten.mul.Scalar(row, width), col))
+    shape = lead + [oh, ow]
+    return (aten.view.default(aten.stack.default(values, -1), shape),
+            aten.view.default(aten.stack.default(indices, -1), shape))
 
 
 def _div_floor_mode(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:

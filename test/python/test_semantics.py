@@ -412,3 +412,15 @@ def test_float_floor_division_as_torch(dtype):
     y = torch.randn(4096, generator=g, dtype=dtype)
     many = fusec.compile(Fn(lambda a, b: a // b), x, y, cache=False)
     np.testing.assert_array_equal(many(x.numpy(), y.numpy()), (x // y).numpy())
+
+
+@pytest.mark.parametrize("size,shape", [((3, 4), (2, 3, 10, 11)), ((5, 5), (1, 2, 7, 9)),
+                                        ((3, None), (1, 2, 10, 6))])
+def test_adaptive_max_pool_to_a_size_that_does_not_divide(size, shape):
+    """AdaptiveMaxPool2d((3, 4)) of 10 x 11 was refused naming a `tensor.cast`: uneven
+    windows, values and torch's indices (the first maximum in the plane)."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(8))
+    f = lambda x: torch.nn.functional.adaptive_max_pool2d(x, size, return_indices=True)  # noqa: E731
+    compiled = fusec.compile(Fn(f), x, cache=False)
+    for out, ref in zip(compiled(x.numpy()), f(x)):
+        np.testing.assert_array_equal(out, ref.numpy())
