@@ -760,7 +760,8 @@ def _roll_as_slices(x: torch.Tensor, shifts: list[int], dims: list[int] = ()
 
 
 def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:
-    """x ** 2 and x ** 3 as multiplications, x ** -1, -2, -3 as 1 / x^n; an integer tensor
+    """x ** 2 and x ** 3 as multiplications, x ** -1, -2, -3 as 1 / x^n, x ** +-0.5 as
+    torch's sqrt and 1 / sqrt; an integer tensor
     to a non-negative integer
     power by squaring (wrapping as torch's; torch-mlir refused it); other exponents are left
     to torch-mlir."""
@@ -782,6 +783,12 @@ def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:
         return x * x
     if exponent == 3:
         return x * x * x
+    if exponent in (0.5, -0.5):
+        # torch's pow takes these as sqrt and 1 / sqrt: (-inf) ** 0.5 is NaN and (-0.0) **
+        # 0.5 is -0.0 there, where libm's pow gives +inf and +0.0; and a sqrt is one
+        # instruction, not a call per element.
+        root = torch.ops.aten.sqrt.default(x)
+        return root if exponent > 0 else torch.ops.aten.div.Tensor(torch.ones_like(x), root)
     if exponent in (-1, -2, -3):
         # 1 / x^n: upstream's fpowi expansion gave 0 ** -1 as -inf (torch: +inf).
         return torch.ops.aten.div.Tensor(torch.ones_like(x), _pow_scalar(x, -exponent)

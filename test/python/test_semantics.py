@@ -424,3 +424,15 @@ def test_adaptive_max_pool_to_a_size_that_does_not_divide(size, shape):
     compiled = fusec.compile(Fn(f), x, cache=False)
     for out, ref in zip(compiled(x.numpy()), f(x)):
         np.testing.assert_array_equal(out, ref.numpy())
+
+
+@pytest.mark.parametrize("exponent", [0.5, -0.5])
+def test_square_root_powers_as_torch(exponent):
+    """torch takes x ** 0.5 as sqrt: (-inf) ** 0.5 is NaN and (-0.0) ** 0.5 is -0.0 there
+    (libm's pow, which fusec called: +inf and +0.0)."""
+    x = torch.tensor([-INF, -0.0, 0.0, 4.0, -1.0, INF, NAN, 2.0])
+    compiled = fusec.compile(Fn(lambda x: x ** exponent), x, cache=False)
+    out, ref = compiled(x.numpy()), (x ** exponent).numpy()
+    np.testing.assert_allclose(out, ref, rtol=2e-7, atol=0, equal_nan=True)
+    numbers = ~np.isnan(ref)
+    np.testing.assert_array_equal(np.signbit(out[numbers]), np.signbit(ref[numbers]))
