@@ -60,6 +60,7 @@ def decomposition_table() -> dict[Any, Any]:
     - comparisons of a float tensor with a Python int: with the int as a float (torch-mlir
       folded `zeros_like(x) == 0` to false).
     - `aten.adaptive_max_pool2d` to a size that does not divide: a max per window.
+    - `aten.lstm`: torch's decomposition with oneDNN off (no `mkldnn_rnn_layer`).
     - `aten.elu` (SELU, CELU): expm1 below zero, as torch's kernel.
     - `aten.clamp` of integers by float bounds: in the default float, as torch promotes.
     - `aten.randint.low` with a negative low: low + randint(0, high - low) (torch-mlir's
@@ -105,6 +106,9 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.clamp.default] = _clamp_promoted
     table[aten.elu.default] = _elu
     table[aten.cat.default] = _cat_nonempty
+    for rnn in (aten.lstm.input, aten.lstm.data):
+        if rnn in table:
+            table[rnn] = _without_mkldnn(table[rnn])
     table[aten.adaptive_max_pool2d.default] = _adaptive_max_pool2d
     for compare in (aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar,
                     aten.gt.Scalar, aten.ge.Scalar):
@@ -701,6 +705,19 @@ def _adaptive_max_pool2d(x: Any, output_size: list[int]) -> Any:
     shape = lead + [oh, ow]
     return (aten.view.default(aten.stack.default(values, -1), shape),
             aten.view.default(aten.stack.default(indices, -1), shape))
+
+
+def _without_mkldnn(decomposition: Any) -> Any:
+    """torch's own decomposition of an RNN op (LSTM), run with oneDNN turned off: on the CPU
+    it otherwise emits `aten.mkldnn_rnn_layer`, which torch-mlir cannot lower (nn.LSTM was
+    refused); without, it is the cells' matmuls and gates, step by step."""
+    import torch
+
+    def decompose(*args: Any, **kwargs: Any) -> Any:
+        with torch.backends.mkldnn.flags(enabled=False):
+            return decomposition(*args, **kwargs)
+
+    return decompose
 
 
 def _div_floor_mode(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:

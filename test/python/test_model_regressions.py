@@ -535,3 +535,24 @@ def test_nested_outputs_come_back_nested():
                     same(a, b)
 
         same(got, want)
+
+
+@pytest.mark.parametrize("options,kernels", [({}, 8), ({"num_layers": 2}, 15),
+                                             ({"bidirectional": True}, 10),
+                                             ({"proj_size": 8}, 18)],
+                         ids=["one-layer", "two-layers", "bidirectional", "projection"])
+def test_lstm_compiles_and_matches_float64(options, kernels):
+    """nn.LSTM was refused: torch's decomposition of aten.lstm emits `mkldnn_rnn_layer` on
+    the CPU, which torch-mlir cannot lower (run 173). With oneDNN off while decomposing it is
+    the cells' matmuls and gates, step by step; output, h and c against float64."""
+    torch.manual_seed(0)
+    model = nn.LSTM(16, 32, batch_first=True, **options).eval()
+    compiled = fusec.compile(model, torch.randn(2, 5, 16))
+    assert len(compiled.kernels) == kernels
+    x = torch.randn(2, 5, 16)
+    out, (h, c) = compiled(x.numpy())
+    with torch.no_grad():
+        ref, (ref_h, ref_c) = model.double()(x.double())
+    for got, want in ((out, ref), (h, ref_h), (c, ref_c)):
+        assert got.shape == tuple(want.shape)
+        assert rel_err(got, want) < 1e-6
