@@ -5,7 +5,6 @@ clean, fusable linalg (see `decomposition_table`)."""
 from __future__ import annotations
 
 import math
-import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -177,13 +176,12 @@ def _fmod(a: Any, b: Any) -> Any:
     import torch
 
     aten = torch.ops.aten
-    if isinstance(a, torch.Tensor) and not a.dtype.is_floating_point and \
-            isinstance(_integer_operand(a, b), torch.Tensor) and not isinstance(b, torch.Tensor):
+    operand = _integer_operand(a, b)
+    if operand is not b:
         # An integer fmod by a scalar (torch-mlir refused it, naming `constant.int`): a less
         # the truncating quotient times b, in integers.
-        b = _integer_operand(a, b)
-        q = aten.div.Tensor_mode(a, b, rounding_mode="trunc")
-        return aten.sub.Tensor(a, aten.mul.Tensor(q, b))
+        q = aten.div.Tensor_mode(a, operand, rounding_mode="trunc")
+        return aten.sub.Tensor(a, aten.mul.Tensor(q, operand))
     if not isinstance(a, torch.Tensor) or not a.dtype.is_floating_point:
         return NotImplemented
     if isinstance(b, torch.Tensor):
@@ -516,7 +514,19 @@ def _randint_from_zero(low: int, high: int, size: list[int], **kwargs: Any) -> A
     return aten.add.Scalar(aten.randint.low(0, high - low, size, **kwargs), low)
 
 
-_INDEX_PUT_WIDENED = threading.local()  # set while `_index_put` calls index_put itself
+def _widened_indices(indices: list[Any]) -> list[Any] | None:
+    """`indices` with the int32 (or narrower) ones widened to int64, or None where none is
+    narrow (torch-mlir's index lowerings compare them with int64 bounds: "arith.cmpi
+    requires all operands to have the same type")."""
+    import torch
+
+    def narrow(i: Any) -> bool:
+        return i is not None and i.dtype in (torch.int32, torch.int16, torch.int8)
+
+    if not any(narrow(i) for i in indices):
+        return None
+    return [torch.ops.aten._to_copy.default(i, dtype=torch.int64) if narrow(i) else i
+            for i in indices]
 
 
 def _index_put(x: Any, indices: list[Any], values: Any, accumulate: bool = False) -> Any:
@@ -531,7 +541,7 @@ def _index_put(x: Any, indices: list[Any], values: Any, accumulate: bool = False
 
     aten = torch.ops.aten
     given = [i for i in indices if i is not None]
-    if getattr(_INDEX_PUT_WIDENED, "on", False) or not given:
+    if not given:
         return NotImplemented
     if any(i.dtype == torch.bool for i in given):
         mask = indices[0]
@@ -542,30 +552,22 @@ def _index_put(x: Any, indices: list[Any], values: Any, accumulate: bool = False
         value = aten._to_copy.default(aten.view.default(values, []), dtype=x.dtype)
         new = aten.add.Tensor(x, value) if accumulate else value
         return aten.where.self(mask, new, x)
-    narrow = (torch.int32, torch.int16, torch.int8)
-    if not any(i.dtype in narrow for i in given):
+    widened = _widened_indices(indices)
+    if widened is None:
         return NotImplemented
-    widened = [aten._to_copy.default(i, dtype=torch.int64) if i is not None and
-               i.dtype in narrow else i for i in indices]
-    _INDEX_PUT_WIDENED.on = True
-    try:
-        return aten.index_put.default(x, widened, values, accumulate)
-    finally:
-        _INDEX_PUT_WIDENED.on = False
+    # (Called again with the int64 indices, this decomposition leaves them to torch-mlir.)
+    return aten.index_put.default(x, widened, values, accumulate)
 
 
 def _index_int64(x: Any, indices: list[Any]) -> Any:
     """`x[i]` with an int32 (or narrower) index tensor: the index widened to int64 first
-    (torch-mlir's lowering compared it with int64 bounds: "arith.cmpi requires all operands
-    to have the same type")."""
+    (`_widened_indices`)."""
     import torch
 
-    narrow = (torch.int32, torch.int16, torch.int8)
-    if not any(i is not None and i.dtype in narrow for i in indices):
+    widened = _widened_indices(indices)
+    if widened is None:
         return NotImplemented
-    return torch.ops.aten.index.Tensor(x, [
-        torch.ops.aten._to_copy.default(i, dtype=torch.int64)
-        if i is not None and i.dtype in narrow else i for i in indices])
+    return torch.ops.aten.index.Tensor(x, widened)
 
 
 def _clamp_promoted(x: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002
@@ -725,9 +727,11 @@ def _div_floor_mode(a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
     "trunc" by a Python int: by a 0-d tensor (`_integer_operand`); floats: torch-mlir's."""
     import torch
 
-    if rounding_mode == "trunc" and type(b) is int and \
-            isinstance(_integer_operand(a, b), torch.Tensor):
-        return torch.ops.aten.div.Tensor_mode(a, _integer_operand(a, b), rounding_mode="trunc")
+    if rounding_mode == "trunc":
+        operand = _integer_operand(a, b)
+        if operand is b:
+            return NotImplemented
+        return torch.ops.aten.div.Tensor_mode(a, operand, rounding_mode="trunc")
     if rounding_mode != "floor":
         return NotImplemented
     return _floor_divide_integers(a, b)
@@ -743,7 +747,7 @@ def _int8_scalar_operand(op: Any) -> Any:
         if not (isinstance(a, torch.Tensor) and a.dtype == torch.int8 and type(b) is int):
             return NotImplemented
         operand = _integer_operand(a, b)
-        if not isinstance(operand, torch.Tensor):
+        if operand is b:
             return NotImplemented
         return op(a, operand, *args, **kwargs)
 

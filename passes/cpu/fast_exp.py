@@ -80,7 +80,8 @@ def _i32(value: int) -> ir.Value:
 
 
 def _power_of_two(n: ir.Value) -> ir.Value:
-    """2^n for an i32 `n` in [-126, 127], built in the exponent bits."""
+    """2^n for an i32 `n` in [-126, 127] (and 0 for -127, +inf for 128), built in the
+    exponent bits."""
     bits = arith.ShLIOp(arith.AddIOp(n, _i32(127)).result, _i32(23)).result
     return arith.BitcastOp(ir.F32Type.get(), bits).result
 
@@ -108,8 +109,7 @@ def approx_exp2(t: ir.Value) -> ir.Value:
     low, middle, high = (fma_contract(c[i + 1], r, c[i]) for i in (0, 2, 4))
     poly = fma_contract(fma_contract(c[6], r2, high), r4, fma_contract(middle, r2, low))
     whole = arith.FPToSIOp(ir.IntegerType.get_signless(32), n).result
-    bits = arith.ShLIOp(arith.AddIOp(whole, _i32(127)).result, _i32(23)).result
-    return arith.MulFOp(poly, arith.BitcastOp(ir.F32Type.get(), bits).result).result
+    return arith.MulFOp(poly, _power_of_two(whole)).result
 
 
 def expand_exp(op: ir.Operation) -> None:

@@ -520,12 +520,15 @@ class _KeyTile:
         tile_max = _row_reduce(x, _fill(F32_NEG_INF, [rows]), "arith.maximumf")
         x_type = _tensor(p.score).element_type
 
+        def rounded(v):
+            """S as the chain has it: rounded to X's type where that computes in 16 bits."""
+            return _convert(_convert(v, x_type), f32) if x_type != f32 else v
+
         def scaled(v):
-            """scale S, S first rounded to X's type where the chain computes in 16 bits."""
+            """scale S (S rounded as the chain rounds it)."""
             if scale is None:
                 return v
-            rounded = _convert(_convert(v, x_type), f32) if x_type != f32 else v
-            return arith.MulFOp(rounded, arith.ConstantOp(f32, scale).result).result
+            return arith.MulFOp(rounded(v), arith.ConstantOp(f32, scale).result).result
 
         def log2_exponent(v, c):
             """(X - z) log2 e as one product and sum (`c` = -z log2 e, per row): exp(X - z)
@@ -533,8 +536,7 @@ class _KeyTile:
             if scale is None:
                 base, factor = v, LOG2E
             else:
-                base = _convert(_convert(v, x_type), f32) if x_type != f32 else v
-                factor = scale * LOG2E
+                base, factor = rounded(v), scale * LOG2E
             return fma_contract(base, arith.ConstantOp(f32, factor).result, c)
 
         if scale is not None:  # max X = scale max S: rounding keeps the order (scale > 0)
