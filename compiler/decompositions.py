@@ -782,12 +782,18 @@ def _roll_as_slices(x: torch.Tensor, shifts: list[int], dims: list[int] = ()
 
 def _pow_scalar(x: torch.Tensor, exponent: float) -> torch.Tensor | Any:
     """x ** 2 and x ** 3 as multiplications, x ** -1, -2, -3 as 1 / x^n, x ** +-0.5 as
-    torch's sqrt and 1 / sqrt; an integer tensor
-    to a non-negative integer
-    power by squaring (wrapping as torch's; torch-mlir refused it); other exponents are left
-    to torch-mlir."""
+    torch's sqrt and 1 / sqrt; an integer tensor to a non-negative integer power by squaring
+    (wrapping as torch's; torch-mlir refused it), to a float power in the float dtype torch
+    gives the result (torch-mlir's lowering made an invalid fptosi or fpowi of it); other
+    exponents are left to torch-mlir."""
     import torch
 
+    if type(exponent) is float and not x.dtype.is_floating_point and not x.dtype.is_complex:
+        as_float = torch.ops.prims.convert_element_type.default(
+            x, torch.result_type(x, exponent))
+        result = _pow_scalar(as_float, exponent)
+        return torch.ops.aten.pow.Tensor_Scalar(as_float, exponent) \
+            if result is NotImplemented else result
     if not x.dtype.is_floating_point:
         if x.dtype.is_complex or x.dtype == torch.bool or type(exponent) is not int or \
                 not 0 <= exponent < 2 ** 16:

@@ -131,6 +131,7 @@ def fusec_backend(gm: Any, example_inputs: list[Any], options: dict | None = Non
         return refuse(f"{statistics} in training mode (batch statistics and running-stat "
                       "updates): fusec compiles inference graphs; call model.eval()")
     gm.eval()  # Dynamo's graph has the ops it traced; the flag only silences a note.
+    _python_scalars_as_tensors(gm)
     if not _symbolic(example_inputs):
         compiled = _compile_static(gm, list(example_inputs), target, options)
         return refuse(compiled) if isinstance(compiled, str) else compiled
@@ -150,6 +151,74 @@ def fusec_backend(gm: Any, example_inputs: list[Any], options: dict | None = Non
         return runner(*args)
 
     return run_specialised
+
+
+# Binary arithmetic that takes a tensor for a Python scalar, with the same result.
+_ARITHMETIC = ("add", "sub", "mul", "truediv", "div", "pow", "floordiv", "mod", "remainder",
+               "rsub", "maximum", "minimum", "fmod")
+
+
+def _python_scalars_as_tensors(gm: Any) -> None:
+    """A Python float argument that Dynamo made dynamic (it does so by itself when a frame is
+    called again with another value) arrives as a 0-d float64 tensor read by `.item()`:
+    tracing that read is data-dependent, so such graphs ran eagerly. Where every use of the
+    value is binary arithmetic with a tensor (`x * a`, `a - x`, `x ** a`), the value is used
+    as a tensor instead, converted to the dtype the arithmetic computes in
+    (`torch.result_type` of the tensor and a Python scalar): the result's dtype and values
+    are those of the scalar form, and the artifact reads the value at every call. Other uses
+    (the value in Python arithmetic, a shape) are left, and fall back as before."""
+    import torch
+
+    for node in list(gm.graph.nodes):
+        item = node.op == "call_method" and node.target == "item" or (
+            node.op == "call_function" and node.target in (
+                torch.ops.aten._local_scalar_dense.default, torch.Tensor.item))
+        if not item or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        source = node.args[0]
+        value = source.meta.get("example_value")
+        if not isinstance(value, torch.Tensor) or value.dim() != 0 or \
+                not value.dtype.is_floating_point:
+            continue
+        rewrites = []
+        for user in node.users:
+            name = getattr(user.target, "__name__", str(user.target)).strip("_")
+            operands = list(user.args) + list(user.kwargs.values())
+            others = [a for a in operands if isinstance(a, torch.fx.Node) and a is not node]
+            if user.op not in ("call_function", "call_method") or name not in _ARITHMETIC \
+                    or operands.count(node) != 1 or len(others) != 1:
+                break
+            other = others[0].meta.get("example_value")
+            if not isinstance(other, torch.Tensor):
+                break
+            rewrites.append((user, others[0], other.dtype, torch.result_type(other, 1.5)))
+        else:
+            for user, other, other_dtype, result in rewrites:
+                # torch computes 16-bit floats with a scalar in float32 (its "opmath" type),
+                # an integer tensor with a float scalar in the result's dtype: both operands
+                # in that type, the result rounded once.
+                compute = torch.float32 if result in (torch.float16, torch.bfloat16) \
+                    else result
+                with gm.graph.inserting_before(user):
+                    user.replace_input_with(node, _cast(gm, source, value, compute))
+                    if other_dtype != compute:
+                        user.replace_input_with(other, _cast(
+                            gm, other, other.meta["example_value"], compute))
+                if compute != result:
+                    with gm.graph.inserting_after(user):
+                        back = gm.graph.call_method("to", (user, result))
+                    user.replace_all_uses_with(back, delete_user_cb=lambda n: n is not back)
+                    back.meta["example_value"] = user.meta["example_value"].to(result) \
+                        if "example_value" in user.meta else None
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+
+
+def _cast(gm: Any, value: Any, example: Any, dtype: Any) -> Any:
+    cast = gm.graph.call_method("to", (value, dtype))
+    cast.meta["example_value"] = example.to(dtype)
+    return cast
 
 
 # Normalisations whose `training` argument (the 6th) makes them use and update batch

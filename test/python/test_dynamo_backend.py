@@ -153,6 +153,53 @@ def test_shapes_dynamo_makes_dynamic_are_compiled_one_by_one():
     assert dynamo.fallbacks() == []
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32])
+def test_a_python_float_argument_is_read_at_every_call(dtype):
+    """A float argument that changes between calls: Dynamo recompiles the frame with the
+    value as a 0-d float64 tensor read by `.item()` (it fell back to eager, "data-dependent
+    output"). It is now an input of the artifact: two compiles (the first call's constant,
+    then the value as an input), both fusec's, each call's value honoured, the dtypes
+    torch's (an int tensor times a float gives float32; bf16 computes with the scalar in
+    float32)."""
+    compiles = []
+    real = dynamo._compile_static
+
+    def counting(gm, args, target, options):
+        compiles.append(len(args))
+        return real(gm, args, target, options)
+
+    def fn(x, a, b):
+        return (x * a + b) / a + a ** x - x ** a
+
+    compiled = torch.compile(fn, backend="fusec")
+    dynamo._compile_static = counting
+    try:
+        for a, b in ((0.5, 0.25), (0.3, 1.7), (1.25, -2.0), (0.3, 0.5)):
+            torch.manual_seed(len(compiles))
+            x = (torch.rand(16, 33) * 3 + 0.5).to(dtype)
+            out, eager, ref = compiled(x, a, b), fn(x, a, b), fn(x.double(), a, b)
+            assert out.dtype == eager.dtype
+            # bf16: the sum cancels (terms near 3, result near -0.4); no worse than eager.
+            tolerance = max(1e-2, 1.5 * _rel(eager, ref)) if dtype == torch.bfloat16 else 1e-6
+            assert _rel(out, ref) < tolerance, (a, b)
+    finally:
+        dynamo._compile_static = real
+    assert dynamo.fallbacks() == []
+    assert compiles == [1, 3]  # x with a, b as constants; then x, a, b as inputs
+
+
+def test_a_python_float_used_in_python_arithmetic_still_runs_eagerly():
+    """`a` read as a Python number (here `int(a)` picks a size) cannot be an input of a
+    static artifact: the graph runs eagerly, with the reason, and is right."""
+    def fn(x, a):
+        return x[: int(a) + 1] * a
+
+    compiled = torch.compile(fn, backend="fusec")
+    x = torch.randn(8, 4)
+    for a in (2.5, 3.5):
+        assert _rel(compiled(x, a), fn(x.double(), a)) < 1e-6
+
+
 def test_what_fusec_refuses_runs_eagerly_and_says_why():
     def fn(x):
         return torch.fft.rfft(x).abs() + 1.0  # complex numbers: not compiled by fusec

@@ -436,3 +436,12 @@ def test_square_root_powers_as_torch(exponent):
     np.testing.assert_allclose(out, ref, rtol=2e-7, atol=0, equal_nan=True)
     numbers = ~np.isnan(ref)
     np.testing.assert_array_equal(np.signbit(out[numbers]), np.signbit(ref[numbers]))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool])
+@pytest.mark.parametrize("exponent", [0.5, 0.3, 3.0, -1.0])
+def test_integer_tensors_to_a_float_power(dtype, exponent):
+    """An integer tensor to a float power is float32 in torch; torch-mlir's lowering made an
+    invalid `arith.fptosi` / `math.fpowi` of it, refused with MLIR's words."""
+    x = torch.tensor([0, 1, 2, 3, 7, 100, 5, 1], dtype=dtype)
+    _check(lambda a: a ** exponent, x)
