@@ -67,6 +67,7 @@ from fusec.passes.cpu import fast_erf  # noqa: F401,E402
 from fusec.passes.cpu import fast_exp  # noqa: F401,E402
 from fusec.passes.cpu import log1p_expm1  # noqa: F401,E402
 from fusec.passes.cpu import hyperbolic  # noqa: F401,E402
+from fusec.passes.cpu import keep_roundings  # noqa: F401,E402
 from fusec.passes.cpu import float_minmax_to_llvm  # noqa: F401,E402
 from fusec.passes.cpu import vectorize  # noqa: F401,E402
 from fusec.passes.cpu import widen_i1_memrefs  # noqa: F401,E402

@@ -206,6 +206,9 @@ def cpu_passes(options: Any = None) -> list[str]:
         # no soft-float helpers for it (`__truncsfbf2`), and it is what PyTorch computes too.
         "math-extend-to-supported-types{extra-types=f32 target-type=f32}",
         "arith-emulate-unsupported-floats{source-types=bf16,f16 target-type=f32}",
+        # ... rounding to 16 bits where an int cast, compare or floor reads the value, as
+        # torch does (canonicalization would fold extf(truncf) away).
+        "fusion-cpu-keep-roundings",
         # f32 tanh, sinh, cosh and their inverses accurate near 0 and at the range's ends
         # (upstream's expansions cancel: tanh(1e-8) was 0); before log1p's, which takes
         # theirs.
