@@ -140,6 +140,8 @@ def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from fusec.compiler.unsigned import read_uint8_unsigned
+
     table = fx_decomposition_table()
     try:
         # A fake mode of our own, of static shapes: called from Dynamo, its tracing context
@@ -161,7 +163,11 @@ def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
     traced.graph.eliminate_dead_code()
     view = types.SimpleNamespace(graph=traced.graph, graph_module=traced)
     refuse_data_dependent_shapes(view)
+    # uint8 values read as unsigned, as for torch.export's graphs: without it Dynamo's
+    # `img / 255` read pixel 255 as -1 (-0.0039), and `x.sum()` wrapped.
+    read_uint8_unsigned(view, _user_frame)
     normalise_negative_dims(view)
+    traced.recompile()
     input_updates_as_outputs(traced)
     return traced
 

@@ -200,6 +200,32 @@ def test_a_python_float_used_in_python_arithmetic_still_runs_eagerly():
         assert _rel(compiled(x, a), fn(x.double(), a)) < 1e-6
 
 
+@pytest.mark.parametrize("f", [lambda x: x > 200, lambda x: x.sum(), lambda x: x / 255,
+                               lambda x: x * 0.5,
+                               lambda x: ((x.permute(2, 0, 1) / 255.0) - 0.45) / 0.22],
+                         ids=["compare", "sum", "divide", "scale", "image"])
+def test_uint8_inputs_are_unsigned(f):
+    """torch-mlir reads uint8 as signed; fusec.compile's path converts such reads, and
+    Dynamo's graphs did not: `img / 255` gave -0.0039 for pixel 255, `x.sum()` wrapped,
+    with no fallback."""
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (4, 5, 3), dtype=torch.uint8)
+    x[0, 0, 0], x[0, 0, 1] = 255, 128
+    out = torch.compile(f, backend="fusec")(x)
+    ref = f(x)
+    assert out.dtype == ref.dtype
+    assert torch.equal(out, ref) if not ref.dtype.is_floating_point else \
+        _rel(out, f(x.double())) < 1e-6
+    assert dynamo.fallbacks() == []
+
+
+def test_ordering_uint8_values_runs_eagerly_and_says_why():
+    x = torch.tensor([3, 255, 0, 128], dtype=torch.uint8)
+    out = torch.compile(lambda x: torch.sort(x).values + 1, backend="fusec")(x)
+    assert torch.equal(out, torch.sort(x).values + 1)
+    assert len(dynamo.fallbacks()) == 1 and "uint8" in dynamo.fallbacks()[0].reason
+
+
 def test_what_fusec_refuses_runs_eagerly_and_says_why():
     def fn(x):
         return torch.fft.rfft(x).abs() + 1.0  # complex numbers: not compiled by fusec
