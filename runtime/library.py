@@ -189,7 +189,8 @@ def _tensor_specs(path: Path, entries: list[Any], what: str) -> tuple[TensorSpec
 _cache_lock = threading.Lock()
 
 # realpath -> (file identity, library): dlopen of a path it already loaded returns the old
-# library even if the file was replaced, so a changed file is loaded from a private copy.
+# library even if the file was replaced, so a changed file is loaded from a private copy, and
+# so is a library with state each time it is loaded again.
 _cache: dict[str, tuple[tuple[int, ...], _Library]] = {}
 
 def _file_identity(path: Path) -> tuple[int, ...]:
@@ -202,7 +203,13 @@ def _open_library(path: Path) -> _Library:
     with _cache_lock:
         cached = _cache.get(real)
         if cached is not None and cached[0] == identity:
-            return cached[1]
+            if not cached[1].metadata.get("states"):
+                return cached[1]
+            # A model that keeps state between calls (a buffer `forward` updates): each load
+            # is an instance of its own, starting from the state it was compiled with (the
+            # library's globals): two fusec.compile of fresh models shared one counter when
+            # the second took the first's cached artifact.
+            return _load_private_copy(path)
         _check_elf(path)
         if cached is None:
             lib = _Library(path, Path(real))

@@ -235,6 +235,28 @@ def test_buffer_updated_in_place_is_state_kept_between_calls(capfd):
             assert rel_err(out, reference.double()(x.double())) < 1e-6
 
 
+def test_each_compile_of_a_stateful_model_has_its_own_state(tmp_path, monkeypatch):
+    """A second fusec.compile of a fresh, identical model takes the first's cached artifact;
+    both loaded the same library, so the second model's counter went on from the first's
+    (4, 5, 6 where eager gives 1, 2, 3). Each load of a model with state is now an instance
+    of its own; one without state still shares its library."""
+    monkeypatch.setenv("FUSEC_CACHE_DIR", str(tmp_path))
+    torch.manual_seed(0)
+    model = StepCounter().eval()
+    x = torch.randn(5)
+    first = fusec.compile(model, x)
+    outs = [first(x.numpy()) for _ in range(3)]
+    second = fusec.compile(model, x)  # the same model and weights: the cached artifact
+    assert second.path == first.path
+    for step, out in enumerate(outs, start=1):
+        expected = x.double() * model.weight.double() + step
+        assert rel_err(out, expected) < 1e-6
+        assert rel_err(second(x.numpy()), expected) < 1e-6  # from 1 again, not 4
+    again = fusec.runtime.load(first.path)
+    assert rel_err(again(x.numpy()), x.double() * model.weight.double() + 1) < 1e-6
+    assert rel_err(first(x.numpy()), x.double() * model.weight.double() + 4) < 1e-6
+
+
 def test_parameter_updated_in_place_is_not_an_output(capfd):
     """RWKV rescales its weights in place on its first call in eval mode (the compiled model
     returned the weights first). Each call computes from the weights at compile time; the
