@@ -53,6 +53,30 @@ def _constant(value: ir.Value) -> int | None:
     return ir.IntegerAttr(attr).value if isinstance(attr, ir.IntegerAttr) else None
 
 
+def _always_zero(op: ir.Operation) -> bool:
+    """Whether the divisor is the constant 0, or a linalg body's argument read from a
+    constant tensor of zeros (a Python int 0 as torch-mlir imports it)."""
+    divisor = op.operands[1]
+    if _constant(divisor) == 0:
+        return True
+    owner = divisor.owner
+    if not isinstance(owner, ir.Block):
+        return False
+    generic = owner.owner.operation if hasattr(owner.owner, "operation") else owner.owner
+    if generic.name != "linalg.generic":
+        return False
+    position = ir.BlockArgument(divisor).arg_number
+    if position >= len(generic.operands):
+        return False
+    source = generic.operands[position].owner
+    if isinstance(source, ir.Block) or source.operation.name != "arith.constant":
+        return False
+    attr = source.operation.attributes["value"]
+    return isinstance(attr, ir.DenseIntElementsAttr) and \
+        ir.DenseIntElementsAttr(attr).is_splat and \
+        ir.IntegerAttr(ir.DenseElementsAttr(attr).get_splat_value()).value == 0
+
+
 def _needs_guard(op: ir.Operation) -> bool:
     """Whether the divisor may be 0 (or -1, for a signed division)."""
     value = _constant(op.operands[1])
@@ -89,27 +113,32 @@ class GuardDivisionPass(Pass):
                              GUARDED_ATTR not in op.attributes and _needs_guard(op))
         zero_guarded = []
         for op in divisions:
+            always = _always_zero(op)  # before the -1 guard replaces the divisor
             constant = _constant(op.operands[1])
             if op.name in SIGNED and constant != 0:
                 _guard_minus_one(op)
             if constant not in (None, 0):
                 op.attributes[GUARDED_ATTR] = ir.UnitAttr.get()  # the constant -1: never 0
             else:
-                zero_guarded.append(op)
+                zero_guarded.append((op, always))
         if not zero_guarded:
             return
         checks = module_checks(module)
-        for op in zero_guarded:
+        for op, always in zero_guarded:
             divisor = op.operands[1]
             with ir.InsertionPoint(op), op.location:
                 zero = arith.ConstantOp(divisor.type, 0).result
                 one = arith.ConstantOp(divisor.type, 1).result
                 nonzero = arith.CmpIOp(arith.CmpIPredicate.ne, divisor, zero).result
                 check = add_check(checks, MESSAGE.format(op=op.name), op) if self.report else -1
-                if self.report and not self.defer:
+                # A divisor that is always 0 reports here even when deferred: folding
+                # makes x // select(0 != 0, 0, 1) plain x, and the deferred tag went with the
+                # division (x // 0 returned x with no error).
+                now = self.report and (not self.defer or always)
+                if now:
                     _report_unless(nonzero, check, divisor)
                 op.operands[1] = arith.SelectOp(nonzero, divisor, one).result
-            if self.report and self.defer:
+            if self.report and not now:
                 _tag_check(op, 1, check)
             op.attributes[GUARDED_ATTR] = ir.UnitAttr.get()
         if self.report:

@@ -104,3 +104,29 @@ func.func @by_minus_one(%x: tensor<8xi32>) -> tensor<8xi32> {
   } -> tensor<8xi32>
   return %r : tensor<8xi32>
 }
+
+// -----
+
+// A divisor read from a constant tensor of zeros (`x // 0` as torch-mlir imports it) reports
+// at once even when deferred: canonicalization folds x // select(0 != 0, 0, 1) to x, and a
+// deferred tag on the division was folded away with it (x // 0 returned x, no error).
+// CHECK-LABEL: func.func @by_constant_zero
+// CHECK: func.call @fusec_index_error
+// DEFER-LABEL: func.func @by_constant_zero
+// DEFER: scf.if
+// DEFER: func.call @fusec_index_error
+// DEFER: arith.divsi %{{.+}}, %{{.+}} {fusion.guarded} : i64
+// DEFER-NOT: fusion.index_check =
+#zid = affine_map<(d0) -> (d0)>
+#zscalar = affine_map<(d0) -> ()>
+func.func @by_constant_zero(%x: tensor<8xi64>) -> tensor<8xi64> {
+  %zero = arith.constant dense<0> : tensor<i64>
+  %e = tensor.empty() : tensor<8xi64>
+  %r = linalg.generic {indexing_maps = [#zid, #zscalar, #zid], iterator_types = ["parallel"]}
+      ins(%x, %zero : tensor<8xi64>, tensor<i64>) outs(%e : tensor<8xi64>) {
+  ^bb0(%a: i64, %b: i64, %out: i64):
+    %q = arith.divsi %a, %b : i64
+    linalg.yield %q : i64
+  } -> tensor<8xi64>
+  return %r : tensor<8xi64>
+}

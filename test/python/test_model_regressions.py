@@ -493,6 +493,25 @@ def test_integer_division_is_exact_and_a_zero_divisor_raises():
         compiled(x.numpy(), y.numpy())
 
 
+@pytest.mark.parametrize("f", [lambda x: x // 0, lambda x: torch.remainder(x, 0),
+                               lambda x: torch.div(x, 0, rounding_mode="trunc"),
+                               lambda x: x // torch.zeros_like(x)],
+                         ids=["floordiv", "remainder", "trunc", "zeros_like"])
+def test_integer_division_by_a_constant_zero_raises(f):
+    """A divisor known to be 0 at compile time: the guard's report was deferred on the
+    division, which canonicalization then folded away (x // 0 returned x, x % 0 zeros)."""
+    class M(nn.Module):
+        def forward(self, x):
+            return f(x)
+
+    x = torch.arange(1, 6)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        M()(x)
+    compiled = fusec.compile(M().eval(), x, cache=False)
+    with pytest.raises(ZeroDivisionError, match="integer division by 0"):
+        compiled(x.numpy())
+
+
 class ScaledByComputedScalar(nn.Module):
     """HF DeBERTa v1's query scaling: divided by a 0-d tensor computed in the graph, then a
     matmul (the attention recogniser took the division for a softmax's and crashed the
