@@ -132,6 +132,7 @@ def fusec_backend(gm: Any, example_inputs: list[Any], options: dict | None = Non
                       "updates): fusec compiles inference graphs; call model.eval()")
     gm.eval()  # Dynamo's graph has the ops it traced; the flag only silences a note.
     _python_scalars_as_tensors(gm)
+    _tensor_indices_as_gathers(gm)
     if not _symbolic(example_inputs):
         compiled = _compile_static(gm, list(example_inputs), target, options)
         return refuse(compiled) if isinstance(compiled, str) else compiled
@@ -211,6 +212,40 @@ def _python_scalars_as_tensors(gm: Any) -> None:
                     back.meta["example_value"] = user.meta["example_value"].to(result) \
                         if "example_value" in user.meta else None
             gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+
+
+def _tensor_indices_as_gathers(gm: Any) -> None:
+    """`x[i]` with a 0-d integer tensor `i` (a token id, a position): tracing it reads i as a
+    number (data-dependent: the graph ran eagerly). It becomes a gather of one row,
+    `index_select(x, 0, i)` squeezed, with i wrapped as torch wraps a negative index."""
+    import operator
+
+    import torch
+
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not operator.getitem:
+            continue
+        x, index = node.args
+        x_val = x.meta.get("example_value") if isinstance(x, torch.fx.Node) else None
+        i_val = index.meta.get("example_value") if isinstance(index, torch.fx.Node) else None
+        if not isinstance(x_val, torch.Tensor) or not isinstance(i_val, torch.Tensor) or \
+                i_val.dim() != 0 or i_val.dtype.is_floating_point or i_val.dtype == torch.bool \
+                or x_val.dim() == 0:
+            continue
+        size = x_val.shape[0]
+        graph = gm.graph
+        with graph.inserting_before(node):
+            wrapped = graph.call_function(torch.where, (
+                graph.call_function(operator.lt, (index, 0)),
+                graph.call_function(operator.add, (index, size)), index))
+            row = graph.call_method("reshape", (graph.call_method("long", (wrapped,)), 1))
+            gathered = graph.call_function(torch.index_select, (x, 0, row))
+            result = graph.call_method("squeeze", (gathered, 0))
+        result.meta["example_value"] = node.meta.get("example_value")
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
     gm.graph.lint()
     gm.recompile()
 

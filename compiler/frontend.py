@@ -846,6 +846,7 @@ def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> 
     from fusec.compiler.unsigned import read_uint8_unsigned
 
     program = torch.export.export(module, tuple(example_inputs), strict=False)
+    select_by_tensor_index(program.graph)
     refuse_data_dependent_shapes(program)
     refuse_none_outputs(program, type(module).__name__)
     program = decompose_program(program)
@@ -855,6 +856,49 @@ def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> 
     view_state_in_lists(program)
     separate_mutations(program)
     return program
+
+
+def select_by_tensor_index(graph: Any) -> None:
+    """`x[i]` with a 0-d integer tensor `i`: torch.export reads i as a number
+    (`aten.item`, an unbacked size) and selects with it, which fusec cannot lower (a scalar
+    read from data used as a slice offset: refused with an internal error). It becomes a
+    gather of one row, `index_select(x, d, i)` squeezed, with i wrapped as torch wraps a
+    negative index; an index out of range is then reported as any gather's is."""
+    import torch
+
+    aten = torch.ops.aten
+    reads = (aten.item.default, aten._local_scalar_dense.default)
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.select.int:
+            continue
+        x, dim, index = node.args
+        source = index.args[0] if isinstance(index, torch.fx.Node) and \
+            index.op == "call_function" and index.target in reads else None
+        x_val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        i_val = source.meta.get("val") if source is not None else None
+        if not isinstance(x_val, torch.Tensor) or not isinstance(i_val, torch.Tensor) or \
+                i_val.dim() != 0 or i_val.dtype.is_floating_point or \
+                not isinstance(x_val.shape[dim], int):
+            continue
+        size = x_val.shape[dim]
+        fake = x_val.fake_mode
+        with graph.inserting_before(node), fake:
+            negative = graph.call_function(aten.lt.Scalar, (source, 0))
+            wrapped = graph.call_function(aten.add.Scalar, (source, size))
+            chosen = graph.call_function(aten.where.self, (negative, wrapped, source))
+            row = graph.call_function(aten.reshape.default, (chosen, [1]))
+            row64 = graph.call_function(aten._to_copy.default, (row,), {"dtype": torch.int64})
+            gathered = graph.call_function(aten.index_select.default, (x, dim, row64))
+            result = graph.call_function(aten.squeeze.dim, (gathered, dim))
+            for new in (negative, wrapped, chosen, row, row64, gathered, result):
+                args = torch.fx.node.map_arg(new.args, lambda n: n.meta["val"])
+                kwargs = torch.fx.node.map_arg(new.kwargs, lambda n: n.meta["val"])
+                new.meta["val"] = new.target(*args, **kwargs)
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        if not index.users:
+            graph.erase_node(index)
+    graph.lint()
 
 
 def _user_frame(node: Any) -> str:
@@ -868,17 +912,23 @@ def _user_frame(node: Any) -> str:
 
 
 def refuse_none_outputs(program: Any, model: str) -> None:
-    """A FrontendError naming an output that is None: torch-mlir refused it as `!torch.none`
-    in a function type, which named no output. (A number is returned as it is.)"""
+    """A FrontendError naming an output that is None or another constant that is not a
+    number (a string): torch-mlir refused it as `!torch.none` / `!torch.str` in a function
+    type, which named no output. (A number is returned as it is.)"""
     import torch
 
     outputs = [spec for spec in program.graph_signature.output_specs
                if spec.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
     for k, spec in enumerate(outputs):
-        if isinstance(spec.arg, torch.export.graph_signature.ConstantArgument) and \
-                spec.arg.value is None:
+        if not isinstance(spec.arg, torch.export.graph_signature.ConstantArgument):
+            continue
+        value = spec.arg.value
+        if value is None or not isinstance(value, (bool, int, float)):
+            # A string (a tag, a mode name) went to torch-mlir as `!torch.str`, refused
+            # with a legalization dump.
+            what = "None" if value is None else f"a {type(value).__name__} ({value!r:.40})"
             raise FrontendError(
-                f"{model}'s output {k} is None; fusec compiles models whose outputs are "
+                f"{model}'s output {k} is {what}; fusec compiles models whose outputs are "
                 "tensors or numbers (leave it out of the outputs)")
 
 

@@ -163,6 +163,16 @@ CLI_CASES = [
                              "def example_inputs():\n"
                              "    return (torch.randn(4),)\n"},
      ["m.py", "-o", "{out}"], "m.py", r"M's output 1 is None; fusec compiles models whose outputs"),
+    # A string among the outputs: named (torch-mlir's refusal was a legalization dump).
+    ("string-output", {"m.py": "import torch\n"
+                               "class M(torch.nn.Module):\n"
+                               "    def forward(self, x):\n"
+                               "        return x * 2, 'tag'\n"
+                               "def model():\n    return M()\n"
+                               "def example_inputs():\n"
+                               "    return (torch.randn(4),)\n"},
+     ["m.py", "-o", "{out}"], "m.py",
+     r"M's output 1 is a str \('tag'\); fusec compiles models whose outputs"),
     # --arch is checked before anything runs (it used to abort inside LLVM, exit 134).
     ("arch-bogus", {"add.mlir": ADD_MLIR}, ["add.mlir", "--target", "cuda", "--arch", "bogus",
                                             "-o", "{out}"], "",

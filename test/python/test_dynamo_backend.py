@@ -226,6 +226,17 @@ def test_ordering_uint8_values_runs_eagerly_and_says_why():
     assert len(dynamo.fallbacks()) == 1 and "uint8" in dynamo.fallbacks()[0].reason
 
 
+def test_indexing_with_a_0d_integer_tensor_is_a_gather():
+    """`x[i]` with a 0-d tensor i read i as a number while tracing: the graph ran eagerly
+    ("DataDependentOutputException")."""
+    x = torch.randn(6, 4)
+    compiled = torch.compile(lambda x, i: x[i] * 2, backend="fusec")
+    for value in (3, -1, 0):
+        i = torch.tensor(value)
+        assert torch.equal(compiled(x, i), x[i] * 2)
+    assert dynamo.fallbacks() == []
+
+
 def test_what_fusec_refuses_runs_eagerly_and_says_why():
     def fn(x):
         return torch.fft.rfft(x).abs() + 1.0  # complex numbers: not compiled by fusec

@@ -493,3 +493,19 @@ def test_bf16_values_rounded_before_an_int_cast_or_a_compare():
             assert torch.equal(out, ref)
         else:
             np.testing.assert_array_equal(out, ref.numpy())
+
+
+def test_indexing_with_a_0d_integer_tensor():
+    """`x[i]` with a 0-d tensor i (a token id): torch.export reads i as a number and selects
+    with it, refused with an internal error ("a scalar computed in the model function is
+    used by 'tensor.extract_slice'"). It is a one-row gather now, negative indices wrapped
+    and one out of range reported as IndexError."""
+    f = lambda x, i: (x[i] * 2, x[:, i] + 1, x[i, i])  # noqa: E731
+    x = torch.randn(5, 5)
+    compiled = fusec.compile(Fn(f), x, torch.tensor(2), cache=False)
+    for value in (0, 3, -1, -5):
+        i = torch.tensor(value)
+        for out, ref in zip(compiled(x.numpy(), i.numpy()), f(x, i)):
+            np.testing.assert_array_equal(out, ref.numpy())
+    with pytest.raises(IndexError, match="index 5 is out of range for dimension 0 of size 5"):
+        compiled(x.numpy(), np.array(5))
