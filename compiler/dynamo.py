@@ -250,6 +250,13 @@ def _tensor_indices_as_gathers(gm: Any) -> None:
     gm.recompile()
 
 
+def _aliased(tensors: list[Any], updated: list[int]) -> bool:
+    from fusec.runtime import _overlap
+
+    return any(_overlap(tensors[i], other) for i in updated
+               for k, other in enumerate(tensors) if k != i)
+
+
 def _cast(gm: Any, value: Any, example: Any, dtype: Any) -> Any:
     cast = gm.graph.call_method("to", (value, dtype))
     cast.meta["example_value"] = example.to(dtype)
@@ -330,7 +337,18 @@ def _compile_static(gm: Any, args: list[Any], target: str,
     graph = bool(options.get("graph", False)) and target == "cuda"
     updated = [i for i, _ in module.input_updates]
 
+    aliased_seen: list[bool] = []
+
     def run(*call_args: Any) -> Any:
+        if updated and _aliased([call_args[i] for i in tensor_positions], updated):
+            # An input the graph updates in place shares memory with another (f(x, x[0])):
+            # eager reads the other through the alias after the update, the artifact
+            # before it. This call runs as Dynamo gave it.
+            if not aliased_seen:
+                aliased_seen.append(True)
+                _fell_back(gm, "an input updated in place shares memory with another "
+                           "input (those calls run eagerly)")
+            return gm(*call_args)
         inputs = [call_args[i].contiguous() for i in tensor_positions]
         if target == "cuda":
             outs = module(*inputs, graph=graph)

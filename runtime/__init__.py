@@ -83,6 +83,23 @@ def gpu_present() -> bool:
     return ctypes.util.find_library("cuda") is not None and os.path.exists("/dev/nvidia0")
 
 
+def _overlap(a: Any, b: Any) -> bool:
+    """Whether two host arrays or torch tensors share memory (a view of the other, or the
+    same one)."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return np.shares_memory(a, b)
+    if _is_torch(a) and _is_torch(b) and a.device == b.device and a.numel() and b.numel():
+        start_a, start_b = a.data_ptr(), b.data_ptr()
+        return start_a < start_b + _extent(b) and start_b < start_a + _extent(a)
+    return False
+
+
+def _extent(t: Any) -> int:
+    """Bytes from a tensor's first element to one past its last (any strides >= 0)."""
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if s > 0) + 1) * \
+        t.element_size()
+
+
 def load(path: str | os.PathLike) -> Module:
     """Load the artifact at `path`; raises ArtifactError if it is not one this runtime can run."""
     p = Path(path)
@@ -227,6 +244,17 @@ class Module:
                 type(x).__name__
             raise ValueError(f"input {i} ({spec.name!r}): the model updates it in place, so "
                              f"it must be a writeable numpy array or torch tensor; got {what}")
+        # An input the model updates sharing memory with another input: eager reads the
+        # other through the alias after the update, the artifact reads each input once
+        # before it (the same array passed twice gave a + b = 1 where eager gives 2).
+        for i, _ in self.input_updates:
+            for k, other in enumerate(inputs):
+                if k != i and _overlap(inputs[i], other):
+                    names = self.signature.inputs
+                    raise ValueError(
+                        f"input {k} ({names[k].name!r}) shares memory with input {i} "
+                        f"({names[i].name!r}), which the model updates in place: the update "
+                        f"would not be seen through it as in eager; pass a copy")
 
     def _write_back(self, inputs: Sequence[Any], outputs: list[Any]) -> None:
         """The inputs' new values (`input_updates`) copied into the caller's arrays."""

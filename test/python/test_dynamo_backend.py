@@ -237,6 +237,22 @@ def test_indexing_with_a_0d_integer_tensor_is_a_gather():
     assert dynamo.fallbacks() == []
 
 
+def test_aliased_inputs_of_an_in_place_update_run_eagerly():
+    """f(x, x[0]) where f updates its first input: the artifact read x[0] before the
+    update (3 where eager gives 6). Such calls run as Dynamo gave them, and say so."""
+    def f(a, b):
+        a.mul_(2)
+        return b.sum()
+
+    compiled = torch.compile(f, backend="fusec")
+    with torch.no_grad():
+        x = torch.ones(4, 3)
+        assert compiled(x, x[0]).item() == 6.0
+        y, z = torch.ones(4, 3), torch.ones(3)
+        assert compiled(y, z).item() == 3.0 and torch.equal(y, torch.full((4, 3), 2.0))
+    assert any("shares memory" in f.reason for f in dynamo.fallbacks())
+
+
 def test_what_fusec_refuses_runs_eagerly_and_says_why():
     def fn(x):
         return torch.fft.rfft(x).abs() + 1.0  # complex numbers: not compiled by fusec

@@ -341,6 +341,28 @@ def test_input_updated_in_place_through_out_and_strided_arrays():
     assert np.array_equal(frozen, x.numpy())
 
 
+def test_an_input_updated_in_place_must_not_share_memory_with_another():
+    """The same array passed for two inputs, or overlapping views, where the model updates
+    one in place: eager reads the other through the alias after the update, the artifact
+    before it (a + b gave 1 where eager gives 2). Refused, naming both inputs; disjoint
+    views of one array are fine."""
+    class AddInto(nn.Module):
+        def forward(self, a, b):
+            a.add_(1)
+            return a + b
+
+    compiled = fusec.compile(AddInto(), torch.zeros(2, 3), torch.zeros(2, 3), cache=False)
+    x = np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError, match=r"input 1 \('b'\) shares memory with input 0 "
+                       r"\('a'\), which the model updates in place"):
+        compiled(x[:2], x[:2])
+    t = torch.zeros(4, 3)
+    with pytest.raises(ValueError, match="shares memory with input 0"):
+        compiled(t[:2], t[1:3])
+    out = compiled(x[:2], x[2:])  # disjoint halves of one array
+    assert np.array_equal(out, np.ones((2, 3))) and np.array_equal(x[:2], np.ones((2, 3)))
+
+
 def test_cuda_refuses_state_with_its_reason():
     from fusec.compiler.diagnostics import FusecError
 
