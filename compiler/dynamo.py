@@ -257,6 +257,19 @@ def _aliased(tensors: list[Any], updated: list[int]) -> bool:
                for k, other in enumerate(tensors) if k != i)
 
 
+def _number_type(value: Any) -> Any:
+    """int, float or bool for a graph output Dynamo traced as a (symbolic) number, else
+    None."""
+    import torch
+
+    example = value.meta.get("example_value") if isinstance(value, torch.fx.Node) else None
+    for symbolic, kind in ((torch.SymBool, bool), (torch.SymInt, int), (torch.SymFloat, float),
+                           (bool, bool), (int, int), (float, float)):
+        if isinstance(example, symbolic):
+            return kind
+    return None
+
+
 def _cast(gm: Any, value: Any, example: Any, dtype: Any) -> Any:
     cast = gm.graph.call_method("to", (value, dtype))
     cast.meta["example_value"] = example.to(dtype)
@@ -336,6 +349,11 @@ def _compile_static(gm: Any, args: list[Any], target: str,
     as_tuple, as_list = isinstance(result, tuple), isinstance(result, list)
     graph = bool(options.get("graph", False)) and target == "cuda"
     updated = [i for i, _ in module.input_updates]
+    # Outputs the graph computes as numbers (a size of a dynamic graph, `x.shape[0] + 1`):
+    # the caller gets the number, as from eager (they came back as 0-d tensors).
+    numbers = {k: _number_type(r) for k, r in
+               enumerate(result if isinstance(result, (tuple, list)) else [result])
+               if _number_type(r) is not None}
 
     aliased_seen: list[bool] = []
 
@@ -355,7 +373,8 @@ def _compile_static(gm: Any, args: list[Any], target: str,
         else:
             outs = module(*[a.detach() for a in inputs])
         outs = outs if isinstance(outs, tuple) else (outs,)
-        outs = [_to_torch(o) for o in outs]
+        outs = [numbers[k](o.item() if hasattr(o, "item") else o) if k in numbers
+                else _to_torch(o) for k, o in enumerate(outs)]
         # What the graph updated in place (a buffer) the runtime wrote back into `inputs`;
         # into the caller's tensor too where `contiguous()` made a copy.
         for i in updated:

@@ -253,6 +253,21 @@ def test_aliased_inputs_of_an_in_place_update_run_eagerly():
     assert any("shares memory" in f.reason for f in dynamo.fallbacks())
 
 
+def test_a_size_returned_by_a_dynamic_graph_is_a_number():
+    """Once Dynamo made the graph dynamic, `x.shape[0] + 1` came back as tensor(5)."""
+    def f(x):
+        return x * 2, x.shape[0] + 1
+
+    compiled = torch.compile(f, backend="fusec")
+    with torch.no_grad():
+        for n in (3, 4, 5):
+            x = torch.randn(n, 2)
+            out, size = compiled(x)
+            assert type(size) is int and size == n + 1
+            assert torch.equal(out, x * 2)
+    assert dynamo.fallbacks() == []
+
+
 def test_what_fusec_refuses_runs_eagerly_and_says_why():
     def fn(x):
         return torch.fft.rfft(x).abs() + 1.0  # complex numbers: not compiled by fusec
