@@ -531,11 +531,23 @@ def output_tree(spec: Any) -> Any:
         keys = node.context
         if isinstance(node.type, type) and issubclass(node.type, dict) and \
                 isinstance(keys, (list, tuple)) and len(keys) == len(children) and \
-                all(isinstance(k, (str, int)) for k in keys):
-            return {"dict": [[k, c] for k, c in zip(keys, children)]}
+                all(_json_key(k) is not None for k in keys):
+            return {"dict": [[_json_key(k), c] for k, c in zip(keys, children)]}
         return {"list" if node.type is list else "tuple": children}
 
     return walk(spec)
+
+
+def _json_key(key: Any) -> Any:
+    """A dict key as JSON the runtime turns back into it (`runtime._key`): a str, int,
+    float, bool or None as itself, a tuple of those as {"tuple": [...]}; None for a key
+    that cannot be written (the dict then comes back as a tuple)."""
+    if key is None or isinstance(key, (str, int, float, bool)):
+        return {"none": None} if key is None else key
+    if isinstance(key, tuple):
+        parts = [_json_key(k) for k in key]
+        return None if any(p is None for p in parts) else {"tuple": parts}
+    return None
 
 
 def _torch_mlir_generic_text(

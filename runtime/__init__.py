@@ -124,9 +124,17 @@ def _unflatten(tree: Any, outputs: list[Any]) -> Any:
         return outputs[tree]
     (kind, children), = tree.items()
     if kind == "dict":
-        return {key: _unflatten(child, outputs) for key, child in children}
+        return {_key(key): _unflatten(child, outputs) for key, child in children}
     values = [_unflatten(child, outputs) for child in children]
     return values if kind == "list" else tuple(values)
+
+
+def _key(key: Any) -> Any:
+    """A dict key as `frontend.output_tree` wrote it: a number, string or bool as itself,
+    None as {"none": null}, a tuple as {"tuple": [keys]}."""
+    if isinstance(key, dict):
+        return tuple(_key(k) for k in key["tuple"]) if "tuple" in key else None
+    return key
 
 
 def _check_error(text: str) -> Exception:

@@ -576,9 +576,13 @@ def test_nested_outputs_come_back_nested():
         def forward(self, x):
             return Pair(x + 1, x * 2)
 
+    class OtherKeys(nn.Module):  # came back as a flat tuple (a probe's find)
+        def forward(self, x):
+            return {("a", 1): x * 2, 3: x + 1, None: x - 1, 2.5: [x, (x * 3,)]}
+
     torch.manual_seed(0)
     x = torch.randn(3, 5)
-    for model in (Nested(), OneTuple(), AList(), Named()):
+    for model in (Nested(), OneTuple(), AList(), Named(), OtherKeys()):
         compiled = fusec.compile(model.eval(), x)
         fresh = torch.randn(3, 5)
         got, want = compiled(fresh.numpy()), model(fresh.double())
