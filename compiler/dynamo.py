@@ -270,6 +270,64 @@ def _number_type(value: Any) -> Any:
     return None
 
 
+# Tensor methods and functions whose result is always a view of their first argument.
+_VIEW_METHODS = ("view", "t", "transpose", "permute", "unsqueeze", "squeeze", "expand",
+                 "narrow", "select", "diagonal", "unfold", "as_strided", "view_as", "swapaxes",
+                 "movedim", "unbind", "split", "chunk")
+_INDEX_KINDS = (int, slice, type(None), type(Ellipsis))
+
+
+def _view_outputs(gm: Any, result: Any) -> dict:
+    """Outputs of `gm` that are views of an input or of another output, found through
+    always-view ops (`x[1:]`, `x.t()`, `y.view(-1)` of an output y): output position ->
+    (input position or ("out", k), the chain of nodes from there)."""
+    import operator
+
+    import torch
+
+    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    found = {}
+    for k, node in enumerate(outputs):
+        chain = []
+        current = node
+        while isinstance(current, torch.fx.Node):
+            if current in placeholders or (current is not node and current in outputs):
+                break
+            name = current.target if current.op == "call_method" else \
+                getattr(current.target, "__name__", "")
+            if current.op == "call_function" and current.target is operator.getitem:
+                index = current.args[1]
+                parts = index if isinstance(index, tuple) else (index,)
+                if not all(isinstance(p, _INDEX_KINDS) for p in parts):
+                    break
+            elif current.op not in ("call_method", "call_function") or \
+                    name not in _VIEW_METHODS:
+                break
+            if any(isinstance(a, torch.fx.Node) for a in list(current.args[1:]) +
+                   list(current.kwargs.values())):
+                break
+            chain.append(current)
+            current = current.args[0]
+        if not chain or not isinstance(current, torch.fx.Node):
+            continue
+        if current in placeholders:
+            found[k] = (placeholders.index(current), list(reversed(chain)))
+        elif current in outputs:
+            found[k] = (("out", outputs.index(current)), list(reversed(chain)))
+    return found
+
+
+def _replay(chain: list[Any], value: Any) -> Any:
+    """The view ops of `chain` applied to `value`, eagerly."""
+    for node in chain:
+        if node.op == "call_method":
+            value = getattr(value, node.target)(*node.args[1:], **node.kwargs)
+        else:
+            value = node.target(value, *node.args[1:], **node.kwargs)
+    return value
+
+
 def _cast(gm: Any, value: Any, example: Any, dtype: Any) -> Any:
     cast = gm.graph.call_method("to", (value, dtype))
     cast.meta["example_value"] = example.to(dtype)
@@ -355,6 +413,8 @@ def _compile_static(gm: Any, args: list[Any], target: str,
                enumerate(result if isinstance(result, (tuple, list)) else [result])
                if _number_type(r) is not None}
 
+    views = _view_outputs(gm, result)
+
     aliased_seen: list[bool] = []
 
     def run(*call_args: Any) -> Any:
@@ -375,6 +435,11 @@ def _compile_static(gm: Any, args: list[Any], target: str,
         outs = outs if isinstance(outs, tuple) else (outs,)
         outs = [numbers[k](o.item() if hasattr(o, "item") else o) if k in numbers
                 else _to_torch(o) for k, o in enumerate(outs)]
+        for k, (base, chain) in views.items():
+            # A view of an input (or of another output) is that view, as in eager: writing
+            # into it writes into its base (it came back as a copy).
+            value = call_args[base] if isinstance(base, int) else outs[base[1]]
+            outs[k] = _replay(chain, value)
         # What the graph updated in place (a buffer) the runtime wrote back into `inputs`;
         # into the caller's tensor too where `contiguous()` made a copy.
         for i in updated:
