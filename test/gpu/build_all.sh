@@ -1,0 +1,21 @@
+#!/bin/bash
+# Everything the first device call of a session runs (test/gpu/first_call.sh), built here
+# (no GPU needed; about 6 minutes on 2 cores): .device-carry/cuda and .device-carry/mz, under
+# the device tool's 64 MiB carry limit (about 52 MiB at session 47).
+set -e
+PY=${PY:-.venv/bin/python}
+D=.device-carry/cuda
+mkdir -p $D .device-carry/mz
+$PY bench/gpu.py build $D
+$PY test/gpu/build_examples.py $D
+$PY test/gpu/input_fusion.py build $D
+$PY test/gpu/tc_gemm.py build $D
+$PY test/gpu/runtime_contract.py build $D
+$PY test/gpu/movement.py build $D
+$PY test/gpu/arg_reductions.py build $D
+$PY test/gpu/fuzz_movement.py build $D
+$PY test/gpu/attention.py build $D
+$PY test/gpu/model_zoo.py build .device-carry/mz --fused gpt2 gpt2_sdpa bert llama vit \
+    t5_encoder whisper_encoder resnet50 resnext50 mobilenet_v2 mobilenet_v3_small top2_moe \
+    causal_mask positions rotate_half inverted_residual resnet_basic
+du -sh $D .device-carry/mz
