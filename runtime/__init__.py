@@ -137,11 +137,17 @@ def _key(key: Any) -> Any:
     return key
 
 
+class IntegerDivisionByZero(ZeroDivisionError, RuntimeError):
+    """An integer division by zero in a model: a ZeroDivisionError, and a RuntimeError as
+    torch raises it (`RuntimeError: ZeroDivisionError`), so code written for eager catches
+    it too."""
+
+
 def _check_error(text: str) -> Exception:
-    """The exception for a failed check (`fusion.index_checks`): ZeroDivisionError for an
-    integer division by zero (`--fusion-guard-division`), else IndexError."""
+    """The exception for a failed check (`fusion.index_checks`): IntegerDivisionByZero for
+    an integer division by zero (`--fusion-guard-division`), else IndexError."""
     zero = ZERO_DIVISION_MESSAGE.format(index=0)
-    return ZeroDivisionError(text) if zero in text else IndexError(text)
+    return IntegerDivisionByZero(text) if zero in text else IndexError(text)
 
 
 class Module:
