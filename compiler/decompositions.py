@@ -118,7 +118,39 @@ def decomposition_table() -> dict[Any, Any]:
                                 (aten.sub.Tensor, aten.sub.Tensor),
                                 (aten.remainder.Scalar, aten.remainder.Tensor)):
         table.setdefault(scalar, _int8_scalar_operand(tensor_form))
+    # 16-bit floats computed in float32 where torch's kernels do (their "opmath" type):
+    # means, norms and average pools accumulate and divide in f32, a Python number is
+    # applied in f32 (not rounded to the tensor's type: 1e5 is inf in f16, 0.1 is 0.1001 in
+    # bf16); the result rounded once.
+    for op in (aten.mean.dim, aten.mean.default, aten.linalg_vector_norm.default,
+               aten.avg_pool2d.default, aten.avg_pool1d.default, aten.avg_pool3d.default):
+        table[op] = _in_float32(op, table.get(op))
+    for op in (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor,
+               aten.rsub.Scalar):
+        table[op] = _in_float32(op, table.get(op), scalar_second=True)
     return table
+
+
+def _in_float32(op: Any, original: Any, scalar_second: bool = False) -> Any:
+    """`op` of a bf16 / f16 first argument computed on it converted to float32, the result
+    converted back (with `scalar_second`: only where the second argument is a Python
+    number); anything else goes to `original` (the table's entry, or none)."""
+    import torch
+
+    half = (torch.float16, torch.bfloat16)
+    convert = torch.ops.prims.convert_element_type.default
+
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        x = args[0] if args else None
+        ours = isinstance(x, torch.Tensor) and x.dtype in half and \
+            kwargs.get("dtype") is None and (not scalar_second or (
+                len(args) > 1 and isinstance(args[1], (int, float)) and
+                not isinstance(args[1], bool)))
+        if ours:
+            return convert(op(convert(x, torch.float32), *args[1:], **kwargs), x.dtype)
+        return original(*args, **kwargs) if original is not None else NotImplemented
+
+    return decomposition
 
 
 def _signbit(x: Any) -> Any:

@@ -20,11 +20,14 @@ booleans, NaNs in the same places), and each failed before its fix.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
+F = torch.nn.functional
 
 import fusec  # noqa: E402
 from fusec.compiler.frontend import FrontendError  # noqa: E402
@@ -509,3 +512,40 @@ def test_indexing_with_a_0d_integer_tensor():
             np.testing.assert_array_equal(out, ref.numpy())
     with pytest.raises(IndexError, match="index 5 is out of range for dimension 0 of size 5"):
         compiled(x.numpy(), np.array(5))
+
+
+def _half_out(out: Any) -> torch.Tensor:
+    out = np.asarray(out)
+    if out.dtype.kind != "f" or out.dtype.itemsize != 2 or out.dtype.name == "bfloat16":
+        return torch.from_numpy(out.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(out.copy())
+
+
+@pytest.mark.parametrize("name,f,make", [
+    ("mean_65536", lambda x: x.mean(), lambda: torch.rand(65536) + 0.5),
+    ("mean_over_65504", lambda x: x.mean(-1), lambda: torch.randn(8, 4096) + 30),
+    ("mean_hw", lambda x: x.mean(dim=(2, 3)), lambda: torch.randn(2, 8, 64, 64) + 20),
+    ("rmsnorm_no_upcast", lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6),
+     lambda: torch.randn(4, 4096) * 5),
+    ("vector_norm", lambda x: torch.linalg.vector_norm(x, dim=-1),
+     lambda: torch.randn(4, 32768) * 1.4),
+    ("normalize", lambda x: F.normalize(x, dim=-1), lambda: torch.randn(4, 8192) * 4),
+    ("times_1e5", lambda x: x * 1e5, lambda: torch.rand(64) * 0.6),
+    ("over_1e5", lambda x: x / 1e5, lambda: torch.randn(64)),
+    ("avg_pool_16", lambda x: F.avg_pool2d(x, 16), lambda: torch.randn(1, 4, 32, 32) + 300),
+])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16bit_floats_compute_in_float32_where_torch_does(name, f, make, dtype):
+    """torch accumulates and divides means, norms and average pools of f16 / bf16 in f32 and
+    applies a Python number in f32; fusec rounded the sum (or the element count: 65536 is inf
+    in f16), the window sum or the number to 16 bits first: a mean of 0 or inf, an RMSNorm
+    or normalize of zeros, x * 1e5 all inf, an avg_pool of 300s at 278 (a probe's finds)."""
+    torch.manual_seed(0)
+    x = make().to(dtype)
+    compiled = fusec.compile(Fn(f), x, cache=False)
+    out, eager, ref = _half_out(compiled(x)), f(x), f(x.double())
+    assert out.dtype == eager.dtype
+    assert torch.equal(torch.isfinite(out), torch.isfinite(eager))
+    error = ((out.double() - ref).norm() / ref.norm()).item()
+    eager_error = ((eager.double() - ref).norm() / ref.norm()).item()
+    assert error <= max(1e-2, 2 * eager_error), (error, eager_error)
