@@ -409,21 +409,22 @@ def _compile_static(gm: Any, args: list[Any], target: str,
     updated = [i for i, _ in module.input_updates]
     # Outputs the graph computes as numbers (a size of a dynamic graph, `x.shape[0] + 1`):
     # the caller gets the number, as from eager (they came back as 0-d tensors).
-    numbers = {k: _number_type(r) for k, r in
-               enumerate(result if isinstance(result, (tuple, list)) else [result])
-               if _number_type(r) is not None}
+    kinds = [_number_type(r) for r in (result if isinstance(result, (tuple, list))
+                                       else [result])]
+    numbers = {k: kind for k, kind in enumerate(kinds) if kind is not None}
 
     views = _view_outputs(gm, result)
 
-    aliased_seen: list[bool] = []
+    aliased_seen = False
 
     def run(*call_args: Any) -> Any:
+        nonlocal aliased_seen
         if updated and _aliased([call_args[i] for i in tensor_positions], updated):
             # An input the graph updates in place shares memory with another (f(x, x[0])):
             # eager reads the other through the alias after the update, the artifact
             # before it. This call runs as Dynamo gave it.
             if not aliased_seen:
-                aliased_seen.append(True)
+                aliased_seen = True
                 _fell_back(gm, "an input updated in place shares memory with another "
                            "input (those calls run eagerly)")
             return gm(*call_args)

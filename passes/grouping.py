@@ -45,6 +45,36 @@ def defining_op(value: ir.Value) -> ir.Operation | None:
     return owner.operation if hasattr(owner, "operation") else owner
 
 
+def splat_value(value: ir.Value) -> ir.Attribute | None:
+    """The element of a splat `arith.constant` tensor `value`, or None."""
+    op = defining_op(value)
+    if op is None or op.name != "arith.constant":
+        return None
+    attr = op.attributes["value"]
+    if isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat:
+        return ir.DenseElementsAttr(attr).get_splat_value()
+    return None
+
+
+def declare_function(module: ir.Operation, name: str, function_type: ir.Type) -> None:
+    """`func.func private @name` of `function_type` in `module`, once (at the end of the
+    module: a module made for one group, `group_alone`, keeps `main` first); PassError if
+    the module has a function of that name and another type."""
+    from mlir.dialects import func
+
+    body = module.regions[0].blocks[0]
+    for op in body.operations:
+        if op.operation.name == "func.func" and \
+                ir.StringAttr(op.operation.attributes["sym_name"]).value == name:
+            if ir.TypeAttr(op.operation.attributes["function_type"]).value != function_type:
+                raise PassError(f"the module's @{name} is not the {function_type} it "
+                                "calls")
+            return
+    with ir.InsertionPoint(body), ir.Location.unknown():
+        fn = func.FuncOp(name, function_type)
+        fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+
+
 def use_owner(use: ir.OpOperand) -> ir.Operation:
     """The op a use belongs to (the bindings give an OpView or an Operation)."""
     return use.owner.operation if hasattr(use.owner, "operation") else use.owner

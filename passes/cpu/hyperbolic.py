@@ -34,8 +34,8 @@ from __future__ import annotations
 import math as pymath
 from dataclasses import dataclass
 
-from fusec.passes.grouping import walk_ops
-from fusec.passes.registry import Pass, PassError, register
+from fusec.passes.grouping import declare_function, walk_ops
+from fusec.passes.registry import Pass, register
 from mlir import ir
 from mlir.dialects import arith, func, math
 
@@ -167,26 +167,11 @@ class HyperbolicPass(Pass):
                 else:
                     name = op.name.removeprefix("math.")
                     if name not in declared:
-                        _declare_libm(module, name)
+                        f64 = ir.F64Type.get()
+                        declare_function(module, name, ir.FunctionType.get([f64], [f64]))
                         declared.add(name)
                     value = func.CallOp([op.results[0].type], name,
                                         [op.operands[0]]).results[0]
             op.results[0].replace_all_uses_with(value)
             op.erase()
 
-
-def _declare_libm(module: ir.Operation, name: str) -> None:
-    """`func.func private @name(f64) -> f64`, once per module."""
-    body = module.regions[0].blocks[0]
-    f64 = ir.F64Type.get()
-    wanted = ir.FunctionType.get([f64], [f64])
-    for op in body.operations:
-        if op.operation.name == "func.func" and \
-                ir.StringAttr(op.operation.attributes["sym_name"]).value == name:
-            if ir.TypeAttr(op.operation.attributes["function_type"]).value != wanted:
-                raise PassError(f"--fusion-cpu-hyperbolic: the module's @{name} is not the C "
-                                f"library's {name}(double)")
-            return
-    with ir.InsertionPoint(body), ir.Location.unknown():
-        fn = func.FuncOp(name, wanted)
-        fn.attributes["sym_visibility"] = ir.StringAttr.get("private")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fusec.passes.grouping import walk_ops
+from fusec.passes.grouping import splat_value, walk_ops
 from fusec.passes.linalg.guard_indices import GUARDED_ATTR, _report_unless, _tag_check, \
     add_check, module_checks, store_checks
 from fusec.passes.registry import Pass, register
@@ -59,22 +59,14 @@ def _always_zero(op: ir.Operation) -> bool:
     divisor = op.operands[1]
     if _constant(divisor) == 0:
         return True
-    owner = divisor.owner
-    if not isinstance(owner, ir.Block):
+    block = divisor.owner
+    if not isinstance(block, ir.Block) or block.owner.operation.name != "linalg.generic":
         return False
-    generic = owner.owner.operation if hasattr(owner.owner, "operation") else owner.owner
-    if generic.name != "linalg.generic":
-        return False
+    generic = block.owner.operation
     position = ir.BlockArgument(divisor).arg_number
-    if position >= len(generic.operands):
-        return False
-    source = generic.operands[position].owner
-    if isinstance(source, ir.Block) or source.operation.name != "arith.constant":
-        return False
-    attr = source.operation.attributes["value"]
-    return isinstance(attr, ir.DenseIntElementsAttr) and \
-        ir.DenseIntElementsAttr(attr).is_splat and \
-        ir.IntegerAttr(ir.DenseElementsAttr(attr).get_splat_value()).value == 0
+    splat = splat_value(generic.operands[position]) if position < len(generic.operands) \
+        else None
+    return isinstance(splat, ir.IntegerAttr) and ir.IntegerAttr(splat).value == 0
 
 
 def _needs_guard(op: ir.Operation) -> bool:

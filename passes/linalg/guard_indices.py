@@ -45,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusec.passes import attributes
-from fusec.passes.grouping import op_key, walk_ops
+from fusec.passes.grouping import declare_function, op_key, walk_ops
 from fusec.passes.registry import Pass, register
 from mlir import ir
 from mlir.dialects import arith, func, scf, tensor
@@ -113,16 +113,8 @@ def store_checks(module: ir.Operation, checks: list[ir.DictAttr]) -> None:
 
 def _error_function(module: ir.Operation) -> None:
     """Declare `func.func private @fusec_index_error(i64, i64)` once."""
-    body = module.regions[0].blocks[0]
-    for op in body.operations:
-        if op.operation.name == "func.func" and \
-                ir.StringAttr(op.operation.attributes["sym_name"]).value == ERROR_FUNCTION:
-            return
     i64 = ir.IntegerType.get_signless(64)
-    # At the end: a module made for one group (grouping.group_alone) keeps `main` first.
-    with ir.InsertionPoint(body), ir.Location.unknown():
-        fn = func.FuncOp(ERROR_FUNCTION, ir.FunctionType.get([i64, i64], []))
-        fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    declare_function(module, ERROR_FUNCTION, ir.FunctionType.get([i64, i64], []))
 
 
 def _in_range(value: ir.Value, tensor_value: ir.Value, dim: int, zero: ir.Value) -> ir.Value:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Callable, Union
 
 from fusec.passes.fusion.reduction import clone_body
-from fusec.passes.grouping import defining_op, value_key
+from fusec.passes.grouping import defining_op, splat_value, value_key
 from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
@@ -57,16 +57,6 @@ def extract(source: ir.Value, offsets: list[Index], sizes: list[Index],
     return tensor.ExtractSliceOp(
         result, source, dynamic(offsets), dynamic(sizes), [],
         static_shape(offsets), static_shape(sizes), [1] * len(sizes)).result
-
-
-def _splat(value: ir.Value) -> ir.Attribute | None:
-    op = defining_op(value)
-    if op is None or op.name != "arith.constant":
-        return None
-    attr = op.attributes["value"]
-    if isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat:
-        return ir.DenseElementsAttr(attr).get_splat_value()
-    return None
 
 
 def _elementwise(op: ir.Operation) -> bool:
@@ -123,7 +113,7 @@ class Slicer:
             return empty(sizes, element)
         if op.name == "linalg.fill":
             return linalg.fill(op.operands[0], outs=[empty(sizes, element)])
-        splat = _splat(value)
+        splat = splat_value(value)
         if splat is not None:
             return linalg.fill(arith.ConstantOp(element, splat).result,
                                outs=[empty(sizes, element)])
