@@ -296,7 +296,12 @@ def _naive_attention_decomposition(fallback: Any) -> Any:
             key, value = _repeat_heads(key, query.shape[-3]), _repeat_heads(value, query.shape[-3])
         if scale is None:
             scale = 1.0 / math.sqrt(query.shape[-1])
-        scores = torch.matmul(query, key.transpose(-2, -1)) * scale
+        # 16-bit inputs: the scores and the softmax in f32, P rounded to the inputs' type
+        # for the second product (as torch's fused kernels do: the scores of large
+        # queries and keys lose their softmax's precision when rounded to 16 bits).
+        low = query.dtype in (torch.float16, torch.bfloat16)
+        wide = (lambda t: t.float()) if low else (lambda t: t)
+        scores = torch.matmul(wide(query), wide(key).transpose(-2, -1)) * scale
         if is_causal:
             # torch's causal mask is top-left aligned: row i sees columns 0..i, so no row is
             # fully masked and plain softmax is exact.
@@ -304,12 +309,12 @@ def _naive_attention_decomposition(fallback: Any) -> Any:
             columns = torch.arange(key.shape[-2], device=query.device).unsqueeze(0)
             scores = torch.where(rows >= columns, scores, float("-inf"))
         if attn_mask is None:
-            return torch.matmul(torch.softmax(scores, dim=-1), value)
+            return torch.matmul(torch.softmax(scores, dim=-1).to(value.dtype), value)
         if attn_mask.dtype == torch.bool:
             scores = torch.where(attn_mask, scores, float("-inf"))
         else:
             scores = scores + attn_mask
-        return torch.matmul(_safe_softmax(scores), value)
+        return torch.matmul(_safe_softmax(scores).to(value.dtype), value)
 
     return naive_attention
 

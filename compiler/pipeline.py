@@ -95,6 +95,9 @@ def linalg_passes(options: CompileOptions) -> list[str]:
             # Sums of bf16/f16 tensors accumulate in f32 and round once, as torch's do
             # (torch-mlir folds them in the 16-bit type).
             "fusion-widen-accumulators",
+            # Matmuls of bf16/f16 values widened to f32 read the 16-bit values (the products
+            # are exact in f32): no f32 copies, and the tensor-core and attention kernels.
+            "fusion-narrow-contraction-operands",
             # 1-D convolutions as 2-D ones of unit height: the convolution family's.
             "fusion-conv1d-as-conv2d",
             # A contraction over a zero-size dimension is its init (no kernel can take it).

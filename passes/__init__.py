@@ -26,6 +26,7 @@ from fusec.passes.linalg import globals_to_state  # noqa: F401,E402
 from fusec.passes.linalg import guard_indices  # noqa: F401,E402
 from fusec.passes.linalg import guard_division  # noqa: F401,E402
 from fusec.passes.linalg import nan_minmax  # noqa: F401,E402
+from fusec.passes.linalg import narrow_contraction_operands  # noqa: F401,E402
 from fusec.passes.linalg import split_reductions  # noqa: F401,E402
 from fusec.passes.linalg import scalars_to_tensors  # noqa: F401,E402
 from fusec.passes.linalg import widen_accumulators  # noqa: F401,E402

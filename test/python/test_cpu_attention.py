@@ -277,11 +277,40 @@ def test_16bit_attention_at_torch_error_level(dtype):
     module, out = _run(_causal, args)
     assert _kinds(module) == ["attention"]
     ref = _reference(_causal, args)
-    # The kernel rounds S and P where the graph does (torch-mlir's SDPA is a 16-bit matmul,
-    # then a 16-bit softmax): no less exact than the same graph unfused.
+    # The kernel rounds S and P where the graph does (fusec's SDPA keeps S and the softmax
+    # in f32 and rounds P for the second product): no less exact than the graph unfused.
     unfused = _error(_run(_causal, args, attention=False)[1], ref)
     error = _error(out, ref)
     assert error < 1e-2 and error < 1.25 * unfused
+
+
+def _upcast(q, k, v):
+    """Attention computed "in f32" by a model: Q and K widened before their product."""
+    s = torch.matmul(q.float(), k.float().transpose(-2, -1)) * q.shape[-1] ** -0.5
+    return torch.matmul(torch.softmax(s, -1).to(v.dtype), v)
+
+
+@pytest.mark.parametrize("fn", [_causal, _masked, _upcast])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_attention_with_large_scores_keeps_them_in_f32(dtype, fn):
+    """Queries and keys of scale 6 (f16: 3, its range) give scores in the hundreds: rounded
+    to bf16 they are off by up to 0.5, and the softmax by e^0.5 (fusec's error was 0.019,
+    eager's 0.001). torch's SDPA keeps the scores in f32; so does fusec's decomposition,
+    its matmul reading the 16-bit Q and K (fusion-narrow-contraction-operands): one
+    attention kernel, fused or not at eager's error level."""
+    torch.manual_seed(11)
+    scale = 6.0 if dtype == torch.bfloat16 else 3.0
+    args = [(scale * t).to(dtype) for t in _randn(*[(1, 2, 128, 64)] * 3)]
+    if fn is _masked:
+        args.append(torch.randn(1, 1, 128, 128).to(dtype))
+    ref = _reference(fn, args)
+    eager = _error(fn(*args).double().numpy(), ref)
+    module, out = _run(fn, args)
+    assert _kinds(module) == ["attention"]
+    assert _error(out, ref) < min(1e-2, 1.5 * eager)
+    unfused, out = _run(fn, args, attention=False)
+    assert "attention" not in _kinds(unfused)
+    assert _error(out, ref) < min(1e-2, 1.5 * eager)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
