@@ -123,11 +123,6 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
 
-    from fusec.compiler.targets.cuda import movement
-
-    # The data-movement additions off by default until these cases pass on the H200:
-    # built on here, to be checked there.
-    movement.STAGED_TRANSPOSE = movement.JOINT_REDUCTIONS = True
     Wrap = _bench().Wrap
     folder = out_dir / "arg"
     folder.mkdir(parents=True, exist_ok=True)

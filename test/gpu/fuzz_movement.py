@@ -161,10 +161,6 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
 
-    from fusec.compiler.targets.cuda import movement
-
-    # The data-movement additions off by default until they pass on the H200: fuzzed on.
-    movement.STAGED_TRANSPOSE = movement.JOINT_REDUCTIONS = True
     folder = out_dir / "mvfz"
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)

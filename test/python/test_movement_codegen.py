@@ -216,8 +216,7 @@ def test_split_reduction_shape_along_rows_is_sized_to_the_points() -> None:
     assert (shape.columns, shape.slices, shape.grid) == (1, 256, 64)
 
 
-def test_what_the_family_refuses_goes_to_the_fallback_with_both_reasons(
-        unverified_shapes) -> None:
+def test_what_the_family_refuses_goes_to_the_fallback_with_both_reasons() -> None:
     """An argmin over rows of 4099 bf16 values, 1024 of them: too long a row for the fast
     emitter's registers (an odd length is read a lane at a time: more than 16 chunks a
     thread), a row reduction to the data-movement kernels (the fast emitter's kind), and
@@ -715,30 +714,8 @@ def test_fast_kernels_are_built_once_per_body(monkeypatch) -> None:
     assert second.ptx == first.ptx
 
 
-@pytest.fixture
-def unverified_shapes(monkeypatch):
-    """The data-movement additions built and checked here but not yet run on the H200
-    (movement.STAGED_TRANSPOSE, movement.JOINT_REDUCTIONS: off by default until they are)."""
-    from fusec.compiler.targets.cuda import movement
-
-    monkeypatch.setattr(movement, "STAGED_TRANSPOSE", True)
-    monkeypatch.setattr(movement, "JOINT_REDUCTIONS", True)
-
-
-def test_unverified_shapes_are_off_by_default() -> None:
-    """Until their GPU cases pass on the H200, `x.t() + y` keeps the shapes it had (direct
-    here: the plain transpose reads y a lane at a time too) and an argmax over a non-last
-    dim the fallback path."""
-    x = torch.randn(512, 256)
-    _, kernels = _program(lambda a, b: a.t() + b, x, x.t().contiguous())
-    assert not kernels[0].info["launch"].get("staged")
-    _, kernels = _program(lambda t: t.argmax(1), torch.randn(2, 21, 32, 32))
-    assert [k.info["path"] for k in kernels] == ["fallback"]
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_inputs_that_disagree_on_the_contiguous_dim_are_read_in_their_own_phase(
-        dtype, unverified_shapes):
+def test_inputs_that_disagree_on_the_contiguous_dim_are_read_in_their_own_phase(dtype):
     """`x.t() + y`: x is contiguous along the output's rows, y along its columns. The plain
     transpose read y a lane at a time (0.51x Inductor on the H200, bench/RESULTS.md run
     168); the staged transpose reads x along p into a shared-memory square, then after one
@@ -758,7 +735,7 @@ def test_inputs_that_disagree_on_the_contiguous_dim_are_read_in_their_own_phase(
     assert plain[0].info["shape"] == "transpose" and not plain[0].info["launch"]["staged"]
 
 
-def test_a_gather_beside_a_transpose_is_not_staged(unverified_shapes) -> None:
+def test_a_gather_beside_a_transpose_is_not_staged() -> None:
     """A staged transpose evaluates its outputs twice and finds each read again by the path
     to it; a gather (an index read from data) or a concat (a choice per lane) would walk
     other reads in the two phases: such groups keep the plain transpose shape."""
@@ -767,7 +744,7 @@ def test_a_gather_beside_a_transpose_is_not_staged(unverified_shapes) -> None:
     assert all(not k.info.get("launch", {}).get("staged") for k in kernels)
 
 
-def test_a_channel_argmax_folds_value_and_index_together(unverified_shapes) -> None:
+def test_a_channel_argmax_folds_value_and_index_together() -> None:
     """A segmentation head's `logits.argmax(1)` over NCHW classes: each output pixel folds
     its classes with the payload itself, the value and the index carried together, in
     order (torch's first extreme, first NaN), unrolled up to 64 classes and in a loop nest

@@ -101,11 +101,12 @@ VECTOR_BYTES = 16
 # group in the "reduce" shape, along the rows.
 ROW_REDUCTION = ("a reduction over its inputs' contiguous dim (a row reduction: the fast "
                  "emitter's)")
-# Built and checked here (PTX), not yet run on the H200 (2026-12-05: the device was refused
-# at every call after these landed): off until test/gpu/movement.py's staged cases,
-# test/gpu/arg_reductions.py's seg_* / col_* cases and the movement fuzz pass there.
-STAGED_TRANSPOSE = False  # `emit_staged_transpose`: inputs read each in their own phase
-JOINT_REDUCTIONS = False  # `eval_joint_reduction`: an argmax over a non-last dim
+# Switches for two shapes (off: the shapes before them), on since their GPU cases ran clean
+# on sm_90 (an H100, 2026-12-05, bench/RESULTS.md run 178: test/gpu/movement.py's staged
+# cases, arg_reductions.py's seg_* / col_* cases, racecheck and memcheck, 200 fuzzed
+# movement programs).
+STAGED_TRANSPOSE = True  # `emit_staged_transpose`: inputs read each in their own phase
+JOINT_REDUCTIONS = True  # `eval_joint_reduction`: an argmax over a non-last dim
 
 
 @dataclass
