@@ -121,20 +121,41 @@ def decomposition_table() -> dict[Any, Any]:
     # 16-bit floats computed in float32 where torch's kernels do (their "opmath" type):
     # means, norms and average pools accumulate and divide in f32, a Python number is
     # applied in f32 (not rounded to the tensor's type: 1e5 is inf in f16, 0.1 is 0.1001 in
-    # bf16); the result rounded once.
+    # bf16; so is a 0-dim float tensor a product or quotient's second operand); the result
+    # rounded once.
     for op in (aten.mean.dim, aten.mean.default, aten.linalg_vector_norm.default,
                aten.avg_pool2d.default, aten.avg_pool1d.default, aten.avg_pool3d.default):
         table[op] = _in_float32(op, table.get(op))
     for op in (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor,
                aten.rsub.Scalar):
-        table[op] = _in_float32(op, table.get(op), scalar_second=True)
+        table[op] = _in_float32(op, table.get(op), scalar_second=True,
+                                zero_dim=op in (aten.mul.Tensor, aten.div.Tensor))
     return table
 
 
-def _in_float32(op: Any, original: Any, scalar_second: bool = False) -> Any:
+def _scalar_operand(x: Any, other: Any, zero_dim: bool) -> bool:
+    """Whether `other`, the second operand of an op on 16-bit `x`, is one torch's CPU kernels
+    apply in float32 unrounded: a Python number, or (`zero_dim`: multiply and divide, whose
+    kernels read TensorIterator's `original_scalar_value`) a 0-dim floating tensor that
+    leaves the result in x's type: `x * s` with s a 0-dim f32 buffer multiplies by s, not by
+    s rounded to bf16, and 65536 stays finite for f16. (Eager's add and sub round such an s
+    to x's type first, as fusec's graph does.)"""
+    import torch
+
+    if isinstance(other, bool):
+        return False
+    if isinstance(other, (int, float)):
+        return True
+    return zero_dim and isinstance(other, torch.Tensor) and other.ndim == 0 and \
+        other.dtype.is_floating_point and torch.result_type(x, other) == x.dtype
+
+
+def _in_float32(op: Any, original: Any, scalar_second: bool = False,
+                zero_dim: bool = False) -> Any:
     """`op` of a bf16 / f16 first argument computed on it converted to float32, the result
-    converted back (with `scalar_second`: only where the second argument is a Python
-    number); anything else goes to `original` (the table's entry, or none)."""
+    converted back (with `scalar_second`: only where the second argument is a Python number
+    or, with `zero_dim`, a 0-dim float tensor: `_scalar_operand`); anything else goes to
+    `original` (the table's entry, or none)."""
     import torch
 
     half = (torch.float16, torch.bfloat16)
@@ -144,8 +165,7 @@ def _in_float32(op: Any, original: Any, scalar_second: bool = False) -> Any:
         x = args[0] if args else None
         ours = isinstance(x, torch.Tensor) and x.dtype in half and \
             kwargs.get("dtype") is None and (not scalar_second or (
-                len(args) > 1 and isinstance(args[1], (int, float)) and
-                not isinstance(args[1], bool)))
+                len(args) > 1 and _scalar_operand(x, args[1], zero_dim)))
         if ours:
             return convert(op(convert(x, torch.float32), *args[1:], **kwargs), x.dtype)
         return original(*args, **kwargs) if original is not None else NotImplemented
