@@ -20,8 +20,9 @@ f32 is left as it is: the kernels take one operand type) and the result is f32.
 
 Not narrowed: an f64 (or any non-f32) result; a cast that does anything but widen (a
 truncf, a widening with arithmetic after it in the same payload, a broadcast map); a
-contraction with operands of two 16-bit types; other contractions than matmul and
-batch_matmul (convolutions keep their own operand rules).
+contraction with operands of two 16-bit types; a transpose of dynamic sizes on the way;
+other contractions than matmul and batch_matmul (convolutions keep their own operand
+rules).
 
 Before:
     %qw = linalg.generic {...} ins(%q : tensor<2x128x64xbf16>) outs(...) { arith.extf }
@@ -83,6 +84,9 @@ def _narrow_source(value: ir.Value) -> tuple[ir.Value, list[ir.Operation]] | Non
     while True:
         op = defining_op(value)
         if op is not None and op.name in LAYOUT:
+            if op.name == "linalg.transpose" and \
+                    not ir.RankedTensorType(op.results[0].type).has_static_shape:
+                return None  # (its 16-bit copy's tensor.empty would need the sizes)
             layout.append(op)
             value = op.operands[0]
             continue
