@@ -56,7 +56,9 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
     second call with the same model and options only loads it.
 
     `cpu`, `cuda`: the targets' typed options (`CpuOptions`, `CudaOptions`; `fusec --help`
-    lists their fields as flags); `arch` sets `cuda.arch`.
+    lists their fields as flags); `arch` sets `cuda.arch`. Without `cuda`, a torch
+    module's fp32 convolutions follow torch's own setting (`default_cuda_options`: TF32
+    unless `torch.backends.cudnn.allow_tf32` is off).
 
     `verify=True` also builds the unfused program and checks, on random inputs, that every
     fused kernel agrees with it (`fusec.compiler.verify`); a mismatch raises
@@ -88,6 +90,7 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
             imported, filename = import_torch_module(model, *example_inputs), "<torch>"
         # --verify builds the model again, fused and unfused, from its text.
         text = driver.as_text(imported.module) if verify else None
+        cuda = cuda or default_cuda_options()
     return _compile_imported(imported, text, filename, example_inputs, target, fusion, arch,
                              cache, dump_dir, verify, cpu, cuda, tune)
 
@@ -106,7 +109,7 @@ def compile_fx_graph(graph: Any, *example_inputs: Any, target: str = "cpu",
     with driver.quiet_torch_logs():
         imported = import_fx_graph(graph, *example_inputs)
     return _compile_imported(imported, None, "<torch.fx>", example_inputs, target, fusion,
-                             None, cache, None, False, cpu, cuda)
+                             None, cache, None, False, cpu, cuda or default_cuda_options())
 
 
 def _artifact_path(options: CompileOptions, source_key: str) -> str:
@@ -119,6 +122,17 @@ def _artifact_path(options: CompileOptions, source_key: str) -> str:
     key = hashlib.sha256((compiler_fingerprint() + options.cache_key() + _codegen_environment()
                           + tuned + source_key).encode()).hexdigest()[:32]
     return os.path.join(cache_dir(), f"{key}.so")
+
+
+def default_cuda_options() -> CudaOptions:
+    """The CUDA options `compile` (of a torch module) and the torch.compile backend use when
+    none are given: CudaOptions' defaults, with fp32 convolutions as torch runs its own at
+    the time of the call: TF32 where `torch.backends.cudnn.allow_tf32` (torch's default:
+    on), exact fp32 where the user turned it off. (Matmuls are exact fp32, torch's matmul
+    default; MLIR text and the command line have no torch setting to follow: exact.)"""
+    import torch
+
+    return CudaOptions(conv_tf32=bool(torch.backends.cudnn.allow_tf32))
 
 
 def _compile_imported(imported: Any, text: str | None, filename: str,

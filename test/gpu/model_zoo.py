@@ -156,6 +156,9 @@ def build_one(name: str, mode: str, folder: Path) -> None:
     import fusec
 
     torch.manual_seed(0)
+    # Exact fp32 convolutions (fusec.compile follows torch's cuDNN setting, TF32 by
+    # default): the check is of the kernels against float64 at 1e-5.
+    torch.backends.cudnn.allow_tf32 = False
     model, inputs = MODELS[name]()
     stem = folder / f"{name}-{mode}"
     if name in ON_DEVICE:

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
+import fusec  # noqa: E402
 import fusec.compiler.targets.cuda as cg  # noqa: E402
 from fusec.passes import cost_model  # noqa: E402
 
@@ -522,6 +523,27 @@ def test_fp32_convolutions_are_exact_unless_tf32_is_asked_for() -> None:
     program, _ = _program(lambda t: F.linear(t, lw), torch.randn(8, 32), conv_tf32=True)
     (launch,) = [k for k in program.plan.launches if k.launch_kind == "gemm"]
     assert cg.gemm_table(launch, None)[15] == cg.gemm.CUBLAS_COMPUTE_32F
+
+
+def test_a_torch_models_fp32_convolutions_follow_torchs_tf32_setting(monkeypatch) -> None:
+    """`fusec.compile` of a torch module (and the torch.compile backend), given no
+    CudaOptions, runs fp32 convolutions as torch runs its own: TF32 while
+    torch.backends.cudnn.allow_tf32 is on (torch's default), exact fp32 once the user turns
+    it off. CudaOptions() itself (the command line, MLIR text) stays exact."""
+    from fusec.compiler import api
+
+    seen = []
+    monkeypatch.setattr(api, "_compile_imported", lambda *args: seen.append(args[11]))
+    model = torch.nn.Conv2d(4, 8, 3).eval()
+    x = torch.randn(1, 4, 10, 10)
+    for flag in (True, False):
+        monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", flag)
+        assert api.default_cuda_options().conv_tf32 is flag
+        fusec.compile(model, x, target="cuda", cache=False)
+        assert seen[-1].conv_tf32 is flag
+    fusec.compile(model, x, target="cuda", cache=False, cuda=cg.CudaOptions(conv_tf32=False))
+    assert seen[-1].conv_tf32 is False
+    assert cg.CudaOptions().conv_tf32 is False
 
 
 def test_bf16_row_reductions_stay_the_fast_emitters() -> None:

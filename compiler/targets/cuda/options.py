@@ -61,8 +61,11 @@ class CudaOptions:
         "planner groups them (the scores in memory).")})
 
     conv_tf32: bool = field(default=False, metadata={"help": (
-        "fp32 convolutions' GEMMs with TF32 operands (torch's default for convolutions: "
-        "torch.backends.cudnn.allow_tf32 = True); False (fusec's default): exact fp32.")})
+        "fp32 convolutions' GEMMs with TF32 operands, as torch runs its convolutions by "
+        "default (torch.backends.cudnn.allow_tf32 = True); False: exact fp32. The command "
+        "line and CudaOptions() default to exact; fusec.compile and the torch.compile "
+        "backend, given no CudaOptions, take torch's own setting at the call (TF32 unless "
+        "the user turned it off). fp32 matmuls are exact either way (torch's default).")})
 
     tuning: str = field(default="", metadata={"help": (
         "The tuning cache our GEMM and attention kernels' tiles are read from (`fusec "
