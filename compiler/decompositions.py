@@ -66,6 +66,9 @@ def decomposition_table() -> dict[Any, Any]:
       float-to-int conversion truncates toward zero: biased below zero).
     - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
       `x ** n` by a Python int: in integers (torch-mlir's f64 division, its refusals).
+    - integer shifts by a count outside [0, bits): 0 for `<<`, the sign for `>>`, as torch's
+      kernels define them (LLVM's shift by the width or more is poison: x86 took the count
+      mod 32); `max()` / `min()` of an empty tensor raise torch's error (no identity).
     - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
       experts' router): row maxima and selects, fusable, instead of tm_tensor's serial
       loops (a one-thread kernel on the GPU); more than SMALL_SELECTION stay torch-mlir's.
@@ -97,6 +100,12 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.copysign.Tensor] = _copysign
     table[aten.copysign.Scalar] = _copysign
     table[aten.neg.default] = _neg
+    for shift in (aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar):
+        table[shift] = _shift(left=True)
+    for shift in (aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar):
+        table[shift] = _shift(left=False)
+    for op, name in ((aten.max.default, "max"), (aten.min.default, "min")):
+        table[op] = _full_reduction_of_nonempty(op, name, table.get(op))
     table[aten.eq.Tensor] = _eq_self
     table[aten.isclose.default] = _isclose
     table[aten.randint.low] = _randint_from_zero
@@ -169,6 +178,59 @@ def _in_float32(op: Any, original: Any, scalar_second: bool = False,
         if ours:
             return convert(op(convert(x, torch.float32), *args[1:], **kwargs), x.dtype)
         return original(*args, **kwargs) if original is not None else NotImplemented
+
+    return decomposition
+
+
+def _shift(left: bool) -> Any:
+    """`bitwise_left_shift` / `bitwise_right_shift` of integers with torch's meaning of a
+    count below 0 or at least the type's bits: 0 for a left shift, the sign (0 or -1; 0 for
+    uint8) for a right one; the shift itself by a count clamped into range."""
+    import torch
+
+    aten = torch.ops.aten
+    building = []  # the shifts this builds are by counts in range: left as they are
+
+    def decomposition(a: Any, b: Any) -> Any:
+        if building or not isinstance(a, torch.Tensor) or a.dtype.is_floating_point or \
+                a.dtype == torch.bool:
+            return NotImplemented
+        building.append(True)
+        try:
+            return _in_range(a, b)
+        finally:
+            building.pop()
+
+    def _in_range(a: Any, b: Any) -> Any:
+        bits = torch.iinfo(a.dtype).bits
+        # The count compared and clamped as int64 (a uint8 count in its unsigned order).
+        count = (b if isinstance(b, torch.Tensor) else torch.full((), b)).to(torch.int64)
+        outside = aten.logical_or.default(aten.lt.Scalar(count, 0),
+                                          aten.ge.Scalar(count, bits))
+        inside = aten.clamp.default(count, 0, bits - 1).to(a.dtype)
+        if left:
+            return aten.where.self(outside, aten.zeros_like.default(a),
+                                   aten.bitwise_left_shift.Tensor(a, inside))
+        if a.dtype == torch.uint8:  # unsigned: shifted out entirely
+            sign = aten.zeros_like.default(a)
+        else:
+            sign = aten.bitwise_right_shift.Tensor(a, torch.full((), bits - 1, dtype=a.dtype))
+        return aten.where.self(outside, sign, aten.bitwise_right_shift.Tensor(a, inside))
+
+    return decomposition
+
+
+def _full_reduction_of_nonempty(op: Any, name: str, original: Any) -> Any:
+    """`x.max()` / `x.min()` over every element: torch raises for an empty x (a max has no
+    identity); torch-mlir's fold gave -inf / +inf."""
+    import torch
+
+    def decomposition(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.numel() == 0:
+            raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
+                               f"input.numel() == 0. Specify the reduction dim with the "
+                               f"'dim' argument.")
+        return original(x) if original is not None else NotImplemented
 
     return decomposition
 

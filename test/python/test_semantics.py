@@ -577,3 +577,35 @@ def test_a_0dim_float_tensor_second_operand_is_applied_unrounded(dtype):
     x = (torch.randn(4, 256) + 3).to(dtype)
     for out, eager in zip(compiled(x), model(x)):
         assert torch.equal(_half_out(out), eager)
+
+
+class _Shifts(torch.nn.Module):
+    def forward(self, a, b):
+        return (torch.bitwise_left_shift(a, b), torch.bitwise_right_shift(a, b),
+                torch.bitwise_left_shift(a, 9), torch.bitwise_right_shift(a, 70))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64])
+def test_shifts_by_counts_outside_the_width_are_torchs(dtype):
+    """torch defines a shift by a count below 0 or at least the type's bits: 0 for `<<`, the
+    sign (0 or -1; 0 for uint8) for `>>`. LLVM's shift by the width or more is poison, and
+    x86 took the count mod 32: int32 1 << 32 gave 1, -8 >> 33 gave -4 (a probe's find)."""
+    bits = torch.iinfo(dtype).bits
+    low = 0 if dtype == torch.uint8 else -100
+    a = torch.tensor([1, 1, 1, -8, 5, 3, low, 100], dtype=dtype) if low else \
+        torch.tensor([1, 1, 1, 200, 5, 3, 255, 100], dtype=dtype)
+    counts = [3, bits - 1, bits, bits, bits + 1, 2 * bits + 3, 1, 0]
+    if dtype != torch.uint8:
+        counts[5] = -1
+    b = torch.tensor(counts, dtype=dtype)
+    compiled = fusec.compile(_Shifts(), a, b, cache=False)
+    for out, eager in zip(compiled(a, b), _Shifts()(a, b)):
+        np.testing.assert_array_equal(np.asarray(out), eager.numpy())
+
+
+def test_max_of_an_empty_tensor_raises_as_torch_does():
+    """`x.max()` over no element has no value: torch raises; fusec returned -inf."""
+    with pytest.raises(Exception, match="Expected reduction dim to be specified"):
+        fusec.compile(Fn(lambda x: x.max()), torch.randn(0, 5), cache=False)
+    with pytest.raises(Exception, match="Expected reduction dim to be specified"):
+        fusec.compile(Fn(lambda x: x.min()), torch.randn(3, 0), cache=False)
