@@ -388,8 +388,8 @@ class Module:
         if len(inputs) != len(specs):
             names = ", ".join(s.name for s in specs)
             raise ValueError(
-                f"{self.path.name} takes {len(specs)} inputs ({names}), got {len(inputs)}"
-            )
+                f"the compiled model takes {len(specs)} inputs ({names}), got "
+                f"{len(inputs)} (artifact {self.path})")
         arrays = []
         for i, (x, spec) in enumerate(zip(inputs, specs)):
             try:

@@ -152,7 +152,8 @@ class _CudaCall:
         if len(inputs) != len(specs):
             names = ", ".join(s.name for s in specs)
             raise ValueError(
-                f"{module.path.name} takes {len(specs)} inputs ({names}), got {len(inputs)}")
+                f"the compiled model takes {len(specs)} inputs ({names}), got "
+                f"{len(inputs)} (artifact {module.path})")
         outs = [] if out is None else list(out) if isinstance(out, (tuple, list)) else [out]
         for where, x in [(f"input {i} ({s.name!r})", x) for i, (x, s) in
                          enumerate(zip(inputs, specs))] + [(f"out[{i}]", o)

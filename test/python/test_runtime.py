@@ -289,7 +289,8 @@ def test_out_errors(model_path):
 def test_input_errors_name_the_input(model_path):
     m = rt.load(model_path)
     x, y = random_inputs()
-    with pytest.raises(ValueError, match=r"takes 2 inputs \(x, y\), got 1"):
+    with pytest.raises(ValueError,
+                       match=r"the compiled model takes 2 inputs \(x, y\), got 1 \(artifact /"):
         m(x)
     with pytest.raises(ValueError, match=r"takes 2 inputs \(x, y\), got 3"):
         m(x, y, y)
