@@ -250,13 +250,6 @@ def _tensor_indices_as_gathers(gm: Any) -> None:
     gm.recompile()
 
 
-def _aliased(tensors: list[Any], updated: list[int]) -> bool:
-    from fusec.runtime import _overlap
-
-    return any(_overlap(tensors[i], other) for i in updated
-               for k, other in enumerate(tensors) if k != i)
-
-
 def _number_type(value: Any) -> Any:
     """int, float or bool for a graph output Dynamo traced as a (symbolic) number, else
     None."""
@@ -390,6 +383,7 @@ def _compile_static(gm: Any, args: list[Any], target: str,
 
     from fusec.compiler.api import compile_fx_graph
     from fusec.compiler.diagnostics import FusecError
+    from fusec.runtime import aliased_update
 
     tensors = [a.detach() for a in args if isinstance(a, torch.Tensor)]
     tensor_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
@@ -419,7 +413,8 @@ def _compile_static(gm: Any, args: list[Any], target: str,
 
     def run(*call_args: Any) -> Any:
         nonlocal aliased_seen
-        if updated and _aliased([call_args[i] for i in tensor_positions], updated):
+        if updated and aliased_update([call_args[i] for i in tensor_positions],
+                                      updated) is not None:
             # An input the graph updates in place shares memory with another (f(x, x[0])):
             # eager reads the other through the alias after the update, the artifact
             # before it. This call runs as Dynamo gave it.

@@ -263,6 +263,31 @@ def iterator_kinds(op: ir.Operation) -> list[str]:
     return [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
 
 
+CASTS = ("arith.extf", "arith.truncf")
+
+
+def cast_input(op: ir.Operation | None) -> ir.Value | None:
+    """The input of a one-input elementwise `linalg.generic` whose payload only casts it
+    (one extf or truncf; identity maps), or None."""
+    if op is None or op.name != "linalg.generic" or len(op.operands) != 2 or \
+            len(op.results) != 1 or any(k != "parallel" for k in iterator_kinds(op)):
+        return None
+    body = [o.operation for o in op.regions[0].blocks[0].operations][:-1]
+    if len(body) != 1 or body[0].name not in CASTS:
+        return None
+    if not all(is_identity(ir.AffineMapAttr(a).value)
+               for a in ir.ArrayAttr(op.attributes["indexing_maps"])):
+        return None
+    return op.operands[0]
+
+
+def is_identity(amap: ir.AffineMap) -> bool:
+    """(d0, ..., dn) -> (d0, ..., dn)."""
+    return amap.n_dims == len(amap.results) and all(
+        isinstance(e, ir.AffineDimExpr) and ir.AffineDimExpr(e).position == i
+        for i, e in enumerate(amap.results))
+
+
 def projection(amap: ir.AffineMap) -> list[int | None] | None:
     """An indexing map's results as the loops they read (None: the constant 0), or None
     where a result is anything else (a sum of dims, another constant)."""

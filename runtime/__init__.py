@@ -94,6 +94,24 @@ def _overlap(a: Any, b: Any) -> bool:
     return False
 
 
+def aliased_update(inputs: Sequence[Any], updated: Sequence[int]) -> tuple[int, int] | None:
+    """(i, k): input i, which the model updates in place, shares memory with input k; or
+    None. Eager reads k through the alias after the update, an artifact reads each input
+    once before it."""
+    for i in updated:
+        for k, other in enumerate(inputs):
+            if k != i and _overlap(inputs[i], other):
+                return i, k
+    return None
+
+
+def argument_count_error(specs: Sequence[Any], got: int, path: Path) -> ValueError:
+    """A call with `got` inputs to an artifact that takes `specs`."""
+    names = ", ".join(s.name for s in specs)
+    return ValueError(f"the compiled model takes {len(specs)} inputs ({names}), got {got} "
+                      f"(artifact {path})")
+
+
 def _extent(t: Any) -> int:
     """Bytes from a tensor's first element to one past its last (any strides >= 0)."""
     return (sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if s > 0) + 1) * \
@@ -258,17 +276,14 @@ class Module:
                 type(x).__name__
             raise ValueError(f"input {i} ({spec.name!r}): the model updates it in place, so "
                              f"it must be a writeable numpy array or torch tensor; got {what}")
-        # An input the model updates sharing memory with another input: eager reads the
-        # other through the alias after the update, the artifact reads each input once
-        # before it (the same array passed twice gave a + b = 1 where eager gives 2).
-        for i, _ in self.input_updates:
-            for k, other in enumerate(inputs):
-                if k != i and _overlap(inputs[i], other):
-                    names = self.signature.inputs
-                    raise ValueError(
-                        f"input {k} ({names[k].name!r}) shares memory with input {i} "
-                        f"({names[i].name!r}), which the model updates in place: the update "
-                        f"would not be seen through it as in eager; pass a copy")
+        # The same array passed twice gave a + b = 1 where eager gives 2.
+        aliased = aliased_update(inputs, [i for i, _ in self.input_updates])
+        if aliased is not None:
+            (i, k), names = aliased, self.signature.inputs
+            raise ValueError(
+                f"input {k} ({names[k].name!r}) shares memory with input {i} "
+                f"({names[i].name!r}), which the model updates in place: the update "
+                f"would not be seen through it as in eager; pass a copy")
 
     def _write_back(self, inputs: Sequence[Any], outputs: list[Any]) -> None:
         """The inputs' new values (`input_updates`) copied into the caller's arrays."""
@@ -386,10 +401,7 @@ class Module:
     def _check_inputs(self, inputs: Sequence[Any]) -> list[np.ndarray]:
         specs = self.signature.inputs
         if len(inputs) != len(specs):
-            names = ", ".join(s.name for s in specs)
-            raise ValueError(
-                f"the compiled model takes {len(specs)} inputs ({names}), got "
-                f"{len(inputs)} (artifact {self.path})")
+            raise argument_count_error(specs, len(inputs), self.path)
         arrays = []
         for i, (x, spec) in enumerate(zip(inputs, specs)):
             try:

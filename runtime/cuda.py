@@ -150,10 +150,9 @@ class _CudaCall:
         module._check_updated(inputs)
         specs = module.signature.inputs
         if len(inputs) != len(specs):
-            names = ", ".join(s.name for s in specs)
-            raise ValueError(
-                f"the compiled model takes {len(specs)} inputs ({names}), got "
-                f"{len(inputs)} (artifact {module.path})")
+            from fusec.runtime import argument_count_error
+
+            raise argument_count_error(specs, len(inputs), module.path)
         outs = [] if out is None else list(out) if isinstance(out, (tuple, list)) else [out]
         for where, x in [(f"input {i} ({s.name!r})", x) for i, (x, s) in
                          enumerate(zip(inputs, specs))] + [(f"out[{i}]", o)

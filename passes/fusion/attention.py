@@ -50,17 +50,19 @@ import mlir.ir as ir
 from fusec.passes import attributes
 from fusec.passes.fusion.form_singletons import function_bodies
 from fusec.passes.grouping import (
+    CASTS,
     CLONED_INTO_GROUPS,
     RESHAPE_OPS,
+    cast_input,
     defining_op,
     form_group,
+    is_identity,
     op_key,
     use_owner,
 )
 from fusec.passes.registry import Pass, PassError, register
 
 CONTRACTIONS = ("linalg.batch_matmul", "linalg.matmul")
-CASTS = ("arith.extf", "arith.truncf")
 # Producers of the score chain's other operands that come into the group (evaluated per
 # element by the kernel) when nothing outside reads them.
 SIDE_OPS = frozenset({"linalg.generic", "linalg.fill", "linalg.broadcast", "linalg.transpose",
@@ -92,12 +94,6 @@ def _maps(op: ir.Operation) -> list[ir.AffineMap]:
     return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
 
 
-def _is_identity(m: ir.AffineMap) -> bool:
-    return m.n_dims == len(m.results) and all(
-        isinstance(e, ir.AffineDimExpr) and ir.AffineDimExpr(e).position == i
-        for i, e in enumerate(m.results))
-
-
 def _shape(value: ir.Value) -> list[int]:
     return list(ir.RankedTensorType(value.type).shape)
 
@@ -105,16 +101,6 @@ def _shape(value: ir.Value) -> list[int]:
 def _elementwise(op: ir.Operation | None) -> bool:
     return op is not None and op.name == "linalg.generic" and \
         all(i == "parallel" for i in _iterators(op)) and len(op.results) == 1
-
-
-def _cast_of(op: ir.Operation | None) -> ir.Value | None:
-    """The input of a one-input elementwise generic that only casts (extf / truncf)."""
-    if not _elementwise(op) or len(op.operands) != 2:
-        return None
-    body = _payload(op)
-    if len(body) != 1 or body[0].name not in CASTS or not all(_is_identity(m) for m in _maps(op)):
-        return None
-    return op.operands[0]
 
 
 @dataclass
@@ -131,7 +117,7 @@ class Walk:
                 self.ops.append(op)
                 value = op.operands[0]
                 continue
-            source = _cast_of(op) if casts else None
+            source = cast_input(op) if casts else None
             if source is not None:
                 self.ops.append(op)
                 value = source
@@ -225,7 +211,7 @@ def _row_max(p: ir.Value) -> ir.Value:
     e = div.operands[0]
     while True:
         op = defining_op(e)
-        if op is not None and (op.name in RESHAPE_OPS or _cast_of(op) is not None):
+        if op is not None and (op.name in RESHAPE_OPS or cast_input(op) is not None):
             e = op.operands[0]
             continue
         break
@@ -319,7 +305,7 @@ def _score_chain(x: ir.Value, s: ir.Value) -> tuple[list[ir.Operation], list[ir.
         n_in = len(op.operands) - 1
         for v, m in zip(list(op.operands)[:n_in], _maps(op)):
             if depends(v):
-                if not _is_identity(m):
+                if not is_identity(m):
                     raise NotAttention("the scores are read through a broadcast or transpose "
                                        "in the score chain")
                 visit(v)
@@ -339,7 +325,7 @@ def _scale_of(chain: list[ir.Operation], sides: list[ir.Value]) -> float | None:
         return None
     found = None
     for op in chain:
-        if op.name in RESHAPE_OPS or _cast_of(op) is not None:
+        if op.name in RESHAPE_OPS or cast_input(op) is not None:
             continue
         body = _payload(op)
         arith = [o for o in body if o.name in ("arith.mulf", "arith.divf")]
@@ -406,7 +392,7 @@ def computed_scale(m: Match, masks_pass: float | None = None) -> float | None:
         return None
     found: float | None = None
     for op in m.chain:
-        if op.name in RESHAPE_OPS or _cast_of(op) is not None:
+        if op.name in RESHAPE_OPS or cast_input(op) is not None:
             continue
         if masks_pass is not None and _reads_mask(op, m):
             continue
@@ -529,7 +515,7 @@ def match(pv: ir.Operation) -> Match:
         if len(users) != 1:
             break
         user = use_owner(users[0])
-        if user.name in RESHAPE_OPS or _cast_of(user) is not None:
+        if user.name in RESHAPE_OPS or cast_input(user) is not None:
             tail.append(user)
             out = user.results[0]
             continue

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import mlir.ir as ir
 from mlir.dialects import linalg, tensor
 
-from fusec.passes.grouping import defining_op, walk_ops
+from fusec.passes.grouping import cast_input, defining_op, walk_ops
 from fusec.passes.registry import Pass, register
 
 CONTRACTIONS = {"linalg.matmul": linalg.matmul, "linalg.batch_matmul": linalg.batch_matmul}
@@ -56,23 +56,9 @@ def _element(value: ir.Value) -> str:
 
 def _widened(op: ir.Operation | None) -> ir.Value | None:
     """The 16-bit input of an elementwise generic that only widens it to f32."""
-    if op is None or op.name != "linalg.generic" or len(op.operands) != 2 or \
-            len(op.results) != 1:
-        return None
-    if any("parallel" not in str(k) for k in ir.ArrayAttr(op.attributes["iterator_types"])):
-        return None
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    if any(not m.is_permutation or any(ir.AffineDimExpr(e).position != i
-                                       for i, e in enumerate(m.results)) for m in maps):
-        return None
-    body = [o.operation for o in op.regions[0].blocks[0].operations]
-    if len(body) != 2 or body[0].name != "arith.extf":
-        return None
-    block = op.regions[0].blocks[0]
-    if body[0].operands[0] != block.arguments[0] or body[1].operands[0] != body[0].results[0]:
-        return None
-    source = op.operands[0]
-    if _element(source) not in HALF or _element(op.results[0]) != "f32":
+    source = cast_input(op)
+    if source is None or op.regions[0].blocks[0].operations[0].name != "arith.extf" or \
+            _element(source) not in HALF or _element(op.results[0]) != "f32":
         return None
     return source
 

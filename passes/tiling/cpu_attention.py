@@ -66,10 +66,10 @@ from dataclasses import dataclass
 
 from fusec.passes import attributes, cost_model
 from fusec.passes.cpu.fast_exp import LOG2E, approx_exp2, fma_contract
-from fusec.passes.fusion.attention import NotAttention, _cast_of, computed_scale, match_group
+from fusec.passes.fusion.attention import NotAttention, computed_scale, match_group
 from fusec.passes.fusion.attention_mask import causal_bound, interior_point, interior_scale
-from fusec.passes.grouping import (RESHAPE_OPS, defining_op, form_group, is_attention,
-                                   use_owner, walk_ops)
+from fusec.passes.grouping import (RESHAPE_OPS, cast_input, defining_op, form_group,
+                                   is_attention, use_owner, walk_ops)
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, PassError, register
 from fusec.passes.tiling.fence_broadcast_consumers import FENCE
@@ -272,7 +272,7 @@ def parts_of(group: ir.Operation) -> _Parts:
         user = use_owner(next(iter(value.uses)))
         if user.name in RESHAPE_OPS:
             reshapes.append(user)
-        elif _cast_of(user) is not None:
+        elif cast_input(user) is not None:
             casts.append(_tensor(user.results[0]).element_type)
         else:
             raise PassError(f"'{user.name}' after the attention's P V", group.location)

@@ -32,9 +32,9 @@ from fusec.compiler.targets.cuda.rewrites import (
     _only_user,
     regroup,
 )
-from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, op_key, use_owner
+from fusec.passes.grouping import CLONED_INTO_GROUPS, cast_input, form_group, op_key, use_owner
 from fusec.passes.inline_groups import inline_group
-from fusec.passes.fusion.attention import NotAttention, _cast_of, match_group
+from fusec.passes.fusion.attention import NotAttention, match_group
 
 # What the kernel takes (its refusal says so before a group is formed).
 INPUTS = ("bf16", "f16")
@@ -193,7 +193,7 @@ def view_backward(view: View, op: ir.Operation) -> View | None:
 
 
 def _is_cast(op: ir.Operation) -> bool:
-    return _cast_of(op) is not None
+    return cast_input(op) is not None
 
 
 def operand_view(value: ir.Value, bases: dict | None = None
