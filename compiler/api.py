@@ -57,8 +57,9 @@ def compile(model: Any, *example_inputs: Any, target: str = "cpu", fusion: bool 
 
     `cpu`, `cuda`: the targets' typed options (`CpuOptions`, `CudaOptions`; `fusec --help`
     lists their fields as flags); `arch` sets `cuda.arch`. Without `cuda`, a torch
-    module's fp32 convolutions follow torch's own setting (`default_cuda_options`: TF32
-    unless `torch.backends.cudnn.allow_tf32` is off).
+    module's fp32 convolutions and matmuls follow torch's own settings
+    (`default_cuda_options`: convolutions on TF32 unless `torch.backends.cudnn.allow_tf32`
+    is off, matmuls where `torch.backends.cuda.matmul.allow_tf32` is on).
 
     `verify=True` also builds the unfused program and checks, on random inputs, that every
     fused kernel agrees with it (`fusec.compiler.verify`); a mismatch raises
@@ -126,13 +127,16 @@ def _artifact_path(options: CompileOptions, source_key: str) -> str:
 
 def default_cuda_options() -> CudaOptions:
     """The CUDA options `compile` (of a torch module) and the torch.compile backend use when
-    none are given: CudaOptions' defaults, with fp32 convolutions as torch runs its own at
-    the time of the call: TF32 where `torch.backends.cudnn.allow_tf32` (torch's default:
-    on), exact fp32 where the user turned it off. (Matmuls are exact fp32, torch's matmul
-    default; MLIR text and the command line have no torch setting to follow: exact.)"""
+    none are given: CudaOptions' defaults, with fp32 convolutions and matmuls as torch runs
+    its own at the time of the call: convolutions on TF32 where
+    `torch.backends.cudnn.allow_tf32` (torch's default: on), matmuls where
+    `torch.backends.cuda.matmul.allow_tf32` (default off; on after
+    `torch.set_float32_matmul_precision("high")`), exact fp32 otherwise. (MLIR text and the
+    command line have no torch setting to follow: exact.)"""
     import torch
 
-    return CudaOptions(conv_tf32=bool(torch.backends.cudnn.allow_tf32))
+    return CudaOptions(conv_tf32=bool(torch.backends.cudnn.allow_tf32),
+                       matmul_tf32=bool(torch.backends.cuda.matmul.allow_tf32))
 
 
 def _compile_imported(imported: Any, text: str | None, filename: str,

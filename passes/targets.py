@@ -6,8 +6,9 @@ Nothing under `fusec.passes` imports a target. A target that builds GPU kernels 
 for "nvidia-h200"); `--fusion-gpu-kernels` and `--fusion-tile{device=...}` ask it:
 
 - `refuse_host_features(func)`: raise `PassError` (located) for what the device cannot run;
-- `rewrites(func, gemm, tc_gemm, movement, conv_tf32)`: the device's group rewrites (library calls or the
-  device's own GEMM kernels, layout views, splits), returning one note per decision;
+- `rewrites(func, flags)`: the device's group rewrites (library calls or the device's own
+  GEMM kernels, layout views, splits), under the pass's switches (`flags`: gemm, tc_gemm,
+  movement, conv_tf32, matmul_tf32), returning one note per decision;
 - `tile_refusal(group)`: why code generation would not build this tiled group (None: it does);
 - `tile_for_fallback(group)`: tile a group no emitter builds as the fallback path runs it;
 - `whole_refusal(group)` (optional): why no group-level kernel family builds this untiled
@@ -38,7 +39,7 @@ class KernelBuilder:
 
     device: str
     refuse_host_features: Callable[[ir.Operation], None]
-    rewrites: Callable[[ir.Operation, bool, bool, bool, bool], list[str]]
+    rewrites: Callable[[ir.Operation, dict[str, bool]], list[str]]
     tile_refusal: Callable[[ir.Operation], str | None]
     tile_for_fallback: Callable[[ir.Operation], ir.Operation]
     whole_refusal: Callable[[ir.Operation], str | None] | None = None

@@ -47,6 +47,7 @@ class GpuKernelsPass(Pass):
     tc_gemm: bool = True
     movement: bool = True
     conv_tf32: bool = False
+    matmul_tf32: bool = False
 
     def run(self, module: ir.Operation) -> None:
         # The rewrites are the device's code generator's, registered by its target.
@@ -58,8 +59,9 @@ class GpuKernelsPass(Pass):
             notes: list[str] = []
             if self.gemm:
                 with func.location:  # the rewrites create ops
-                    notes = builder.rewrites(func, True, self.tc_gemm, self.movement,
-                                             self.conv_tf32)
+                    notes = builder.rewrites(func, {
+                        "gemm": True, "tc_gemm": self.tc_gemm, "movement": self.movement,
+                        "conv_tf32": self.conv_tf32, "matmul_tf32": self.matmul_tf32})
             if not self.movement:  # read by the tiling's fallback decision
                 func.attributes[attributes.NO_MOVEMENT] = ir.UnitAttr.get()
             func.attributes[NOTES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in notes])

@@ -525,6 +525,35 @@ def test_fp32_convolutions_are_exact_unless_tf32_is_asked_for() -> None:
     assert cg.gemm_table(launch, None)[15] == cg.gemm.CUBLAS_COMPUTE_32F
 
 
+def test_fp32_matmuls_are_exact_unless_matmul_tf32_is_asked_for() -> None:
+    """fp32 matmuls (a Linear, a bmm) follow `matmul_tf32` (torch's
+    torch.backends.cuda.matmul.allow_tf32): exact CUBLAS_COMPUTE_32F by default, TF32 when
+    asked; a convolution's GEMM follows `conv_tf32` alone, and a bf16 matmul is untouched."""
+    exact, tf32 = cg.gemm.CUBLAS_COMPUTE_32F, cg.gemm.CUBLAS_COMPUTE_32F_FAST_TF32
+
+    def computes(fn, *xs, **options):
+        program, _ = _program(fn, *xs, **options)
+        return [cg.gemm_table(k, None)[15] for k in program.plan.launches
+                if k.launch_kind == "gemm"]
+
+    lw, lb = torch.randn(48, 64), torch.randn(48)
+    x = torch.randn(40, 64)
+    assert computes(lambda t: F.linear(t, lw, lb).relu(), x) == [exact]
+    assert computes(lambda t: F.linear(t, lw, lb).relu(), x, matmul_tf32=True) == [tf32]
+    a, b = torch.randn(3, 40, 64), torch.randn(3, 64, 24)
+    assert computes(torch.bmm, a, b, matmul_tf32=True) == [tf32]
+    assert computes(torch.bmm, a, b) == [exact]
+    w = torch.randn(8, 4, 3, 3)
+    conv = torch.randn(2, 4, 10, 10)
+    assert computes(lambda t: F.conv2d(t, w, None, 1, 1), conv, matmul_tf32=True) == [exact]
+    assert computes(lambda t: F.conv2d(t, w, None, 1, 1), conv, conv_tf32=True) == [tf32]
+    half = torch.randn(40, 64).to(torch.bfloat16)
+    lw16 = lw.to(torch.bfloat16)
+    program, _ = _program(lambda t: F.linear(t, lw16), half, matmul_tf32=True)
+    assert [k.gemm.get("compute") for k in program.plan.launches
+            if k.launch_kind == "gemm"] in ([], [None])
+
+
 def test_a_torch_models_fp32_convolutions_follow_torchs_tf32_setting(monkeypatch) -> None:
     """`fusec.compile` of a torch module (and the torch.compile backend), given no
     CudaOptions, runs fp32 convolutions as torch runs its own: TF32 while
@@ -541,6 +570,17 @@ def test_a_torch_models_fp32_convolutions_follow_torchs_tf32_setting(monkeypatch
         assert api.default_cuda_options().conv_tf32 is flag
         fusec.compile(model, x, target="cuda", cache=False)
         assert seen[-1].conv_tf32 is flag
+        assert seen[-1].matmul_tf32 is torch.backends.cuda.matmul.allow_tf32
+    # Matmuls follow torch's matmul setting, which set_float32_matmul_precision moves.
+    before = torch.get_float32_matmul_precision()
+    try:
+        for precision, flag in (("high", True), ("highest", False)):
+            torch.set_float32_matmul_precision(precision)
+            fusec.compile(model, x, target="cuda", cache=False)
+            assert seen[-1].matmul_tf32 is flag
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert cg.CudaOptions().matmul_tf32 is False
     fusec.compile(model, x, target="cuda", cache=False, cuda=cg.CudaOptions(conv_tf32=False))
     assert seen[-1].conv_tf32 is False
     assert cg.CudaOptions().conv_tf32 is False

@@ -193,9 +193,7 @@ def _register() -> None:
     register_kernel_builder(KernelBuilder(
         device=device,
         refuse_host_features=refuse_host_features,
-        rewrites=lambda func, gemm, tc_gemm, movement, conv_tf32: gpu_rewrites(
-            func, CudaOptions(device=device, gemm=gemm, tc_gemm=tc_gemm, movement=movement,
-                              conv_tf32=conv_tf32)),
+        rewrites=lambda func, flags: gpu_rewrites(func, CudaOptions(device=device, **flags)),
         tile_refusal=tile_refusal,
         tile_for_fallback=tile_for_fallback,
         whole_refusal=whole_refusal,

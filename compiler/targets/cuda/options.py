@@ -65,7 +65,14 @@ class CudaOptions:
         "default (torch.backends.cudnn.allow_tf32 = True); False: exact fp32. The command "
         "line and CudaOptions() default to exact; fusec.compile and the torch.compile "
         "backend, given no CudaOptions, take torch's own setting at the call (TF32 unless "
-        "the user turned it off). fp32 matmuls are exact either way (torch's default).")})
+        "the user turned it off). fp32 matmuls follow `matmul_tf32`.")})
+
+    matmul_tf32: bool = field(default=False, metadata={"help": (
+        "fp32 matmuls (Linear, bmm, @) on the GEMM library with TF32 operands, as torch runs "
+        "them where torch.backends.cuda.matmul.allow_tf32 is on (or "
+        "torch.set_float32_matmul_precision('high')); False (torch's default and fusec's): "
+        "exact fp32. fusec.compile and the torch.compile backend, given no CudaOptions, take "
+        "torch's setting at the call.")})
 
     tuning: str = field(default="", metadata={"help": (
         "The tuning cache our GEMM and attention kernels' tiles are read from (`fusec "

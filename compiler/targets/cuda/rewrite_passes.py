@@ -19,6 +19,7 @@ from fusec.compiler.targets.cuda.folding import fold_constant_groups
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
                                                   convs_to_gemm, erase_dead_groups,
+                                                  matmuls_to_tf32,
                                                   split_long_reductions,
                                                   extract_slices_to_generics, mark_view_groups,
                                                   merge_epilogue_consumers, split_at_reshapes,
@@ -36,6 +37,7 @@ class Rewrite:
     flag: str
     run: Callable[[ir.Operation, CudaOptions], object]
     summary: str
+    alone: tuple[tuple[str, object], ...] = ()  # the options its own flag runs it under
 
 
 # In order: each one's docstring says why it runs where it does.
@@ -44,6 +46,10 @@ REWRITES = (
             "Transposes that move only size-1 dims become reshapes (no kernel)."),
     Rewrite("fusion-gpu-slices-to-gathers", lambda f, o: extract_slices_to_generics(f),
             "Static slices become gathers (one element per GPU thread)."),
+    Rewrite("fusion-gpu-matmul-tf32", matmuls_to_tf32,
+            "fp32 matmuls marked to run on the GEMM library with TF32 operands (when the "
+            "options ask: torch's matmul allow_tf32); before convolutions become matmuls.",
+            alone=(("matmul_tf32", True),)),
     Rewrite("fusion-gpu-convs-to-gemm", convs_to_gemm,
             "2-D convolutions become im2col + one matmul (the GEMM library's, the data-movement "
             "kernels around it)."),
@@ -83,7 +89,7 @@ def _make_pass(rewrite: Rewrite) -> type[Pass]:
     def run(self, module: ir.Operation) -> None:
         for func in model_functions(module):
             with func.location:
-                result = rewrite.run(func, CudaOptions())
+                result = rewrite.run(func, CudaOptions(**dict(rewrite.alone)))
             if isinstance(result, list):  # split_matmul_groups' notes, as the composite keeps
                 func.attributes[attributes.GEMM_NOTES] = ir.ArrayAttr.get(
                     [ir.StringAttr.get(n) for n in result])

@@ -977,6 +977,33 @@ def mark_view_groups(func: ir.Operation) -> int:
     return count
 
 
+MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
+
+
+def matmuls_to_tf32(func: ir.Operation, options: CudaOptions | None = None) -> int:
+    """Mark every fp32 matmul in `func`'s groups `fusion.tf32` when the options ask for TF32
+    matmuls (`CudaOptions.matmul_tf32`: torch's `torch.backends.cuda.matmul.allow_tf32`, off
+    by default): where the matmul becomes a cuBLASLt call it computes with TF32 operands
+    (CUBLAS_COMPUTE_32F_FAST_TF32), as torch's do under that setting. Matmuls our own
+    kernels compute (the SIMT emitter's, attention's) stay exact fp32, which is more exact
+    than asked. Runs before convolutions become matmuls: theirs follow `conv_tf32` alone.
+    16-bit and integer matmuls are untouched. Returns how many matmuls were marked."""
+    from fusec.passes.grouping import walk_ops
+
+    if options is None or not options.matmul_tf32:
+        return 0
+    count = 0
+    for mm in walk_ops(func, lambda o: o.name in MATMUL_OPS):
+        parent = mm.parent
+        if parent is None or parent.name != GROUP_OP:
+            continue
+        types = [ir.ShapedType(v.type).element_type for v in mm.operands]
+        if types and all(str(t) == "f32" for t in types):
+            mm.attributes[attributes.TF32] = ir.UnitAttr.get()
+            count += 1
+    return count
+
+
 CONV_OPS = ("linalg.conv_2d_nchw_fchw", "linalg.conv_2d_ngchw_gfchw")
 
 
