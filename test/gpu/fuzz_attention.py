@@ -6,6 +6,7 @@ lengths, bf16 and f16, head dims 64 and 128), each built here by fusec's whole p
 checked there against float64 on fresh random inputs.
 
     python test/gpu/fuzz_attention.py build DIR --examples N --seed S   here: DIR/attfz/
+                                         (ATTENTION_WIDE=1: two warpgroups wherever they fit)
     python3 test/gpu/fuzz_attention.py run DIR [--limit N]               the H200
 
 A program must be one attention kernel (its kind in the artifact) and match float64 to 1e-2
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -128,6 +130,11 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
     from fusec.compiler.pipeline import CompileOptions
 
     spec_mod = __import__("gpu")
+    if os.environ.get("ATTENTION_WIDE"):
+        # Two warpgroups of 64 rows (and the producer warpgroup) wherever the model would
+        # take them at all (head dim 128, more than 64 query rows), however few key tiles.
+        from fusec.passes import cost_model
+        cost_model.ATTENTION_WIDE_MIN_TILES = 0
     folder = out_dir / "attfz"
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)

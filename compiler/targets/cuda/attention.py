@@ -84,6 +84,15 @@ from fusec.runtime.plan import Launch
 TENSOR_MAP_TYPES = {"bf16": 9, "f16": 6}
 SWIZZLE_128B = 3
 LOG2E = 1.4426950408889634
+# A producer warpgroup (FlashAttention-3's warp specialisation), where two or more consumer
+# warpgroups share each K / V tile: one thread of a warpgroup after theirs issues every K / V
+# load as soon as the consumers release the stage (an "empty" mbarrier per stage, one
+# arrival per consumer warp), so that the consumer warpgroups never wait for each other: no
+# block-wide barrier per key tile (each warpgroup syncs its own 128 threads for its P tile).
+# The producer gives its registers to the consumers (setmaxnreg). Off: thread 0 issues the
+# loads after a block-wide barrier per key tile.
+PRODUCER_WARP = True
+PRODUCER_REGISTERS = 24  # setmaxnreg's floor
 # How far (in log2 units) a row's max may pass the reference its P is taken against before
 # the reference moves and O is rescaled: P stays at most 2^8.
 RESCALE_LOG2 = 8.0
@@ -246,9 +255,13 @@ class AttentionEmitter(MovementEmitter):
         n_tiles = -(-o.n // t.bn)
         stages = min(t.stages, n_tiles)
         self.grid = o.batch * m_tiles
-        self.block = WARPGROUP * (t.bm // 64)  # a warpgroup per 64 query rows
+        consumers = WARPGROUP * (t.bm // 64)  # a warpgroup per 64 query rows
+        producer = PRODUCER_WARP and consumers >= 2 * WARPGROUP
+        self.block = consumers + (WARPGROUP if producer else 0)
         el = o.el
-        nbar = 1 + 2 * stages
+        # mbarriers: Q; K and V full per stage; with the producer warp, K and V empty too.
+        nbar = 1 + (4 if producer else 2) * stages
+        k_empty, v_empty = 1 + 2 * stages, 1 + 3 * stages
         bar = f"!nvgpu.mbarrier.group<memorySpace = {WS}, num_barriers = {nbar}>"
         tms, boxes = {}, {}
         for what, rows_box in (("Q", t.bm), ("K", t.bn), ("V", t.bn)):
@@ -295,6 +308,10 @@ class AttentionEmitter(MovementEmitter):
         # rows are 16 (w % 4) + lane / 4 (+ 8). Rows are counted in the block's tile.
         row0 = self.arith("addi", self.arith("muli", warp, idx(16)), quad_row)
         wg_rows = self.arith("muli", self.arith("divui", warp, idx(4)), idx(64))
+        # The warpgroup's own named barrier (1, 2, ...; 0 is the block's).
+        wg_barrier = self.fresh("wgb")
+        emit(f"{wg_barrier} = arith.index_cast "
+             f"{self.arith('addi', self.arith('divui', warp, idx(4)), idx(1))} : index to i32")
         rows = [row0, self.arith("addi", row0, idx(8))]
         emit(f"%smem = gpu.dynamic_shared_memory : memref<?xi8, {WS}>")
         ptr = self.fresh("p")
@@ -340,7 +357,8 @@ class AttentionEmitter(MovementEmitter):
         emit(f"scf.if {first} {{")
         self.indent += 1
         for b in range(nbar):
-            emit(f"nvgpu.mbarrier.init %bar[{idx(b)}], {idx(1)} : {bar}")
+            count = consumers // 32 if b >= k_empty else 1  # empty: one per consumer warp
+            emit(f"nvgpu.mbarrier.init %bar[{idx(b)}], {idx(count)} : {bar}")
         emit(f"nvgpu.tma.prefetch.descriptor %tma_k : {tm_k}")
         emit(f"nvgpu.tma.prefetch.descriptor %tma_v : {tm_v}")
         self.indent -= 1
@@ -351,10 +369,15 @@ class AttentionEmitter(MovementEmitter):
         emit(f"{pv} = memref.view %smem[{idx(p_off[0])}][] : memref<?xi8, {WS}> to {p_mem}")
         zvec = self.fresh("zv")
         emit(f"{zvec} = arith.constant dense<0.0> : vector<8x{el}>")
-        for i in range(t.bm * t.bn // (8 * self.block)):
-            elem = self.arith("addi", idx(t.bm * t.bn + 8 * self.block * i),
+        consumer = self.arith("cmpi ult,", "%tid", idx(consumers))
+        if producer:
+            emit(f"scf.if {consumer} {{")
+        for i in range(t.bm * t.bn // (8 * consumers)):
+            elem = self.arith("addi", idx(t.bm * t.bn + 8 * consumers * i),
                               self.arith("muli", "%tid", idx(8)))
             emit(f"vector.store {zvec}, {pv}[{elem}] : {p_mem}, vector<8x{el}>")
+        if producer:
+            emit("}")
         emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, "
              "space = #nvvm.shared_space<cta>}")
         emit("gpu.barrier")
@@ -377,13 +400,74 @@ class AttentionEmitter(MovementEmitter):
                               idx(-1))
             hi = self.arith("minui", self.arith("divui", self.arith("addi", last, idx(t.bn)),
                                                 idx(t.bn)), idx(n_tiles))
-        for s in range(stages):
-            go = self.arith("andi", first, self.arith("cmpi ult,", idx(s), hi), "i1")
-            emit(f"scf.if {go} {{")
+        def parity_of(count: str) -> str:
+            """`count` % 2 as the i1 an mbarrier wait takes."""
+            parity, wide = self.fresh("par"), self.fresh("pw")
+            emit(f"{wide} = arith.index_cast {self.arith('remui', count, idx(2))} : index to i32")
+            emit(f"{parity} = arith.trunci {wide} : i32 to i1")
+            return parity
+
+        if producer:
+            # The producer warp's first lane: K_u, then V_u-1 (V_t's stage is free a step
+            # after K_t+1's: each wait is for the step the next K waits for anyway), each
+            # past the first STAGES once its stage's previous tile is released.
+            emit(f"scf.if {self.arith('cmpi uge,', '%tid', idx(consumers))} {{")
             self.indent += 1
-            load("K", s, idx(s))
-            load("V", s, idx(s))
+            emit(f"nvvm.setmaxregister decrease {PRODUCER_REGISTERS}")
+            emit(f"scf.if {self.arith('cmpi eq,', '%tid', idx(consumers))} {{")
+            self.indent += 1
+            emit(f"scf.for %u = {idx(0)} to {self.arith('addi', hi, idx(1))} step {idx(1)} {{")
+            self.indent += 1
+            for which, tile, empty in (("K", "%u", k_empty), ("V", None, v_empty)):
+                if tile is None:
+                    tile = self.arith("subi", "%u", idx(1))
+                    cond = self.arith("cmpi uge,", "%u", idx(1))
+                else:
+                    cond = self.arith("cmpi ult,", tile, hi)
+                emit(f"scf.if {cond} {{")
+                self.indent += 1
+                stage = self.arith("remui", tile, idx(stages))
+                again = self.arith("cmpi uge,", tile, idx(stages))
+                emit(f"scf.if {again} {{")
+                released = parity_of(self.arith("addi", self.arith("divui", tile, idx(stages)),
+                                                 idx(1)))
+                emit(f"  nvgpu.mbarrier.try_wait.parity %bar[{self.arith('addi', stage, idx(empty))}]"
+                     f", {released}, {idx(10000000)} : {bar}")
+                emit("}")
+                load(which, stage, tile)
+                self.indent -= 1
+                emit("}")
             self.indent -= 1
+            emit("}")
+            self.indent -= 1
+            emit("}")
+            self.indent -= 1
+            emit("}")
+            # The consumer warpgroups: everything below, with the producer's registers.
+            emit(f"scf.if {consumer} {{")
+            self.indent += 1
+            regs = min(240, (65536 - WARPGROUP * PRODUCER_REGISTERS) // consumers // 8 * 8)
+            emit(f"nvvm.setmaxregister increase {regs}")
+        else:
+            for s in range(stages):
+                go = self.arith("andi", first, self.arith("cmpi ult,", idx(s), hi), "i1")
+                emit(f"scf.if {go} {{")
+                self.indent += 1
+                load("K", s, idx(s))
+                load("V", s, idx(s))
+                self.indent -= 1
+                emit("}")
+
+        warp_lead = self.arith("cmpi eq,", lane, idx(0))
+
+        def release(cond: str, empty: int, tile: str) -> None:
+            """Each consumer warp's first lane: `tile`'s K or V stage is read (its MMAs waited
+            for), the producer may load into it."""
+            go = self.arith("andi", warp_lead, cond, "i1")
+            emit(f"scf.if {go} {{")
+            b = self.arith("addi", self.arith("remui", tile, idx(stages)), idx(empty))
+            emit(f"  {self.fresh('tok')} = nvgpu.mbarrier.arrive %bar[{b}] : {bar} -> "
+                 f"!nvgpu.mbarrier.token")
             emit("}")
 
         ns = t.bn // 2  # the scores' fragment: f32 values per thread
@@ -479,9 +563,12 @@ class AttentionEmitter(MovementEmitter):
         s_first = issue_scores(k0_desc)
         emit("nvvm.wgmma.wait.group.sync.aligned 0")
         # K_0 is read: its stage takes K_STAGES now, a whole step before S_STAGES is issued.
-        emit("gpu.barrier")
-        load_if(self.arith("andi", first, self.arith("cmpi ult,", idx(stages), hi), "i1"),
-                "K", 0, idx(stages))
+        if producer:
+            release(self.arith("cmpi ult,", idx(0), hi), k_empty, idx(0))
+        else:
+            emit("gpu.barrier")
+            load_if(self.arith("andi", first, self.arith("cmpi ult,", idx(stages), hi), "i1"),
+                    "K", 0, idx(stages))
         emit(f"%loop:6 = scf.for %j = {idx(0)} to {hi} step {idx(1)} iter_args(%acc = {o0}, "
              f"%mx0 = {ninf}, %mx1 = {ninf}, %l0 = {zero}, %l1 = {zero}, %s_cur = {s_first}) "
              f"-> ({st_o}, f32, f32, f32, f32, {st_s}) {{")
@@ -697,19 +784,28 @@ class AttentionEmitter(MovementEmitter):
         acc = scaled
         emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, "
              "space = #nvvm.shared_space<cta>}")
-        emit("gpu.barrier")
-        # Freed: K_j+1's stage (S_j+1 just waited for) takes K_j+1+STAGES, issued a whole
-        # step before it is read (S_j+1+STAGES is issued at the start of step j + STAGES);
-        # V_j-1's (P V just waited for) takes V_j-1+STAGES (V_1 .. V_STAGES-1 came before
-        # the loop), read at step j + STAGES.
-        k_tile = self.arith("addi", following, idx(stages))
-        load_if(self.arith("andi", first, self.arith("cmpi ult,", k_tile, hi), "i1"),
-                "K", self.arith("remui", following, idx(stages)), k_tile)
-        v_tile = self.arith("addi", "%j", idx(stages - 1))
-        v_go = self.arith("andi", self.arith("cmpi uge,", "%j", idx(1)),
-                          self.arith("cmpi ult,", v_tile, hi), "i1")
-        load_if(self.arith("andi", first, v_go, "i1"), "V",
-                self.arith("remui", v_tile, idx(stages)), v_tile)
+        if producer:
+            # This warpgroup's P_j is in shared memory for its own P V; the K_j+1 and V_j-1
+            # stages it read are released to the producer (the other warpgroup may be a
+            # step away).
+            emit(f"nvvm.barrier id = {wg_barrier} number_of_threads = "
+                 f"{self.const(WARPGROUP, 'i32')}")
+            release(self.arith("cmpi ult,", following, hi), k_empty, following)
+            release(self.arith("cmpi uge,", "%j", idx(1)), v_empty, prev)
+        else:
+            emit("gpu.barrier")
+            # Freed: K_j+1's stage (S_j+1 just waited for) takes K_j+1+STAGES, issued a
+            # whole step before it is read (S_j+1+STAGES is issued at the start of step
+            # j + STAGES); V_j-1's (P V just waited for) takes V_j-1+STAGES (V_1 ..
+            # V_STAGES-1 came before the loop), read at step j + STAGES.
+            k_tile = self.arith("addi", following, idx(stages))
+            load_if(self.arith("andi", first, self.arith("cmpi ult,", k_tile, hi), "i1"),
+                    "K", self.arith("remui", following, idx(stages)), k_tile)
+            v_tile = self.arith("addi", "%j", idx(stages - 1))
+            v_go = self.arith("andi", self.arith("cmpi uge,", "%j", idx(1)),
+                              self.arith("cmpi ult,", v_tile, hi), "i1")
+            load_if(self.arith("andi", first, v_go, "i1"), "V",
+                    self.arith("remui", v_tile, idx(stages)), v_tile)
         self.memo.pop()
         emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}, {s_next} : "
              f"{st_o}, f32, f32, f32, f32, {st_s}")
@@ -758,6 +854,9 @@ class AttentionEmitter(MovementEmitter):
                     lanes.append(v)
                 off = self.arith("addi", base, self.arith("addi", quad_col, idx(8 * c)))
                 self.store_vector(out_arg, off, lanes)
+            self.indent -= 1
+            emit("}")
+        if producer:
             self.indent -= 1
             emit("}")
         return self.function_text(self.block, self.grid)
