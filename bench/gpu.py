@@ -63,6 +63,11 @@ def linear_gelu(x, w, b):
     return F.gelu(F.linear(x, w, b))
 
 
+def layernorm_linear(x, g, b, w, bias):
+    """Issue 14's GEMM-prologue workload: LayerNorm in front of a Linear with its bias."""
+    return F.linear(F.layer_norm(x, (x.shape[-1],), g, b, 1e-5), w, bias)
+
+
 def transformer_layer(d_model: int = 512, nhead: int = 8) -> torch.nn.Module:
     """The design table's TransformerEncoderLayer (d512, 8 heads, feed-forward 2048), eval."""
     torch.manual_seed(0)
@@ -84,6 +89,8 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
         return [(rows, cols), (cols, cols), (cols,)]
     if name == "tel":  # batch 1, sequence `rows`, d_model `cols`
         return [(1, rows, cols)]
+    if name == "lnl":  # LayerNorm(x [rows, cols]) @ w[cols, cols]^T + bias
+        return [(rows, cols), (cols,), (cols,), (cols, cols), (cols,)]
     if name.startswith("ew"):
         return [(rows * cols,)]
     if name.startswith("ln"):
@@ -94,7 +101,7 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
 
 
 FUNCTIONS = {"ew": ew_chain, "ln": residual_layernorm, "rms": rmsnorm, "softmax": softmax,
-             "lg": linear_gelu}
+             "lg": linear_gelu, "lnl": layernorm_linear}
 _LAYERS: dict[str, torch.nn.Module] = {}
 
 
@@ -128,6 +135,8 @@ WORKLOADS = {
     "linear_gelu": ("lg", 8192, 4096, "linear+bias+GELU 8192x4096x4096 fp32", torch.float32),
     "linear_gelu_bf16": ("lg", 8192, 4096, "linear+bias+GELU 8192x4096x4096 bf16",
                          torch.bfloat16),
+    "ln_linear_bf16": ("lnl", 16384, 4096, "LayerNorm + Linear + bias 16384x4096 -> 4096 bf16",
+                       torch.bfloat16),
     "transformer_b1": ("tel", 16, 512, "TransformerEncoderLayer B1 S16 d512 fp32",
                        torch.float32),
 }
@@ -171,7 +180,7 @@ def inputs_for(name: str, device: str, seed: int = 0) -> list[torch.Tensor]:
     out = []
     for i, shape in enumerate(_shapes(key, rows, cols)):
         x = torch.randn(shape, generator=g, dtype=torch.float32)
-        if key == "lg" and i == 1:
+        if (key, i) in (("lg", 1), ("lnl", 3)):
             x /= cols ** 0.5  # nn.Linear-like weight scale: GELU sees values of order 1
         out.append(x.to(device, dtype))
     return out
@@ -187,7 +196,7 @@ def floor_bytes(name: str) -> int:
 
 def flops(name: str) -> int:
     key, rows, cols, _, _ = ALL[name]
-    return 2 * rows * cols * cols if key == "lg" else 0
+    return 2 * rows * cols * cols if key in ("lg", "lnl") else 0
 
 
 # ---------------------------------------------------------------- build (no GPU)
@@ -383,7 +392,7 @@ def copy_bandwidth() -> float:
 
 def matmul_alone_ms(name: str, xs: list[torch.Tensor], reps: int) -> float:
     """The matmul of a linear workload alone (torch.mm, cuBLAS): its compute floor here."""
-    x, w = xs[0], xs[1]
+    x, w = (xs[0], xs[1]) if ALL[name][0] == "lg" else (xs[0], xs[3])
     wt = w.t()
     return time_ms(lambda: torch.mm(x, wt), reps)
 
@@ -443,7 +452,7 @@ def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune:
             variants["fusec_graph"]()
             torch.cuda.synchronize()
             row["err"]["fusec_graph"] = rel_err(outs[0], ref)
-        if key == "lg":
+        if key in ("lg", "lnl"):
             row["matmul_alone_ms"] = matmul_alone_ms(name, xs, reps)
             row["floor_ms"] = max(row["floor_ms"], row["matmul_alone_ms"])
         # fusec timed a second time: the spread between two timings of one version is the noise.

@@ -1365,11 +1365,13 @@ class AttentionTile:
 
 
 # Key tiles of 128 a block must read, on average, before two warpgroups sharing each K/V
-# tile (BM 128) beat one warpgroup on 64-key tiles at head dim 128 (runs 133: S4096 non-causal,
-# 32 tiles a block, 2.25 ms against 2.41; causal S4096, 16.5, 1.59 against 1.46; causal
-# S32768, 128.5, 38.4 against 43.9): the block's fixed costs (Q's load, the pipeline's fill,
-# the last P V and the store) are paid once per 128 rows instead of 64.
-ATTENTION_WIDE_MIN_TILES = 32
+# tile (BM 128, with the producer warpgroup) beat one warpgroup on 64-key tiles at head dim
+# 128: the block's fixed costs (Q's load, the pipeline's fill, the last P V and the store)
+# are paid once per 128 rows instead of 64, and K and V are read from L2 half as often. Run
+# 184 (H100, B8 H16, bf16, the producer warpgroup on): S4096 non-causal (32 tiles a block)
+# 1.874 ms against 2.312; causal S4096 (16) 0.987 against 1.166. Before the producer (run
+# 133) the causal S4096 point went the other way (1.59 against 1.46), and the bound was 32.
+ATTENTION_WIDE_MIN_TILES = 16
 
 
 def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int = 0,

@@ -228,10 +228,10 @@ def test_factored_views_compose_head_split_and_gqa_repeat():
 
 
 def test_model_tile_two_warpgroups_where_blocks_read_many_key_tiles():
-    """Head dim 128 leaves one warpgroup 64-key tiles; where a block reads 32 key tiles of
+    """Head dim 128 leaves one warpgroup 64-key tiles; where a block reads 16 key tiles of
     128 or more on average (half the keys under a causal mask), two warpgroups share
-    128-key tiles (BM 128): not at causal S4096 (16.5 tiles), not for decoding (one row),
-    never at head dim 64 (one warpgroup already takes 128-key tiles)."""
+    128-key tiles (BM 128): at causal S4096 (16 tiles), not at causal S2048 (8), not for
+    decoding (one row), never at head dim 64 (one warpgroup already takes 128-key tiles)."""
     from fusec.passes import cost_model
     from fusec.compiler.targets.cuda.device import H200
 
@@ -240,9 +240,11 @@ def test_model_tile_two_warpgroups_where_blocks_read_many_key_tiles():
         return (t.bm, t.bn, t.stages)
 
     assert tile(128, 4096, 4096, False) == (128, 128, 2)
-    assert tile(128, 4096, 4096, True) == (64, 64, 2)
+    assert tile(128, 4096, 4096, True) == (128, 128, 2)
     assert tile(128, 32768, 32768, True) == (128, 128, 2)
-    assert tile(128, 2048, 2048, False) == (64, 64, 2)
+    assert tile(128, 2048, 2048, False) == (128, 128, 2)
+    assert tile(128, 2048, 2048, True) == (64, 64, 2)
+    assert tile(128, 1024, 1024, False) == (64, 64, 2)
     assert tile(128, 1, 8192, False) == (64, 64, 2)
     assert tile(64, 32768, 32768, False) == (64, 128, 2)
     # The model's tile is the first candidate --tune measures; each candidate fits the SM.
