@@ -5,8 +5,9 @@ eager and Inductor in the same process.
     python test/gpu/attention.py build DIR [CASE ...]   here: DIR/att/<case>.so, cases.json
                                                          (ATTENTION_TILE=bm,bn,stages: that
                                                          tile where it is a candidate;
-                                                         ATTENTION_PRODUCER=1 / 0: the
-                                                         producer warpgroup on / off)
+                                                         ATTENTION_PRODUCER=1 / 0 / all:
+                                                         the producer warpgroup on / off /
+                                                         for one warpgroup too)
     python3 test/gpu/attention.py run DIR [CASE ...]     the H200: numerics (twice), kernels,
                                                           times (CUDA events, medians)
     python3 test/gpu/attention.py check DIR [CASE ...]   numerics only (compute-sanitizer)
@@ -167,9 +168,10 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
     # as `fusec --cuda-tile-candidate i`; a case without it is not built).
     want = tuple(int(x) for x in os.environ["ATTENTION_TILE"].split(",")) \
         if os.environ.get("ATTENTION_TILE") else None
-    if os.environ.get("ATTENTION_PRODUCER"):  # 1 / 0: the producer warpgroup on / off
-        from fusec.compiler.targets.cuda import attention
-        attention.PRODUCER_WARP = os.environ["ATTENTION_PRODUCER"] == "1"
+    if os.environ.get("ATTENTION_PRODUCER"):  # 1 / 0 / all: the producer warpgroup on /
+        from fusec.compiler.targets.cuda import attention  # off / for one warpgroup too
+        attention.PRODUCER_WARP = os.environ["ATTENTION_PRODUCER"] in ("1", "all")
+        attention.PRODUCER_ONE_WARPGROUP = os.environ["ATTENTION_PRODUCER"] == "all"
 
     Wrap = _bench().Wrap
     folder = out_dir / "att"

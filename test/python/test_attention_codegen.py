@@ -59,7 +59,8 @@ def test_naive_attention_is_one_kernel_with_three_tensor_maps(tmp_path):
         [64, 64, 1, 1, 1, 3, 0]
     assert launch["maps"][0] == q_map
     assert launch["maps"][1] == [1] + q_map[1:12] + [64, 128, 1, 1, 1, 3, 0]
-    assert launch["grid"] == 6 * 4 and launch["block"] == 128
+    # One consumer warpgroup and the producer warpgroup.
+    assert launch["grid"] == 6 * 4 and launch["block"] == 256
     # Q, two K/V stages, and P twice (P_j is written while P_j-1 V_j-1 is in flight).
     assert launch["shared_bytes"] == 64 * 64 * 2 + 2 * 2 * 128 * 64 * 2 + 2 * 64 * 128 * 2
     ptx = (tmp_path / "m.ptx").read_text()
@@ -286,13 +287,22 @@ def test_two_warpgroup_tile_builds_consumers_and_a_producer(tmp_path):
     assert spilled <= 32, out.stderr
 
 
-def test_one_warpgroup_tile_has_no_producer(tmp_path):
-    """A tile of one warpgroup (64 rows) keeps thread 0 issuing the loads: 128 threads, no
-    setmaxnreg (two such CTAs share an SM, each register budget 128 and up)."""
+def test_one_warpgroup_tile_has_a_producer_and_two_ctas_per_sm(tmp_path):
+    """A tile of one consumer warpgroup (64 rows) has the producer warpgroup too (256
+    threads), and two such CTAs share an SM: each thread starts at 128 registers
+    (`.minnctapersm 2`), the consumer rises to 232; nothing spills."""
     meta = _build(_naive, [(1, 2, 256, 64)] * 3, tmp_path)
     assert meta["kernels"][0]["info"]["tile"][0] == 64
-    assert meta["plan"]["launches"][0]["block"] == 128
-    assert "setmaxnreg" not in (tmp_path / "m.ptx").read_text()
+    assert meta["plan"]["launches"][0]["block"] == 256
+    ptx = (tmp_path / "m.ptx").read_text()
+    assert re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32\s+(\d+)", ptx) == \
+        [("dec", "24"), ("inc", "232")]
+    assert re.search(r"\.minnctapersm 2", ptx)
+    if shutil.which("ptxas"):
+        out = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "m.ptx"), "-o",
+                              str(tmp_path / "m.cubin")], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert "0 bytes spill stores" in out.stderr and "Used 128 registers" in out.stderr
 
 
 def test_warps_past_the_last_row_skip_the_softmax(tmp_path):
