@@ -69,6 +69,9 @@ def decomposition_table() -> dict[Any, Any]:
     - integer shifts by a count outside [0, bits): 0 for `<<`, the sign for `>>`, as torch's
       kernels define them (LLVM's shift by the width or more is poison: x86 took the count
       mod 32); `max()` / `min()` of an empty tensor raise torch's error (no identity).
+    - `aten.logcumsumexp` of floats: shifted by the row's largest finite value and summed in
+      f64 (torch-mlir's `log(cumsum(exp(x)))` gave inf above x = 88 and -inf below -103);
+      exact unless a prefix of the row lies more than ~700 below the row's maximum.
     - `aten.topk` of a few largest and `aten.scatter` of a few indices per row (a mixture of
       experts' router): row maxima and selects, fusable, instead of tm_tensor's serial
       loops (a one-thread kernel on the GPU); more than SMALL_SELECTION stay torch-mlir's.
@@ -108,6 +111,7 @@ def decomposition_table() -> dict[Any, Any]:
         table[op] = _full_reduction_of_nonempty(op, name, table.get(op))
     table[aten.eq.Tensor] = _eq_self
     table[aten.isclose.default] = _isclose
+    table[aten.logcumsumexp.default] = _logcumsumexp
     table[aten.randint.low] = _randint_from_zero
     table[aten.index_put.default] = _index_put
     table[aten.index.Tensor] = _index_int64
@@ -304,6 +308,22 @@ def _fmod(a: Any, b: Any) -> Any:
         r = aten.remainder.Scalar(aten.abs.default(a), abs(b))
     # a's sign as its sign bit reads: fmod(-0.0, b) is -0.0.
     return aten.where.self(_signbit(a), aten.neg.default(r), r)
+
+
+def _logcumsumexp(x: Any, dim: int) -> Any:
+    """log(cumsum(exp(x))) along `dim`, as torch's scan computes it to within float
+    rounding: shifted by the largest finite value of each row (no overflow), in f64 (no
+    underflow until a prefix is ~700 below that maximum), rounded once. NaN propagates from
+    its position on, +inf gives inf from its position on, -inf adds nothing."""
+    import torch
+
+    if not x.dtype.is_floating_point or x.numel() == 0:
+        return NotImplemented
+    wide = x.to(torch.float64)
+    ninf = torch.scalar_tensor(float("-inf"), dtype=torch.float64, device=x.device)
+    peak = torch.where(torch.isfinite(wide), wide, ninf).amax(dim, keepdim=True)
+    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    return (torch.log(torch.cumsum(torch.exp(wide - peak), dim)) + peak).to(x.dtype)
 
 
 def _isfinite(x: torch.Tensor) -> torch.Tensor:

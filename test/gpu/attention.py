@@ -117,6 +117,10 @@ CASES = {
                         "SDPA B8 H16 S4096 D128 bf16", True),
     "sdpa_causal_s4096_d128": (sdpa_causal, _qkv(8, 16, 4096, 4096, 128, bf16),
                                "SDPA causal B8 H16 S4096 D128 bf16", True),
+    "bert_masked_s128": (masked, _qkv(2, 12, 128, 128, 64, bf16) + [((2, 1, 128, 128), bf16)],
+                         "BERT-base's attention: B2 H12 S128 D64, a padding mask", True),
+    "vit_s197": (sdpa, _qkv(2, 12, 197, 197, 64, bf16), "ViT-B/16's attention: B2 H12 S197 "
+                 "D64", True),
     "sdpa_s2048_d128": (sdpa, _qkv(8, 16, 2048, 2048, 128, bf16),
                         "SDPA B8 H16 S2048 D128 bf16", True),
     "sdpa_causal_s2048_d128": (sdpa_causal, _qkv(8, 16, 2048, 2048, 128, bf16),
@@ -286,8 +290,9 @@ def run(art_dir: Path, names: list[str]) -> int:
         ind = torch.compile(fn) if full else None
         if full:
             ind(*xs)
-        if len(xs) == 3:
-            q, k, v = xs
+        mask = xs[3] if len(xs) > 3 else None  # an additive mask: SDPA's attn_mask
+        if len(xs) >= 3:
+            q, k, v = xs[:3]
         else:  # the split from [B, T, 3 d]: SDPA on contiguous heads
             b, t, d3 = xs[0].shape
             q, k, v = (z.view(b, t, d3 // 192, 64).transpose(1, 2).contiguous()
@@ -295,7 +300,7 @@ def run(art_dir: Path, names: list[str]) -> int:
             causal = True
         times = {"fusec": bench.time_ms(model.bind(xs, out), 20),
                  "sdpa": bench.time_ms(lambda: F.scaled_dot_product_attention(
-                     q, k, v, is_causal=causal), 20)}
+                     q, k, v, attn_mask=mask, is_causal=causal), 20)}
         if full:
             times.update({"eager": bench.time_ms(lambda: fn(*xs), 10),
                           "inductor": bench.time_ms(lambda: ind(*xs), 20)})
