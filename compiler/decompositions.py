@@ -69,6 +69,7 @@ def decomposition_table() -> dict[Any, Any]:
     - integer shifts by a count outside [0, bits): 0 for `<<`, the sign for `>>`, as torch's
       kernels define them (LLVM's shift by the width or more is poison: x86 took the count
       mod 32); `max()` / `min()` of an empty tensor raise torch's error (no identity).
+    - `aten.scatter_reduce` "mean" of integers: floor division by the count, as torch.
     - `aten.logcumsumexp` of floats: shifted by the row's largest finite value and summed in
       f64 (torch-mlir's `log(cumsum(exp(x)))` gave inf above x = 88 and -inf below -103);
       exact unless a prefix of the row lies more than ~700 below the row's maximum.
@@ -112,6 +113,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.eq.Tensor] = _eq_self
     table[aten.isclose.default] = _isclose
     table[aten.logcumsumexp.default] = _logcumsumexp
+    table[aten.scatter_reduce.two] = _scatter_reduce_integer_mean
     table[aten.randint.low] = _randint_from_zero
     table[aten.index_put.default] = _index_put
     table[aten.index.Tensor] = _index_int64
@@ -308,6 +310,22 @@ def _fmod(a: Any, b: Any) -> Any:
         r = aten.remainder.Scalar(aten.abs.default(a), abs(b))
     # a's sign as its sign bit reads: fmod(-0.0, b) is -0.0.
     return aten.where.self(_signbit(a), aten.neg.default(r), r)
+
+
+def _scatter_reduce_integer_mean(x: Any, dim: int, index: Any, src: Any, reduce: str,
+                                 include_self: bool = True) -> Any:
+    """scatter_reduce's "mean" of integers as torch computes it: the sum over the count,
+    rounded toward -inf (torch divides with rounding_mode="floor"; torch-mlir's division
+    truncated: (7 - 8) / 2 gave 0 where torch gives -1). Positions no index reaches keep
+    x's value. Floats and the other reductions: torch-mlir's."""
+    import torch
+
+    if reduce != "mean" or x.dtype.is_floating_point or x.dtype == torch.bool:
+        return NotImplemented
+    total = torch.scatter_reduce(x, dim, index, src, "sum", include_self=include_self)
+    count = torch.ones_like(x) if include_self else torch.zeros_like(x)
+    count = torch.scatter_add(count, dim, index, torch.ones_like(src))
+    return torch.div(total, count.clamp(min=1), rounding_mode="floor")
 
 
 def _logcumsumexp(x: Any, dim: int) -> Any:
@@ -1000,8 +1018,10 @@ def _small_scatter(x: torch.Tensor, dim: int, index: torch.Tensor, src: Any) -> 
     its other dims x's) as selects in index order: out = where(position == index[..., j],
     src[..., j], out) for each j, the later write winning as in the serial loop. A router's
     weights written at its topk positions; torch-mlir's tm_tensor.scatter is a serial loop.
-    Other shapes are torch-mlir's. An index out of range writes nothing here (torch raises;
-    the serial loop's bounds check reports it)."""
+    Other shapes are torch-mlir's. Each index is compared through a gather of the positions
+    (itself, where it is in range), so that an index out of range (or negative) is reported
+    by the gather's bounds check as torch's IndexError, not silently written nowhere (a
+    probe's find)."""
     import torch
 
     dim = dim % x.dim()
@@ -1013,8 +1033,10 @@ def _small_scatter(x: torch.Tensor, dim: int, index: torch.Tensor, src: Any) -> 
     pos = torch.arange(x.shape[dim], device=x.device).reshape(shape)
     if isinstance(src, torch.Tensor):
         src = src[tuple(slice(0, s) for s in index.shape)].to(x.dtype)
+    every = pos.expand(*index.shape[:dim], x.shape[dim], *index.shape[dim + 1:])
     out = x
     for j in range(index.shape[dim]):
         value = src.narrow(dim, j, 1) if isinstance(src, torch.Tensor) else src
-        out = torch.where(pos == index.narrow(dim, j, 1), value, out)
+        checked = torch.gather(every, dim, index.narrow(dim, j, 1))
+        out = torch.where(pos == checked, value, out)
     return out

@@ -632,3 +632,36 @@ def test_logcumsumexp_keeps_its_range():
         ref = torch.logcumsumexp(fresh.double(), dim)
         out = torch.as_tensor(np.asarray(compiled(fresh))).double()
         assert float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)) < 1e-6
+
+
+def test_scatter_out_of_range_raises_as_torch_does():
+    """A few indices per row are written by selects; an index out of range (or negative)
+    matched no position and was silently dropped where torch raises (a probe's find). Each
+    index now goes through a bounds-checked gather: IndexError naming it; in range, the
+    result is eager's."""
+    x = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    v = torch.tensor([[100.0], [200.0], [300.0], [400.0]])
+    good = torch.tensor([[0], [2], [1], [2]])
+    compiled = fusec.compile(Fn(lambda a, i, b: a.scatter(1, i, b)), x, good, v, cache=False)
+    np.testing.assert_array_equal(np.asarray(compiled(x, good, v)), x.scatter(1, good, v).numpy())
+    for bad in ([[0], [3], [1], [2]], [[0], [1], [-1], [2]], [[0], [1], [1], [1000000]]):
+        with pytest.raises(IndexError, match="out of range for dimension 1 of size 3"):
+            compiled(x, torch.tensor(bad), v)
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+def test_integer_scatter_reduce_mean_rounds_down(include_self):
+    """scatter_reduce's integer "mean" divides with rounding toward -inf in torch; the
+    lowering truncated ((7 - 8) / 2 gave 0, torch -1: a probe's find)."""
+    x = torch.tensor([[5, -3, 7], [2, 4, -6], [1, 1, 1], [-7, 8, 3]])
+    i = torch.tensor([[0, 1, 0], [0, 1, 3], [1, 1, 3]])
+    v = torch.tensor([[2, 4, -8], [-3, -6, 2], [9, 1, 6]])
+
+    def fn(a, j, b):
+        return a.scatter_reduce(0, j, b, "mean", include_self=include_self)
+
+    compiled = fusec.compile(Fn(fn), x, i, v, cache=False)
+    g = torch.Generator().manual_seed(3)
+    for xs in ((x, i, v), (torch.randint(-50, 50, (4, 3), generator=g), i,
+                           torch.randint(-50, 50, (3, 3), generator=g))):
+        np.testing.assert_array_equal(np.asarray(compiled(*xs)), fn(*xs).numpy())
