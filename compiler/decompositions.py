@@ -5,6 +5,7 @@ clean, fusable linalg (see `decomposition_table`)."""
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,6 +70,11 @@ def decomposition_table() -> dict[Any, Any]:
     - integer shifts by a count outside [0, bits): 0 for `<<`, the sign for `>>`, as torch's
       kernels define them (LLVM's shift by the width or more is poison: x86 took the count
       mod 32); `max()` / `min()` of an empty tensor raise torch's error (no identity).
+    - `aten.index_add`, `index_copy`, `scatter_add`: a negative index raises IndexError as
+      in torch (the scatter's lowering counted it from the end, as `y[i] = v` does);
+      `one_hot`: a class out of range raises (it wrote a row of zeros).
+    - `aten.embedding_bag` with `per_sample_weights` (mode "sum"): the weighted rows summed
+      per bag (the lowering dropped the weights).
     - `aten.scatter_reduce` "mean" of integers: floor division by the count, as torch.
     - `aten.logcumsumexp` of floats: shifted by the row's largest finite value and summed in
       f64 (torch-mlir's `log(cumsum(exp(x)))` gave inf above x = 88 and -inf below -103);
@@ -114,6 +120,11 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.isclose.default] = _isclose
     table[aten.logcumsumexp.default] = _logcumsumexp
     table[aten.scatter_reduce.two] = _scatter_reduce_integer_mean
+    for op in (aten.index_add.default, aten.index_copy.default, aten.scatter_add.default):
+        table[op] = _with_checked_index(op, table.get(op))
+    table[aten.one_hot.default] = _one_hot_checked
+    for op in (aten.embedding_bag.padding_idx, aten.embedding_bag.default):
+        table[op] = _weighted_embedding_bag(op)
     table[aten.randint.low] = _randint_from_zero
     table[aten.index_put.default] = _index_put
     table[aten.index.Tensor] = _index_int64
@@ -310,6 +321,94 @@ def _fmod(a: Any, b: Any) -> Any:
         r = aten.remainder.Scalar(aten.abs.default(a), abs(b))
     # a's sign as its sign bit reads: fmod(-0.0, b) is -0.0.
     return aten.where.self(_signbit(a), aten.neg.default(r), r)
+
+
+_CHECKING = threading.local()  # a wrapped op's own call inside its decomposition
+
+
+def _checked(index: Any, size: int) -> Any:
+    """`index`'s values read back through a gather from arange(size): the same values, and
+    fusec's bounds check on the gather (--fusion-guard-indices) raises IndexError for any
+    outside [0, size), as torch does for these ops (no wrapping of negative indices)."""
+    import torch
+
+    positions = torch.arange(size, dtype=index.dtype, device=index.device)
+    return torch.index_select(positions, 0, index.reshape(-1)).reshape(index.shape)
+
+
+def _unwrapped(index: Any, size: int) -> Any:
+    """`index` with each negative value moved down by `size`: the scatter's lowering counts
+    a negative index from the end (as `y[i] = v` takes it) and its bounds check then sees
+    the original negative value and raises IndexError, as torch does for these ops. One
+    elementwise op that fuses with the index's other ops (a gather would be a kernel)."""
+    import torch
+
+    return torch.where(index < 0, index - size, index)
+
+
+def _with_checked_index(op: Any, decomposition: Any) -> Any:
+    """`op(x, dim, index, ...)` with negative indices made errors (`_unwrapped`), then as
+    before: torch's decomposition where the table has one, else the op itself."""
+
+    def run(x: Any, dim: int, index: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_CHECKING, "on", False) or index.numel() == 0 or x.dim() == 0:
+            return NotImplemented
+        _CHECKING.on = True
+        try:
+            index = _unwrapped(index, x.shape[dim % x.dim()])
+            if decomposition is not None:
+                return decomposition(x, dim, index, *args, **kwargs)
+            return op(x, dim, index, *args, **kwargs)
+        finally:
+            _CHECKING.on = False
+
+    return run
+
+
+def _one_hot_checked(x: Any, num_classes: int = -1) -> Any:
+    """one_hot with the class count given: a compare with arange, the classes checked
+    (`_checked`): torch raises for a class below 0 or at least num_classes."""
+    import torch
+
+    if num_classes < 0 or x.numel() == 0:
+        return NotImplemented
+    classes = torch.arange(num_classes, dtype=x.dtype, device=x.device)
+    return (_checked(x, num_classes).unsqueeze(-1) == classes).to(torch.int64)
+
+
+def _weighted_embedding_bag(op: Any) -> Any:
+    """embedding_bag with per_sample_weights (mode "sum", the only mode torch allows them
+    in): each row scaled by its weight, summed per bag (bags from the offsets, or the rows
+    of 2-D indices); padding_idx rows add nothing. The other outputs (offsets to bags, bag
+    sizes, max indices) are the unweighted op's. Without weights: as before."""
+
+    def run(weight: Any, indices: Any, offsets: Any, scale_grad_by_freq: bool = False,
+            mode: int = 0, sparse: bool = False, per_sample_weights: Any = None,
+            include_last_offset: bool = False, padding_idx: Any = None) -> Any:
+        import torch
+
+        if per_sample_weights is None or mode != 0 or indices.dim() not in (1, 2):
+            return NotImplemented
+        rest = (scale_grad_by_freq, mode, sparse, None, include_last_offset) + \
+            ((padding_idx,) if op is torch.ops.aten.embedding_bag.padding_idx else ())
+        aux = op(weight, indices, offsets, *rest)
+        if indices.dim() == 2:
+            length = indices.shape[1]
+            bags = indices.shape[0]
+            bag = torch.arange(indices.numel(), device=indices.device) // length
+        else:
+            bags = offsets.shape[0] - (1 if include_last_offset else 0)
+            pos = torch.arange(indices.shape[0], device=indices.device)
+            bag = (pos.unsqueeze(1) >= offsets[:bags].unsqueeze(0)).sum(1) - 1
+        flat = indices.reshape(-1)
+        rows = torch.embedding(weight, flat) * \
+            per_sample_weights.reshape(-1, 1).to(weight.dtype)
+        if padding_idx is not None and padding_idx >= 0:
+            rows = torch.where((flat == padding_idx).unsqueeze(1), torch.zeros_like(rows), rows)
+        out = torch.zeros(bags, weight.shape[1], dtype=weight.dtype, device=weight.device)
+        return (out.index_add(0, bag, rows),) + tuple(aux[1:])
+
+    return run
 
 
 def _scatter_reduce_integer_mean(x: Any, dim: int, index: Any, src: Any, reduce: str,

@@ -665,3 +665,58 @@ def test_integer_scatter_reduce_mean_rounds_down(include_self):
     for xs in ((x, i, v), (torch.randint(-50, 50, (4, 3), generator=g), i,
                            torch.randint(-50, 50, (3, 3), generator=g))):
         np.testing.assert_array_equal(np.asarray(compiled(*xs)), fn(*xs).numpy())
+
+
+@pytest.mark.parametrize("name", ["index_add", "index_copy", "scatter_add"])
+def test_negative_indices_of_scatters_raise_as_torch_does(name):
+    """torch raises for a negative index in index_add, index_copy and scatter_add (no
+    Python wrapping there); the lowerings wrapped it to the last row (a probe's find)."""
+    x = torch.zeros(4, 3)
+    if name == "scatter_add":
+        fn = lambda a, i, v: a.scatter_add(0, i, v)  # noqa: E731
+        good, bad, v = torch.tensor([[0, 3, 1]]), torch.tensor([[0, -1, 1]]), torch.rand(1, 3)
+    else:
+        fn = (lambda a, i, v: a.index_add(0, i, v)) if name == "index_add" else \
+            (lambda a, i, v: a.index_copy(0, i, v))
+        good, bad, v = torch.tensor([0, 3]), torch.tensor([0, -1]), torch.rand(2, 3)
+    compiled = fusec.compile(Fn(fn), x, good, v, cache=False)
+    x = torch.rand(4, 3)
+    np.testing.assert_allclose(np.asarray(compiled(x, good, v)), fn(x, good, v).numpy(),
+                               rtol=1e-6)
+    for index in (bad, torch.full_like(good, 4)):
+        with pytest.raises(IndexError, match="out of range for dimension 0 of size 4"):
+            compiled(x, index, v)
+
+
+def test_one_hot_out_of_range_raises_as_torch_does():
+    """F.one_hot(i, 4) of a class 4 or -1: torch raises; fusec wrote a row of zeros."""
+    compiled = fusec.compile(Fn(lambda i: F.one_hot(i, 4)), torch.tensor([0, 1, 2]),
+                             cache=False)
+    i = torch.tensor([3, 0, 2])
+    np.testing.assert_array_equal(np.asarray(compiled(i)), F.one_hot(i, 4).numpy())
+    for bad in ([0, 4, 1], [0, -1, 1]):
+        with pytest.raises(IndexError, match="out of range"):
+            compiled(torch.tensor(bad))
+
+
+@pytest.mark.parametrize("two_d,padding_idx", [(False, None), (True, None), (False, 2)])
+def test_embedding_bag_applies_per_sample_weights(two_d, padding_idx):
+    """F.embedding_bag(..., mode="sum", per_sample_weights=p): each row scaled by its
+    weight before the bag's sum; the lowering dropped the weights (a probe's find)."""
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(10, 6, generator=g)
+    if two_d:
+        i, o = torch.randint(0, 10, (3, 4), generator=g), None
+    else:
+        i, o = torch.randint(0, 10, (7,), generator=g), torch.tensor([0, 2, 2, 5])
+    p = torch.rand(i.shape, generator=g) + 0.5
+
+    def fn(idx, weights, per_sample, offsets=None):
+        return F.embedding_bag(idx, weights, offsets, mode="sum", per_sample_weights=per_sample,
+                               padding_idx=padding_idx)
+
+    args = (i, w, p) if o is None else (i, w, p, o)
+    compiled = fusec.compile(Fn(fn), *args, cache=False)
+    ref = fn(*[a.double() if a.is_floating_point() else a for a in args])
+    out = torch.as_tensor(np.asarray(compiled(*args))).double()
+    assert float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)) < 1e-6
