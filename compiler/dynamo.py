@@ -56,6 +56,22 @@ def reset() -> None:
     _WARNED.clear()
 
 
+def _check_option_values(options: dict) -> None:
+    """A ValueError naming the option, what it takes and what it got (a wrong value ran the
+    graph eagerly with a warning, one of them an internal AttributeError)."""
+    from fusec.compiler.targets.cpu.options import CpuOptions
+    from fusec.compiler.targets.cuda.options import CudaOptions
+
+    wanted = {"target": ((str,), "'cpu' or 'cuda'"), "graph": ((bool,), "a bool"),
+              "fusion": ((bool,), "a bool"), "fallback": ((bool,), "a bool"),
+              "cpu": ((CpuOptions, type(None)), "a fusec CpuOptions"),
+              "cuda": ((CudaOptions, type(None)), "a fusec CudaOptions")}
+    for name, value in options.items():
+        types, what = wanted[name]
+        if not isinstance(value, types) or (name == "target" and value not in ("cpu", "cuda")):
+            raise ValueError(f"fusec backend: option {name!r} takes {what}, got {value!r}")
+
+
 def _fell_back(gm: Any, reason: str) -> Callable[..., Any]:
     nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function" or n.op == "call_method"
                 or n.op == "call_module")
@@ -98,6 +114,7 @@ def fusec_backend(gm: Any, example_inputs: list[Any], options: dict | None = Non
     if unknown:
         raise ValueError(f"fusec backend: unknown option(s) {', '.join(unknown)} (known: "
                          f"{', '.join(OPTION_NAMES)})")
+    _check_option_values(options)
     allow_fallback = options.get("fallback", True)
 
     def refuse(reason: str) -> Callable[..., Any]:
@@ -117,6 +134,12 @@ def fusec_backend(gm: Any, example_inputs: list[Any], options: dict | None = Non
         # reach the parameters.
         return refuse("autograd: fusec compiles inference graphs (run the model under "
                       "torch.no_grad() or torch.inference_mode())")
+    if any(n.op == "call_function" and n.target is torch._C._set_grad_enabled and
+           n.args and n.args[0] is True for n in gm.graph.nodes):
+        # `with torch.enable_grad():` inside forward: eager's outputs there require grad
+        # (a backward through them must reach the parameters); the artifact's would not.
+        return refuse("autograd: the graph turns gradients on (torch.enable_grad()); fusec "
+                      "compiles inference graphs")
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     if len(devices) > 1:
         return refuse(f"inputs on several devices ({', '.join(sorted(devices))})")
@@ -194,6 +217,12 @@ def _python_scalars_as_tensors(gm: Any) -> None:
                 break
             rewrites.append((user, others[0], other.dtype, torch.result_type(other, 1.5)))
         else:
+            # The value as it is where `.item()` reads it: the tensor may be updated in place
+            # before the arithmetic (`a = s.item(); s.add_(1); x * a`: x * 3 where eager
+            # gives x * 2, a probe's find).
+            with gm.graph.inserting_before(node):
+                snapshot = gm.graph.call_method("clone", (source,))
+            snapshot.meta["example_value"] = value
             for user, other, other_dtype, result in rewrites:
                 # torch computes 16-bit floats with a scalar in float32 (its "opmath" type),
                 # an integer tensor with a float scalar in the result's dtype: both operands
@@ -201,7 +230,7 @@ def _python_scalars_as_tensors(gm: Any) -> None:
                 compute = torch.float32 if result in (torch.float16, torch.bfloat16) \
                     else result
                 with gm.graph.inserting_before(user):
-                    user.replace_input_with(node, _cast(gm, source, value, compute))
+                    user.replace_input_with(node, _cast(gm, snapshot, value, compute))
                     if other_dtype != compute:
                         user.replace_input_with(other, _cast(
                             gm, other, other.meta["example_value"], compute))
@@ -219,7 +248,9 @@ def _python_scalars_as_tensors(gm: Any) -> None:
 def _tensor_indices_as_gathers(gm: Any) -> None:
     """`x[i]` with a 0-d integer tensor `i` (a token id, a position): tracing it reads i as a
     number (data-dependent: the graph ran eagerly). It becomes a gather of one row,
-    `index_select(x, 0, i)` squeezed, with i wrapped as torch wraps a negative index."""
+    `index_select(x, 0, i)` squeezed, with i wrapped as torch wraps a negative index. Not
+    where the row is updated in place (`x[i].add_(1)`: eager's x[i] is a view of x, the
+    gather a copy, and the update was lost): that graph runs eagerly, as before."""
     import operator
 
     import torch
@@ -233,6 +264,8 @@ def _tensor_indices_as_gathers(gm: Any) -> None:
         if not isinstance(x_val, torch.Tensor) or not isinstance(i_val, torch.Tensor) or \
                 i_val.dim() != 0 or i_val.dtype.is_floating_point or i_val.dtype == torch.bool \
                 or x_val.dim() == 0:
+            continue
+        if any(_in_place(user) and user.args and user.args[0] is node for user in node.users):
             continue
         size = x_val.shape[0]
         graph = gm.graph
@@ -267,7 +300,29 @@ def _number_type(value: Any) -> Any:
 _VIEW_METHODS = ("view", "t", "transpose", "permute", "unsqueeze", "squeeze", "expand",
                  "narrow", "select", "diagonal", "unfold", "as_strided", "view_as", "swapaxes",
                  "movedim", "unbind", "split", "chunk")
+# ...and those whose result is a view of their first argument where torch can make one (a
+# reshape of a contiguous tensor, `contiguous()` of a contiguous one, a cast to its own
+# dtype: the tensor itself): replayed on the caller's tensor, they give what eager gives.
+_MAYBE_VIEW_METHODS = ("reshape", "flatten", "contiguous", "detach", "to", "type", "float",
+                       "double", "half", "bfloat16", "int", "long", "bool", "view_as_real")
 _INDEX_KINDS = (int, slice, type(None), type(Ellipsis))
+
+
+def _in_place(node: Any) -> bool:
+    """Whether `node` updates its first argument in place and returns it (`x.add_(y)`,
+    `x += y` as operator.iadd, `torch.relu_(x)`)."""
+    import operator
+
+    if node.op == "call_method":
+        return node.target.endswith("_") and not node.target.startswith("_")
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", "")
+        return node.target in (operator.iadd, operator.isub, operator.imul,
+                               operator.itruediv, operator.ifloordiv, operator.imod,
+                               operator.ipow, operator.iand, operator.ior, operator.ixor,
+                               operator.ilshift, operator.irshift) or \
+            (name.endswith("_") and not name.startswith("_"))
+    return False
 
 
 def _view_outputs(gm: Any, result: Any) -> dict:
@@ -287,22 +342,29 @@ def _view_outputs(gm: Any, result: Any) -> dict:
         while isinstance(current, torch.fx.Node):
             if current in placeholders or (current is not node and current in outputs):
                 break
+            if _in_place(current) and current.args and \
+                    isinstance(current.args[0], torch.fx.Node):
+                # `x.add_(1)` is x, updated (the runtime writes the update back into x).
+                current = current.args[0]
+                continue
             name = current.target if current.op == "call_method" else \
                 getattr(current.target, "__name__", "")
             if current.op == "call_function" and current.target is operator.getitem:
                 index = current.args[1]
                 parts = index if isinstance(index, tuple) else (index,)
-                if not all(isinstance(p, _INDEX_KINDS) for p in parts):
+                if not all(isinstance(p, _INDEX_KINDS) for p in parts) or \
+                        not all(_sizes_known(p, placeholders) for p in parts):
                     break
             elif current.op not in ("call_method", "call_function") or \
-                    name not in _VIEW_METHODS:
+                    name not in _VIEW_METHODS + _MAYBE_VIEW_METHODS:
                 break
-            if any(isinstance(a, torch.fx.Node) for a in list(current.args[1:]) +
-                   list(current.kwargs.values())):
+            elif any(isinstance(a, torch.fx.Node) for a in list(current.args[1:]) +
+                     list(current.kwargs.values())):
                 break
             chain.append(current)
             current = current.args[0]
-        if not chain or not isinstance(current, torch.fx.Node):
+        if not isinstance(current, torch.fx.Node) or \
+                (not chain and current is node and current not in placeholders):
             continue
         if current in placeholders:
             found[k] = (placeholders.index(current), list(reversed(chain)))
@@ -311,13 +373,36 @@ def _view_outputs(gm: Any, result: Any) -> dict:
     return found
 
 
-def _replay(chain: list[Any], value: Any) -> Any:
-    """The view ops of `chain` applied to `value`, eagerly."""
+def _sizes_known(part: Any, placeholders: list[Any]) -> bool:
+    """Whether an index part's bounds are numbers or sizes the graph takes as inputs (a
+    dynamic graph's `x[:n]`), which `_replay` reads from the call."""
+    import torch
+
+    if not isinstance(part, slice):
+        return True
+    return all(not isinstance(b, torch.fx.Node) or b in placeholders
+               for b in (part.start, part.stop, part.step))
+
+
+def _replay(chain: list[Any], value: Any, sizes: dict | None = None) -> Any:
+    """The view ops of `chain` applied to `value`, eagerly; `sizes` gives the call's value
+    of each size input a slice bound names."""
+    import torch
+
+    def bound(b: Any) -> Any:
+        return sizes[b] if isinstance(b, torch.fx.Node) else b
+
     for node in chain:
         if node.op == "call_method":
             value = getattr(value, node.target)(*node.args[1:], **node.kwargs)
         else:
-            value = node.target(value, *node.args[1:], **node.kwargs)
+            args = node.args[1:]
+            if args and isinstance(args[0], (slice, tuple)):  # getitem: resolve its bounds
+                parts = args[0] if isinstance(args[0], tuple) else (args[0],)
+                parts = tuple(slice(bound(p.start), bound(p.stop), bound(p.step))
+                              if isinstance(p, slice) else p for p in parts)
+                args = (parts if isinstance(args[0], tuple) else parts[0],) + args[1:]
+            value = node.target(value, *args, **node.kwargs)
     return value
 
 
@@ -408,11 +493,20 @@ def _compile_static(gm: Any, args: list[Any], target: str,
     numbers = {k: kind for k, kind in enumerate(kinds) if kind is not None}
 
     views = _view_outputs(gm, result)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    # A cast or reshape that copies (another dtype, a non-contiguous input) of an input the
+    # graph also updates in place read the input before or after the update, as the graph
+    # orders them: its value is the artifact's, not a replay after the update.
+    written = {tensor_positions[i] for i in updated}
+    views = {k: (base, chain) for k, (base, chain) in views.items()
+             if not (base in written and any(
+                 n.op == "call_method" and n.target in _MAYBE_VIEW_METHODS for n in chain))}
 
     aliased_seen = False
 
     def run(*call_args: Any) -> Any:
         nonlocal aliased_seen
+        sizes = dict(zip(placeholders, call_args))
         if updated and aliased_update([call_args[i] for i in tensor_positions],
                                       updated) is not None:
             # An input the graph updates in place shares memory with another (f(x, x[0])):
@@ -431,11 +525,6 @@ def _compile_static(gm: Any, args: list[Any], target: str,
         outs = outs if isinstance(outs, tuple) else (outs,)
         outs = [numbers[k](o.item() if hasattr(o, "item") else o) if k in numbers
                 else _to_torch(o) for k, o in enumerate(outs)]
-        for k, (base, chain) in views.items():
-            # A view of an input (or of another output) is that view, as in eager: writing
-            # into it writes into its base (it came back as a copy).
-            value = call_args[base] if isinstance(base, int) else outs[base[1]]
-            outs[k] = _replay(chain, value)
         # What the graph updated in place (a buffer) the runtime wrote back into `inputs`;
         # into the caller's tensor too where `contiguous()` made a copy.
         for i in updated:
@@ -443,6 +532,12 @@ def _compile_static(gm: Any, args: list[Any], target: str,
             if inputs[i] is not original:
                 with torch.no_grad():
                     original.copy_(inputs[i])
+        for k, (base, chain) in views.items():
+            # A view of an input (or of another output) is that view, as in eager: writing
+            # into it writes into its base (it came back as a copy); an input updated in
+            # place and returned (`return x.add_(1)`, `self.buf += x`) is that input.
+            value = call_args[base] if isinstance(base, int) else outs[base[1]]
+            outs[k] = _replay(chain, value, sizes)
         if as_list:
             return outs
         if as_tuple:

@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import sysconfig
+import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -622,14 +623,24 @@ def _torch_mlir_generic_text(
 _TRAINING_NOTED: set = set()
 
 
+_EXPORTING = threading.RLock()
+
+
 class _torch_logs_quiet:
     """torch's loggers at ERROR while exporting: a failed guard logs warnings and prints
-    the FX graph (twice) before torch.export raises; the exception says what matters."""
+    the FX graph (twice) before torch.export raises; the exception says what matters.
+
+    One thread at a time (a process-wide lock): the redirection of sys.stdout and
+    sys.stderr is process-wide, and two threads' interleaved enter and exit left them
+    pointing at a dead buffer (every later print lost: a probe's find); torch.export itself
+    fails when two threads trace at once."""
 
     def __enter__(self) -> None:
         import contextlib
         import io
         import logging
+
+        _EXPORTING.acquire()
 
         # torch prints the graph of a failed guard with print(): kept, not shown.
         self._redirects = contextlib.ExitStack()
@@ -645,9 +656,12 @@ class _torch_logs_quiet:
     def __exit__(self, *exc: object) -> None:
         import logging
 
-        for name, level in self._levels.items():
-            logging.getLogger(name).setLevel(level)
-        self._redirects.close()
+        try:
+            for name, level in self._levels.items():
+                logging.getLogger(name).setLevel(level)
+            self._redirects.close()
+        finally:
+            _EXPORTING.release()
 
 
 def _is_ours(path: str) -> bool:
