@@ -72,7 +72,8 @@ def decomposition_table() -> dict[Any, Any]:
       mod 32); `max()` / `min()` of an empty tensor raise torch's error (no identity).
     - `aten.index_add`, `index_copy`, `scatter_add`: a negative index raises IndexError as
       in torch (the scatter's lowering counted it from the end, as `y[i] = v` does);
-      `one_hot`: a class out of range raises (it wrote a row of zeros).
+      `one_hot`: a class out of range raises (it wrote a row of zeros); `index_fill` counts
+      a negative index from the end, as torch does (fusec raised for it).
     - `aten.embedding_bag` with `per_sample_weights` (mode "sum"): the weighted rows summed
       per bag (the lowering dropped the weights).
     - `aten.scatter_reduce` "mean" of integers: floor division by the count, as torch.
@@ -122,6 +123,8 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.scatter_reduce.two] = _scatter_reduce_integer_mean
     for op in (aten.index_add.default, aten.index_copy.default, aten.scatter_add.default):
         table[op] = _with_checked_index(op, table.get(op))
+    for op in (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor):
+        table[op] = _with_checked_index(op, table.get(op), _wrapped)
     table[aten.one_hot.default] = _one_hot_checked
     for op in (aten.embedding_bag.padding_idx, aten.embedding_bag.default):
         table[op] = _weighted_embedding_bag(op)
@@ -346,21 +349,32 @@ def _unwrapped(index: Any, size: int) -> Any:
     return torch.where(index < 0, index - size, index)
 
 
-def _with_checked_index(op: Any, decomposition: Any) -> Any:
-    """`op(x, dim, index, ...)` with negative indices made errors (`_unwrapped`), then as
-    before: torch's decomposition where the table has one, else the op itself."""
+def _wrapped(index: Any, size: int) -> Any:
+    """`index` with each negative value counted from the end, as torch's index_fill takes
+    it (fusec's bounds check raised for it)."""
+    import torch
+
+    return torch.where(index < 0, index + size, index)
+
+
+def _with_checked_index(op: Any, decomposition: Any, adjust: Any = None) -> Any:
+    """`op(x, dim, index, ...)` with negative indices made errors (`_unwrapped`), or counted
+    from the end (`adjust`: `_wrapped`), then as before: torch's decomposition where the
+    table has one, else the op itself."""
+    adjust = adjust or _unwrapped
 
     def run(x: Any, dim: int, index: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_CHECKING, "on", False) or index.numel() == 0 or x.dim() == 0:
-            return NotImplemented
-        _CHECKING.on = True
+        active = _CHECKING.__dict__.setdefault("ops", set())
+        if op in active or index.numel() == 0 or x.dim() == 0:
+            return NotImplemented  # the op's own call below: as torch-mlir takes it
+        active.add(op)
         try:
-            index = _unwrapped(index, x.shape[dim % x.dim()])
+            index = adjust(index, x.shape[dim % x.dim()])
             if decomposition is not None:
                 return decomposition(x, dim, index, *args, **kwargs)
             return op(x, dim, index, *args, **kwargs)
         finally:
-            _CHECKING.on = False
+            active.discard(op)
 
     return run
 

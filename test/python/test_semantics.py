@@ -720,3 +720,16 @@ def test_embedding_bag_applies_per_sample_weights(two_d, padding_idx):
     ref = fn(*[a.double() if a.is_floating_point() else a for a in args])
     out = torch.as_tensor(np.asarray(compiled(*args))).double()
     assert float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)) < 1e-6
+
+
+def test_index_fill_counts_negative_indices_from_the_end():
+    """torch's index_fill takes -2 as the second row from the end; fusec's bounds check
+    raised for it (a probe's find). Out of range either way still raises."""
+    fn = lambda a, i: a.index_fill(0, i, 7.0)  # noqa: E731
+    x = torch.rand(5, 3)
+    compiled = fusec.compile(Fn(fn), x, torch.tensor([1, -2]), cache=False)
+    for index in ([1, -2], [-5, 4], [0, 0]):
+        i = torch.tensor(index)
+        np.testing.assert_array_equal(np.asarray(compiled(x, i)), fn(x, i).numpy())
+    with pytest.raises(IndexError, match="out of range"):
+        compiled(x, torch.tensor([1, -6]))
