@@ -99,8 +99,8 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.div.Tensor_mode] = _div_floor_mode
     table[aten.constant_pad_nd.default] = _crop_negative_pads
     table[aten.topk.default] = _small_topk
-    table[aten.scatter.src] = _small_scatter
-    table[aten.scatter.value] = _small_scatter
+    table[aten.scatter.src] = _scatter(aten.scatter.src)
+    table[aten.scatter.value] = _scatter(aten.scatter.value)
     table[aten.roll.default] = _roll_as_slices
     table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_no_training
     table[aten.isfinite.default] = _isfinite
@@ -1124,6 +1124,19 @@ def _small_topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True,
         indices.append(i)
         taken = taken | (pos == i)
     return torch.cat(values, dim), torch.cat(indices, dim)
+
+
+def _scatter(op: Any) -> Any:
+    """scatter: `_small_scatter` where it applies; else torch-mlir's, a negative index made
+    an error first (`_with_checked_index`: the lowering counted it from the end, where torch
+    raises; a probe's find)."""
+    general = _with_checked_index(op, None)
+
+    def run(x: Any, dim: int, index: Any, src: Any) -> Any:
+        small = _small_scatter(x, dim, index, src)
+        return small if small is not NotImplemented else general(x, dim, index, src)
+
+    return run
 
 
 def _small_scatter(x: torch.Tensor, dim: int, index: torch.Tensor, src: Any) -> Any:

@@ -733,3 +733,15 @@ def test_index_fill_counts_negative_indices_from_the_end():
         np.testing.assert_array_equal(np.asarray(compiled(x, i)), fn(x, i).numpy())
     with pytest.raises(IndexError, match="out of range"):
         compiled(x, torch.tensor([1, -6]))
+
+
+def test_scatter_of_a_narrower_index_raises_for_a_negative_one():
+    """An index narrower than x in another dim is torch-mlir's scatter (not the selects),
+    whose lowering counted -1 from the end where torch raises (a probe's find)."""
+    fn = lambda a, i, v: a.scatter(0, i, v)  # noqa: E731
+    x, v = torch.rand(4, 3), torch.rand(1, 2)
+    compiled = fusec.compile(Fn(fn), x, torch.tensor([[0, 3]]), v, cache=False)
+    good = torch.tensor([[2, 3]])
+    np.testing.assert_array_equal(np.asarray(compiled(x, good, v)), fn(x, good, v).numpy())
+    with pytest.raises(IndexError, match="index -1 is out of range for dimension 0 of size 4"):
+        compiled(x, torch.tensor([[0, -1]]), v)
