@@ -76,6 +76,7 @@ def decomposition_table() -> dict[Any, Any]:
       a negative index from the end, as torch does (fusec raised for it).
     - `aten.embedding_bag` with `per_sample_weights` (mode "sum"): the weighted rows summed
       per bag (the lowering dropped the weights).
+    - `aten.scatter` with `reduce="add" / "multiply"`: scatter_reduce's sum / prod.
     - `aten.scatter_reduce` "mean" of integers: floor division by the count, as torch.
     - `aten.logcumsumexp` of floats: shifted by the row's largest finite value and summed in
       f64 (torch-mlir's `log(cumsum(exp(x)))` gave inf above x = 88 and -inf below -103);
@@ -101,6 +102,8 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.topk.default] = _small_topk
     table[aten.scatter.src] = _scatter(aten.scatter.src)
     table[aten.scatter.value] = _scatter(aten.scatter.value)
+    table[aten.scatter.reduce] = _scatter_with_reduce
+    table[aten.scatter.value_reduce] = _scatter_with_reduce
     table[aten.roll.default] = _roll_as_slices
     table[aten._native_batch_norm_legit_no_training.default] = _batch_norm_no_training
     table[aten.isfinite.default] = _isfinite
@@ -1124,6 +1127,20 @@ def _small_topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True,
         indices.append(i)
         taken = taken | (pos == i)
     return torch.cat(values, dim), torch.cat(indices, dim)
+
+
+def _scatter_with_reduce(x: Any, dim: int, index: Any, src: Any, reduce: str) -> Any:
+    """scatter's older `reduce="add" / "multiply"` as scatter_reduce's "sum" / "prod" with
+    x included (torch-mlir refused it naming an internal `constant.int`; a probe's find);
+    a number `src` is a tensor of it in index's shape."""
+    import torch
+
+    if reduce not in ("add", "multiply"):
+        return NotImplemented
+    if not isinstance(src, torch.Tensor):
+        src = torch.full(index.shape, src, dtype=x.dtype, device=x.device)
+    return torch.scatter_reduce(x, dim, index, src.to(x.dtype),
+                                "sum" if reduce == "add" else "prod", include_self=True)
 
 
 def _scatter(op: Any) -> Any:

@@ -20,6 +20,7 @@ booleans, NaNs in the same places), and each failed before its fix.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -745,3 +746,22 @@ def test_scatter_of_a_narrower_index_raises_for_a_negative_one():
     np.testing.assert_array_equal(np.asarray(compiled(x, good, v)), fn(x, good, v).numpy())
     with pytest.raises(IndexError, match="index -1 is out of range for dimension 0 of size 4"):
         compiled(x, torch.tensor([[0, -1]]), v)
+
+
+@pytest.mark.parametrize("reduce,scalar", [("add", False), ("multiply", False),
+                                           ("add", True), ("multiply", True)])
+def test_scatter_with_the_older_reduce_argument(reduce, scalar):
+    """`x.scatter(dim, i, src, reduce="add" / "multiply")` was refused with torch-mlir's
+    message about an internal `constant.int` (a probe's find); repeated indices combine."""
+    def fn(a, i, v):
+        return a.scatter(1, i, 2.5 if scalar else v, reduce=reduce)
+
+    x, v = torch.rand(3, 4) + 0.5, torch.rand(2, 2) + 0.5
+    i = torch.tensor([[0, 1], [2, 2]])
+    compiled = fusec.compile(Fn(fn), x, i, v, cache=False)
+    x, v = torch.rand(3, 4) + 0.5, torch.rand(2, 2) + 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ref = fn(x.double(), i, v.double())
+    out = torch.as_tensor(np.asarray(compiled(x, i, v))).double()
+    assert float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)) < 1e-6
