@@ -396,19 +396,28 @@ def _one_hot_checked(x: Any, num_classes: int = -1) -> Any:
 def _weighted_embedding_bag(op: Any) -> Any:
     """embedding_bag with per_sample_weights (mode "sum", the only mode torch allows them
     in): each row scaled by its weight, summed per bag (bags from the offsets, or the rows
-    of 2-D indices); padding_idx rows add nothing. The other outputs (offsets to bags, bag
-    sizes, max indices) are the unweighted op's. Without weights: as before."""
+    of 2-D indices); padding_idx rows add nothing. Without weights but with a padding_idx,
+    "sum" and "mean" the same way (a mean over the bag's other rows; an empty bag zeros):
+    its lowering failed on an internal tensor.cast. The other outputs (offsets to bags, bag
+    sizes, max indices) are the unweighted op's. Otherwise: as before."""
 
     def run(weight: Any, indices: Any, offsets: Any, scale_grad_by_freq: bool = False,
             mode: int = 0, sparse: bool = False, per_sample_weights: Any = None,
             include_last_offset: bool = False, padding_idx: Any = None) -> Any:
         import torch
 
-        if per_sample_weights is None or mode != 0 or indices.dim() not in (1, 2):
+        padded = padding_idx is not None and padding_idx >= 0
+        active = _CHECKING.__dict__.setdefault("ops", set())
+        if op in active or indices.dim() not in (1, 2) or (per_sample_weights is None and not (
+                padded and mode in (0, 1))) or (per_sample_weights is not None and mode != 0):
             return NotImplemented
         rest = (scale_grad_by_freq, mode, sparse, None, include_last_offset) + \
             ((padding_idx,) if op is torch.ops.aten.embedding_bag.padding_idx else ())
-        aux = op(weight, indices, offsets, *rest)
+        active.add(op)  # the op's own call: its other outputs, as torch-mlir takes them
+        try:
+            aux = op(weight, indices, offsets, *rest)
+        finally:
+            active.discard(op)
         if indices.dim() == 2:
             length = indices.shape[1]
             bags = indices.shape[0]
@@ -418,12 +427,19 @@ def _weighted_embedding_bag(op: Any) -> Any:
             pos = torch.arange(indices.shape[0], device=indices.device)
             bag = (pos.unsqueeze(1) >= offsets[:bags].unsqueeze(0)).sum(1) - 1
         flat = indices.reshape(-1)
-        rows = torch.embedding(weight, flat) * \
-            per_sample_weights.reshape(-1, 1).to(weight.dtype)
-        if padding_idx is not None and padding_idx >= 0:
+        rows = torch.embedding(weight, flat)
+        if per_sample_weights is not None:
+            rows = rows * per_sample_weights.reshape(-1, 1).to(weight.dtype)
+        if padded:
             rows = torch.where((flat == padding_idx).unsqueeze(1), torch.zeros_like(rows), rows)
         out = torch.zeros(bags, weight.shape[1], dtype=weight.dtype, device=weight.device)
-        return (out.index_add(0, bag, rows),) + tuple(aux[1:])
+        out = out.index_add(0, bag, rows)
+        if mode == 1:
+            kept = (flat != padding_idx).to(weight.dtype) if padded else \
+                torch.ones(flat.shape, dtype=weight.dtype, device=weight.device)
+            count = torch.zeros(bags, dtype=weight.dtype, device=weight.device)
+            out = out / count.index_add(0, bag, kept).clamp(min=1).unsqueeze(1)
+        return (out,) + tuple(aux[1:])
 
     return run
 
