@@ -4,8 +4,10 @@ clean, fusable linalg (see `decomposition_table`)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -332,6 +334,23 @@ def _fmod(a: Any, b: Any) -> Any:
 _CHECKING = threading.local()  # a wrapped op's own call inside its decomposition
 
 
+def _calling_itself(op: Any) -> bool:
+    """Whether `op`'s decomposition is running `op` itself (`_own_call`): its table entry
+    then gives it back as it is (NotImplemented), for torch-mlir."""
+    return op in _CHECKING.__dict__.setdefault("ops", set())
+
+
+@contextlib.contextmanager
+def _own_call(op: Any) -> Iterator[None]:
+    """While a decomposition of `op` calls `op` itself (`_calling_itself` holds)."""
+    active = _CHECKING.__dict__.setdefault("ops", set())
+    active.add(op)
+    try:
+        yield
+    finally:
+        active.discard(op)
+
+
 def _checked(index: Any, size: int) -> Any:
     """`index`'s values read back through a gather from arange(size): the same values, and
     fusec's bounds check on the gather (--fusion-guard-indices) raises IndexError for any
@@ -367,17 +386,13 @@ def _with_checked_index(op: Any, decomposition: Any, adjust: Any = None) -> Any:
     adjust = adjust or _unwrapped
 
     def run(x: Any, dim: int, index: Any, *args: Any, **kwargs: Any) -> Any:
-        active = _CHECKING.__dict__.setdefault("ops", set())
-        if op in active or index.numel() == 0 or x.dim() == 0:
-            return NotImplemented  # the op's own call below: as torch-mlir takes it
-        active.add(op)
-        try:
+        if _calling_itself(op) or index.numel() == 0 or x.dim() == 0:
+            return NotImplemented
+        with _own_call(op):
             index = adjust(index, x.shape[dim % x.dim()])
             if decomposition is not None:
                 return decomposition(x, dim, index, *args, **kwargs)
             return op(x, dim, index, *args, **kwargs)
-        finally:
-            active.discard(op)
 
     return run
 
@@ -407,17 +422,13 @@ def _weighted_embedding_bag(op: Any) -> Any:
         import torch
 
         padded = padding_idx is not None and padding_idx >= 0
-        active = _CHECKING.__dict__.setdefault("ops", set())
-        if op in active or indices.dim() not in (1, 2) or (per_sample_weights is None and not (
-                padded and mode in (0, 1))) or (per_sample_weights is not None and mode != 0):
+        handled = mode == 0 if per_sample_weights is not None else padded and mode in (0, 1)
+        if _calling_itself(op) or indices.dim() not in (1, 2) or not handled:
             return NotImplemented
         rest = (scale_grad_by_freq, mode, sparse, None, include_last_offset) + \
             ((padding_idx,) if op is torch.ops.aten.embedding_bag.padding_idx else ())
-        active.add(op)  # the op's own call: its other outputs, as torch-mlir takes them
-        try:
+        with _own_call(op):  # its other outputs, as torch-mlir takes them
             aux = op(weight, indices, offsets, *rest)
-        finally:
-            active.discard(op)
         if indices.dim() == 2:
             length = indices.shape[1]
             bags = indices.shape[0]
@@ -1192,10 +1203,12 @@ def _small_scatter(x: torch.Tensor, dim: int, index: torch.Tensor, src: Any) -> 
     pos = torch.arange(x.shape[dim], device=x.device).reshape(shape)
     if isinstance(src, torch.Tensor):
         src = src[tuple(slice(0, s) for s in index.shape)].to(x.dtype)
+    # The positions gathered at the indices: the indices themselves, bounds-checked along
+    # the scatter's own dim (so that the error names it).
     every = pos.expand(*index.shape[:dim], x.shape[dim], *index.shape[dim + 1:])
+    checked = torch.gather(every, dim, index)
     out = x
     for j in range(index.shape[dim]):
         value = src.narrow(dim, j, 1) if isinstance(src, torch.Tensor) else src
-        checked = torch.gather(every, dim, index.narrow(dim, j, 1))
-        out = torch.where(pos == checked, value, out)
+        out = torch.where(pos == checked.narrow(dim, j, 1), value, out)
     return out

@@ -1374,6 +1374,14 @@ class AttentionTile:
 ATTENTION_WIDE_MIN_TILES = 16
 
 
+def attention_ctas_per_sm(tile: AttentionTile, element_bytes: int, device: Device) -> int:
+    """Attention blocks of `tile` an SM holds: two of one warpgroup (64 rows) where their
+    shared memory fits (the second CTA's MMAs run while the first computes its softmax),
+    else one."""
+    fits_two = 2 * (tile.shared_bytes(element_bytes) + 1024) <= device.shared_bytes_per_unit
+    return 2 if tile.bm == 64 and fits_two else 1
+
+
 def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int = 0,
                    kv_len: int = 0, causal: bool = False) -> AttentionTile:
     """The attention kernel's tile: 64 query rows (one warpgroup) and two K/V stages, with the
@@ -1386,8 +1394,7 @@ def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int
     for bn in (128, 64):
         tile = AttentionTile(64, bn, 2, head_dim)
         registers = bn // 2 + head_dim // 2
-        if 2 * tile.shared_bytes(element_bytes) + 2 * 1024 <= device.shared_bytes_per_unit \
-                and registers <= 128:
+        if attention_ctas_per_sm(tile, element_bytes, device) == 2 and registers <= 128:
             break
     else:
         return AttentionTile(64, 64, ATTENTION_STAGES[0], head_dim)

@@ -174,7 +174,7 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
         if os.environ.get("ATTENTION_TILE") else None
     if os.environ.get("ATTENTION_PRODUCER"):  # 1 / 0 / all: the producer warpgroup on /
         from fusec.compiler.targets.cuda import attention  # off / for one warpgroup too
-        attention.PRODUCER_WARP = os.environ["ATTENTION_PRODUCER"] in ("1", "all")
+        attention.PRODUCER_WARPGROUP = os.environ["ATTENTION_PRODUCER"] in ("1", "all")
         attention.PRODUCER_ONE_WARPGROUP = os.environ["ATTENTION_PRODUCER"] == "all"
 
     Wrap = _bench().Wrap

@@ -84,13 +84,14 @@ from fusec.runtime.plan import Launch
 TENSOR_MAP_TYPES = {"bf16": 9, "f16": 6}
 SWIZZLE_128B = 3
 LOG2E = 1.4426950408889634
-# A producer warpgroup (FlashAttention-3's warp specialisation): one thread of a warpgroup after theirs issues every K / V
-# load as soon as the consumers release the stage (an "empty" mbarrier per stage, one
-# arrival per consumer warp), so that the consumer warpgroups never wait for each other: no
-# block-wide barrier per key tile (each warpgroup syncs its own 128 threads for its P tile).
-# The producer gives its registers to the consumers (setmaxnreg). Off: thread 0 issues the
-# loads after a block-wide barrier per key tile.
-PRODUCER_WARP = True
+# A producer warpgroup after the consumer warpgroups (FlashAttention-3's warp
+# specialisation): its first thread issues every K / V load as soon as the consumers release
+# the stage (an "empty" mbarrier per stage, one arrival per consumer warp), so that the
+# consumer warpgroups never wait for each other: no block-wide barrier per key tile (each
+# warpgroup syncs its own 128 threads for its P tile). The producer gives its registers to
+# the consumers (setmaxnreg). Off: thread 0 issues the loads after a block-wide barrier per
+# key tile.
+PRODUCER_WARPGROUP = True
 PRODUCER_REGISTERS = 24  # setmaxnreg's floor
 # The producer warpgroup for one consumer warpgroup too (two such CTAs per SM, each launched
 # with 128 registers a thread and the consumer raised to 232). H100 run 185, A/B twice:
@@ -260,13 +261,11 @@ class AttentionEmitter(MovementEmitter):
         stages = min(t.stages, n_tiles)
         self.grid = o.batch * m_tiles
         consumers = WARPGROUP * (t.bm // 64)  # a warpgroup per 64 query rows
-        producer = PRODUCER_WARP and (consumers >= 2 * WARPGROUP or PRODUCER_ONE_WARPGROUP)
+        producer = PRODUCER_WARPGROUP and (consumers >= 2 * WARPGROUP or PRODUCER_ONE_WARPGROUP)
         self.block = consumers + (WARPGROUP if producer else 0)
-        # CTAs an SM holds: two of one warpgroup where their shared memory fits (the cost
-        # model's tile choice); with the producer, ptxas must then start each thread at
-        # 128 registers (`.minnctapersm`).
-        ctas = 2 if consumers == WARPGROUP and \
-            2 * (self.shared + 1024) <= self.device.shared_bytes_per_unit else 1
+        # With the producer and two CTAs an SM, ptxas must start each thread at the
+        # registers both CTAs leave it (`.minnctapersm`).
+        ctas = cost_model.attention_ctas_per_sm(t, eb, self.device)
         self.min_ctas = ctas if producer and ctas > 1 else None
         el = o.el
         # mbarriers: Q; K and V full per stage; with the producer warp, K and V empty too.
@@ -441,8 +440,9 @@ class AttentionEmitter(MovementEmitter):
                 emit(f"scf.if {again} {{")
                 released = parity_of(self.arith("addi", self.arith("divui", tile, idx(stages)),
                                                  idx(1)))
-                emit(f"  nvgpu.mbarrier.try_wait.parity %bar[{self.arith('addi', stage, idx(empty))}]"
-                     f", {released}, {idx(10000000)} : {bar}")
+                slot = self.arith("addi", stage, idx(empty))
+                emit(f"  nvgpu.mbarrier.try_wait.parity %bar[{slot}], {released}, "
+                     f"{idx(10000000)} : {bar}")
                 emit("}")
                 load(which, stage, tile)
                 self.indent -= 1
@@ -456,7 +456,8 @@ class AttentionEmitter(MovementEmitter):
             # The consumer warpgroups: everything below, with the producer's registers.
             emit(f"scf.if {consumer} {{")
             self.indent += 1
-            regs = min(240, (65536 // ctas - WARPGROUP * PRODUCER_REGISTERS) // consumers // 8 * 8)
+            regs = min(240, (self.device.registers_per_unit // ctas
+                             - WARPGROUP * PRODUCER_REGISTERS) // consumers // 8 * 8)
             emit(f"nvvm.setmaxregister increase {regs}")
         else:
             for s in range(stages):
@@ -502,11 +503,7 @@ class AttentionEmitter(MovementEmitter):
         def stage_of(tile: str) -> tuple[str, str, str, str]:
             """(stage, the wait parity, K's and V's descriptors) of key tile `tile`."""
             stage = self.arith("remui", tile, idx(stages))
-            rnd = self.arith("divui", tile, idx(stages))
-            parity = self.fresh("par")
-            wide = self.fresh("pw")
-            emit(f"{wide} = arith.index_cast {self.arith('remui', rnd, idx(2))} : index to i32")
-            emit(f"{parity} = arith.trunci {wide} : i32 to i1")
+            parity = parity_of(self.arith("divui", tile, idx(stages)))
             # Stage s's tiles are 2 s kv_bytes further (the descriptor's start address is
             # in 16-byte units, and shared memory below 256 KB keeps it in its 14 bits).
             step = self.arith("muli", stage, idx((2 * kv_bytes) >> 4))
