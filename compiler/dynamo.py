@@ -299,13 +299,24 @@ def _number_type(value: Any) -> Any:
 # Tensor methods and functions whose result is always a view of their first argument.
 _VIEW_METHODS = ("view", "t", "transpose", "permute", "unsqueeze", "squeeze", "expand",
                  "narrow", "select", "diagonal", "unfold", "as_strided", "view_as", "swapaxes",
-                 "movedim", "unbind", "split", "chunk")
+                 "movedim", "unbind", "split", "chunk", "view_as_real")
 # ...and those whose result is a view of their first argument where torch can make one (a
 # reshape of a contiguous tensor, `contiguous()` of a contiguous one, a cast to its own
 # dtype: the tensor itself): replayed on the caller's tensor, they give what eager gives.
 _MAYBE_VIEW_METHODS = ("reshape", "flatten", "contiguous", "detach", "to", "type", "float",
-                       "double", "half", "bfloat16", "int", "long", "bool", "view_as_real")
+                       "double", "half", "bfloat16", "int", "long", "bool")
 _INDEX_KINDS = (int, slice, type(None), type(Ellipsis))
+
+
+def _op_name(node: Any) -> str:
+    """A call's name: the method's, or the function's (`torch.reshape` is "reshape")."""
+    if node.op == "call_method":
+        return node.target
+    return getattr(node.target, "__name__", "") if node.op == "call_function" else ""
+
+
+_IN_PLACE_OPERATORS = ("iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow",
+                       "iand", "ior", "ixor", "ilshift", "irshift")
 
 
 def _in_place(node: Any) -> bool:
@@ -313,16 +324,10 @@ def _in_place(node: Any) -> bool:
     `x += y` as operator.iadd, `torch.relu_(x)`)."""
     import operator
 
-    if node.op == "call_method":
-        return node.target.endswith("_") and not node.target.startswith("_")
-    if node.op == "call_function":
-        name = getattr(node.target, "__name__", "")
-        return node.target in (operator.iadd, operator.isub, operator.imul,
-                               operator.itruediv, operator.ifloordiv, operator.imod,
-                               operator.ipow, operator.iand, operator.ior, operator.ixor,
-                               operator.ilshift, operator.irshift) or \
-            (name.endswith("_") and not name.startswith("_"))
-    return False
+    name = _op_name(node)
+    if node.op == "call_function" and name in _IN_PLACE_OPERATORS:
+        return node.target is getattr(operator, name)
+    return name.endswith("_") and not name.startswith("_")
 
 
 def _view_outputs(gm: Any, result: Any) -> dict:
@@ -347,8 +352,7 @@ def _view_outputs(gm: Any, result: Any) -> dict:
                 # `x.add_(1)` is x, updated (the runtime writes the update back into x).
                 current = current.args[0]
                 continue
-            name = current.target if current.op == "call_method" else \
-                getattr(current.target, "__name__", "")
+            name = _op_name(current)
             if current.op == "call_function" and current.target is operator.getitem:
                 index = current.args[1]
                 parts = index if isinstance(index, tuple) else (index,)
@@ -499,8 +503,8 @@ def _compile_static(gm: Any, args: list[Any], target: str,
     # orders them: its value is the artifact's, not a replay after the update.
     written = {tensor_positions[i] for i in updated}
     views = {k: (base, chain) for k, (base, chain) in views.items()
-             if not (base in written and any(
-                 n.op == "call_method" and n.target in _MAYBE_VIEW_METHODS for n in chain))}
+             if not (base in written and any(_op_name(n) in _MAYBE_VIEW_METHODS
+                                             for n in chain))}
 
     aliased_seen = False
 

@@ -596,3 +596,23 @@ def test_a_number_read_before_its_tensor_is_updated_keeps_its_value():
         out = torch.compile(f, backend="fusec")(x, s)
         ref = f(torch.ones(3), se)
     assert torch.equal(out, ref) and torch.equal(s, se)
+
+
+@pytest.mark.parametrize("copy", [lambda t: torch.flatten(t.t()), lambda t: t.t().flatten(),
+                                  lambda t: torch.reshape(t.t(), (-1,))],
+                         ids=["function", "method", "reshape_function"])
+def test_a_copy_of_an_input_taken_before_its_update_keeps_the_old_values(copy):
+    """A reshape that copies (of a transposed input) taken before the input is updated in
+    place holds the values from before, as in eager; the function form (`torch.flatten`)
+    was replayed as a view after the update."""
+    def f(x):
+        y = copy(x)
+        x.mul_(2)
+        return y
+
+    x = torch.arange(6.0).reshape(2, 3)
+    xe = x.clone()
+    with torch.no_grad():
+        out = torch.compile(f, backend="fusec")(x)
+        ref = f(xe)
+    assert torch.equal(out, ref) and torch.equal(x, xe)
