@@ -41,13 +41,11 @@ CASES = {
 MODES = {"exact": False, "tf32": True}
 
 
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
+def _bench():
+    spec = importlib.util.spec_from_file_location("fusec_bench_gpu", ROOT / "bench" / "gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
 
 
 def build(out_dir: Path) -> None:
@@ -58,7 +56,7 @@ def build(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, (fn, make) in CASES.items():
         with driver.quiet_torch_logs():
-            text = import_torch(_Fn(fn).eval(), *make())
+            text = import_torch(_bench().Wrap(fn).eval(), *make())
         for mode, tf32 in MODES.items():
             module = driver.parse(text, "<tf32>")
             options = pl.CompileOptions(target="cuda", model_name=name,
@@ -70,9 +68,7 @@ def build(out_dir: Path) -> None:
 
 
 def run(art_dir: Path) -> int:
-    spec = importlib.util.spec_from_file_location("fusec_bench_gpu", ROOT / "bench" / "gpu.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench()
     bad = 0
     for name, (fn, make) in CASES.items():
         torch.manual_seed(1)
