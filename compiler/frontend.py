@@ -578,12 +578,7 @@ def _torch_mlir_generic_text(
             raise FrontendError(
                 f"example input {index} is a {type(value).__name__}, not a torch.Tensor"
             )
-    if module.training and type(module) not in _TRAINING_NOTED:
-        # Dropout and BatchNorm's batch statistics are training behaviour; fusec compiles
-        # inference. Said once per model class and process, so that no one is surprised.
-        _TRAINING_NOTED.add(type(module))
-        print(f"fusec: note: {type(module).__name__} is in training mode; compiling it in eval "
-              "mode (model.eval())", file=sys.stderr)
+    _note_training(module)
     # Exported in eval mode; the user's module is given back in the modes it came in (a
     # training loop that compiles a copy for evaluation must not lose dropout after it).
     modes = [(m, m.training) for m in module.modules()]
@@ -621,6 +616,32 @@ def _torch_mlir_generic_text(
 
 
 _TRAINING_NOTED: set = set()
+
+
+def _note_training(module) -> None:
+    """Dropout and BatchNorm's batch statistics are training behaviour; fusec compiles
+    inference: a note on stderr when the module or any submodule is in training mode (a
+    BatchNorm left in train() under an eval() model too: probe 9 found it compiled in eval
+    mode without a word). Said once per module object and set of modules in training mode,
+    so that a loop compiling the same model each step is not flooded."""
+    training = [repr(name) if name else type(module).__name__
+                for name, m in module.named_modules()
+                if m.training]
+    if not training:
+        return
+    key = (id(module), tuple(training))
+    if key in _TRAINING_NOTED:
+        return
+    _TRAINING_NOTED.add(key)
+    if module.training:
+        what = f"{type(module).__name__} is in training mode"
+    else:
+        shown = ", ".join(training[:3]) + (f" and {len(training) - 3} more"
+                                            if len(training) > 3 else "")
+        what = (f"{type(module).__name__} is in eval mode but {len(training)} of its "
+                f"submodules {'is' if len(training) == 1 else 'are'} in training mode "
+                f"({shown})")
+    print(f"fusec: note: {what}; compiling it in eval mode (model.eval())", file=sys.stderr)
 
 
 _EXPORTING = threading.RLock()

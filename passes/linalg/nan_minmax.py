@@ -36,6 +36,16 @@ running value is not NaN yet":
                                           %c = arith.andi %u, %o
 
 Ties keep the first index (the compare is strict), as torch.
+
+Max pooling's indices (`max_pool*d(return_indices=True)`, `adaptive_max_pool*d`): torch-mlir
+computes them after the pooled values, in a reduction over the window that keeps the first
+element equal to the window's max (its accumulator starts at -1):
+`select(cmpi eq(acc, -1), select(cmpf oeq(x, max), i, acc), acc)`. A window with a NaN has
+a NaN max, which no element equals: the index stayed -1 (and max_unpool wrote the value at
+the end). torch takes the window's last NaN there; so does the payload now:
+
+    %y = select(%first, ...)      ->  %n = arith.cmpf uno, %x, %x
+                                      %y2 = arith.select %n, %i, %y
 """
 
 from __future__ import annotations
@@ -86,6 +96,8 @@ class NanMinMaxPass(Pass):
         for generic in walk_ops(module, lambda op: op.name == "linalg.generic"):
             for select, cmp in _arg_selects(generic):
                 _nan_first(select, cmp)
+            for select, x, index in _pool_index_selects(generic):
+                _nan_last(select, x, index)
 
 
 # The running value's combiner -> the compare that moves an argmax / argmin's index.
@@ -140,3 +152,50 @@ def _nan_first(select: ir.Operation, cmp: ir.Operation) -> None:
     select.operands[0] = cond
     if not list(cmp.results[0].uses):
         cmp.erase()
+
+
+def _is_constant(value: ir.Value, number: int) -> bool:
+    op = defining_op(value)
+    return op is not None and op.name == "arith.constant" and \
+        isinstance(op.attributes["value"], ir.IntegerAttr) and \
+        ir.IntegerAttr(op.attributes["value"]).value == number
+
+
+def _pool_index_selects(generic: ir.Operation) -> list[tuple[ir.Operation, ir.Value, ir.Value]]:
+    """The yielded `select(cmpi eq(acc, -1), select(cmpf oeq(x, m), i, acc), acc)` of a
+    reduction payload (max pooling's index), with its `x` and `i`."""
+    if "reduction" not in iterator_kinds(generic):
+        return []
+    block = generic.regions[0].blocks[0]
+    n_out = len(generic.results)
+    accs = list(block.arguments)[len(block.arguments) - n_out:]
+    yielded = list(block.operations[len(block.operations) - 1].operands)
+    found = []
+    for j, value in enumerate(yielded):
+        outer = defining_op(value)
+        if outer is None or outer.name != "arith.select" or outer.operands[2] != accs[j]:
+            continue
+        first = defining_op(outer.operands[0])
+        inner = defining_op(outer.operands[1])
+        if first is None or first.name != "arith.cmpi" or inner is None or \
+                inner.name != "arith.select" or inner.operands[2] != accs[j]:
+            continue
+        if ir.IntegerAttr(first.attributes["predicate"]).value != 0 or \
+                first.operands[0] != accs[j] or not _is_constant(first.operands[1], -1):
+            continue
+        cmp = defining_op(inner.operands[0])
+        if cmp is None or cmp.name != "arith.cmpf" or cmpf_predicate(cmp) != "oeq":
+            continue
+        found.append((outer, cmp.operands[0], inner.operands[1]))
+    return found
+
+
+def _nan_last(select: ir.Operation, x: ir.Value, index: ir.Value) -> None:
+    """After `select`: a NaN `x` takes the index whatever came before (torch's last NaN)."""
+    with ir.InsertionPoint.after(select), select.location:
+        nan = arith.CmpFOp(arith.CmpFPredicate.UNO, x, x).result
+        taken = arith.SelectOp(nan, index, select.results[0])
+    for use in list(select.results[0].uses):
+        owner = use.owner
+        if owner != taken.operation and owner != taken:
+            owner.operands[use.operand_number] = taken.result

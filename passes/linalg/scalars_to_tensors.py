@@ -30,8 +30,9 @@ After:
       return %s : tensor<i64>
     }
 
-What it cannot move (a scalar that sizes a tensor, an extract at a computed index, a scalar
-consumed by an op other than those above) stays a located error.
+A padding value computed from constants (`tensor.pad`'s body) is computed in the body, as
+in a loop nest's. What it cannot move (a scalar that sizes a tensor, an extract at a
+computed index, a scalar consumed by an op other than those above) stays a located error.
 """
 
 from __future__ import annotations
@@ -178,6 +179,10 @@ class _Rewriter:
                 self.capture(op)
             elif op.name in LOOP_OPS:
                 self.capture_in_loop(op)
+            elif op.name == "tensor.pad" and self.pads_with_a_constant(op):
+                # A padding value computed from constants (a bf16 pad of 1.1: the f64 -> bf16
+                # truncf, inexact, is not folded upstream) is computed in the pad's body.
+                self.capture_in_loop(op)
         self.rewrite_return()
         for op in list(self.block.operations):
             op = op.operation
@@ -239,6 +244,12 @@ class _Rewriter:
         inputs = [v for v in captured if not self.is_constant_only(defining_op(v))]
         if inputs:
             self.add_inputs(generic, inputs, ops)
+
+    def pads_with_a_constant(self, pad: ir.Operation) -> bool:
+        """The host scalars `pad`'s body reads are all computed from constants."""
+        read = [v for op in walk_ops(pad) if op_key(op) != op_key(pad) for v in op.operands
+                if self.is_host_scalar(v)]
+        return bool(read) and all(self.is_constant_only(defining_op(v)) for v in read)
 
     def capture_in_loop(self, loop: ir.Operation) -> None:
         """Host scalars used in a loop nest (which --fusion-form-loop-kernels makes a kernel):

@@ -174,3 +174,54 @@ func.func @not_argmax(%x: tensor<4x16xf32>, %y: tensor<4x16xf32>) -> (tensor<4xi
   } -> (tensor<4xf32>, tensor<4xi64>)
   return %r#1, %q#1 : tensor<4xi64>, tensor<4xi64>
 }
+
+// -----
+
+// Max pooling's index (torch-mlir: the first window element equal to the max, from -1): a
+// NaN element takes the index (torch's last NaN; a NaN max equals nothing).
+// CHECK-LABEL: func.func @pool_index
+// CHECK: %[[EQ:.*]] = arith.cmpf oeq, %[[X:.*]], %{{.*}} : f32
+// CHECK: %[[IN:.*]] = arith.select %[[EQ]], %[[I:.*]], %{{.*}} : i64
+// CHECK: %[[FIRST:.*]] = arith.select %{{.*}}, %[[IN]], %{{.*}} : i64
+// CHECK: %[[NAN:.*]] = arith.cmpf uno, %[[X]], %[[X]] : f32
+// CHECK: %[[TAKEN:.*]] = arith.select %[[NAN]], %[[I]], %[[FIRST]] : i64
+// CHECK: linalg.yield %[[TAKEN]] : i64
+// Not: an index kept from -1 by another compare than "equal to the max" (left alone).
+// CHECK-LABEL: func.func @not_pool_index
+// CHECK-NOT: cmpf uno
+#win = affine_map<(d0, d1) -> (d0, d1)>
+#out = affine_map<(d0, d1) -> (d0)>
+func.func @pool_index(%x: tensor<4x16xf32>, %m: tensor<4xf32>) -> tensor<4xi64> {
+  %neg = arith.constant -1 : i64
+  %ei = tensor.empty() : tensor<4xi64>
+  %i0 = linalg.fill ins(%neg : i64) outs(%ei : tensor<4xi64>) -> tensor<4xi64>
+  %r = linalg.generic {indexing_maps = [#win, #out, #out], iterator_types = ["parallel", "reduction"]}
+      ins(%x, %m : tensor<4x16xf32>, tensor<4xf32>) outs(%i0 : tensor<4xi64>) {
+  ^bb0(%in: f32, %max: f32, %acc: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %eq = arith.cmpf oeq, %in, %max : f32
+    %s = arith.select %eq, %ii, %acc : i64
+    %first = arith.cmpi eq, %acc, %neg : i64
+    %y = arith.select %first, %s, %acc : i64
+    linalg.yield %y : i64
+  } -> tensor<4xi64>
+  return %r : tensor<4xi64>
+}
+func.func @not_pool_index(%x: tensor<4x16xf32>, %m: tensor<4xf32>) -> tensor<4xi64> {
+  %neg = arith.constant -1 : i64
+  %ei = tensor.empty() : tensor<4xi64>
+  %i0 = linalg.fill ins(%neg : i64) outs(%ei : tensor<4xi64>) -> tensor<4xi64>
+  %r = linalg.generic {indexing_maps = [#win, #out, #out], iterator_types = ["parallel", "reduction"]}
+      ins(%x, %m : tensor<4x16xf32>, tensor<4xf32>) outs(%i0 : tensor<4xi64>) {
+  ^bb0(%in: f32, %max: f32, %acc: i64):
+    %i = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %eq = arith.cmpf ogt, %in, %max : f32
+    %s = arith.select %eq, %ii, %acc : i64
+    %first = arith.cmpi eq, %acc, %neg : i64
+    %y = arith.select %first, %s, %acc : i64
+    linalg.yield %y : i64
+  } -> tensor<4xi64>
+  return %r : tensor<4xi64>
+}

@@ -627,9 +627,18 @@ def test_training_mode_is_said_once(tmp_path, monkeypatch, capsys):
     model = Noted(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
     assert model.training
     fusec.compile(model, torch.randn(2, 4))
-    fusec.compile(Noted(torch.nn.Linear(4, 4)), torch.randn(2, 4))
+    fusec.compile(model, torch.randn(2, 4))  # the same model again (a loop): not again
     err = capsys.readouterr().err
     assert err.count("Noted is in training mode; compiling it in eval mode") == 1
+    # A submodule left in training mode under an eval() model (probe 9: compiled in eval
+    # mode without a word) is said too, naming it.
+    mixed = Noted(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4)).eval()
+    mixed[1].train()
+    fusec.compile(mixed, torch.randn(2, 4))
+    err = capsys.readouterr().err
+    assert "Noted is in eval mode but 1 of its submodules is in training mode ('1'); " \
+        "compiling it in eval mode" in err, err
+    assert mixed[1].training and not mixed.training  # given back in the modes it came in
 
 
 def test_a_stage_reproducer_is_one_shell_command(tmp_path):

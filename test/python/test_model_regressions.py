@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_mlir")
 nn = torch.nn
+F = torch.nn.functional
 
 import fusec  # noqa: E402
 
@@ -480,6 +481,63 @@ def test_argmax_argmin_take_the_first_nan_and_the_first_tie():
                 nan = ref.isnan().numpy()
                 assert np.array_equal(np.isnan(out), nan), (seed, i)
                 assert np.array_equal(out[~nan], ref.numpy()[~nan]), (seed, i)
+
+
+class PoolIndices(nn.Module):
+    """Max pooling's indices with NaNs in a window (probe 9, 2026-12-05: the index was -1,
+    and max_unpool then wrote the value at the end of its output)."""
+
+    def forward(self, x):
+        v, i = F.max_pool2d(x, 2, return_indices=True)
+        a = F.adaptive_max_pool2d(x, (3, 2), return_indices=True)[1]
+        o = F.max_pool1d(x.flatten(2), 3, stride=2, return_indices=True)[1]
+        return v, i, a, o, F.max_unpool2d(v, i, 2)
+
+
+def test_max_pool_indices_take_the_last_nan_and_the_first_tie():
+    model = PoolIndices().eval()
+    compiled = fusec.compile(model, torch.randn(2, 3, 6, 8))
+    for seed in (0, 1):
+        x = torch.randn(2, 3, 6, 8, generator=torch.Generator().manual_seed(seed))
+        x[0, 0, 0, 1] = float("nan")  # one NaN in a window
+        x[0, 1, 2, 2] = x[0, 1, 3, 3] = float("nan")  # two: the last one's index
+        x[1, 2, 4, 4] = x[1, 2, 4, 5] = x[1, 2].abs().max() + 1  # tied maxima: the first
+        x[1, 0] = float("-inf")  # a plane of -inf: each window's first
+        outs = compiled(x.numpy())
+        refs = model(x)
+        assert len(outs) == len(refs) == 5
+        for i, (out, ref) in enumerate(zip(outs, refs)):
+            if ref.dtype == torch.int64:
+                assert np.array_equal(out, ref.numpy()), (seed, i, out, ref)
+            else:
+                nan = ref.isnan().numpy()
+                assert nan.any(), i
+                assert np.array_equal(np.isnan(out), nan), (seed, i)
+                assert np.array_equal(out[~nan], ref.numpy()[~nan]), (seed, i)
+
+
+class PadValues(nn.Module):
+    """A constant pad whose value the tensor's type does not hold exactly (probe 9,
+    2026-12-05: bf16 with value 1.1 failed to compile: the inexact f64 -> bf16 cast of the
+    value stayed a host scalar)."""
+
+    def forward(self, x, h):
+        return F.pad(x, (1, 2, 0, 1), value=1.1), nn.ConstantPad2d(2, -0.3)(x), \
+            F.pad(h, (3, 0), value=0.7)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_pad_values_rounded_to_the_type(dtype):
+    dtype = getattr(torch, dtype)
+    x, h = torch.randn(2, 3, 5, 7, dtype=dtype), torch.randn(4, 6, dtype=dtype)
+    model = PadValues().eval()
+    compiled = fusec.compile(model, x, h)
+    assert len(compiled.kernels) == 1  # the three pads of two inputs: one kernel
+    x, h = torch.randn(2, 3, 5, 7, dtype=dtype), torch.randn(4, 6, dtype=dtype)
+    outs = compiled(x, h)
+    for out, ref in zip(outs, model(x, h)):
+        out = torch.from_numpy(np.asarray(out).view(np.int16)).view(dtype)
+        assert torch.equal(out, ref)  # a copy and the value rounded as torch rounds it
 
 
 class IntegerDivisions(nn.Module):
