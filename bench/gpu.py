@@ -68,6 +68,18 @@ def layernorm_linear(x, g, b, w, bias):
     return F.linear(F.layer_norm(x, (x.shape[-1],), g, b, 1e-5), w, bias)
 
 
+def layernorm_linear_module(d: int) -> torch.nn.Module:
+    """The LayerNorm + Linear + bias workload as users write it: a module whose weights are
+    parameters (fusec compiles them as constants: fusion-fold-norm-prologue folds the
+    LayerNorm into the GEMM's weight and epilogue), seeded, affine parameters not at init."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.LayerNorm(d), torch.nn.Linear(d, d)).eval()
+    with torch.no_grad():
+        m[0].weight.normal_(1.0, 0.2)
+        m[0].bias.normal_(0.0, 0.2)
+    return m
+
+
 def transformer_layer(d_model: int = 512, nhead: int = 8) -> torch.nn.Module:
     """The design table's TransformerEncoderLayer (d512, 8 heads, feed-forward 2048), eval."""
     torch.manual_seed(0)
@@ -89,6 +101,8 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
         return [(rows, cols), (cols, cols), (cols,)]
     if name == "tel":  # batch 1, sequence `rows`, d_model `cols`
         return [(1, rows, cols)]
+    if name == "lnlm":  # x [rows, cols]; the weights are the module's
+        return [(rows, cols)]
     if name == "lnl":  # LayerNorm(x [rows, cols]) @ w[cols, cols]^T + bias
         return [(rows, cols), (cols,), (cols,), (cols, cols), (cols,)]
     if name.startswith("ew"):
@@ -103,16 +117,18 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
 FUNCTIONS = {"ew": ew_chain, "ln": residual_layernorm, "rms": rmsnorm, "softmax": softmax,
              "lg": linear_gelu, "lnl": layernorm_linear}
 _LAYERS: dict[str, torch.nn.Module] = {}
+# Workloads that are modules with their own weights (seeded), one input.
+MODULES = {"tel": transformer_layer, "lnlm": layernorm_linear_module}
 
 
 def function_for(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    """The callable of a workload (the transformer: one module per device, same weights)."""
+    """The callable of a workload (a module's: one module per device, same weights)."""
     key = ALL[name][0]
-    if key != "tel":
+    if key not in MODULES:
         return FUNCTIONS[key]
-    tag = f"{device}-{dtype}"
+    tag = f"{name}-{device}-{dtype}"
     if tag not in _LAYERS:
-        _LAYERS[tag] = transformer_layer(ALL[name][2]).to(device, dtype)
+        _LAYERS[tag] = MODULES[key](ALL[name][2]).to(device, dtype)
     layer = _LAYERS[tag]
 
     def run(x):
@@ -137,9 +153,20 @@ WORKLOADS = {
                          torch.bfloat16),
     "ln_linear_bf16": ("lnl", 16384, 4096, "LayerNorm + Linear + bias 16384x4096 -> 4096 bf16",
                        torch.bfloat16),
+    "ln_linear_module_bf16": ("lnlm", 16384, 4096, "LayerNorm + Linear + bias module "
+                              "(weights as parameters) 16384x4096 -> 4096 bf16", torch.bfloat16),
+    "ln_linear_module_bf16_forced": ("lnlm", 16384, 4096, "the same, the LayerNorm folded and "
+                                     "our GEMM taken whatever the cost model says",
+                                     torch.bfloat16),
     "transformer_b1": ("tel", 16, 512, "TransformerEncoderLayer B1 S16 d512 fp32",
                        torch.float32),
 }
+# Workloads built with other CUDA options than the defaults (A/B pairs).
+CUDA_OPTIONS: dict[str, dict] = {}
+# Experiments: the decision the cost model would not take, taken (its functions replaced
+# while the workload builds), to measure what the model rejects.
+OVERRIDES = {"ln_linear_module_bf16_forced": {"norm_prologue_fold_pays": True,
+                                              "prefer_tc_gemm": True}}
 SMALL = {
     "ew_small": ("ew", 1, 1000003, "elementwise, odd length (scalar, guarded)", torch.float32),
     "ln_small": ("ln", 37, 768, "residual + LayerNorm 37x768", torch.float32),
@@ -190,13 +217,15 @@ def floor_bytes(name: str) -> int:
     """Bytes that must move: every input read once, the output written once."""
     key, rows, cols, _, dtype = ALL[name]
     elems = sum(torch.Size(s).numel() for s in _shapes(key, rows, cols))
+    if key == "lnlm":
+        elems += cols * cols + 3 * cols  # the module's weights
     out = rows * cols
     return dtype.itemsize * (elems + out)
 
 
 def flops(name: str) -> int:
     key, rows, cols, _, _ = ALL[name]
-    return 2 * rows * cols * cols if key in ("lg", "lnl") else 0
+    return 2 * rows * cols * cols if key in ("lg", "lnl", "lnlm") else 0
 
 
 # ---------------------------------------------------------------- build (no GPU)
@@ -256,15 +285,27 @@ def build_through_pipeline(name: str, args: list[torch.Tensor], out_dir: Path) -
     from fusec.compiler import driver
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
+    from fusec.compiler.targets.cuda.options import CudaOptions
 
     key, _, _, desc, _ = ALL[name]
-    module = transformer_layer(ALL[name][2]) if key == "tel" else Wrap(FUNCTIONS[key])
+    module = MODULES[key](ALL[name][2]).to(args[0].dtype) if key in MODULES else \
+        Wrap(FUNCTIONS[key])
     t0 = time.perf_counter()
     with driver.quiet_torch_logs():
         text = import_torch(module, *[torch.randn(a.shape).to(a.dtype) for a in args])
     t1 = time.perf_counter()
-    options = CompileOptions(target="cuda", model_name=name)
-    meta = driver.compile_text(text, f"<bench {name}>", options, str(out_dir / f"{name}.so"))
+    options = CompileOptions(target="cuda", model_name=name,
+                             cuda=CudaOptions(**CUDA_OPTIONS.get(name, {})))
+    from fusec.passes import cost_model
+
+    saved = {f: getattr(cost_model, f) for f in OVERRIDES.get(name, {})}
+    for f, answer in OVERRIDES.get(name, {}).items():
+        setattr(cost_model, f, lambda *a, answer=answer, **k: answer)
+    try:
+        meta = driver.compile_text(text, f"<bench {name}>", options, str(out_dir / f"{name}.so"))
+    finally:
+        for f, fn in saved.items():
+            setattr(cost_model, f, fn)
     t2 = time.perf_counter()
     kernels = meta["kernels"]
     return {"description": desc, "import_s": round(t1 - t0, 3),
@@ -392,7 +433,12 @@ def copy_bandwidth() -> float:
 
 def matmul_alone_ms(name: str, xs: list[torch.Tensor], reps: int) -> float:
     """The matmul of a linear workload alone (torch.mm, cuBLAS): its compute floor here."""
-    x, w = (xs[0], xs[1]) if ALL[name][0] == "lg" else (xs[0], xs[3])
+    key = ALL[name][0]
+    if key == "lnlm":
+        function_for(name, "cuda", ALL[name][4])  # (builds the module once)
+        x, w = xs[0], _LAYERS[f"{name}-cuda-{ALL[name][4]}"][1].weight.detach()
+    else:
+        x, w = (xs[0], xs[1]) if key == "lg" else (xs[0], xs[3])
     wt = w.t()
     return time_ms(lambda: torch.mm(x, wt), reps)
 
@@ -409,7 +455,7 @@ def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune:
         key, dtype = ALL[name][0], ALL[name][4]
         fn = function_for(name, "cuda", dtype)
         xs = inputs_for(name, "cuda", seed=1)
-        if key == "tel":
+        if key in MODULES:
             ref = function_for(name, "cuda", torch.float64)(xs[0].double())
         else:
             ref = fn(*[x.double() for x in xs])
@@ -452,7 +498,7 @@ def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune:
             variants["fusec_graph"]()
             torch.cuda.synchronize()
             row["err"]["fusec_graph"] = rel_err(outs[0], ref)
-        if key in ("lg", "lnl"):
+        if key in ("lg", "lnl", "lnlm"):
             row["matmul_alone_ms"] = matmul_alone_ms(name, xs, reps)
             row["floor_ms"] = max(row["floor_ms"], row["matmul_alone_ms"])
         # fusec timed a second time: the spread between two timings of one version is the noise.

@@ -22,7 +22,9 @@ from pathlib import Path
 PROBLEMS = [(8192, 8192, 8192, "nk"), (8192, 4096, 4096, "nk"), (8192, 4096, 4096, "kn"),
             (1000, 520, 264, "nk"), (512, 384, 136, "kn"), (128, 128, 64, "nk"),
             # GPT-2's projections (B8 T1024 d768): out-proj, c_fc, c_proj.
-            (8192, 768, 768, "nk"), (8192, 3072, 768, "nk"), (8192, 768, 3072, "nk")]
+            (8192, 768, 768, "nk"), (8192, 3072, 768, "nk"), (8192, 768, 3072, "nk"),
+            # LayerNorm + Linear's shape (issue 14), GPT-2's c_attn (Conv1D: B is K x N).
+            (16384, 4096, 4096, "nk"), (8192, 2304, 768, "kn")]
 # Pipeline depths built for each problem: 4 stages (128 KB of shared memory: one CTA per
 # SM) and 3 (96 KB: two CTAs per SM, one's epilogue beside the other's main loop).
 STAGES = (4, 3)

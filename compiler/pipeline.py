@@ -139,7 +139,13 @@ def fusion_passes(options: CompileOptions) -> list[str]:
         plan = plan[:1] + split + plan[1:]
     else:
         plan = split + plan
-    return (["fusion-lower-tm-tensor",
+    # A LayerNorm / RMSNorm before matmuls our tensor-core GEMM takes goes into their
+    # weights and epilogues before anything is grouped (its elementwise ops erased; its
+    # statistics stay, for the planner).
+    norm = [f"fusion-fold-norm-prologue{{device={device}}}"] \
+        if plan and device == "nvidia-h200" and options.cuda.tc_gemm and \
+        options.cuda.norm_prologue and options.cuda.arch in TC_ARCHES else []
+    return (norm + ["fusion-lower-tm-tensor",
              "fusion-guard-indices",
              "fusion-form-loop-kernels", "fusion-materialize-outputs"]
             + plan

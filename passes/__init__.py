@@ -38,6 +38,7 @@ from fusec.passes.fusion import horizontal  # noqa: F401,E402
 from fusec.passes.fusion import input  # noqa: F401,E402
 from fusec.passes.fusion import lower_tm_tensor  # noqa: F401,E402
 from fusec.passes.fusion import materialize_outputs  # noqa: F401,E402
+from fusec.passes.fusion import norm_prologue  # noqa: F401,E402
 from fusec.passes.fusion import plan  # noqa: F401,E402
 from fusec.passes.fusion import reduction  # noqa: F401,E402
 from fusec.passes.fusion import vertical  # noqa: F401,E402

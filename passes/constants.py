@@ -1,4 +1,5 @@
-"""The bytes of dense tensor constants, for every element type, shared by the targets.
+"""The bytes of dense tensor constants, for every element type: shared by the passes that
+read weights (fusion-fold-norm-prologue) and the targets that write them.
 
 numpy reads a `DenseElementsAttr` of the types it knows through the bindings' buffer; for
 bf16 and f16 it has none (and the base class's buffer is an object array, not the data), so
@@ -74,3 +75,33 @@ def _dense_16bit(attr: ir.Attribute) -> bytes | None:
         else:
             out[i] = bf16_bits(value)
     return out.tobytes()
+
+
+# Float element types -> the numpy dtype of their stored bits.
+_FLOAT_BITS = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "uint16"}
+
+
+def dense_floats(attr: ir.Attribute):
+    """A dense float constant's values as a float64 numpy array of its shape (a splat
+    repeated), or None (not a dense float constant, or unreadable)."""
+    import numpy as np
+
+    if not isinstance(attr, ir.DenseElementsAttr):
+        return None
+    t = ir.RankedTensorType(attr.type)
+    element = str(t.element_type)
+    if element not in _FLOAT_BITS or not t.has_static_shape:
+        return None
+    data = dense_bytes(attr)
+    if data is None:
+        return None
+    bits = np.frombuffer(data, dtype=_FLOAT_BITS[element])
+    if element == "bf16":
+        bits = (bits.astype(np.uint32) << 16).view(np.float32)
+    values = bits.astype(np.float64)
+    count = int(np.prod(t.shape)) if t.shape else 1
+    if values.size == 1 and count != 1:
+        values = np.full(count, values[0])
+    if values.size != count:
+        return None
+    return values.reshape(list(t.shape))

@@ -956,6 +956,31 @@ def tc_epilogue_s(elements: int, weighted_ops: float, device: Device) -> float:
     return elements * weighted_ops / (device.flops_per_s * TC_EPILOGUE_ISSUE)
 
 
+def norm_prologue_fold_pays(m: int, ns: list[int], k: int, element_bytes: int,
+                            row_values: int, row_terms: list[int], device: Device) -> bool:
+    """Folding a per-row affine prologue (LayerNorm, RMSNorm: fusion-fold-norm-prologue) into
+    the weights and epilogues of the GEMMs reading it (`ns`: their widths; `row_terms`: each
+    one's terms). Unfolded: the normalised [m, k] operand is written once (its statistics
+    are read from X either way), and each GEMM runs as the faster of ours and cuBLASLt.
+    Folded: each GEMM runs ours with the epilogue (per output element a multiply per row
+    value, a multiply-add per term; the row values and the terms' columns read), or
+    cuBLASLt and a kernel for the epilogue, whichever is faster."""
+    unfolded = roofline_s(m * k * element_bytes, 0, device)
+    folded = 0.0
+    for n, terms in zip(ns, row_terms):
+        moved = (m * k + k * n + m * n) * element_bytes
+        bm, bn, bk, _ = tc_gemm_tile(m, n, device)
+        ours = tc_gemm_s(m, n, k, moved, device, bm, bn, bk)
+        library = library_gemm_s(m, n, k, moved, device)
+        unfolded += min(ours, library)
+        vectors = 4 * (m * (row_values + terms) + n * terms)
+        ours += tc_epilogue_s(m * n, row_values + 2 * terms, device) + \
+            roofline_s(vectors, 0, device)
+        library += kernel_s(2 * 4 * m * n + vectors, 0, device)
+        folded += min(ours, library)
+    return folded < unfolded
+
+
 # Two CTAs per SM (3 stages, 97 KB of shared memory each) against one (4 stages, 129 KB):
 # the two share the SM, each at half speed, but one's epilogue and pipeline fill run beside
 # the other's main loop: measured (RESULTS.md run 47) 0.93-0.95x the time per wave-pair on

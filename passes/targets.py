@@ -17,6 +17,9 @@ for "nvidia-h200"); `--fusion-gpu-kernels` and `--fusion-tile{device=...}` ask i
 
 A target with an attention kernel registers what it takes (`register_attention`):
 `--fusion-attention` asks `attention_refusal(device, parameters)` before it forms a group.
+A target with a GEMM kernel of its own (one that runs an epilogue on its accumulator)
+registers what it takes (`register_gemm_kernel`): `--fusion-fold-norm-prologue` asks
+`gemm_kernel_refusal(device, problem)` before it moves a normalisation into an epilogue.
 
 Every target also says what one of its row or elementwise kernels can be made of
 (`KernelOps`, registered by `fusec.compiler.targets.cpu` and `.cuda` when imported): the
@@ -105,3 +108,20 @@ def attention_refusal(device: str, parameters: dict) -> str | None:
     if device not in _ATTENTION:
         return f"no attention kernel for device '{device}' yet"
     return _ATTENTION[device](parameters)
+
+
+_GEMM: dict[str, Callable[[dict], str | None]] = {}
+
+
+def register_gemm_kernel(device: str, refusal: Callable[[dict], str | None]) -> None:
+    """`refusal(problem)`: why `device`'s own GEMM kernel cannot take the matmul `problem`
+    (m, n, k, in_type, out_type, b_layout: "nk" for B stored N x K, else "kn"), None where
+    it can."""
+    _GEMM[device] = refusal
+
+
+def gemm_kernel_refusal(device: str, problem: dict) -> str | None:
+    """Why `device` builds no GEMM kernel of its own for `problem` (None: it does)."""
+    if device not in _GEMM:
+        return f"no GEMM kernel for device '{device}'"
+    return _GEMM[device](problem)

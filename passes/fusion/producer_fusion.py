@@ -305,7 +305,8 @@ class Planner:
             mapping, lost, partial = _map_producer(cand, self.graph, p, uses)
             step = Absorption(p, uses, mapping, lost, partial, in_prologue, root_position,
                               _narrowed(cand, self.graph, uses))
-            for check in (self._check_gemm_prologue, self._check_epilogue_first,
+            for check in (self._check_gemm_prologue, self._check_gemm_epilogue_operand,
+                          self._check_epilogue_first,
                           self._check_matmul_operand,
                           self._check_outside_users,
                           self._check_tiles,
@@ -417,6 +418,22 @@ class Planner:
         return ("gemm-prologue", f"{gemm.name}@{gemm.location} runs in the GEMM library of "
                 f"{self.device.name}, which reads its operands from memory: this {p.category} "
                 f"before it would be a kernel of its own{after}")
+
+    def _check_gemm_epilogue_operand(self, cand: Candidate, step: Absorption) -> Refusal:
+        """Where matmuls are GEMM kernels (the library's or the device's own), their epilogue
+        runs on the accumulator's tiles and reads its other operands from memory (a bias row,
+        a residual, a folded normalisation's row statistics): a reduction computing one is a
+        kernel of its own anyway, and in the matmul's group it would take the epilogue out of
+        the GEMM (the group split before it)."""
+        p = step.p
+        if step.in_prologue or p.category not in (REDUCTION, WINDOW, CONTRACTION):
+            return None
+        gemm = self._gemm_in(cand)
+        if gemm is None or not cost_model.gemm_prologue_is_kernel(False, self.device):
+            return None
+        return ("gemm-epilogue-operand", f"{gemm.name}@{gemm.location} runs as a GEMM kernel "
+                f"of {self.device.name} whose epilogue reads its operands from memory: this "
+                f"{p.category} computing one would be a kernel of its own")
 
     def _check_matmul_operand(self, cand: Candidate, step: Absorption) -> Refusal:
         """A transpose whose result a reshape of the prologue merges is no strided view of

@@ -189,7 +189,7 @@ def test_16bit_constants_printed_as_numbers_are_read():
     import numpy as np
     from mlir import ir
 
-    from fusec.compiler.targets.constants import _dense_16bit
+    from fusec.passes.constants import _dense_16bit
     from fusec.dialects import make_context
 
     with make_context():

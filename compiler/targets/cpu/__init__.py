@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 from typing import Any, Callable
 
-from fusec.compiler.targets.constants import dense_bytes
+from fusec.passes.constants import dense_bytes
 from fusec.compiler.targets.cpu.options import CpuOptions
 from fusec.passes import attributes, cost_model
 from fusec.passes.bufferized.outline_kernels import KERNEL_PREFIX

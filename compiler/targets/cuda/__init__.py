@@ -185,6 +185,7 @@ def _register() -> None:
         KernelBuilder,
         KernelOps,
         register_attention,
+        register_gemm_kernel,
         register_kernel_builder,
         register_kernel_ops,
     )
@@ -200,6 +201,15 @@ def _register() -> None:
     ))
     register_kernel_ops(KernelOps(device=device, ops=FAST_EMITTER_OPS, refusal=emitter_refusal))
     register_attention(device, attention_refusal)
+    register_gemm_kernel(device, _gemm_refusal)
+
+
+def _gemm_refusal(problem: dict) -> str | None:
+    from fusec.compiler.targets.cuda import wgmma
+
+    return wgmma.refusal(wgmma.GemmProblem(problem["m"], problem["n"], problem["k"],
+                                           problem["in_type"], problem["out_type"],
+                                           problem["b_layout"]))
 
 
 _register()

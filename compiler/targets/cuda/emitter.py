@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mlir.ir as ir
-from fusec.compiler.targets.constants import dense_bytes
+from fusec.passes.constants import dense_bytes
 from fusec.passes.grouping import op_key
 from fusec.passes.payload import arg_reduction
 from fusec.compiler.targets.cuda.built import FAST, PROBE_SYMBOL, body_text, renamed

@@ -49,6 +49,11 @@ class CudaOptions:
         "Matmuls with bf16/f16 operands: our tensor-core GEMM kernel (TMA + wgmma, the "
         "elementwise chain after it fused) where the cost model predicts it faster than "
         "cuBLASLt (sm_90/sm_90a only); False: always cuBLASLt.")})
+    norm_prologue: bool = field(default=True, metadata={"help": (
+        "A LayerNorm / RMSNorm (any per-row affine map) in front of matmuls with bf16/f16 "
+        "operands and a constant weight: folded into the weight and our GEMM's epilogue "
+        "(fusion-fold-norm-prologue), so the normalised tensor is never written; False: "
+        "normalised in a kernel of its own.")})
 
     movement: bool = field(default=True, metadata={"help": (
         "Groups of data movement (reshapes, slices, transposes, concats, pads, gathers) "
