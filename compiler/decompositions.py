@@ -139,6 +139,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.clamp.default] = _clamp_promoted
     table[aten.elu.default] = _elu
     table[aten.cat.default] = _cat_nonempty
+    table[aten.convolution.default] = _depthwise_conv_transpose
     for rnn in (aten.lstm.input, aten.lstm.data):
         if rnn in table:
             table[rnn] = _without_mkldnn(table[rnn])
@@ -911,6 +912,45 @@ def _cat_nonempty(tensors: list[Any], dim: int = 0) -> Any:
     if len(kept) == 1:
         return torch.ops.aten.clone.default(kept[0])
     return torch.ops.aten.cat.default(kept, dim)
+
+
+def _depthwise_conv_transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any,
+                              dilation: Any, transposed: bool, output_padding: Any,
+                              groups: int) -> Any:
+    """A transposed convolution with one input and one output channel per group (a
+    depthwise ConvTranspose; torch-mlir's lowering fails on it with an invalid
+    tensor.collapse_shape, probe 9) as the regular convolution it is: zeros inserted between
+    the input's elements (stride - 1 per gap), padded by dilation * (k - 1) - padding on each
+    side (output_padding more after: a negative pad crops), the kernel flipped. Anything
+    else: torch-mlir's."""
+    import torch
+
+    aten = torch.ops.aten
+    if not transposed or groups == 1 or w.shape[0] != groups or w.shape[1] != 1 or \
+            x.dim() < 3 or x.shape[1] != groups:
+        return NotImplemented
+    spatial = x.dim() - 2
+    y = x
+    for d in range(spatial):
+        s, dim = stride[d], 2 + d
+        if s == 1:
+            continue
+        length = y.shape[dim]
+        grown = aten.unsqueeze.default(y, dim + 1)
+        after = grown.dim() - 2 - dim
+        grown = aten.constant_pad_nd.default(grown, [0, 0] * after + [0, s - 1], 0.0)
+        shape = list(y.shape)
+        shape[dim] = length * s
+        y = aten.view.default(aten.clone.default(grown), shape)
+        y = aten.slice.Tensor(y, dim, 0, (length - 1) * s + 1)
+    pads: list[int] = []
+    for d in reversed(range(spatial)):
+        low = dilation[d] * (w.shape[2 + d] - 1) - padding[d]
+        pads += [low, low + output_padding[d]]
+    y = aten.constant_pad_nd.default(y, pads, 0.0)
+    flipped = aten.flip.default(w, list(range(2, w.dim())))
+    return aten.convolution.default(y, flipped, bias, [1] * spatial, [0] * spatial,
+                                    list(dilation), False, [0] * spatial, groups)
 
 
 def _diagonal_scatter(x: Any, src: Any, offset: int = 0, dim1: int = 0,

@@ -21,6 +21,10 @@ PLAN = "fusion.plan"  # --fusion-cpu-plan: the CPU launch plan (JSON), read by t
 GUARDED = "fusion.guarded"  # an indexed access already bounds-checked
 INDEX_CHECK = "fusion.index_check"  # a checked read whose report --fusion-report-indices adds
 
+# --fusion-fold-norm-prologue: on the epilogue generic after a matmul, what it applies (the
+# folded normalisation's row values and column terms); our GEMM's reports name it "norm"
+NORM_FOLD = "fusion.norm_fold"
+
 # --- fusion stage: on groups (the planner's decision and its numbers) --------------------
 DEVICE = "fusion.device"  # the device the planner weighed the group for
 REASON = "fusion.reason"  # why these ops share a kernel

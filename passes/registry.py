@@ -71,7 +71,7 @@ def _convert(value: str, annotation: typing.Any, flag: str, name: str) -> typing
 def make_pass(flag: str, options: dict[str, str] | None = None) -> Pass:
     """Instantiate the registered pass `flag` with textual options (names use dashes)."""
     cls = REGISTRY[flag]
-    fields = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls)}
+    fields = {f.name.replace("_", "-"): f for f in dataclasses.fields(cls) if f.init}
     kwargs = {}
     for key, value in (options or {}).items():
         if key not in fields:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import mlir.ir as ir
 from mlir.dialects import linalg, tensor
 
-from fusec.passes import cost_model, targets
+from fusec.passes import attributes, cost_model, targets
 from fusec.passes.constants import dense_floats
 from fusec.passes.grouping import defining_op, model_functions, use_owner, value_key
 from fusec.passes.payload import bf16_bits, from_bf16_bits
@@ -505,6 +505,9 @@ def rewrite(fold: Fold, shared: dict) -> bool:
             for (rows, _), arg in zip(groups, args[1 + len(keys):-1]):
                 y = arith.AddFOp(y, _multiply_rows(None, arg, rows, row_args)).result
             linalg.YieldOp([y])
+    op.attributes[attributes.NORM_FOLD] = ir.StringAttr.get(
+        f"{len(keys)} row value{'s' if len(keys) != 1 else ''}, {len(u)} term"
+        f"{'s' if len(u) != 1 else ''}")
     for owner, number in old_uses:
         owner.operands[number] = op.results[0]
     return True
@@ -534,7 +537,8 @@ class FoldNormProloguePass(Pass):
 
     ARGUMENT = "fusion-fold-norm-prologue"
     device: str = "nvidia-h200"
-    folded: list = field(default_factory=list)
+    # What it did: the number of matmuls folded per normalised tensor (not an option).
+    folded: list = field(default_factory=list, init=False)
 
     def run(self, module: ir.Operation) -> None:
         device = cost_model.device_named(self.device)

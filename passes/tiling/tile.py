@@ -268,12 +268,14 @@ def split_padded_prologue(group: ir.Operation) -> list[ir.Operation]:
     residual sums). As a kernel of their own they are tiled like any elementwise kernel; the
     buffer between the two is the one the loop read anyway."""
     root = find_root(group)
+    if root is None:  # (a split's head may have none: a zero-interleaving pad's group)
+        return [group]
     body = _body_ops(group)
     pads = [op for op in body if op.name == "tensor.pad" and op != root]
     prologue = _producers_in(body, [defining_op(p.operands[0]) for p in pads]
                              + _windowed_conv_input(body))
     members = _kernel_ops(op for op in body if op_key(op) in prologue)
-    if not members or root is None or op_key(root) in prologue \
+    if not members or op_key(root) in prologue \
             or not any(_is_tileable(op) for op in members):
         return [group]
     if any(describe(op, i).category == CONTRACTION for i, op in enumerate(members)):

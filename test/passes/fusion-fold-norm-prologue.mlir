@@ -15,7 +15,7 @@
 // CHECK-DAG: arith.constant dense<-3.000000e+00> : tensor<64xf32>
 // CHECK-DAG: arith.constant dense<5.000000e-01> : tensor<64xf32>
 // CHECK: %[[Y0:.*]] = linalg.matmul ins(%arg0, %[[WT]] : tensor<4096x64xbf16>, tensor<64x64xbf16>)
-// CHECK: %[[Y:.*]] = linalg.generic {{.*}} ins(%[[Y0]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<4096x64xf32>, tensor<4096x1xf32>, tensor<4096x1xf32>, tensor<64xf32>, tensor<64xf32>)
+// CHECK: %[[Y:.*]] = linalg.generic {{.*}} ins(%[[Y0]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<4096x64xf32>, tensor<4096x1xf32>, tensor<4096x1xf32>, tensor<64xf32>, tensor<64xf32>) {{.*}} {fusion.norm_fold = "2 row values, 2 terms"}
 // CHECK: arith.mulf
 // CHECK: arith.addf
 // CHECK: linalg.yield
@@ -116,7 +116,7 @@ func.func @layernorm_linear(%arg0: tensor<4096x64xbf16>) -> tensor<4096x64xf32> 
 // CHECK-DAG: %[[X:.*]] = tensor.collapse_shape %arg0 {{\[}}[0, 1], [2]] : tensor<2x2048x64xbf16> into tensor<4096x64xbf16>
 // CHECK-DAG: %[[R:.*]] = tensor.collapse_shape %{{.*}} {{\[}}[0, 1], [2]] : tensor<2x2048x1xf32> into tensor<4096x1xf32>
 // CHECK: %[[Q:.*]] = linalg.matmul ins(%[[X]], %{{.*}} : tensor<4096x64xbf16>, tensor<64x64xbf16>)
-// CHECK: linalg.generic {{.*}} ins(%[[Q]], %[[R]] : tensor<4096x64xf32>, tensor<4096x1xf32>)
+// CHECK: linalg.generic {{.*}} ins(%[[Q]], %[[R]] : tensor<4096x64xf32>, tensor<4096x1xf32>) {{.*}} {fusion.norm_fold = "1 row value, 0 terms"}
 // CHECK-NEXT: ^bb0
 // CHECK-NEXT: arith.mulf
 // CHECK-NEXT: linalg.yield

@@ -540,6 +540,34 @@ def test_pad_values_rounded_to_the_type(dtype):
         assert torch.equal(out, ref)  # a copy and the value rounded as torch rounds it
 
 
+DEPTHWISE_TRANSPOSED = [
+    (nn.ConvTranspose2d(4, 4, 3, groups=4), (2, 4, 5, 5)),
+    (nn.ConvTranspose1d(4, 4, 3, groups=4, stride=2), (2, 4, 9)),
+    (nn.ConvTranspose2d(6, 6, (3, 2), groups=6, stride=(2, 3), padding=(1, 0),
+                        output_padding=(1, 2), dilation=(2, 1), bias=False), (1, 6, 7, 5)),
+]
+# (3-D: the depthwise Conv3d it becomes is refused by torch-mlir, as a depthwise Conv3d is.)
+
+
+@pytest.mark.parametrize("case", range(len(DEPTHWISE_TRANSPOSED)))
+def test_depthwise_conv_transpose(case):
+    """A transposed convolution with one channel per group (probe 9, 2026-12-05: torch-mlir's
+    lowering failed on an invalid collapse_shape): the regular convolution of the input with
+    zeros inserted and the kernel flipped (`decompositions._depthwise_conv_transpose`)."""
+    torch.manual_seed(case)
+    conv, shape = DEPTHWISE_TRANSPOSED[case]
+    conv = conv.eval()
+    compiled = fusec.compile(conv, torch.randn(shape))
+    x = torch.randn(shape)
+    with torch.no_grad():
+        want = conv.double()(x.double())
+        conv.float()
+    out = np.asarray(compiled(x))
+    assert out.shape == tuple(want.shape)
+    assert rel_err(out, want) < 1e-6
+    assert len(compiled.kernels) <= 3
+
+
 class IntegerDivisions(nn.Module):
     """Integer `//`, `div(rounding_mode=...)`, `%` and `fmod` by a tensor (found by probing,
     2026-12-04: a zero divisor killed the calling process with SIGFPE, and the floor

@@ -344,6 +344,8 @@ def _step_name(op: ir.Operation) -> str:
     from fusec.compiler.targets.cuda.body import unary_kind
     from fusec.compiler.targets.cuda.gemm import bias_add
 
+    if attributes.NORM_FOLD in op.attributes:
+        return "norm"  # a LayerNorm / RMSNorm folded into the weights (norm_prologue.py)
     ins = list(op.operands)[:len(op.operands) - 1]
     if len(ins) == 2 and any(bias_add(op, v) is not None for v in ins):
         return "bias"
