@@ -201,3 +201,31 @@ def test_fold_in_the_small_llama_matches_float64():
         want = model.double()(ids)
     error = _rel(compiled(ids), want)
     assert error < 1.25 * _rel(torch_bf16.numpy(), want), error
+
+
+def test_rmsnorm_before_three_projections_is_four_kernels_on_cuda():
+    """LLaMA's RMSNorm on [B, T, K] read by q, k, v: the statistics' row kernel and three
+    GEMMs whose epilogues read the [B, T, 1] statistics per row of their [B T, N] products
+    (through the reshape: tc_gemm's epilogue reads a reshape at its source's flat offset);
+    unfolded, the norm's kernels write the normalised tensor."""
+    from fusec.compiler.targets.cuda.options import CudaOptions
+
+    class QKV(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = LlamaRMSNorm(1024)
+            self.q, self.k, self.v = (nn.Linear(1024, n, bias=False) for n in (1024, 256, 256))
+
+        def forward(self, x):
+            h = self.norm(x)
+            return self.q(h), self.k(h), self.v(h)
+
+    torch.manual_seed(3)
+    model = QKV().to(torch.bfloat16).eval()
+    x = torch.randn(2, 4096, 1024, dtype=torch.bfloat16)
+    compiled = fusec.compile(model, x, target="cuda", cache=False,
+                             cuda=CudaOptions(arch="sm_90a"))
+    paths = [k["info"]["path"] for k in compiled.kernels]
+    assert paths == ["fast", "tc_gemm", "tc_gemm", "tc_gemm"], paths
+    assert all(k["info"]["epilogue"] == ["norm", "cast"]
+               for k in compiled.kernels if k["info"]["path"] == "tc_gemm")

@@ -187,7 +187,9 @@ def _source_ops(value: ir.Value, members: set[int], banned: set[int], depth: int
         return []
     if is_weight(op):
         return [] if str(ir.RankedTensorType(value.type).element_type) != "i1" else None
-    if op.name in ("linalg.broadcast", "linalg.transpose"):
+    if op.name in ("linalg.broadcast", "linalg.transpose") or op.name in RESHAPE_OPS:
+        # (a reshape: a folded norm's [B, T, 1] statistics read per row of the [B T, N]
+        # product; read at the same flat offset of its source)
         inputs = [op.operands[0]]
     elif elementwise(op):
         inputs = list(op.operands)[:len(op.operands) - 1]
@@ -467,8 +469,8 @@ class ChainEpilogue:
             return
         if _splat(op):
             return
-        inputs = [op.operands[0]] if op.name in ("linalg.broadcast", "linalg.transpose") \
-            else list(op.operands)[:len(op.operands) - 1]
+        inputs = [op.operands[0]] if op.name in ("linalg.broadcast", "linalg.transpose") or \
+            op.name in RESHAPE_OPS else list(op.operands)[:len(op.operands) - 1]
         for v in inputs:
             self._collect(v)
 
@@ -570,6 +572,10 @@ class ChainEpilogue:
             ref = f"%e{arg}a" if arg in self.aligned else f"%e{arg}"
             name = self._emit_op(f"memref.load {ref}[{offset}] : "
                                  f"memref<{max(1, math.prod(shape))}x{elt}>")
+        elif op.name in RESHAPE_OPS:  # row-major both: the source at the same flat offset
+            src_shape, _ = tensor_info(op.operands[0].type)
+            name = self._read(op.operands[0], self._unflatten(self._offset(shape, idx),
+                                                              src_shape))
         elif op.name == "linalg.broadcast":
             dims = set(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
             name = self._read(op.operands[0], [x for d, x in enumerate(idx) if d not in dims])
@@ -583,6 +589,21 @@ class ChainEpilogue:
             name = self._generic(op, idx)
         self.memo[key] = name
         return name
+
+    def _unflatten(self, flat: str, shape: list[int]) -> list[str]:
+        """The index of row-major flat offset `flat` in `shape`, one name per dim."""
+        names = []
+        for d, extent in enumerate(shape):
+            if extent == 1:
+                names.append(self._const(0, "index"))
+                continue
+            inner = math.prod(shape[d + 1:])
+            x = flat if inner == 1 else self._index_op("divui", flat,
+                                                       self._const(inner, "index"))
+            if d > 0:
+                x = self._index_op("remui", x, self._const(extent, "index"))
+            names.append(x)
+        return names
 
     def _offset(self, shape: list[int], idx: list[str]) -> str:
         terms = []
