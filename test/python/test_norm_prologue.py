@@ -229,3 +229,10 @@ def test_rmsnorm_before_three_projections_is_four_kernels_on_cuda():
     assert paths == ["fast", "tc_gemm", "tc_gemm", "tc_gemm"], paths
     assert all(k["info"]["epilogue"] == ["norm", "cast"]
                for k in compiled.kernels if k["info"]["path"] == "tc_gemm")
+    # Unfolded: the norm one row kernel too (its result's collapse for the Linears a view,
+    # `--fusion-gpu-peel-reshapes`: it was six kernels of one op each), then the GEMMs.
+    plain = fusec.compile(model, x, target="cuda", cache=False,
+                          cuda=CudaOptions(arch="sm_90a", norm_prologue=False))
+    kernels = [(k["info"]["path"], len(k["ops"])) for k in plain.kernels]
+    assert len(kernels) == 4 and kernels[0] == ("fast", 6), kernels
+    assert plain.kernels[0]["info"]["bytes"] > 1.9 * compiled.kernels[0]["info"]["bytes"]

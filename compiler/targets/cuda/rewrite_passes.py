@@ -19,7 +19,7 @@ from fusec.compiler.targets.cuda.folding import fold_constant_groups
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
                                                   convs_to_gemm, erase_dead_groups,
-                                                  matmuls_to_tf32,
+                                                  matmuls_to_tf32, peel_trailing_reshapes,
                                                   split_long_reductions,
                                                   extract_slices_to_generics, mark_view_groups,
                                                   merge_epilogue_consumers, split_at_reshapes,
@@ -42,6 +42,9 @@ class Rewrite:
 
 # In order: each one's docstring says why it runs where it does.
 REWRITES = (
+    Rewrite("fusion-gpu-peel-reshapes", lambda f, o: peel_trailing_reshapes(f),
+            "A row-reduction group's trailing reshape that keeps the last dim becomes a "
+            "group of its own (a view): the rows tile through no reshape."),
     Rewrite("fusion-gpu-unit-transposes", lambda f, o: unit_transposes_to_reshapes(f),
             "Transposes that move only size-1 dims become reshapes (no kernel)."),
     Rewrite("fusion-gpu-slices-to-gathers", lambda f, o: extract_slices_to_generics(f),

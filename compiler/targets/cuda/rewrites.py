@@ -370,6 +370,49 @@ def _convex(pieces: list[list[ir.Operation]]) -> bool:
     return not any(cyclic(n) for n in deps)
 
 
+def peel_trailing_reshapes(func: ir.Operation) -> int:
+    """A row-reduction group whose one result is a reshape of its row-shaped value that keeps
+    the last dim (a norm's [B, T, K] result collapsed to [B T, K] for a Linear: the planner
+    takes the consumer's reshape in) yields that value, and the reshape becomes a group of
+    its own, a view (`mark_view_groups`). Tiled by rows of the collapsed result, the norm's
+    reduction could not be sliced through the reshape: every tile computed the whole norm,
+    and over the registers the group was split into a kernel per op (LLaMA's RMSNorm before
+    q, k, v: six kernels instead of one). Attention and library groups keep theirs.
+    Returns how many."""
+    from fusec.passes.grouping import form_group
+    from fusec.passes.inline_groups import inline_group
+
+    count = 0
+    for group in groups_of(func):
+        if attributes.PATH in group.attributes or is_attention(group) or \
+                len(group.results) != 1:
+            continue
+        ops = [o.operation for o in group.regions[0].blocks[0].operations]
+        reshape = defining(ops[-1].operands[0])
+        if reshape is None or reshape.name not in RESHAPE_OPS or \
+                isinstance(reshape.operands[0].owner, ir.Block) or \
+                len(list(reshape.results[0].uses)) != 1:
+            continue
+        source = defining(reshape.operands[0])
+        before = list(ir.RankedTensorType(reshape.operands[0].type).shape)
+        after = list(ir.RankedTensorType(reshape.results[0].type).shape)
+        if source is None or not before or not after or before[-1] != after[-1] or \
+                not any(o.name == "linalg.generic" and "reduction" in iterators(o)
+                        for o in ops):
+            continue
+        kind = str(group.attributes["kind"]).strip('"')
+        # The planner's reasons stay; its figures (tiles, working set) were the reshaped
+        # root's, and the tiling would take them for the rows'.
+        kept = {n: group.attributes[n] for n in (attributes.REASON, attributes.REFUSED,
+                                                 attributes.DEVICE) if n in group.attributes}
+        inline_group(group)
+        members = [o for o in ops[:-1] if o != reshape]
+        form_group(members, kind, kept)
+        form_group([reshape], "single")
+        count += 1
+    return count
+
+
 def split_at_reshapes(func: ir.Operation, options: CudaOptions) -> int:
     """Split each group the emitters refuse at reshapes of values it computes (and, with
     the data-movement kernels off, around its concats).
