@@ -95,6 +95,8 @@ def decomposition_table() -> dict[Any, Any]:
     sdpa = aten.scaled_dot_product_attention.default
     table[sdpa] = _naive_attention_decomposition(table.get(sdpa))
     table[aten.var_mean.correction] = _var_mean_two_pass
+    for op in (aten.var.correction, aten.std.correction):
+        table[op] = _var_correction_over_count(op, table.get(op))
     table[aten.reciprocal.default] = _reciprocal
     table[aten.gelu.default] = _gelu_tanh
     table[aten.pow.Tensor_Scalar] = _pow_scalar
@@ -159,7 +161,8 @@ def decomposition_table() -> dict[Any, Any]:
     # bf16; so is a 0-dim float tensor a product or quotient's second operand); the result
     # rounded once.
     for op in (aten.mean.dim, aten.mean.default, aten.linalg_vector_norm.default,
-               aten.avg_pool2d.default, aten.avg_pool1d.default, aten.avg_pool3d.default):
+               aten.avg_pool2d.default, aten.avg_pool1d.default, aten.avg_pool3d.default,
+               aten.round.decimals):
         table[op] = _in_float32(op, table.get(op))
     for op in (aten.mul.Tensor, aten.add.Tensor, aten.sub.Tensor, aten.div.Tensor,
                aten.rsub.Scalar):
@@ -530,6 +533,8 @@ def _floor_divide(a: torch.Tensor, b: Any) -> torch.Tensor | Any:
 
     if a.dtype != torch.uint8:
         return _floor_divide_integers(a, b)
+    if isinstance(b, int) and not isinstance(b, bool):
+        b %= 256  # torch reads a Python integer beside uint8 as uint8 (x // -3 is x // 253)
     wide = b.to(torch.int32) if isinstance(b, torch.Tensor) else b
     return torch.floor_divide(a.to(torch.int32), wide).to(torch.uint8)
 
@@ -626,6 +631,28 @@ def _var_mean_two_pass(
     if not keepdim:
         mean = torch.squeeze(mean, dims)
     return var, mean
+
+
+def _var_correction_over_count(op: Any, original: Any) -> Any:
+    """var / std with a correction at least the reduced count: the sum of squared deviations
+    over a divisor of 0 (torch clamps it: inf, or NaN for a zero sum), as var_mean's
+    decomposition computes it (torch-mlir's lowering divided by the negative count: a
+    negative variance, a NaN std; probe 10). Any other: the table's (torch-mlir's)."""
+    import torch
+
+    def decomposition(x: Any, dim: Any = None, *, correction: Any = None,
+                      keepdim: bool = False) -> Any:
+        if isinstance(x, torch.Tensor) and x.dtype.is_floating_point and x.ndim > 0 and \
+                correction is not None:
+            dims = [d % x.ndim for d in dim] if dim else list(range(x.ndim))
+            if math.prod(x.shape[d] for d in dims) - correction <= 0:
+                var, _ = _var_mean_two_pass(x, dim, correction=correction, keepdim=keepdim)
+                return torch.sqrt(var) if op == torch.ops.aten.std.correction else var
+        if original is not None:
+            return original(x, dim, correction=correction, keepdim=keepdim)
+        return NotImplemented
+
+    return decomposition
 
 
 def _reciprocal(x: torch.Tensor) -> torch.Tensor | Any:

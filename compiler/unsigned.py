@@ -11,7 +11,13 @@ torch-mlir:
 - an op that orders uint8 values into a uint8 result (sort, topk, max / min, clamp, floor
   division, remainder) is refused, located: computed as signed it would be wrong, and
   computed in int32 then narrowed, torch-mlir's importer crashed. Convert first
-  (`x.int()`, `x.long()`).
+  (`x.int()`, `x.long()`);
+- a reduction into a narrow type it names (`x.sum(-1, dtype=torch.int16)`) reads the value
+  converted too (its result type is the one named: it was the signed i8 reading summed);
+- a Python integer operand out of uint8's range is wrapped into it, as torch reads it
+  (`x > -1` is `x > 255`; it was compared as -1); `abs` of uint8 is the value itself (it
+  was the signed reading's).
+Found by probe 10 (2026-12-05).
 """
 
 from __future__ import annotations
@@ -26,6 +32,12 @@ _AS_IS = ("convert_element_type", "_to_copy", "_assert_tensor_metadata", "to.dty
 ORDERED = ("sort", "topk", "max", "min", "amax", "amin", "maximum", "minimum", "clamp",
            "floor_divide", "remainder", "fmod", "div", "median", "kthvalue", "mode", "cummax",
            "cummin", "argsort")
+
+
+# Ops whose second operand, a Python integer, is a value read in the tensor's type (not a
+# dim, a size or an index).
+SCALAR_VALUE_OPS = ("eq", "ne", "lt", "le", "gt", "ge", "add", "sub", "rsub", "mul",
+                    "floor_divide", "remainder", "bitwise_and", "bitwise_or", "bitwise_xor")
 
 
 def _dtypes(node: Any) -> list[Any]:
@@ -67,13 +79,26 @@ def read_uint8_unsigned(program: Any, where: Any = None) -> None:
                 widened[value] = _convert(graph, value, torch.int32)
         return widened[value]
 
+    def wrapped(value: Any) -> Any:
+        # A Python integer beside a uint8 tensor is read as uint8 by torch (`x > -1` is
+        # `x > 255`, `x // -3` is `x // 253`), not as the number it is.
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < 256:
+            return value % 256
+        return value
+
     for node in list(graph.nodes):
         name = str(node.target)
         if node.op != "call_function" or any(key in name for key in _AS_IS) or \
                 not any(_dtypes(a) == [u8] for a in node.all_input_nodes):
             continue
-        if any(d in narrow for d in _dtypes(node)):
-            op = name.split(".")[-2] if name.count(".") >= 2 else name  # aten.<op>.<overload>
+        op = name.split(".")[-2] if name.count(".") >= 2 else name  # aten.<op>.<overload>
+        if op in SCALAR_VALUE_OPS and len(node.args) > 1 and _dtypes(node.args[0]) == [u8]:
+            node.args = (node.args[0], wrapped(node.args[1])) + tuple(node.args[2:])
+        if op == "abs" and _dtypes(node) == [u8]:
+            node.replace_all_uses_with(node.args[0])  # unsigned: its own absolute value
+            graph.erase_node(node)
+            continue
+        if any(d in narrow for d in _dtypes(node)) and node.kwargs.get("dtype") is None:
             if op in ORDERED:
                 line = where(node) if where else ""
                 raise FrontendError(

@@ -568,6 +568,52 @@ def test_depthwise_conv_transpose(case):
     assert len(compiled.kernels) <= 3
 
 
+class Uint8Scalars(nn.Module):
+    """uint8 with Python integers out of its range, abs, and a sum into int16 (probe 10,
+    2026-12-05: `x > -1` was all true, `x // -3` divided by -3, abs and the int16 sum read
+    the signed byte; torch reads the integer as uint8 and the value as unsigned)."""
+
+    def forward(self, x):
+        return (x > -1, x < 300, x == 256, x // -3, x.abs(), x.sum(-1, dtype=torch.int16),
+                x + 300, x[:, :2] > 3)
+
+
+def test_uint8_with_integers_out_of_its_range():
+    model = Uint8Scalars().eval()
+    x = torch.tensor([[0, 1, 127, 128, 200, 255], [3, 250, 9, 130, 77, 5]], dtype=torch.uint8)
+    compiled = fusec.compile(model, x)
+    x = torch.randint(0, 256, (2, 6), dtype=torch.uint8)
+    x[0, :2] = torch.tensor([0, 255], dtype=torch.uint8)
+    for out, ref in zip(compiled(x), model(x)):
+        assert np.array_equal(np.asarray(out), ref.numpy()), (out, ref)
+
+
+class StatisticsEdges(nn.Module):
+    """var / std with a correction at least the count (torch: inf; fusec gave a negative
+    variance and a NaN std), round(x, decimals) of 16-bit floats (scaled in the 16-bit
+    type: 60000 with 2 decimals was inf): probe 10, 2026-12-05."""
+
+    def forward(self, x, h, b):
+        return (torch.var(x, -1, correction=5), torch.std(x, -1, correction=4),
+                torch.var(x, 0, correction=1), torch.round(h, decimals=2),
+                torch.round(b, decimals=1), torch.round(b, decimals=-1))
+
+
+def test_statistics_edges():
+    model = StatisticsEdges().eval()
+    x = torch.randn(4, 3)
+    h = torch.tensor([60000.0, 1000.0, 655.0, 1.2305, -3.14159]).to(torch.float16)
+    b = torch.tensor([11840.0, 22.625, 249.0, 44.0, -0.37]).to(torch.bfloat16)
+    compiled = fusec.compile(model, x, h, b)
+    x = torch.randn(4, 3)
+    for i, (out, ref) in enumerate(zip(compiled(x, h, b), model(x, h, b))):
+        out = np.asarray(out).astype(np.float64)
+        ref = ref.double().numpy()
+        assert np.array_equal(np.isinf(out), np.isinf(ref)), (i, out, ref)
+        finite = np.isfinite(ref)
+        assert np.allclose(out[finite], ref[finite], rtol=1e-6, atol=0), (i, out, ref)
+
+
 class IntegerDivisions(nn.Module):
     """Integer `//`, `div(rounding_mode=...)`, `%` and `fmod` by a tensor (found by probing,
     2026-12-04: a zero divisor killed the calling process with SIGFPE, and the floor
