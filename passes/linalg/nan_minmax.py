@@ -104,21 +104,31 @@ class NanMinMaxPass(Pass):
 ARG_COMPARES = {"arith.maximumf": "ogt", "arith.minimumf": "olt"}
 
 
-def _arg_selects(generic: ir.Operation) -> list[tuple[ir.Operation, ir.Operation]]:
-    """The (select, compare) pairs of a reduction payload's argmax / argmin results: a
-    yielded `select(cmpf P(x, acc), i, acc_i)` whose `acc` is the accumulator of another
-    result yielded as `C(x, acc)`, with (C, P) in ARG_COMPARES."""
+def _keeping_selects(generic: ir.Operation) -> tuple[list, list, list]:
+    """A reduction payload's yielded values, its accumulators, and each yielded
+    `select(c, v, acc_j)` that keeps its own accumulator otherwise, as (j, select)."""
     if "reduction" not in iterator_kinds(generic):
-        return []
+        return [], [], []
     block = generic.regions[0].blocks[0]
     n_out = len(generic.results)
     accs = list(block.arguments)[len(block.arguments) - n_out:]
     yielded = list(block.operations[len(block.operations) - 1].operands)
-    found = []
+    kept = []
     for j, value in enumerate(yielded):
         select = defining_op(value)
-        if select is None or select.name != "arith.select" or select.operands[2] != accs[j]:
-            continue
+        if select is not None and select.name == "arith.select" and \
+                select.operands[2] == accs[j]:
+            kept.append((j, select))
+    return yielded, accs, kept
+
+
+def _arg_selects(generic: ir.Operation) -> list[tuple[ir.Operation, ir.Operation]]:
+    """The (select, compare) pairs of a reduction payload's argmax / argmin results: a
+    yielded `select(cmpf P(x, acc), i, acc_i)` whose `acc` is the accumulator of another
+    result yielded as `C(x, acc)`, with (C, P) in ARG_COMPARES."""
+    yielded, accs, kept = _keeping_selects(generic)
+    found = []
+    for j, select in kept:
         cmp = defining_op(select.operands[0])
         if cmp is None or cmp.name != "arith.cmpf":
             continue
@@ -164,17 +174,9 @@ def _is_constant(value: ir.Value, number: int) -> bool:
 def _pool_index_selects(generic: ir.Operation) -> list[tuple[ir.Operation, ir.Value, ir.Value]]:
     """The yielded `select(cmpi eq(acc, -1), select(cmpf oeq(x, m), i, acc), acc)` of a
     reduction payload (max pooling's index), with its `x` and `i`."""
-    if "reduction" not in iterator_kinds(generic):
-        return []
-    block = generic.regions[0].blocks[0]
-    n_out = len(generic.results)
-    accs = list(block.arguments)[len(block.arguments) - n_out:]
-    yielded = list(block.operations[len(block.operations) - 1].operands)
+    _, accs, kept = _keeping_selects(generic)
     found = []
-    for j, value in enumerate(yielded):
-        outer = defining_op(value)
-        if outer is None or outer.name != "arith.select" or outer.operands[2] != accs[j]:
-            continue
+    for j, outer in kept:
         first = defining_op(outer.operands[0])
         inner = defining_op(outer.operands[1])
         if first is None or first.name != "arith.cmpi" or inner is None or \
