@@ -142,6 +142,8 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.elu.default] = _elu
     table[aten.cat.default] = _cat_nonempty
     table[aten.convolution.default] = _depthwise_conv_transpose
+    table[aten.fmax.default] = _fmax_fmin(aten.maximum.default)
+    table[aten.fmin.default] = _fmax_fmin(aten.minimum.default)
     for rnn in (aten.lstm.input, aten.lstm.data):
         if rnn in table:
             table[rnn] = _without_mkldnn(table[rnn])
@@ -939,6 +941,31 @@ def _cat_nonempty(tensors: list[Any], dim: int = 0) -> Any:
     if len(kept) == 1:
         return torch.ops.aten.clone.default(kept[0])
     return torch.ops.aten.cat.default(kept, dim)
+
+
+def _fmax_fmin(extreme: Any) -> Any:
+    """fmax / fmin of floats: the NaN-propagating maximum / minimum, and where one side is
+    NaN the other (torch-mlir's lowering of a broadcast or 0-d operand failed MLIR's verifier
+    on a tensor.cast; probe 10). Integers: the plain maximum / minimum."""
+    import torch
+
+    aten = torch.ops.aten
+
+    def decomposition(a: Any, b: Any) -> Any:
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            return NotImplemented
+        dtype = torch.result_type(a, b)
+        if a.dtype != dtype:
+            a = aten._to_copy.default(a, dtype=dtype)
+        if b.dtype != dtype:
+            b = aten._to_copy.default(b, dtype=dtype)
+        both = extreme(a, b)
+        if not dtype.is_floating_point:
+            return both
+        return aten.where.self(aten.isnan.default(a), b,
+                               aten.where.self(aten.isnan.default(b), a, both))
+
+    return decomposition
 
 
 def _depthwise_conv_transpose(x: Any, w: Any, bias: Any, stride: Any, padding: Any,

@@ -614,6 +614,28 @@ def test_statistics_edges():
         assert np.allclose(out[finite], ref[finite], rtol=1e-6, atol=0), (i, out, ref)
 
 
+class FmaxFmin(nn.Module):
+    """fmax / fmin with broadcasting or a 0-d operand (probe 10, 2026-12-05: refused with
+    MLIR's verifier message about a tensor.cast), NaN on either side, integers, mixed types."""
+
+    def forward(self, a, b, c, d):
+        return (torch.fmax(a, b), torch.fmin(a, c), torch.fmax(d, d.t()),
+                torch.fmin(a.to(torch.float16), b))
+
+
+def test_fmax_fmin_broadcast():
+    model = FmaxFmin().eval()
+    args = [torch.randn(5, 1), torch.randn(1, 5), torch.tensor(0.5), torch.randint(0, 9, (4, 4))]
+    compiled = fusec.compile(model, *args)
+    args = [torch.randn(5, 1), torch.randn(1, 5), torch.tensor(-0.25),
+            torch.randint(-9, 9, (4, 4))]
+    args[0][1] = args[1][0, 2] = float("nan")
+    for out, ref in zip(compiled(*args), model(*args)):
+        out = np.asarray(out)
+        assert out.dtype == ref.numpy().dtype
+        assert np.array_equal(out.astype(np.float64), ref.double().numpy(), equal_nan=True)
+
+
 class IntegerDivisions(nn.Module):
     """Integer `//`, `div(rounding_mode=...)`, `%` and `fmod` by a tensor (found by probing,
     2026-12-04: a zero divisor killed the calling process with SIGFPE, and the floor
