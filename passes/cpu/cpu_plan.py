@@ -105,7 +105,16 @@ class _PlanBuilder:
             elif op.name in VIEW_OPS:
                 self.ids[value_key(op.results[0])] = self.id_of(op.operands[0], op)
             elif op.name == "func.call":
-                self.launches.append(self.launch(op))
+                launch = self.launch(op)
+                # A kernel that computes nothing (its buffers hold no element: a cumsum over
+                # a zero-size dim; or its body is empty: a sum over one, after its fill) is
+                # not launched, and its function goes (CpuPlanPass.run).
+                kernel = self.kernels.get(launch.symbol)
+                empty = kernel is not None and all(
+                    o.operation.name == "func.return"
+                    for o in kernel.regions[0].blocks[0].operations)
+                if not empty and any(0 not in self.buffers[b].shape for b in launch.buffers):
+                    self.launches.append(launch)
             elif op.name == "memref.copy":
                 self.copy(op, outputs)
             elif op.name not in IGNORED_OPS:
@@ -232,3 +241,7 @@ class CpuPlanPass(Pass):
         module.attributes[PLAN_ATTRIBUTE] = ir.StringAttr.get(json.dumps(plan.to_json_dict()))
         for host in host_functions(module):
             host.erase()
+        launched = {launch.symbol for launch in plan.launches}
+        for kernel in kernel_functions(module):  # (a kernel of empty buffers: not launched)
+            if ir.StringAttr(kernel.attributes["sym_name"]).value not in launched:
+                kernel.erase()

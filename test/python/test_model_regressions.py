@@ -636,6 +636,25 @@ def test_fmax_fmin_broadcast():
         assert np.array_equal(out.astype(np.float64), ref.double().numpy(), equal_nan=True)
 
 
+class ZeroSizeDim(nn.Module):
+    """Scans and reductions over a zero-size dim (probe 10, 2026-12-05: an internal "kernel
+    of the plan is not in the module": a kernel that computes nothing lost its body)."""
+
+    def forward(self, x):
+        return x.cumsum(1), x.cumsum(0), x * 2, x.sum(1), x.mean(1), x.prod(1)
+
+
+def test_zero_size_dim():
+    model = ZeroSizeDim().eval()
+    compiled = fusec.compile(model, torch.randn(3, 0))
+    x = torch.randn(3, 0)
+    outs, refs = compiled(x), model(x)
+    assert len(outs) == len(refs) == 6
+    for out, ref in zip(outs, refs):
+        assert np.asarray(out).shape == tuple(ref.shape)
+        assert np.array_equal(np.asarray(out), ref.numpy(), equal_nan=True)
+
+
 class IntegerDivisions(nn.Module):
     """Integer `//`, `div(rounding_mode=...)`, `%` and `fmod` by a tensor (found by probing,
     2026-12-04: a zero divisor killed the calling process with SIGFPE, and the floor
