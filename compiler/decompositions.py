@@ -118,10 +118,15 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.copysign.Tensor] = _copysign
     table[aten.copysign.Scalar] = _copysign
     table[aten.neg.default] = _neg
-    for shift in (aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar):
+    # (`a << b` and `a >> b` are `__lshift__` / `__rshift__`: the same ops, which torch-mlir
+    # refused by those names; probe 10)
+    for shift in (aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
+                  aten.__lshift__.Tensor, aten.__lshift__.Scalar):
         table[shift] = _shift(left=True)
-    for shift in (aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar):
+    for shift in (aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
+                  aten.__rshift__.Tensor, aten.__rshift__.Scalar):
         table[shift] = _shift(left=False)
+    table[aten.xlogy.Scalar_Other] = _xlogy_scalar
     for op, name in ((aten.max.default, "max"), (aten.min.default, "min")):
         table[op] = _full_reduction_of_nonempty(op, name, table.get(op))
     table[aten.eq.Tensor] = _eq_self
@@ -941,6 +946,23 @@ def _cat_nonempty(tensors: list[Any], dim: int = 0) -> Any:
     if len(kept) == 1:
         return torch.ops.aten.clone.default(kept[0])
     return torch.ops.aten.cat.default(kept, dim)
+
+
+def _xlogy_scalar(x: Any, y: float) -> Any:
+    """`xlogy(x, y)` with y a Python number: x * log(y), 0 where x is 0 unless y is NaN
+    (torch-mlir refused it naming `prims.scalar_tensor`; probe 10)."""
+    import torch
+
+    aten = torch.ops.aten
+    if not isinstance(x, torch.Tensor):
+        return NotImplemented
+    dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    if x.dtype != dtype:
+        x = aten._to_copy.default(x, dtype=dtype)
+    if math.isnan(y):
+        return aten.full_like.default(x, math.nan)
+    product = aten.mul.Tensor(x, math.log(y) if y > 0 else (-math.inf if y == 0 else math.nan))
+    return aten.where.self(aten.eq.Scalar(x, 0), aten.zeros_like.default(x), product)
 
 
 def _fmax_fmin(extreme: Any) -> Any:

@@ -655,6 +655,29 @@ def test_zero_size_dim():
         assert np.array_equal(np.asarray(out), ref.numpy(), equal_nan=True)
 
 
+class ShiftsAndXlogy(nn.Module):
+    """`a << b`, `a >> 2` (torch-mlir refused `__lshift__` by that name while
+    `bitwise_left_shift` worked) and xlogy with a Python number (refused naming
+    `prims.scalar_tensor`): probe 10, 2026-12-05."""
+
+    def forward(self, a, b, x):
+        return (a << b, a >> 2, a << 3, a >> b, torch.xlogy(x, 2.0), torch.xlogy(x, 0.0),
+                torch.xlogy(x, -1.0), torch.xlogy(x, float("nan")))
+
+
+def test_shift_operators_and_xlogy_of_a_number():
+    model = ShiftsAndXlogy().eval()
+    a = torch.tensor([1, -8, 3, 100, -1], dtype=torch.int32)
+    b = torch.tensor([1, 2, 40, 0, 31], dtype=torch.int32)
+    x = torch.tensor([0.0, 1.5, -2.0, float("nan"), 3.0])
+    compiled = fusec.compile(model, a, b, x)
+    a = torch.tensor([7, -9, 5, -100, 2], dtype=torch.int32)
+    for out, ref in zip(compiled(a, b, x), model(a, b, x)):
+        out = np.asarray(out)
+        assert out.dtype == ref.numpy().dtype
+        assert np.array_equal(out, ref.numpy(), equal_nan=True), (out, ref)
+
+
 class IntegerDivisions(nn.Module):
     """Integer `//`, `div(rounding_mode=...)`, `%` and `fmod` by a tensor (found by probing,
     2026-12-04: a zero divisor killed the calling process with SIGFPE, and the floor
