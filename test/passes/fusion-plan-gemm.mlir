@@ -282,3 +282,43 @@ func.func @row_division_stays_a_prologue(%x: tensor<64x128xf32>, %w1: tensor<128
   %m2 = linalg.matmul ins(%d, %w2 : tensor<64x256xf32>, tensor<256x64xf32>) outs(%f2 : tensor<64x64xf32>) -> tensor<64x64xf32>
   return %m2 : tensor<64x64xf32>
 }
+
+// -----
+
+// A row statistic read by the matmul's epilogue (a folded norm's rstd): on the H200 the
+// reduction computing it stays a kernel of its own (`gemm-epilogue-operand`: the GEMM's
+// epilogue reads its operands from memory; in the matmul's group the tiled stage would
+// split the epilogue off the GEMM), and the epilogue's multiply stays with the matmul. On
+// the CPU the planner may take it in (no GEMM library).
+// GPU-LABEL: func.func @row_statistic_for_the_epilogue
+// GPU: %[[S:[0-9]+]] = fusion.group
+// GPU: linalg.generic {{.*}}iterator_types = ["parallel", "reduction"]
+// GPU: fusion.group epilogue (%{{.+}} = %[[S]] : tensor<64x1xf32>{{.*}}fusion.refused = [{{.*}}gemm-epilogue-operand: linalg.matmul@{{[0-9:]+}} runs as a GEMM kernel of nvidia-h200 whose epilogue reads its operands from memory: this reduction computing one would be a kernel of its own
+// GPU: linalg.matmul
+// GPU: arith.mulf
+// GPU: return
+// CPU-LABEL: func.func @row_statistic_for_the_epilogue
+// CPU-NOT: gemm-epilogue-operand
+// CPU: return
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#r = affine_map<(d0, d1) -> (d0, 0)>
+func.func @row_statistic_for_the_epilogue(%x: tensor<64x128xbf16>, %w: tensor<128x256xbf16>, %s: tensor<64x128xf32>) -> tensor<64x256xf32> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %e1 = tensor.empty() : tensor<64x1xf32>
+  %z1 = linalg.fill ins(%cst : f32) outs(%e1 : tensor<64x1xf32>) -> tensor<64x1xf32>
+  %sum = linalg.generic {indexing_maps = [#id, #r], iterator_types = ["parallel", "reduction"]} ins(%s : tensor<64x128xf32>) outs(%z1 : tensor<64x1xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %0 = arith.mulf %in, %in : f32
+    %1 = arith.addf %0, %out : f32
+    linalg.yield %1 : f32
+  } -> tensor<64x1xf32>
+  %e = tensor.empty() : tensor<64x256xf32>
+  %f = linalg.fill ins(%cst : f32) outs(%e : tensor<64x256xf32>) -> tensor<64x256xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<64x128xbf16>, tensor<128x256xbf16>) outs(%f : tensor<64x256xf32>) -> tensor<64x256xf32>
+  %y = linalg.generic {indexing_maps = [#id, #r, #id], iterator_types = ["parallel", "parallel"]} ins(%mm, %sum : tensor<64x256xf32>, tensor<64x1xf32>) outs(%e : tensor<64x256xf32>) {
+  ^bb0(%in: f32, %r: f32, %out: f32):
+    %0 = arith.mulf %in, %r : f32
+    linalg.yield %0 : f32
+  } -> tensor<64x256xf32>
+  return %y : tensor<64x256xf32>
+}
