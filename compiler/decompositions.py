@@ -285,6 +285,13 @@ def _signbit(x: Any) -> Any:
     return aten.logical_or.default(aten.lt.Scalar(x, 0), negative_zero)
 
 
+def _as_dtype(t: Any, dtype: Any) -> Any:
+    """Tensor `t` converted to `dtype` (itself where it has it)."""
+    import torch
+
+    return t if t.dtype == dtype else torch.ops.aten._to_copy.default(t, dtype=dtype)
+
+
 def _copysign(a: Any, b: Any) -> Any:
     """|a| with b's sign (`_signbit`'s reading of it, -0.0 included), in the float type torch
     gives the result (integers promote to the default float)."""
@@ -296,10 +303,9 @@ def _copysign(a: Any, b: Any) -> Any:
     dtype = torch.result_type(a, b)
     if not dtype.is_floating_point:
         dtype = torch.get_default_dtype()
-    if a.dtype != dtype:
-        a = aten._to_copy.default(a, dtype=dtype)
+    a = _as_dtype(a, dtype)
     if isinstance(b, torch.Tensor) and not b.dtype.is_floating_point:
-        b = aten._to_copy.default(b, dtype=dtype)
+        b = _as_dtype(b, dtype)
     magnitude = aten.abs.default(a)
     if not isinstance(b, torch.Tensor):
         return magnitude if math.copysign(1.0, b) > 0 else aten.neg.default(magnitude)
@@ -616,6 +622,11 @@ def _repeat_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     return expanded.reshape(*x.shape[:-3], heads, *x.shape[-2:])
 
 
+def _reduced_dims(x: Any, dim: Any) -> list[int]:
+    """The dims a reduction over `dim` folds (an empty list or None: every dim)."""
+    return [d % x.ndim for d in dim] if dim else list(range(x.ndim))
+
+
 def _var_mean_two_pass(
     x: torch.Tensor,
     dim: list[int] | None = None,
@@ -629,7 +640,7 @@ def _var_mean_two_pass(
     if not x.dtype.is_floating_point or x.ndim == 0:
         return NotImplemented
     # An empty dim list reduces over every dim, as None does.
-    dims = [d % x.ndim for d in dim] if dim else list(range(x.ndim))
+    dims = _reduced_dims(x, dim)
     count = math.prod(x.shape[d] for d in dims)
     mean = torch.mean(x, dims, keepdim=True)
     centered = x - mean
@@ -651,8 +662,7 @@ def _var_correction_over_count(op: Any, original: Any) -> Any:
                       keepdim: bool = False) -> Any:
         if isinstance(x, torch.Tensor) and x.dtype.is_floating_point and x.ndim > 0 and \
                 correction is not None:
-            dims = [d % x.ndim for d in dim] if dim else list(range(x.ndim))
-            if math.prod(x.shape[d] for d in dims) - correction <= 0:
+            if math.prod(x.shape[d] for d in _reduced_dims(x, dim)) - correction <= 0:
                 var, _ = _var_mean_two_pass(x, dim, correction=correction, keepdim=keepdim)
                 return torch.sqrt(var) if op == torch.ops.aten.std.correction else var
         if original is not None:
@@ -957,8 +967,7 @@ def _xlogy_scalar(x: Any, y: float) -> Any:
     if not isinstance(x, torch.Tensor):
         return NotImplemented
     dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
-    if x.dtype != dtype:
-        x = aten._to_copy.default(x, dtype=dtype)
+    x = _as_dtype(x, dtype)
     if math.isnan(y):
         return aten.full_like.default(x, math.nan)
     product = aten.mul.Tensor(x, math.log(y) if y > 0 else (-math.inf if y == 0 else math.nan))
@@ -977,10 +986,7 @@ def _fmax_fmin(extreme: Any) -> Any:
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
             return NotImplemented
         dtype = torch.result_type(a, b)
-        if a.dtype != dtype:
-            a = aten._to_copy.default(a, dtype=dtype)
-        if b.dtype != dtype:
-            b = aten._to_copy.default(b, dtype=dtype)
+        a, b = _as_dtype(a, dtype), _as_dtype(b, dtype)
         both = extreme(a, b)
         if not dtype.is_floating_point:
             return both

@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 
 import mlir.ir as ir
-from fusec.passes.payload import bf16_bits
+from typing import Any
+
+from fusec.passes.payload import bf16_bits, from_bf16_bits
 
 
 _HEX = re.compile(r'dense<"0x([0-9A-Fa-f]*)">')
@@ -105,3 +107,50 @@ def dense_floats(attr: ir.Attribute):
     if values.size != count:
         return None
     return values.reshape(list(t.shape))
+
+
+# Element type -> the numpy dtype a constant of it is computed in (bf16: f32) and written from.
+INTS = {"i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "index": "int64"}
+FLOATS = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "float32"}
+
+
+def _element(t: ir.Type) -> str:
+    return str(ir.RankedTensorType(t).element_type) if isinstance(t, ir.RankedTensorType) \
+        else str(t)
+
+
+def dense_attr(value: Any, t: ir.Type) -> ir.Attribute:
+    """The dense attribute of type `t` holding `value` (converted to its element type)."""
+    import numpy as np
+
+    e = _element(t)
+    if not isinstance(t, ir.RankedTensorType):
+        if e == "i1":
+            return ir.BoolAttr.get(bool(value))
+        if e in FLOATS:
+            return ir.FloatAttr.get(t, float(value))
+        return ir.IntegerAttr.get(t, int(value))
+    shape = list(ir.RankedTensorType(t).shape)
+    x = np.broadcast_to(np.asarray(value), shape)
+    if e == "i1":
+        return ir.DenseElementsAttr.get(np.ascontiguousarray(x.astype(np.bool_)))
+    if e == "bf16":
+        return ir.DenseElementsAttr.get(np.ascontiguousarray(bf16_bits(x)), type=t)
+    dtype = INTS.get(e) or FLOATS[e]
+    return ir.DenseElementsAttr.get(np.ascontiguousarray(x.astype(dtype)), type=t)
+
+
+def stored_values(value: Any, t: ir.Type) -> Any:
+    """`value` as the constant of type `t` holds it (rounded to its element type), read back
+    as the folds compute: float64 / int64 / bool."""
+    import numpy as np
+
+    e = _element(t)
+    x = np.asarray(value)
+    if e == "i1":
+        return x.astype(np.bool_)
+    if e == "bf16":
+        return from_bf16_bits(bf16_bits(x))
+    if e in FLOATS:
+        return x.astype(FLOATS[e] if e != "f16" else np.float16).astype(np.float64)
+    return x.astype(INTS[e]).astype(np.int64)

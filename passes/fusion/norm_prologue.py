@@ -58,9 +58,8 @@ import mlir.ir as ir
 from mlir.dialects import linalg, tensor
 
 from fusec.passes import attributes, cost_model, targets
-from fusec.passes.constants import dense_floats
-from fusec.passes.grouping import defining_op, model_functions, use_owner, value_key
-from fusec.passes.payload import bf16_bits, from_bf16_bits
+from fusec.passes.constants import dense_attr, dense_floats, stored_values
+from fusec.passes.grouping import defining_op, model_functions, projection, use_owner, value_key
 from fusec.passes.registry import Pass, register
 
 HALF_TYPES = ("bf16", "f16")
@@ -110,24 +109,6 @@ def _tensor(v: ir.Value) -> ir.RankedTensorType | None:
 def _element(v: ir.Value) -> str:
     t = _tensor(v)
     return str(t.element_type) if t is not None else str(v.type)
-
-
-def _maps(op: ir.Operation) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
-def _dims(m: ir.AffineMap) -> list[int | None]:
-    """Each result of `m` as the dim it reads, or None for a constant 0; raises for others."""
-    out = []
-    for r in m.results:
-        text = str(r)
-        if text.startswith("d") and text[1:].isdigit():
-            out.append(int(text[1:]))
-        elif text == "0":
-            out.append(None)
-        else:
-            raise ValueError(text)
-    return out
 
 
 def _scalar(value: ir.Value) -> float | None:
@@ -221,11 +202,9 @@ def _step(op: ir.Operation) -> tuple[ir.Value, Affine] | None:
         return None
     out_t = _tensor(op.results[0])
     rank = out_t.rank
-    try:
-        maps = [_dims(m) for m in _maps(op)]
-    except ValueError:
-        return None
-    if maps[-1] != list(range(rank)):
+    maps = [projection(ir.AffineMapAttr(a).value)
+            for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if any(m is None for m in maps) or maps[-1] != list(range(rank)):
         return None
     ins = list(op.operands)[:-1]
     # The output's own value is not read (block argument unused).
@@ -271,7 +250,6 @@ class Fold:
     collapse: ir.Operation | None
     weight: ir.Operation  # the arith.constant B reads
     transpose: ir.Operation | None  # B = transpose(weight)
-    w: object = None  # W [K, N], float64
     m: int = 0
     n: int = 0
     k: int = 0
@@ -338,7 +316,7 @@ def plan_fold(mm: ir.Operation) -> Fold | str:
         return "the weight is not a dense constant"
     m, k = list(_tensor(a).shape)
     n = list(_tensor(mm.results[0]).shape)[1]
-    return Fold(mm, v, form, path, collapse, weight, transpose, None, m, n, k)
+    return Fold(mm, v, form, path, collapse, weight, transpose, m, n, k)
 
 
 def _columns(cols: tuple, k: int):
@@ -371,33 +349,13 @@ def _row_groups(terms: tuple) -> list[tuple[tuple, object]]:
     return [(rows, ts) for rows, ts in groups.values()]
 
 
-def _dense(values, t: ir.RankedTensorType) -> ir.Attribute:
-    import numpy as np
-
-    element = str(t.element_type)
-    if element == "bf16":
-        return ir.DenseElementsAttr.get(np.ascontiguousarray(bf16_bits(values)), type=t)
-    dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[element]
-    return ir.DenseElementsAttr.get(np.ascontiguousarray(values.astype(dtype)), type=t)
-
-
-def _rounded(values, element: str):
-    """`values` (float64) rounded to `element` as the constant stores them, as float64."""
-    import numpy as np
-
-    if element == "bf16":
-        return from_bf16_bits(bf16_bits(values)).astype(np.float64)
-    return values.astype({"f16": np.float16, "f32": np.float32,
-                          "f64": np.float64}[element]).astype(np.float64)
-
-
 def _constant(values, t: ir.RankedTensorType) -> ir.Value:
     return ir.Operation.create("arith.constant", results=[t],
-                               attributes={"value": _dense(values, t)}).results[0]
+                               attributes={"value": dense_attr(values, t)}).results[0]
 
 
 def _affine_map(text: str) -> ir.AffineMapAttr:
-    return ir.AffineMapAttr.get(ir.AffineMapAttr(ir.Attribute.parse(f"affine_map<{text}>")).value)
+    return ir.AffineMapAttr(ir.Attribute.parse(f"affine_map<{text}>"))
 
 
 def _as_rows(v: ir.Value, m: int) -> ir.Value:
@@ -421,7 +379,7 @@ def _as_rows(v: ir.Value, m: int) -> ir.Value:
     return out if lead < t.rank else _as_rows(out, m)
 
 
-def _multiply_rows(builder, value, rows: tuple, row_args: dict):
+def _multiply_rows(value, rows: tuple, row_args: dict):
     from mlir.dialects import arith
 
     for v, p in rows:
@@ -441,11 +399,11 @@ def rewrite(fold: Fold, shared: dict) -> bool:
     w = dense_floats(fold.weight.attributes["value"])
     if w is None:
         return False
-    fold.w = w.T if fold.transpose is not None else w
-    coef_cols = fold.form.coef.scale * _columns(form.coef.cols, fold.k)
-    w_prime = coef_cols[:, None] * fold.w  # [K, N]
+    w = w.T if fold.transpose is not None else w  # [K, N]
+    coef_cols = form.coef.scale * _columns(form.coef.cols, fold.k)
+    w_prime = coef_cols[:, None] * w
     wt = ir.RankedTensorType(fold.weight.results[0].type)
-    stored = _rounded(w_prime, str(wt.element_type))
+    stored = stored_values(w_prime, wt)
     # A term whose columns are the coefficient's times a number (a LayerNorm's mean term,
     # -mean * rstd * gamma) reads W' as the GEMM stores it: x @ W' - mean * (gamma @ W')
     # cancels exactly what the GEMM adds (with W' rounded on one side only, an input of
@@ -455,7 +413,7 @@ def rewrite(fold: Fold, shared: dict) -> bool:
     for rows, ts in _row_groups(form.terms):
         cols = sum(t.scale * _columns(t.cols, fold.k) for t in ts)
         factor = _proportion(cols, coef_cols)
-        vector = factor * stored.sum(axis=0) if factor is not None else cols @ fold.w
+        vector = factor * stored.sum(axis=0) if factor is not None else cols @ w
         if np.any(vector != 0):  # (a LayerNorm's bias at its zero init adds nothing)
             groups.append((rows, ts))
             vectors.append(vector)
@@ -501,9 +459,9 @@ def rewrite(fold: Fold, shared: dict) -> bool:
             row_args = {}
             for key, arg in zip(keys, args[1:1 + len(keys)]):
                 row_args[key] = arg if str(arg.type) == "f32" else arith.ExtFOp(f32, arg).result
-            y = _multiply_rows(None, args[0], form.coef.rows, row_args)
+            y = _multiply_rows(args[0], form.coef.rows, row_args)
             for (rows, _), arg in zip(groups, args[1 + len(keys):-1]):
-                y = arith.AddFOp(y, _multiply_rows(None, arg, rows, row_args)).result
+                y = arith.AddFOp(y, _multiply_rows(arg, rows, row_args)).result
             linalg.YieldOp([y])
     op.attributes[attributes.NORM_FOLD] = ir.StringAttr.get(
         f"{len(keys)} row value{'s' if len(keys) != 1 else ''}, {len(u)} term"

@@ -428,8 +428,8 @@ class Planner:
         p = step.p
         if step.in_prologue or p.category not in (REDUCTION, WINDOW, CONTRACTION):
             return None
-        gemm = self._gemm_in(cand)
-        if gemm is None or not cost_model.gemm_prologue_is_kernel(False, self.device):
+        gemm = self._gemm_in(cand)  # (None unless the device's matmuls are GEMM kernels)
+        if gemm is None:
             return None
         return ("gemm-epilogue-operand", f"{gemm.name}@{gemm.location} runs as a GEMM kernel "
                 f"of {self.device.name} whose epilogue reads its operands from memory: this "

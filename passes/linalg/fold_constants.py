@@ -44,23 +44,19 @@ from typing import Any
 
 import mlir.ir as ir
 
+from fusec.passes.constants import FLOATS, INTS, dense_attr, stored_values
 from fusec.passes.grouping import defining_op, value_key, walk_ops
 from fusec.passes.payload import (
     CAST_OPS,
     PAYLOAD_OPS,
     PayloadError,
-    bf16_bits,
     constant_array,
     evaluate_region,
-    from_bf16_bits,
     scalar_body,
 )
 from fusec.passes.registry import Pass, register
 
 FOLD_MAX_ELEMENTS = 1 << 16
-# Element type -> (numpy dtype computed in, dtype stored as).
-INTS = {"i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "index": "int64"}
-FLOATS = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "float32"}
 # Element type -> the numpy dtype a constant is read as here.
 READ_DTYPES = {**{e: "float64" for e in FLOATS}, **{e: "int64" for e in INTS}, "i1": "bool"}
 # Body ops exact whatever the element type (no rounding beyond the result's conversion).
@@ -88,43 +84,6 @@ def _holdable(t: ir.Type) -> bool:
         return False
     e = _element(t)
     return (e in INTS or e in FLOATS or e == "i1") and _numel(t) <= FOLD_MAX_ELEMENTS
-
-
-def _attr(value: Any, t: ir.Type) -> ir.Attribute:
-    """The dense attribute of type `t` holding `value` (converted to its element type)."""
-    import numpy as np
-
-    e = _element(t)
-    if not isinstance(t, ir.RankedTensorType):
-        if e == "i1":
-            return ir.BoolAttr.get(bool(value))
-        if e in FLOATS:
-            return ir.FloatAttr.get(t, float(value))
-        return ir.IntegerAttr.get(t, int(value))
-    shape = list(ir.RankedTensorType(t).shape)
-    x = np.broadcast_to(np.asarray(value), shape)
-    if e == "i1":
-        return ir.DenseElementsAttr.get(np.ascontiguousarray(x.astype(np.bool_)))
-    if e == "bf16":
-        return ir.DenseElementsAttr.get(np.ascontiguousarray(bf16_bits(x)), type=t)
-    dtype = INTS.get(e) or FLOATS[e]
-    return ir.DenseElementsAttr.get(np.ascontiguousarray(x.astype(dtype)), type=t)
-
-
-def _stored(value: Any, t: ir.Type) -> Any:
-    """`value` as the constant of type `t` holds it (rounded to its element type), read back
-    as this pass computes: float64 / int64 / bool."""
-    import numpy as np
-
-    e = _element(t)
-    x = np.asarray(value)
-    if e == "i1":
-        return x.astype(np.bool_)
-    if e == "bf16":
-        return from_bf16_bits(bf16_bits(x))
-    if e in FLOATS:
-        return x.astype(FLOATS[e] if e != "f16" else np.float16).astype(np.float64)
-    return x.astype(INTS[e]).astype(np.int64)
 
 
 def _ints(attr: ir.Attribute) -> list[int]:
@@ -181,7 +140,8 @@ class _Fold:
                 continue
             values = self.results(op) or [None] * len(op.results)
             for result, x in zip(op.results, values):
-                self.known[value_key(result)] = None if x is None else _stored(x, result.type)
+                self.known[value_key(result)] = None if x is None else \
+                    stored_values(x, result.type)
 
     def results(self, op: ir.Operation) -> list[Any] | None:
         """`evaluate(op)`, None where it fails."""
@@ -379,8 +339,8 @@ class FoldConstantsPass(Pass):
                 for result, x in zip(results, values):
                     constants.append(ir.Operation.create(
                         "arith.constant", results=[result.type],
-                        attributes={"value": _attr(x, result.type)}))
+                        attributes={"value": dense_attr(x, result.type)}))
             for result, constant, x in zip(results, constants, values):
-                fold.known[value_key(constant.results[0])] = _stored(x, result.type)
+                fold.known[value_key(constant.results[0])] = stored_values(x, result.type)
                 result.replace_all_uses_with(constant.results[0])
             op.erase()

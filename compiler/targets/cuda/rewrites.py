@@ -390,10 +390,9 @@ def peel_trailing_reshapes(func: ir.Operation) -> int:
         ops = [o.operation for o in group.regions[0].blocks[0].operations]
         reshape = defining(ops[-1].operands[0])
         if reshape is None or reshape.name not in RESHAPE_OPS or \
-                isinstance(reshape.operands[0].owner, ir.Block) or \
                 len(list(reshape.results[0].uses)) != 1:
             continue
-        source = defining(reshape.operands[0])
+        source = defining(reshape.operands[0])  # (None: a reshape of a group input)
         before = list(ir.RankedTensorType(reshape.operands[0].type).shape)
         after = list(ir.RankedTensorType(reshape.results[0].type).shape)
         if source is None or not before or not after or before[-1] != after[-1] or \

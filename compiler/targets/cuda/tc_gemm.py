@@ -60,6 +60,9 @@ TC_ARCHES = ("sm_90", "sm_90a")
 TENSOR_MAP_TYPES = {"bf16": 9, "f16": 6}
 SWIZZLE_128B = 3
 TILE = wgmma.GemmTile()
+# Ops an epilogue operand is read through, from their one source (a reshape: a folded norm's
+# [B, T, 1] statistics per row of the [B T, N] product, at the same flat offset).
+ONE_SOURCE_OPS = ("linalg.broadcast", "linalg.transpose", *RESHAPE_OPS)
 
 
 @dataclass
@@ -187,9 +190,7 @@ def _source_ops(value: ir.Value, members: set[int], banned: set[int], depth: int
         return []
     if is_weight(op):
         return [] if str(ir.RankedTensorType(value.type).element_type) != "i1" else None
-    if op.name in ("linalg.broadcast", "linalg.transpose") or op.name in RESHAPE_OPS:
-        # (a reshape: a folded norm's [B, T, 1] statistics read per row of the [B T, N]
-        # product; read at the same flat offset of its source)
+    if op.name in ONE_SOURCE_OPS:
         inputs = [op.operands[0]]
     elif elementwise(op):
         inputs = list(op.operands)[:len(op.operands) - 1]
@@ -469,8 +470,8 @@ class ChainEpilogue:
             return
         if _splat(op):
             return
-        inputs = [op.operands[0]] if op.name in ("linalg.broadcast", "linalg.transpose") or \
-            op.name in RESHAPE_OPS else list(op.operands)[:len(op.operands) - 1]
+        inputs = [op.operands[0]] if op.name in ONE_SOURCE_OPS \
+            else list(op.operands)[:len(op.operands) - 1]
         for v in inputs:
             self._collect(v)
 
@@ -545,15 +546,7 @@ class ChainEpilogue:
         lead = shape[:-1]
         key = (row, tuple(lead))
         if key not in self.row_dims:
-            names = []
-            for i, d in enumerate(lead):
-                inner = math.prod(lead[i + 1:])
-                x = row if inner == 1 else self._index_op("divui", row,
-                                                          self._const(inner, "index"))
-                if i > 0:
-                    x = self._index_op("remui", x, self._const(d, "index"))
-                names.append(x if d != 1 else self._const(0, "index"))
-            self.row_dims[key] = names
+            self.row_dims[key] = self._unflatten(row, lead)
         return self.row_dims[key] + [col]
 
     def _read(self, value: ir.Value, idx: list[str]) -> str:
@@ -591,18 +584,16 @@ class ChainEpilogue:
         return name
 
     def _unflatten(self, flat: str, shape: list[int]) -> list[str]:
-        """The index of row-major flat offset `flat` in `shape`, one name per dim."""
+        """The index of row-major flat offset `flat` in `shape`, one name per dim (a row's
+        leading dims; a reshape's source)."""
         names = []
         for d, extent in enumerate(shape):
-            if extent == 1:
-                names.append(self._const(0, "index"))
-                continue
             inner = math.prod(shape[d + 1:])
             x = flat if inner == 1 else self._index_op("divui", flat,
                                                        self._const(inner, "index"))
             if d > 0:
                 x = self._index_op("remui", x, self._const(extent, "index"))
-            names.append(x)
+            names.append(x if extent != 1 else self._const(0, "index"))
         return names
 
     def _offset(self, shape: list[int], idx: list[str]) -> str:
