@@ -103,8 +103,9 @@ def linalg_passes(options: CompileOptions) -> list[str]:
             # A contraction over a zero-size dimension is its init (no kernel can take it).
             "fusion-fold-empty-iterations",
             # What is computed from constants alone (a decoder's mask from aranges) is
-            # computed here: no kernel runs for it.
-            "fusion-fold-constants", "canonicalize", "cse"]
+            # computed here: no kernel runs for it; so is what a model computes from its
+            # parameters alone (BatchNorm's 1 / sqrt(var + eps)), once, not at every call.
+            "fusion-fold-constants", "fusion-fold-parameters", "canonicalize", "cse"]
 
 
 def fusion_passes(options: CompileOptions) -> list[str]:

@@ -14,7 +14,7 @@ import re
 import mlir.ir as ir
 from typing import Any
 
-from fusec.passes.payload import bf16_bits, from_bf16_bits
+from fusec.passes.payload import bf16_bits, round_to_element
 
 
 _HEX = re.compile(r'dense<"0x([0-9A-Fa-f]*)">')
@@ -149,8 +149,6 @@ def stored_values(value: Any, t: ir.Type) -> Any:
     x = np.asarray(value)
     if e == "i1":
         return x.astype(np.bool_)
-    if e == "bf16":
-        return from_bf16_bits(bf16_bits(x))
-    if e in FLOATS:
-        return x.astype(FLOATS[e] if e != "f16" else np.float16).astype(np.float64)
-    return x.astype(INTS[e]).astype(np.int64)
+    if e == "f64":
+        return x.astype(np.float64)
+    return round_to_element(x, e)

@@ -83,9 +83,12 @@ def evaluate_payload(op: ir.Operation, args: list[Any], index: Any = None,
 
 def evaluate_region(block_args: list[ir.Value], ops: list[ir.Operation], yielded: ir.Value,
                     args: list[Any], index: Any = None, only: frozenset[str] = PAYLOAD_OPS,
-                    captured: bool = True, tensors: Any = None) -> Any:
+                    captured: bool = True, tensors: Any = None, rounded: bool = False) -> Any:
     """`evaluate_payload` of a region given as its block arguments, its ops (the terminator
-    left out) and its yielded value: a generic's body, a scan's combiner."""
+    left out) and its yielded value: a generic's body, a scan's combiner. With `rounded`,
+    each op's value is rounded to its result type (`round_to_element`), as a kernel rounds
+    it: +, -, *, / and sqrt are then IEEE's bit for bit (f64 holds an f32 or 16-bit
+    result's double rounding exactly), the transcendentals correctly rounded."""
     import numpy as np
 
     env: dict[int, Any] = {value_key(a): x for a, x in zip(block_args, args)}
@@ -160,8 +163,29 @@ def evaluate_region(block_args: list[ir.Value], ops: list[ir.Operation], yielded
             r = getattr(np, CMPF[pred])(xs[0], xs[1])
         else:  # arith.select
             r = np.where(xs[0], xs[1], xs[2])
-        env[value_key(o.results[0])] = r
+        env[value_key(o.results[0])] = round_to_element(r, str(o.results[0].type)) \
+            if rounded else r
     return get(yielded)
+
+
+# Integer element types -> the numpy dtype they wrap in.
+_WRAP = {"i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "index": "int64"}
+
+
+def round_to_element(x: Any, element: str) -> Any:
+    """`x` (float64 / int64 / bool values) as an element of type `element` holds it, read
+    back as float64 / int64 / bool: floats rounded to nearest-even (bf16 through f32, as
+    MLIR and torch round), integers wrapped."""
+    import numpy as np
+
+    if element == "bf16":
+        return from_bf16_bits(bf16_bits(x))
+    if element in ("f32", "f16"):
+        return np.asarray(x).astype(np.float32 if element == "f32" else np.float16) \
+            .astype(np.float64)
+    if element in _WRAP:
+        return np.asarray(x).astype(_WRAP[element]).astype(np.int64)
+    return x
 
 
 # Element types a constant read by `constant_array` may have (numpy dtype names), and the most

@@ -91,7 +91,7 @@ def _ints(attr: ir.Attribute) -> list[int]:
 
 
 def _reads(op: ir.Operation) -> list[ir.Value]:
-    """The operands `_Fold.evaluate` reads of `op` (of a linalg op, not its inits)."""
+    """The operands `Fold.evaluate` reads of `op` (of a linalg op, not its inits)."""
     operands = list(op.operands)
     if "operandSegmentSizes" in op.attributes and op.name != SCAN:
         return operands[:list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[0]]
@@ -100,12 +100,23 @@ def _reads(op: ir.Operation) -> list[ir.Value]:
     return operands
 
 
-class _Fold:
+def read_constant(v: ir.Value) -> Any:
+    """A dense (non-resource) constant's value as the folds compute (float64 / int64 /
+    bool; a bf16 one only as a splat), or None."""
+    return constant_array(v, READ_DTYPES, FOLD_MAX_ELEMENTS, scalars=True)
+
+
+class Fold:
     """The values known so far (by value key), each found on demand, and the evaluation of
     one op."""
 
-    def __init__(self) -> None:
+    def __init__(self, read: Any = None, rounded: bool = False) -> None:
         self.known: dict[int, Any] = {}
+        # A constant's value (`read_constant`, or `read`: one that reads more types), and
+        # whether a body's float arithmetic is rounded op by op (any result type), not only
+        # evaluated where it is exact.
+        self.read = read or read_constant
+        self.rounded = rounded
 
     def value(self, v: ir.Value) -> Any:
         """`v`'s value (float64 / int64 / bool), or None: a constant's read, an op of FOLDED's
@@ -128,7 +139,7 @@ class _Fold:
             # (a scan's result is a scan before this one not computed: one computed is a
             # constant now)
             if op is None or op.name not in FOLDED or op.name == SCAN:
-                self.known[key] = constant_array(w, READ_DTYPES, FOLD_MAX_ELEMENTS, scalars=True)
+                self.known[key] = self.read(w)
                 continue
             if not ready and key in pending:  # it reads itself (a graph region)
                 self.known[key] = None
@@ -214,7 +225,7 @@ class _Fold:
                 any("parallel" not in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
             return None
         block_args, ops, yielded = parsed
-        if not self.exact(ops, [op.results[0].type]):
+        if not self.rounded and not self.exact(ops, [op.results[0].type]):
             return None
         values, _ = got
         maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
@@ -241,7 +252,8 @@ class _Fold:
         try:
             with np.errstate(all="ignore"):
                 result = evaluate_region(block_args, ops, yielded, args, loops,
-                                         PAYLOAD_OPS | {"tensor.extract"}, True, self.value)
+                                         PAYLOAD_OPS | {"tensor.extract"}, True, self.value,
+                                         self.rounded)
         except (PayloadError, IndexError, TypeError, ValueError):
             return None
         return [np.broadcast_to(np.asarray(result), shape)]
@@ -324,11 +336,11 @@ class FoldConstantsPass(Pass):
 
     def run(self, module: ir.Operation) -> None:
         fold_weight_transposes(module)
-        # Only a scan is replaced; the ops it reads are evaluated on demand (`_Fold.value`)
+        # Only a scan is replaced; the ops it reads are evaluated on demand (`Fold.value`)
         # and kept: what fuses into its consumers costs no kernel (a mask from indices is
         # computed in registers and classified by the attention kernels; a contraction's
         # init is a fill its kernels recognise); a serial scan is a kernel of one thread.
-        fold = _Fold()
+        fold = Fold()
         for op in walk_ops(module, lambda o: o.name == SCAN):
             values = fold.results(op)
             if values is None:

@@ -53,13 +53,13 @@ func.func @f() -> (tensor<1x4xi64>, tensor<1x4xi64>, tensor<64x64xi1>) {
 
 def test_only_what_a_scan_reads_is_evaluated_once(monkeypatch) -> None:
     evaluated: list[str] = []
-    evaluate = fold_constants._Fold.evaluate
+    evaluate = fold_constants.Fold.evaluate
 
     def counted(self, op):
         evaluated.append(f"{op.name} {op.results[0].type}")
         return evaluate(self, op)
 
-    monkeypatch.setattr(fold_constants._Fold, "evaluate", counted)
+    monkeypatch.setattr(fold_constants.Fold, "evaluate", counted)
     with make_context() as ctx:
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(MODULE)
