@@ -105,7 +105,11 @@ def linalg_passes(options: CompileOptions) -> list[str]:
             # What is computed from constants alone (a decoder's mask from aranges) is
             # computed here: no kernel runs for it; so is what a model computes from its
             # parameters alone (BatchNorm's 1 / sqrt(var + eps)), once, not at every call.
-            "fusion-fold-constants", "fusion-fold-parameters", "canonicalize", "cse"]
+            "fusion-fold-constants", "fusion-fold-parameters", "canonicalize", "cse",
+            # What is left of the parameters' arithmetic computes in the shape its reader
+            # reads it in (BatchNorm's [C] -> [1, C, 1, 1]): no reshape between it and the
+            # reader to cut a kernel at.
+            "fusion-reshape-parameters", "canonicalize"]
 
 
 def fusion_passes(options: CompileOptions) -> list[str]:

@@ -22,6 +22,7 @@ from fusec.passes.linalg import conv1d_as_conv2d  # noqa: F401,E402
 from fusec.passes.linalg import drop_asserts  # noqa: F401,E402
 from fusec.passes.linalg import fold_constants  # noqa: F401,E402
 from fusec.passes.linalg import fold_parameters  # noqa: F401,E402
+from fusec.passes.linalg import reshape_parameters  # noqa: F401,E402
 from fusec.passes.linalg import fold_empty_iterations  # noqa: F401,E402
 from fusec.passes.linalg import globals_to_state  # noqa: F401,E402
 from fusec.passes.linalg import guard_indices  # noqa: F401,E402

@@ -452,3 +452,58 @@ def is_attention(group: ir.Operation) -> bool:
 
     return attributes.PATH in group.attributes and \
         ir.StringAttr(group.attributes[attributes.PATH]).value == "attention"
+
+
+def _has_index_op(op: ir.Operation) -> bool:
+    return bool(walk_ops(op, lambda inner: inner.name == "linalg.index"))
+
+
+# Named linalg ops that are elementwise over operands of one shape (implicit identity maps).
+NAMED_ELEMENTWISE = frozenset(
+    f"linalg.{name}" for name in (
+        "add", "sub", "mul", "div", "div_unsigned", "max", "min", "powf", "exp", "log", "abs",
+        "ceil", "floor", "negf", "reciprocal", "round", "rsqrt", "sqrt", "square", "tanh",
+        "erf", "select", "copy"))
+
+
+def is_elementwise(op: ir.Operation) -> bool:
+    """A one-result linalg.generic, all loops parallel, identity maps on tensor operands,
+    or a named elementwise op whose tensor operands all have the result's shape."""
+    if op.name in NAMED_ELEMENTWISE and len(op.results) == 1:
+        shape = ir.RankedTensorType(op.results[0].type).shape
+        return all(ir.RankedTensorType(v.type).shape == shape for v in op.operands
+                   if isinstance(v.type, ir.RankedTensorType))
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return False
+    kinds = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
+    if any(k != "parallel" for k in kinds):
+        return False
+    rank = len(kinds)
+    identity = ir.AffineMap.get_identity(rank)
+    for operand, attr in zip(op.operands, op.attributes["indexing_maps"]):
+        amap = ir.AffineMapAttr(attr).value
+        if isinstance(operand.type, ir.RankedTensorType):
+            if amap != identity:
+                return False
+        elif len(amap.results):
+            return False
+    return not _has_index_op(op)
+
+
+def retype_elementwise(op: ir.Operation, new_operands: list[ir.Value], result_type: ir.Type) -> None:
+    """Point the elementwise `op` at operands of `result_type`'s shape; update its maps."""
+    rank = ir.RankedTensorType(result_type).rank
+    identity = ir.AffineMap.get_identity(rank)
+    scalar = ir.AffineMap.get(rank, 0, [])
+    for i, value in enumerate(new_operands):
+        op.operands[i] = value
+    op.results[0].set_type(result_type)
+    if op.name != "linalg.generic":
+        return  # named ops: their maps are implicit
+    maps = []
+    for value in new_operands:
+        tensor_operand = isinstance(value.type, ir.RankedTensorType)
+        maps.append(ir.AffineMapAttr.get(identity if tensor_operand else scalar))
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get(maps)
+    parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+    op.attributes["iterator_types"] = ir.ArrayAttr.get([parallel] * rank)

@@ -32,64 +32,9 @@ from dataclasses import dataclass
 import mlir.ir as ir
 from mlir.dialects import tensor
 
-from fusec.passes.grouping import defining_op, walk_ops
+from fusec.passes.grouping import defining_op, is_elementwise, retype_elementwise
 from fusec.passes.inline_groups import groups_in
 from fusec.passes.registry import Pass, register
-
-
-def _has_index_op(op: ir.Operation) -> bool:
-    return bool(walk_ops(op, lambda inner: inner.name == "linalg.index"))
-
-
-# Named linalg ops that are elementwise over operands of one shape (implicit identity maps).
-NAMED_ELEMENTWISE = frozenset(
-    f"linalg.{name}" for name in (
-        "add", "sub", "mul", "div", "div_unsigned", "max", "min", "powf", "exp", "log", "abs",
-        "ceil", "floor", "negf", "reciprocal", "round", "rsqrt", "sqrt", "square", "tanh",
-        "erf", "select", "copy"))
-
-
-def is_elementwise(op: ir.Operation) -> bool:
-    """A one-result linalg.generic, all loops parallel, identity maps on tensor operands,
-    or a named elementwise op whose tensor operands all have the result's shape."""
-    if op.name in NAMED_ELEMENTWISE and len(op.results) == 1:
-        shape = ir.RankedTensorType(op.results[0].type).shape
-        return all(ir.RankedTensorType(v.type).shape == shape for v in op.operands
-                   if isinstance(v.type, ir.RankedTensorType))
-    if op.name != "linalg.generic" or len(op.results) != 1:
-        return False
-    kinds = [str(a).split("<")[-1].rstrip(">") for a in op.attributes["iterator_types"]]
-    if any(k != "parallel" for k in kinds):
-        return False
-    rank = len(kinds)
-    identity = ir.AffineMap.get_identity(rank)
-    for operand, attr in zip(op.operands, op.attributes["indexing_maps"]):
-        amap = ir.AffineMapAttr(attr).value
-        if isinstance(operand.type, ir.RankedTensorType):
-            if amap != identity:
-                return False
-        elif len(amap.results):
-            return False
-    return not _has_index_op(op)
-
-
-def _retype(op: ir.Operation, new_operands: list[ir.Value], result_type: ir.Type) -> None:
-    """Point the elementwise `op` at operands of `result_type`'s shape; update its maps."""
-    rank = ir.RankedTensorType(result_type).rank
-    identity = ir.AffineMap.get_identity(rank)
-    scalar = ir.AffineMap.get(rank, 0, [])
-    for i, value in enumerate(new_operands):
-        op.operands[i] = value
-    op.results[0].set_type(result_type)
-    if op.name != "linalg.generic":
-        return  # named ops: their maps are implicit
-    maps = []
-    for value in new_operands:
-        tensor_operand = isinstance(value.type, ir.RankedTensorType)
-        maps.append(ir.AffineMapAttr.get(identity if tensor_operand else scalar))
-    op.attributes["indexing_maps"] = ir.ArrayAttr.get(maps)
-    parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
-    op.attributes["iterator_types"] = ir.ArrayAttr.get([parallel] * rank)
 
 
 def _collapsed(value: ir.Value, shape: list[int], reassociation: ir.Attribute) -> ir.Value:
@@ -119,7 +64,7 @@ def collapse_up(collapse: ir.Operation) -> bool:
             if isinstance(value.type, ir.RankedTensorType):
                 value = _collapsed(value, shape, reassociation)
             new_operands.append(value)
-    _retype(producer, new_operands, result_type)
+    retype_elementwise(producer, new_operands, result_type)
     collapse.results[0].replace_all_uses_with(producer.results[0])
     collapse.erase()
     return True
@@ -160,7 +105,7 @@ def expand_down(op: ir.Operation) -> bool:
                 value = _collapsed(value, source_shape, reassociation)
             new_operands.append(value)
     old_uses = [(u.owner, u.operand_number) for u in op.results[0].uses]
-    _retype(op, new_operands, narrow)
+    retype_elementwise(op, new_operands, narrow)
     with ir.InsertionPoint.after(op), op.location:
         expanded = tensor.ExpandShapeOp(result, op.results[0], reassociation, [],
                                         first.attributes["static_output_shape"])
