@@ -19,6 +19,10 @@ bit what a kernel computes; the transcendentals correctly rounded, where a kerne
 within a few ulp of that.
 
 Not folded (each a lit test):
+- a generic that only converts its input's element type (a bf16 parameter widened to f32):
+  it costs nothing fused, and a consumer's pattern reads it as it is (cuBLASLt's bias
+  epilogue takes a bf16 bias widened, not an f32 constant: folded, a Linear's bias became a
+  kernel of its own); what is computed from it is folded through it;
 - a body reading `linalg.index` or `tensor.extract`: a mask or a position computed from
   indices costs nothing in registers, and the attention kernels classify it from its form;
 - a result with more elements than its largest input: a parameter broadcast to the
@@ -45,6 +49,7 @@ import mlir.ir as ir
 from fusec.passes.constants import dense_attr, dense_floats
 from fusec.passes.grouping import defining_op, value_key, walk_ops
 from fusec.passes.linalg.fold_constants import FOLD_MAX_ELEMENTS, Fold, read_constant
+from fusec.passes.payload import CAST_OPS
 from fusec.passes.registry import Pass, register
 
 # A result up to this many elements is folded whatever its bytes against its inputs' (a
@@ -109,9 +114,29 @@ def _roots(v: ir.Value) -> list[ir.Operation] | None:
             roots.append(op)
         elif op.name in _MOVES:
             stack.extend([op.operands[0]] if op.name != "tensor.concat" else op.operands)
+        elif _converts(op):
+            stack.extend(_ins(op))
         else:
             return None
     return roots
+
+
+def _ins(op: ir.Operation) -> list[ir.Value]:
+    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+    return list(op.operands)[:seg[0]]
+
+
+def _converts(op: ir.Operation) -> bool:
+    """A generic that only converts its one input's element type (bf16 -> f32): kept as it
+    is, where a consumer's pattern reads it (cuBLASLt's bias epilogue takes a bf16 bias
+    widened, not an f32 constant), and fused for free; the ops on it are folded through it."""
+    if op.name != "linalg.generic" or len(op.results) != 1 or len(_ins(op)) != 1:
+        return False
+    body = [inner.operation for inner in op.regions[0].blocks[0].operations]
+    return all(inner.name in CAST_OPS for inner in body[:-1]) and len(body) > 1 and \
+        all(isinstance(e, ir.AffineDimExpr) for m in op.attributes["indexing_maps"]
+            for e in ir.AffineMapAttr(m).value.results) and \
+        len({str(m) for m in op.attributes["indexing_maps"]}) == 1
 
 
 def _splat(op: ir.Operation) -> bool:
@@ -130,10 +155,9 @@ def foldable(op: ir.Operation) -> bool:
     if t is None or t[1] not in _FLOAT_BYTES or math.prod(t[0]) > FOLD_MAX_ELEMENTS:
         return False
     body = op.regions[0].blocks[0]
-    if any(inner.operation.name in _INDEXED for inner in body.operations):
+    if any(inner.operation.name in _INDEXED for inner in body.operations) or _converts(op):
         return False
-    seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    ins = list(op.operands)[:seg[0]]
+    ins = _ins(op)
     if not ins:
         return False  # what reads nothing but indices or constants of its body
     roots = [_roots(v) for v in ins]

@@ -67,7 +67,8 @@ from fusec.passes.fusion.analysis import CONTRACTION, describe
 from fusec.passes.grouping import (CLONED_INTO_GROUPS, RESHAPE_OPS, defining_op, family_tiled,
                                    form_group, is_compute,
                                    memory_element_type, op_key, producer_through_reshapes,
-                                   iterator_kinds, projection, split_columns, walk_ops)
+                                   iterator_kinds, projection, split_columns, value_key,
+                                   walk_ops)
 from fusec.passes.inline_groups import groups_in, inline_group
 from fusec.passes.registry import Pass, PassError, register
 from fusec.passes.targets import kernel_builder
@@ -1099,12 +1100,101 @@ def computes_outside_tiles(group: ir.Operation) -> bool:
     return any(op.name == "scf.forall" for op in ops) and any(_is_tileable(op) for op in ops)
 
 
-def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback) -> list[ir.Operation]:
+SPLIT_BEFORE_LOOP = ("ops computed outside the tile loop would be computed whole by every "
+                     "thread of the fallback path: they and what they read are a kernel, "
+                     "the rest another")
+# How many times a part is cut again at what its own tiling leaves outside, before the
+# part is split into one kernel per op.
+FALLBACK_CUTS = 3
+
+
+def _cut_before_loop(backup: ir.Operation, tiled: ir.Operation) -> list[list[ir.Operation]] | None:
+    """The ops of `backup` that `tiled` computes outside its tile loop, with every op of
+    the group they read (directly or through reshapes), as one piece; the rest as the other.
+    The first piece holds all it reads, so no path leaves it and comes back: both pieces are
+    kernels. None where the two cannot be told apart, or one piece would be everything.
+
+    `tiled` was tiled in a module of its own (`tile_for_fallback`: named ops generalised),
+    so an op outside its loop is found in `backup` by what it reads (the group's inputs, or
+    ops found before it) and its result types: exactly one op of `backup` must match."""
+    body = [op.operation for op in backup.regions[0].blocks[0].operations][:-1]
+    compute = [op for op in body if op.name not in CLONED_INTO_GROUPS and is_compute(op)
+               and any(True for r in op.results for _ in r.uses)]
+    # Another op's result an op reads, as a key: through reshapes (tiling hoists them out of
+    # the group), and from a group's input to the value outside that it stands for.
+    in_backup = {op_key(op) for op in compute}
+    matched: dict[tuple[int, int], tuple[int, int]] = {}  # tiled result -> backup result
+
+    def reads(op: ir.Operation, group: ir.Operation) -> list[tuple[int, int]]:
+        keys = []
+        for v in op.operands:
+            v = _root(v, group)
+            producer = defining_op(v)
+            if group == tiled and value_key(v) in matched:
+                keys.append(matched[value_key(v)])
+            elif producer is None or group == backup and op_key(producer) in in_backup or \
+                    not _inside(producer, group):
+                keys.append(value_key(v))
+        return sorted(keys)
+
+    found = []
+    for op in [o.operation for o in tiled.regions[0].blocks[0].operations]:
+        if op.name == "scf.forall" or not _is_tileable(op):
+            continue
+        wanted = (reads(op, tiled), [str(r.type) for r in op.results])
+        matches = [c for c in compute
+                   if wanted[0] and (reads(c, backup), [str(r.type) for r in c.results]) == wanted]
+        if len(matches) != 1:
+            return None
+        found.append(matches[0])
+        matched.update((value_key(a), value_key(b)) for a, b in zip(op.results, matches[0].results))
+    members = {op_key(op) for op in body}
+    first = {op_key(op) for op in found}
+    stack = list(found)
+    while stack:
+        for operand in stack.pop().operands:
+            producer = defining_op(operand)
+            if producer is not None and op_key(producer) in members and \
+                    op_key(producer) not in first:
+                first.add(op_key(producer))
+                stack.append(producer)
+    pieces = [[op for op in compute if op_key(op) in first],
+              [op for op in compute if op_key(op) not in first]]
+    return pieces if all(pieces) else None
+
+
+def _inside(op: ir.Operation, group: ir.Operation) -> bool:
+    parent = op.parent
+    while parent is not None and parent != group:
+        parent = parent.parent
+    return parent is not None
+
+
+def _root(value: ir.Value, group: ir.Operation) -> ir.Value:
+    """`value` through reshapes, and from an argument of `group`'s body to the group's
+    operand (and on through reshapes outside)."""
+    body = group.regions[0].blocks[0]
+    while True:
+        producer = defining_op(value)
+        if producer is None:
+            if value.owner != body:
+                return value
+            value = group.operands[ir.BlockArgument(value).arg_number]
+        elif producer.name in RESHAPE_OPS:
+            value = producer.operands[0]
+        else:
+            return value
+
+
+def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback,
+                   cuts: int = FALLBACK_CUTS) -> list[ir.Operation]:
     """Tile `group` for the GPU's fallback path (a tile per thread). A tiling that leaves
     compute beside the tile loop (a producer of a `tensor.pad`, a producer read through a
     window) would have every GPU thread compute that op whole (a stack buffer per thread the
-    size of the tensor: the launch fails): the group is split into one kernel per op
-    instead (`fusion.split`), each tiled as the emitters or the fallback build it."""
+    size of the tensor: the launch fails). The group is cut in two instead: what the tiling
+    left outside with all it reads, and the rest (`_cut_before_loop`), each tiled as the
+    emitters or the fallback build it, and cut again the same way (`cuts` times); where
+    that cannot be done, into one kernel per op (`fusion.split` says which)."""
     backup = group.clone(ip=ir.InsertionPoint(group))
     tiled = tile_for_fallback(group)
     if not computes_outside_tiles(tiled):
@@ -1112,15 +1202,28 @@ def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback) -> list
         return [tiled]
     from fusec.passes.tiling.capacity import split_group, tile_accepted
 
+    pieces = _cut_before_loop(backup, tiled) if cuts > 0 else None
     for old, new in zip(tiled.results, backup.results):
         old.replace_all_uses_with(new)
     tiled.erase()
     parts = []
-    for part in split_group(backup, SPLIT_FOR_THREADS):
+    if pieces is None:
+        for part in split_group(backup, SPLIT_FOR_THREADS):
+            part = tile_accepted(part, tile, accept)
+            if untiled_on_gpu(part):
+                part = tile_for_fallback(part)
+            parts.append(part)
+        return parts
+    kind = str(backup.attributes["kind"]).strip('"')
+    inline_group(backup)
+    for piece in pieces:
+        part = form_group(piece, kind if len(piece) > 1 else "single",
+                          {attributes.SPLIT: ir.StringAttr.get(SPLIT_BEFORE_LOOP)})
         part = tile_accepted(part, tile, accept)
         if untiled_on_gpu(part):
-            part = tile_for_fallback(part)
-        parts.append(part)
+            parts += fallback_tiles(part, tile, accept, tile_for_fallback, cuts - 1)
+        else:
+            parts.append(part)
     return parts
 
 

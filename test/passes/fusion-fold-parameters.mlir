@@ -68,17 +68,18 @@ func.func @bf16_result() -> tensor<2xbf16> {
 // What must stay: a generic reading a function argument; a parameter broadcast to a larger
 // shape (it would be a constant as large as the activation, read at every call); a body
 // reading indices (a mask or a position: free in registers, and the attention kernels
-// classify its form); a large bf16 weight widened to f32 (read at twice its bytes); a
-// reduction of a parameter.
+// classify its form); a large bf16 weight scaled into f32 (read at twice its bytes); a
+// reduction of a parameter; a small parameter only widened (free where it is read, and
+// the form cuBLASLt's bias epilogue recognises).
 // CHECK-LABEL: func.func @kept
-// CHECK-COUNT-5: linalg.generic
+// CHECK-COUNT-6: linalg.generic
 // CHECK-NOT: linalg.generic
 // CHECK: return
 #id = affine_map<(d0) -> (d0)>
 #row = affine_map<(d0, d1) -> (d0, d1)>
 #col = affine_map<(d0, d1) -> (d1)>
 #red = affine_map<(d0) -> ()>
-func.func @kept(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<8x4xf32>, tensor<4xf32>, tensor<96x64xf32>, tensor<f32>) {
+func.func @kept(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<8x4xf32>, tensor<4xf32>, tensor<96x64xf32>, tensor<f32>, tensor<4xf32>) {
   %p = arith.constant dense<[0.5, 2.0, 1.5, 3.0]> : tensor<4xf32>
   %e = tensor.empty() : tensor<4xf32>
   %a = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]} ins(%x, %p : tensor<4xf32>, tensor<4xf32>) outs(%e : tensor<4xf32>) {
@@ -105,8 +106,16 @@ func.func @kept(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<8x4xf32>, tensor<4x
   %d = linalg.generic {indexing_maps = [#row, #row], iterator_types = ["parallel", "parallel"]} ins(%wide : tensor<96x64xbf16>) outs(%big : tensor<96x64xf32>) {
   ^bb0(%i: bf16, %o: f32):
     %f = arith.extf %i : bf16 to f32
-    linalg.yield %f : f32
+    %h = arith.constant 5.000000e-01 : f32
+    %g = arith.mulf %f, %h : f32
+    linalg.yield %g : f32
   } -> tensor<96x64xf32>
+  %bias = arith.constant dense<[0.5, 2.0, 1.5, 3.0]> : tensor<4xbf16>
+  %widened = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%bias : tensor<4xbf16>) outs(%e : tensor<4xf32>) {
+  ^bb0(%i: bf16, %o: f32):
+    %f = arith.extf %i : bf16 to f32
+    linalg.yield %f : f32
+  } -> tensor<4xf32>
   %zero = arith.constant 0.000000e+00 : f32
   %e0 = tensor.empty() : tensor<f32>
   %acc = linalg.fill ins(%zero : f32) outs(%e0 : tensor<f32>) -> tensor<f32>
@@ -115,7 +124,7 @@ func.func @kept(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<8x4xf32>, tensor<4x
     %m = arith.addf %i, %o : f32
     linalg.yield %m : f32
   } -> tensor<f32>
-  return %a, %b, %c, %d, %s : tensor<4xf32>, tensor<8x4xf32>, tensor<4xf32>, tensor<96x64xf32>, tensor<f32>
+  return %a, %b, %c, %d, %s, %widened : tensor<4xf32>, tensor<8x4xf32>, tensor<4xf32>, tensor<96x64xf32>, tensor<f32>, tensor<4xf32>
 }
 
 // -----

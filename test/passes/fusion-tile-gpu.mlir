@@ -312,20 +312,21 @@ func.func @transposed_output(%x: tensor<64x32x32xf32>) -> tensor<64x32x32xf32> {
 // The fallback path (a tile per thread) with a producer of a tensor.pad: the tiling keeps
 // the producer beside the tile loop (computed whole), which on a GPU every thread would do,
 // in a stack buffer the size of the tensor (the launch of a MobileNetV2 block failed with
-// CUDA_ERROR_INVALID_VALUE). The group is split, one kernel per op, each tiled.
+// CUDA_ERROR_INVALID_VALUE). The group is cut there: what the tiling left outside (the exp)
+// with what it reads is a kernel, the rest (the pad, now of a kernel input, and the conv)
+// another, tiled with the pad of each thread's window in its loop. Not one kernel per op.
 // CHECK-LABEL: func.func @pad_of_a_producer_before_a_conv
 // CHECK: fusion.group single
-// CHECK-SAME: fusion.split = "ops computed outside the tile loop would be computed whole by every thread of the fallback path: one kernel each"
+// CHECK-SAME: fusion.split = "ops computed outside the tile loop would be computed whole by every thread of the fallback path: they and what they read are a kernel, the rest another"
 // CHECK: math.exp
-// CHECK: fusion.group single
-// CHECK-SAME: fusion.split
-// CHECK: tensor.pad
-// CHECK: fusion.group single
+// CHECK: fusion.group vertical
 // CHECK-SAME: fusion.split
 // CHECK-SAME: fusion.tile_kind = "thread"
 // CHECK: scf.forall
+// CHECK: tensor.pad
 // CHECK: linalg.generic {{.*}}"reduction"
-// CHECK-NOT: fusion.group vertical
+// CHECK-NOT: fusion.group
+// CHECK: return
 #nchw = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 func.func @pad_of_a_producer_before_a_conv(%x: tensor<1x8x16x16xf32>, %w: tensor<8x8x3x3xf32>)
     -> tensor<1x8x16x16xf32> {
@@ -354,19 +355,18 @@ func.func @pad_of_a_producer_before_a_conv(%x: tensor<1x8x16x16xf32>, %w: tensor
 
 // -----
 
-// The same split where the conv's init is a fill of a reshaped empty tensor (ViT's softmax
+// The same cut where the conv's init is a fill of a reshaped empty tensor (ViT's softmax
 // rows, `tensor<1x4x65x1xf32>` expanded from an empty `1x4x65`): the reshape of an empty is
 // an empty tensor of the new shape, cloned into the fill's kernel; it must not become a
 // kernel of its own (one that yields an empty tensor: nothing any emitter can build).
 // CHECK-LABEL: func.func @split_with_a_reshaped_empty_init
 // CHECK: fusion.group single
 // CHECK: math.exp
-// CHECK: fusion.group single
-// CHECK: tensor.pad
 // CHECK-NOT: tensor.expand_shape
-// CHECK: fusion.group single
+// CHECK: fusion.group vertical
 // CHECK: %[[E:.+]] = tensor.empty() : tensor<1x8x16x16xf32>
 // CHECK: scf.forall {{.*}} shared_outs(%{{.+}} = %[[E]])
+// CHECK: tensor.pad
 // CHECK: linalg.generic {{.*}}"reduction"
 // CHECK-NOT: tensor.expand_shape
 // CHECK-NOT: fusion.group
