@@ -19,10 +19,12 @@ bit what a kernel computes; the transcendentals correctly rounded, where a kerne
 within a few ulp of that.
 
 Not folded (each a lit test):
-- a generic that only converts its input's element type (a bf16 parameter widened to f32):
-  it costs nothing fused, and a consumer's pattern reads it as it is (cuBLASLt's bias
-  epilogue takes a bf16 bias widened, not an f32 constant: folded, a Linear's bias became a
-  kernel of its own); what is computed from it is folded through it;
+- a generic that only widens its input's element type (a bf16 parameter to f32) read by
+  generics of parallel loops or as an init (through reshapes and broadcasts): it costs
+  nothing there, and a consumer's pattern reads it as it is (cuBLASLt's bias epilogue takes
+  a bf16 bias widened, not an f32 constant: folded, a Linear's bias became a kernel of its
+  own); what is computed from it is folded through it. Read otherwise (a contraction's
+  operand), it is folded;
 - a body reading `linalg.index` or `tensor.extract`: a mask or a position computed from
   indices costs nothing in registers, and the attention kernels classify it from its form;
 - a result with more elements than its largest input: a parameter broadcast to the
@@ -127,12 +129,16 @@ def _ins(op: ir.Operation) -> list[ir.Value]:
 
 
 def _converts(op: ir.Operation) -> bool:
-    """A generic that only converts its one input's element type (bf16 -> f32): kept as it
-    is, where a consumer's pattern reads it (cuBLASLt's bias epilogue takes a bf16 bias
+    """A generic that only widens its one input's element type (bf16 -> f32), read where
+    it fuses: kept as it is, where a consumer's pattern reads it (cuBLASLt's bias epilogue takes a bf16 bias
     widened, not an f32 constant), and fused for free; the ops on it are folded through it."""
     if op.name != "linalg.generic" or len(op.results) != 1 or len(_ins(op)) != 1:
         return False
     body = [inner.operation for inner in op.regions[0].blocks[0].operations]
+    if _bytes(op.results[0].type) <= _bytes(_ins(op)[0].type) or not _fuses(op.results[0]):
+        # A narrowing (f32 -> bf16) is folded: a smaller constant. So is a widening read
+        # where no cast is free (a contraction's operand).
+        return False
     return all(inner.name in CAST_OPS for inner in body[:-1]) and len(body) > 1 and \
         all(isinstance(e, ir.AffineDimExpr) for m in op.attributes["indexing_maps"]
             for e in ir.AffineMapAttr(m).value.results) and \
@@ -171,6 +177,34 @@ def foldable(op: ir.Operation) -> bool:
         return False
     return numel <= PARAMETER_ELEMENTS or \
         _bytes(op.results[0].type) <= max(_bytes(v.type) for v in tensors)
+
+
+def _fuses(value: ir.Value) -> bool:
+    """Whether every reader of `value` (through reshapes and broadcasts) is a generic of
+    parallel loops (a bias added to every row), which computes a cast of what it reads for
+    free, or reads it as an init."""
+    for use in value.uses:
+        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        if owner.name in ("tensor.expand_shape", "tensor.collapse_shape", "linalg.broadcast"):
+            if not _fuses(owner.results[0]):
+                return False
+        elif not _parallel(owner) and not _init_of(owner, use.operand_number):
+            return False
+    return True
+
+
+def _parallel(op: ir.Operation) -> bool:
+    """A generic with parallel loops only: it reads a [C] vector broadcast per element."""
+    return op.name == "linalg.generic" and all(
+        "parallel" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"]))
+
+
+def _init_of(op: ir.Operation, number: int) -> bool:
+    """Whether operand `number` of `op` is an init (a Linear's bias broadcast into its
+    matmul's accumulator: the GEMMs take it as their bias epilogue)."""
+    if "operandSegmentSizes" not in op.attributes:
+        return False
+    return number >= list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[0]
 
 
 def _constant(value: Any, t: ir.Type) -> ir.Operation:

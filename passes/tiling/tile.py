@@ -1220,11 +1220,50 @@ def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback,
         part = form_group(piece, kind if len(piece) > 1 else "single",
                           {attributes.SPLIT: ir.StringAttr.get(SPLIT_BEFORE_LOOP)})
         part = tile_accepted(part, tile, accept)
-        if untiled_on_gpu(part):
+        if not untiled_on_gpu(part):
+            parts.append(part)  # an emitter's kernel
+        elif len(piece) == 1 or not _only_fallback_builds(part, tile_for_fallback) or \
+                not _emitters_build_each_op(part, tile_for_fallback):
             parts += fallback_tiles(part, tile, accept, tile_for_fallback, cuts - 1)
         else:
-            parts.append(part)
+            # No emitter builds the piece whole, the fallback path (a thread per tile, no
+            # vector loads) would, and the emitters build each of its ops: kernels of one
+            # op each rather than one fallback kernel.
+            for single in split_group(part, SPLIT_FOR_THREADS):
+                single = tile_accepted(single, tile, accept)
+                parts.append(tile_for_fallback(single) if untiled_on_gpu(single) else single)
     return parts
+
+
+def _emitters_build_each_op(part: ir.Operation, tile_for_fallback) -> bool:
+    """Whether every op of `part`, a kernel of its own, is built by a group-level emitter:
+    asked of a copy in a module of its own, split as `capacity.split_group` splits (a pad's
+    producer and a convolution: the convolution is the fallback's either way, so the piece
+    stays whole)."""
+    from fusec.passes.grouping import group_alone
+    from fusec.passes.tiling.capacity import split_group
+
+    mini = group_alone(part)
+    fn = mini.body.operations[0].operation
+    copy = next(op.operation for op in fn.regions[0].blocks[0].operations
+                if op.operation.name == part.name)
+    return not any(_only_fallback_builds(single, tile_for_fallback)
+                   for single in split_group(copy, SPLIT_FOR_THREADS))
+
+
+def _only_fallback_builds(part: ir.Operation, tile_for_fallback) -> bool:
+    """Whether the fallback path is what would build `part` (no group-level emitter does,
+    and its per-thread tiling leaves nothing beside the loop): asked of a copy."""
+    copy = part.clone(ip=ir.InsertionPoint(part))
+    tiled = tile_for_fallback(copy)
+    kind = str(ir.StringAttr(tiled.attributes[attributes.TILE_KIND]).value) \
+        if attributes.TILE_KIND in tiled.attributes else ""
+    untiled = str(ir.StringAttr(tiled.attributes[UNTILED_ATTR]).value) \
+        if UNTILED_ATTR in tiled.attributes else ""
+    fallback = not computes_outside_tiles(tiled) and \
+        (kind == "thread" or "the fallback path tiles it" in untiled)
+    tiled.erase()
+    return fallback
 
 
 def untiled_on_gpu(part: ir.Operation) -> bool:

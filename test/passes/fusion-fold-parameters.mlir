@@ -69,10 +69,10 @@ func.func @bf16_result() -> tensor<2xbf16> {
 // shape (it would be a constant as large as the activation, read at every call); a body
 // reading indices (a mask or a position: free in registers, and the attention kernels
 // classify its form); a large bf16 weight scaled into f32 (read at twice its bytes); a
-// reduction of a parameter; a small parameter only widened (free where it is read, and
-// the form cuBLASLt's bias epilogue recognises).
+// reduction of a parameter; a small parameter only widened, read by an elementwise op (free
+// there, and the form the GEMMs' bias epilogues recognise).
 // CHECK-LABEL: func.func @kept
-// CHECK-COUNT-6: linalg.generic
+// CHECK-COUNT-7: linalg.generic
 // CHECK-NOT: linalg.generic
 // CHECK: return
 #id = affine_map<(d0) -> (d0)>
@@ -111,10 +111,15 @@ func.func @kept(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<8x4xf32>, tensor<4x
     linalg.yield %g : f32
   } -> tensor<96x64xf32>
   %bias = arith.constant dense<[0.5, 2.0, 1.5, 3.0]> : tensor<4xbf16>
-  %widened = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%bias : tensor<4xbf16>) outs(%e : tensor<4xf32>) {
+  %bias32 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel"]} ins(%bias : tensor<4xbf16>) outs(%e : tensor<4xf32>) {
   ^bb0(%i: bf16, %o: f32):
     %f = arith.extf %i : bf16 to f32
     linalg.yield %f : f32
+  } -> tensor<4xf32>
+  %widened = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel"]} ins(%x, %bias32 : tensor<4xf32>, tensor<4xf32>) outs(%e : tensor<4xf32>) {
+  ^bb0(%i: f32, %j: f32, %o: f32):
+    %m = arith.addf %i, %j : f32
+    linalg.yield %m : f32
   } -> tensor<4xf32>
   %zero = arith.constant 0.000000e+00 : f32
   %e0 = tensor.empty() : tensor<f32>

@@ -302,3 +302,52 @@ func.func @group_norm_statistics(%x: tensor<2x16x64xf32>) -> tensor<2x4x1xf32> {
   }
   return %g : tensor<2x4x1xf32>
 }
+
+// -----
+
+// ViT's embedding: the class token concatenated to the patches, positions added, then a
+// row reduction (LayerNorm's mean; here the row normalised by its sum). A concat is no
+// fast-emitter kernel and a reduction read back is no data-movement kernel: the group is cut
+// before the reduction, as after a gather: the concat and the add (a data-movement kernel),
+// the rows reading their result (a row kernel). The concat must not stay with the reduction.
+// CHECK-LABEL: func.func @concat_then_rows
+// CHECK: %[[EMB:.+]] = fusion.group vertical
+// CHECK-SAME: fusion.split
+// CHECK: tensor.concat
+// CHECK: arith.addf
+// CHECK-NOT: "reduction"
+// CHECK: fusion.yield
+// CHECK: fusion.group vertical (%{{.*}} = %[[EMB]]
+// CHECK-NOT: tensor.concat
+// CHECK: "reduction"
+// CHECK: fusion.yield
+#c3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#r3 = affine_map<(d0, d1, d2) -> (d0, d1, 0)>
+func.func @concat_then_rows(%patches: tensor<1x4x16xf32>) -> tensor<1x5x16xf32> {
+  %0 = fusion.group vertical (%p = %patches : tensor<1x4x16xf32>) -> tensor<1x5x16xf32> {
+    %cls = arith.constant dense<0.5> : tensor<1x1x16xf32>
+    %pos = arith.constant dense<0.25> : tensor<1x5x16xf32>
+    %zero = arith.constant 0.000000e+00 : f32
+    %e = tensor.empty() : tensor<1x5x16xf32>
+    %er = tensor.empty() : tensor<1x5x1xf32>
+    %cat = tensor.concat dim(1) %cls, %p : (tensor<1x1x16xf32>, tensor<1x4x16xf32>) -> tensor<1x5x16xf32>
+    %x = linalg.generic {indexing_maps = [#c3, #c3, #c3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%cat, %pos : tensor<1x5x16xf32>, tensor<1x5x16xf32>) outs(%e : tensor<1x5x16xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %s = arith.addf %a, %b : f32
+      linalg.yield %s : f32
+    } -> tensor<1x5x16xf32>
+    %f = linalg.fill ins(%zero : f32) outs(%er : tensor<1x5x1xf32>) -> tensor<1x5x1xf32>
+    %sum = linalg.generic {indexing_maps = [#c3, #r3], iterator_types = ["parallel", "parallel", "reduction"]} ins(%x : tensor<1x5x16xf32>) outs(%f : tensor<1x5x1xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %s = arith.addf %a, %o : f32
+      linalg.yield %s : f32
+    } -> tensor<1x5x1xf32>
+    %y = linalg.generic {indexing_maps = [#c3, #r3, #c3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x, %sum : tensor<1x5x16xf32>, tensor<1x5x1xf32>) outs(%e : tensor<1x5x16xf32>) {
+    ^bb0(%a: f32, %b: f32, %o: f32):
+      %d = arith.divf %a, %b : f32
+      linalg.yield %d : f32
+    } -> tensor<1x5x16xf32>
+    fusion.yield %y : tensor<1x5x16xf32>
+  }
+  return %0 : tensor<1x5x16xf32>
+}

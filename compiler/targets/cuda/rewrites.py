@@ -155,15 +155,19 @@ def _pieces_at_reshapes(ops: list[ir.Operation],
 
 
 def _is_gather(op: ir.Operation) -> bool:
-    """A generic whose payload reads by index (tensor.extract) or computes from one."""
-    return op.name == "linalg.generic" and any(
+    """A generic whose payload reads by index (tensor.extract) or computes from one, or a
+    concat: data movement the fast emitter does not build, beside a reduction the
+    data-movement family does not build."""
+    return op.name == "tensor.concat" or op.name == "linalg.generic" and any(
         inner.operation.name in ("tensor.extract", "linalg.index")
         for inner in op.regions[0].blocks[0].operations)
 
 
 def _pieces_at_gathered_reduction(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
-    """`ops` cut before the first reduction whose inputs are computed from gathers (and from
-    no reduction): [what its inputs need, the rest], or [ops] when there is none."""
+    """`ops` cut before the first reduction whose inputs are computed from gathers or
+    concats (and from no reduction): [what its inputs need, the rest], or [ops] when there
+    is none (ViT's class token concatenated to its patches, positions added, then the first
+    LayerNorm: a data-movement kernel and a row kernel)."""
     members = {id_of(o): o for o in ops}
     for op in ops:
         if op.name != "linalg.generic" or "reduction" not in iterators(op):
