@@ -45,10 +45,32 @@ LAUNCHES = {
     "mobilenet_v3_small": 23, "top2_moe": 12,
 }
 REFUSED = {"mixtral_moe": "control flow depends on a tensor's value"}
+# Kernel launches of the H200 plan (target cuda, built here: no GPU needed) for each small
+# model in bf16, weights as constants: a change of the GPU plan shows here too. (ResNet-18
+# was 113 before its BatchNorms' parameter arithmetic was folded, `fusion-fold-parameters`;
+# ViT 44 before its embedding was cut before the LayerNorm, not split per op.)
+CUDA_BF16_LAUNCHES = {
+    "gpt2": 24, "gpt2_sdpa": 24, "bert": 36, "llama": 42, "vit": 33, "t5_encoder": 30,
+    "whisper_encoder": 32, "resnet18": 69, "resnet50": 56, "resnext50": 52,
+    "mobilenet_v2": 28, "mobilenet_v3_small": 44, "top2_moe": 34,
+}
 
 
 def test_every_zoo_model_is_covered():
     assert set(LAUNCHES) | set(REFUSED) == set(zoo.ZOO)
+    assert set(CUDA_BF16_LAUNCHES) == set(LAUNCHES)
+
+
+@pytest.mark.parametrize("name", sorted(CUDA_BF16_LAUNCHES))
+def test_zoo_model_gpu_plan(name):
+    model, example = zoo.ZOO[name].build("small")
+    model = model.eval().to(torch.bfloat16)
+    example = tuple(x.to(torch.bfloat16) if x.is_floating_point() else x for x in example)
+    compiled = fusec.compile(model, *example, target="cuda")
+    assert compiled.target == "cuda"
+    paths = [k.get("info", {}).get("path") for k in compiled.kernels]
+    assert "fallback" not in paths, paths  # every kernel an emitter's or a library call
+    assert len(compiled.kernels) == CUDA_BF16_LAUNCHES[name], [k["ops"] for k in compiled.kernels]
 
 
 @pytest.fixture(autouse=True)
