@@ -14,7 +14,7 @@ import re
 import mlir.ir as ir
 from typing import Any
 
-from fusec.passes.payload import bf16_bits, round_to_element
+from fusec.passes.payload import INTS, bf16_bits, round_to_element
 
 
 _HEX = re.compile(r'dense<"0x([0-9A-Fa-f]*)">')
@@ -109,8 +109,8 @@ def dense_floats(attr: ir.Attribute):
     return values.reshape(list(t.shape))
 
 
-# Element type -> the numpy dtype a constant of it is computed in (bf16: f32) and written from.
-INTS = {"i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "index": "int64"}
+# Float element types -> the numpy dtype a constant of it is computed in (bf16: f32) and written
+# from (the integer ones: payload.INTS).
 FLOATS = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "float32"}
 
 

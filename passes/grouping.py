@@ -490,7 +490,8 @@ def is_elementwise(op: ir.Operation) -> bool:
     return not _has_index_op(op)
 
 
-def retype_elementwise(op: ir.Operation, new_operands: list[ir.Value], result_type: ir.Type) -> None:
+def retype_elementwise(op: ir.Operation, new_operands: list[ir.Value],
+                       result_type: ir.Type) -> None:
     """Point the elementwise `op` at operands of `result_type`'s shape; update its maps."""
     rank = ir.RankedTensorType(result_type).rank
     identity = ir.AffineMap.get_identity(rank)

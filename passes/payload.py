@@ -168,8 +168,8 @@ def evaluate_region(block_args: list[ir.Value], ops: list[ir.Operation], yielded
     return get(yielded)
 
 
-# Integer element types -> the numpy dtype they wrap in.
-_WRAP = {"i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "index": "int64"}
+# Integer element types -> the numpy dtype they are held and wrap in.
+INTS = {"i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8", "index": "int64"}
 
 
 def round_to_element(x: Any, element: str) -> Any:
@@ -183,8 +183,8 @@ def round_to_element(x: Any, element: str) -> Any:
     if element in ("f32", "f16"):
         return np.asarray(x).astype(np.float32 if element == "f32" else np.float16) \
             .astype(np.float64)
-    if element in _WRAP:
-        return np.asarray(x).astype(_WRAP[element]).astype(np.int64)
+    if element in INTS:
+        return np.asarray(x).astype(INTS[element]).astype(np.int64)
     return x
 
 

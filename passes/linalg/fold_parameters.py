@@ -48,8 +48,9 @@ from typing import Any
 
 import mlir.ir as ir
 
-from fusec.passes.constants import dense_attr, dense_floats
-from fusec.passes.grouping import defining_op, value_key, walk_ops
+from fusec.passes.constants import FLOATS, dense_attr, dense_floats
+from fusec.passes.fusion.analysis import tensor_bytes
+from fusec.passes.grouping import defining_op, iterator_kinds, use_owner, value_key, walk_ops
 from fusec.passes.linalg.fold_constants import FOLD_MAX_ELEMENTS, Fold, read_constant
 from fusec.passes.payload import CAST_OPS
 from fusec.passes.registry import Pass, register
@@ -57,7 +58,6 @@ from fusec.passes.registry import Pass, register
 # A result up to this many elements is folded whatever its bytes against its inputs' (a
 # per-channel vector widened to f32: a few KB).
 PARAMETER_ELEMENTS = 4096
-_FLOAT_BYTES = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2}
 # Body ops that make a value a function of where it is, not of the parameters alone.
 _INDEXED = ("linalg.index", "tensor.extract")
 
@@ -67,13 +67,6 @@ def _shape(t: ir.Type) -> tuple[list[int], str] | None:
         return None
     rt = ir.RankedTensorType(t)
     return list(rt.shape), str(rt.element_type)
-
-
-def _bytes(t: ir.Type) -> int:
-    shape, element = _shape(t) or ([], "")
-    width = _FLOAT_BYTES.get(element) or max(1, int(element.lstrip("i") or 64) // 8) \
-        if element.startswith(("f", "bf", "i")) and element != "index" else 8
-    return math.prod(shape) * width
 
 
 def read_parameter(v: ir.Value) -> Any:
@@ -130,12 +123,14 @@ def _ins(op: ir.Operation) -> list[ir.Value]:
 
 def _converts(op: ir.Operation) -> bool:
     """A generic that only widens its one input's element type (bf16 -> f32), read where
-    it fuses: kept as it is, where a consumer's pattern reads it (cuBLASLt's bias epilogue takes a bf16 bias
-    widened, not an f32 constant), and fused for free; the ops on it are folded through it."""
+    it fuses (`_fuses`): kept as it is, where a consumer's pattern reads it (cuBLASLt's bias
+    epilogue takes a bf16 bias widened, not an f32 constant); the ops on it are folded
+    through it."""
     if op.name != "linalg.generic" or len(op.results) != 1 or len(_ins(op)) != 1:
         return False
     body = [inner.operation for inner in op.regions[0].blocks[0].operations]
-    if _bytes(op.results[0].type) <= _bytes(_ins(op)[0].type) or not _fuses(op.results[0]):
+    if tensor_bytes(op.results[0].type) <= tensor_bytes(_ins(op)[0].type) or \
+            not _fuses(op.results[0]):
         # A narrowing (f32 -> bf16) is folded: a smaller constant. So is a widening read
         # where no cast is free (a contraction's operand).
         return False
@@ -158,7 +153,7 @@ def foldable(op: ir.Operation) -> bool:
     if op.name != "linalg.generic" or len(op.results) != 1:
         return False
     t = _shape(op.results[0].type)
-    if t is None or t[1] not in _FLOAT_BYTES or math.prod(t[0]) > FOLD_MAX_ELEMENTS:
+    if t is None or t[1] not in FLOATS or math.prod(t[0]) > FOLD_MAX_ELEMENTS:
         return False
     body = op.regions[0].blocks[0]
     if any(inner.operation.name in _INDEXED for inner in body.operations) or _converts(op):
@@ -176,7 +171,7 @@ def foldable(op: ir.Operation) -> bool:
     if numel > max(math.prod(_shape(v.type)[0]) for v in tensors):
         return False
     return numel <= PARAMETER_ELEMENTS or \
-        _bytes(op.results[0].type) <= max(_bytes(v.type) for v in tensors)
+        tensor_bytes(op.results[0].type) <= max(tensor_bytes(v.type) for v in tensors)
 
 
 def _fuses(value: ir.Value) -> bool:
@@ -184,7 +179,7 @@ def _fuses(value: ir.Value) -> bool:
     parallel loops (a bias added to every row), which computes a cast of what it reads for
     free, or reads it as an init."""
     for use in value.uses:
-        owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        owner = use_owner(use)
         if owner.name in ("tensor.expand_shape", "tensor.collapse_shape", "linalg.broadcast"):
             if not _fuses(owner.results[0]):
                 return False
@@ -195,16 +190,13 @@ def _fuses(value: ir.Value) -> bool:
 
 def _parallel(op: ir.Operation) -> bool:
     """A generic with parallel loops only: it reads a [C] vector broadcast per element."""
-    return op.name == "linalg.generic" and all(
-        "parallel" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"]))
+    return op.name == "linalg.generic" and all(k == "parallel" for k in iterator_kinds(op))
 
 
 def _init_of(op: ir.Operation, number: int) -> bool:
     """Whether operand `number` of `op` is an init (a Linear's bias broadcast into its
     matmul's accumulator: the GEMMs take it as their bias epilogue)."""
-    if "operandSegmentSizes" not in op.attributes:
-        return False
-    return number >= list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[0]
+    return "operandSegmentSizes" in op.attributes and number >= len(_ins(op))
 
 
 def _constant(value: Any, t: ir.Type) -> ir.Operation:

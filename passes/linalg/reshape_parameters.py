@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import mlir.ir as ir
 from mlir.dialects import tensor
 
-from fusec.passes.grouping import defining_op, is_elementwise, retype_elementwise, walk_ops
+from fusec.passes.grouping import (defining_op, is_elementwise, op_key, retype_elementwise,
+                                   walk_ops)
 from fusec.passes.linalg.fold_parameters import PARAMETER_ELEMENTS
 from fusec.passes.registry import Pass, register
 
@@ -50,11 +51,11 @@ def _parameter(value: ir.Value) -> bool:
         op = defining_op(v)
         if op is None:
             continue  # a block argument: the function's (ops in bodies are not asked)
-        if id(op) in seen or op.name in ("arith.constant", "tensor.empty"):
+        if op_key(op) in seen or op.name in ("arith.constant", "tensor.empty"):
             continue
         if not is_elementwise(op):
             return False
-        seen.add(id(op))
+        seen.add(op_key(op))
         stack.extend(x for x in op.operands if isinstance(x.type, ir.RankedTensorType))
     return True
 

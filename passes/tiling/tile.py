@@ -65,7 +65,7 @@ from fusec.passes.cost_model import cpu_tile_sizes, matmul_row_tile
 from fusec.passes.cpu.cpu_conv import conv_loops
 from fusec.passes.fusion.analysis import CONTRACTION, describe
 from fusec.passes.grouping import (CLONED_INTO_GROUPS, RESHAPE_OPS, defining_op, family_tiled,
-                                   form_group, is_compute,
+                                   form_group, group_alone, is_compute,
                                    memory_element_type, op_key, producer_through_reshapes,
                                    iterator_kinds, projection, split_columns, value_key,
                                    walk_ops)
@@ -1108,7 +1108,8 @@ SPLIT_BEFORE_LOOP = ("ops computed outside the tile loop would be computed whole
 FALLBACK_CUTS = 3
 
 
-def _cut_before_loop(backup: ir.Operation, tiled: ir.Operation) -> list[list[ir.Operation]] | None:
+def _cut_before_loop(backup: ir.Operation,
+                     tiled: ir.Operation) -> list[list[ir.Operation]] | None:
     """The ops of `backup` that `tiled` computes outside its tile loop, with every op of
     the group they read (directly or through reshapes), as one piece; the rest as the other.
     The first piece holds all it reads, so no path leaves it and comes back: both pieces are
@@ -1142,12 +1143,13 @@ def _cut_before_loop(backup: ir.Operation, tiled: ir.Operation) -> list[list[ir.
         if op.name == "scf.forall" or not _is_tileable(op):
             continue
         wanted = (reads(op, tiled), [str(r.type) for r in op.results])
-        matches = [c for c in compute
-                   if wanted[0] and (reads(c, backup), [str(r.type) for r in c.results]) == wanted]
+        matches = [c for c in compute if wanted[0] and
+                   (reads(c, backup), [str(r.type) for r in c.results]) == wanted]
         if len(matches) != 1:
             return None
         found.append(matches[0])
-        matched.update((value_key(a), value_key(b)) for a, b in zip(op.results, matches[0].results))
+        matched.update((value_key(a), value_key(b))
+                       for a, b in zip(op.results, matches[0].results))
     members = {op_key(op) for op in body}
     first = {op_key(op) for op in found}
     stack = list(found)
@@ -1200,20 +1202,15 @@ def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback,
     if not computes_outside_tiles(tiled):
         backup.erase()
         return [tiled]
-    from fusec.passes.tiling.capacity import split_group, tile_accepted
+    from fusec.passes.tiling.capacity import tile_accepted
 
     pieces = _cut_before_loop(backup, tiled) if cuts > 0 else None
     for old, new in zip(tiled.results, backup.results):
         old.replace_all_uses_with(new)
     tiled.erase()
-    parts = []
     if pieces is None:
-        for part in split_group(backup, SPLIT_FOR_THREADS):
-            part = tile_accepted(part, tile, accept)
-            if untiled_on_gpu(part):
-                part = tile_for_fallback(part)
-            parts.append(part)
-        return parts
+        return _per_op(backup, tile, accept, tile_for_fallback)
+    parts = []
     kind = str(backup.attributes["kind"]).strip('"')
     inline_group(backup)
     for piece in pieces:
@@ -1229,9 +1226,19 @@ def fallback_tiles(group: ir.Operation, tile, accept, tile_for_fallback,
             # No emitter builds the piece whole, the fallback path (a thread per tile, no
             # vector loads) would, and the emitters build each of its ops: kernels of one
             # op each rather than one fallback kernel.
-            for single in split_group(part, SPLIT_FOR_THREADS):
-                single = tile_accepted(single, tile, accept)
-                parts.append(tile_for_fallback(single) if untiled_on_gpu(single) else single)
+            parts += _per_op(part, tile, accept, tile_for_fallback)
+    return parts
+
+
+def _per_op(group: ir.Operation, tile, accept, tile_for_fallback) -> list[ir.Operation]:
+    """`group` split into one kernel per op (`fusion.split`), each tiled as the emitters or
+    the fallback build it."""
+    from fusec.passes.tiling.capacity import split_group, tile_accepted
+
+    parts = []
+    for part in split_group(group, SPLIT_FOR_THREADS):
+        part = tile_accepted(part, tile, accept)
+        parts.append(tile_for_fallback(part) if untiled_on_gpu(part) else part)
     return parts
 
 
@@ -1240,7 +1247,6 @@ def _emitters_build_each_op(part: ir.Operation, tile_for_fallback) -> bool:
     asked of a copy in a module of its own, split as `capacity.split_group` splits (a pad's
     producer and a convolution: the convolution is the fallback's either way, so the piece
     stays whole)."""
-    from fusec.passes.grouping import group_alone
     from fusec.passes.tiling.capacity import split_group
 
     mini = group_alone(part)
