@@ -22,6 +22,7 @@ Options: device (nvidia-h200 | cpu), window, max-ops.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import mlir.ir as ir
@@ -128,6 +129,27 @@ def emitter_refusal_in(group: ir.Operation, device: cost_model.Device) -> str | 
     return None
 
 
+def _domain(group: ir.Operation) -> tuple[int, int]:
+    """(elements, last dim) of the widest tensor `group` reads or writes: its kernel's
+    domain on the GPU (a row sum's input, an elementwise op's result), as rows of the last
+    dim."""
+    widest = (1, 1)
+    for r in list(group.operands) + list(group.results):
+        if isinstance(r.type, ir.ShapedType) and ir.ShapedType(r.type).has_static_shape:
+            shape = ir.ShapedType(r.type).shape
+            if math.prod(shape) > widest[0]:
+                widest = (math.prod(shape), shape[-1] if shape else 1)
+    return widest
+
+
+def _one_domain(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether groups over domains `a` and `b` can be one kernel of the fast emitter: the
+    same number of elements, or the smaller one a value per row of the larger (BERT's
+    [B, 1, 1, T] padding mask beside its embeddings' [B, T, d] LayerNorm)."""
+    (big, cols), small = max(a, b), min(a, b)[0]
+    return small == big or small * cols == big
+
+
 def _record_refusal(group: ir.Operation, text: str) -> None:
     old = [ir.StringAttr(a).value for a in group.attributes[attributes.REFUSED]] \
         if attributes.REFUSED in group.attributes else []
@@ -168,6 +190,12 @@ def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: co
             _record_refusal(g, f"group@{short_location(g)}: horizontal: fast-emitter: {why}; "
                             f"a multi-output kernel of it would be split per output on "
                             f"{device.name}")
+    # The fast emitter builds one domain per kernel, fixed by its widest tensor: parts over
+    # domains of other sizes (GPT-2's [T, T] causal mask beside its [T, d] embeddings) would
+    # be split per output again; a row sum beside an elementwise op over the same rows is one
+    # row kernel.
+    one_domain = not cost_model.multi_output_kernel_ok(False, device)
+    domains = [_domain(g) for g in groups]
     sizes = [_op_count(g) for g in groups]
     taken: set[int] = set()
     buckets: list[list[int]] = []
@@ -176,7 +204,8 @@ def plan_horizontal(groups: list[ir.Operation], ancestors: list[int], device: co
             continue
         bucket, mask, ops = [i], 1 << i, sizes[i]
         for j in range(i + 1, min(len(groups), i + 1 + window)):
-            if not small[j] or j in taken or ops + sizes[j] > max_ops:
+            if not small[j] or j in taken or ops + sizes[j] > max_ops or \
+                    one_domain and not _one_domain(domains[i], domains[j]):
                 continue
             # independent both ways: j does not depend on the bucket (the bucket, being
             # earlier, cannot depend on j)

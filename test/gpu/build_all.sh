@@ -17,5 +17,5 @@ $PY test/gpu/fuzz_movement.py build $D
 $PY test/gpu/attention.py build $D
 $PY test/gpu/model_zoo.py build .device-carry/mz --fused gpt2 gpt2_sdpa bert llama vit \
     t5_encoder whisper_encoder resnet50 resnext50 mobilenet_v2 mobilenet_v3_small top2_moe \
-    causal_mask positions rotate_half inverted_residual resnet_basic
+    causal_mask positions topk_router index_payloads rotate_half inverted_residual resnet_basic
 du -sh $D .device-carry/mz

@@ -64,6 +64,37 @@ def _positions_probe():
     return Embed().eval(), (torch.randint(0, 1000, (2, 32)),)
 
 
+def _topk_router_probe():
+    """A mixture of experts' router alone: softmax over 8 experts, top-2 (torch-mlir's
+    decomposition compares each expert's index, an iota, in the payload), renormalised and
+    scattered into dense weights; the indices are an output too."""
+    import torch
+
+    class Router(torch.nn.Module):
+        def forward(self, logits):
+            probs = logits.softmax(-1)
+            top, which = probs.topk(2, dim=-1)
+            return torch.zeros_like(probs).scatter(-1, which, top / top.sum(-1, True)), which
+
+    return Router(), (torch.randn(4, 37, 8),)
+
+
+def _index_payloads_probe():
+    """Payloads that read their loop's position (`linalg.index`): a column iota in a row
+    kernel's softmax, a row iota, and the element's (row, column) in an elementwise kernel."""
+    import torch
+
+    class Index(torch.nn.Module):
+        def forward(self, x):
+            rows, cols = x.shape[-2:]
+            a = torch.where(torch.arange(cols) % 3 == 0, x, -x).softmax(-1)
+            b = x + (torch.arange(rows)[:, None] * cols + torch.arange(cols)).float() * 1e-3
+            c = (x * (torch.arange(rows)[:, None] % 5 + 1).float()).sum(-1)
+            return a, b, c
+
+    return Index(), (torch.randn(3, 96, 40),)
+
+
 def _rotate_half_probe():
     """RoPE's rotate_half: slices and a concat."""
     import torch
@@ -132,6 +163,8 @@ MODELS = {
     "resnet_basic_big": _resnet_basic_big,
     "causal_mask": _causal_mask_probe,
     "positions": _positions_probe,
+    "topk_router": _topk_router_probe,
+    "index_payloads": _index_payloads_probe,
     "rotate_half": _rotate_half_probe,
     "inverted_residual": _inverted_residual,
     "resnet_basic": _resnet_basic,

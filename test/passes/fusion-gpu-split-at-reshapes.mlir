@@ -351,3 +351,56 @@ func.func @concat_then_rows(%patches: tensor<1x4x16xf32>) -> tensor<1x5x16xf32> 
   }
   return %0 : tensor<1x5x16xf32>
 }
+
+// -----
+
+// A top-k's shape: row statistics (the max, read back by `x - max`, and the sum of the
+// exponentials) concatenated into one [rows, 2] output. Neither group-level emitter builds
+// reductions and a concat in one kernel (the fast emitter takes no concat, the data-movement
+// kernels no reduction read back), and there is no reshape to cut at: the group is cut before
+// the concat, the statistics a row kernel with two outputs, the concat a data-movement kernel
+// reading them. (A concat before the reductions, @concat_then_rows above, is cut there
+// instead.)
+// CHECK-LABEL: func.func @concat_of_reductions
+// CHECK: %[[ROWS:.+]]:2 = fusion.group vertical
+// CHECK-SAME: fusion.split = "concat of reductions"
+// CHECK-NOT: tensor.concat
+// CHECK: arith.maximumf
+// CHECK: math.exp
+// CHECK: arith.addf
+// CHECK: fusion.yield
+// CHECK: fusion.group single (%{{.*}} = %[[ROWS]]#{{[01]}} : tensor<8x1xf32>, %{{.*}} = %[[ROWS]]#{{[01]}} : tensor<8x1xf32>) -> tensor<8x2xf32>
+// CHECK-SAME: fusion.split = "concat of reductions"
+// CHECK-NEXT: tensor.concat
+// CHECK-NEXT: fusion.yield
+#x2 = affine_map<(d0, d1) -> (d0, d1)>
+#k2 = affine_map<(d0, d1) -> (d0, 0)>
+func.func @concat_of_reductions(%x: tensor<8x16xf32>) -> tensor<8x2xf32> {
+  %0 = fusion.group vertical (%a = %x : tensor<8x16xf32>) -> tensor<8x2xf32> {
+    %ninf = arith.constant 0xFF800000 : f32
+    %zero = arith.constant 0.000000e+00 : f32
+    %e = tensor.empty() : tensor<8x16xf32>
+    %er = tensor.empty() : tensor<8x1xf32>
+    %fm = linalg.fill ins(%ninf : f32) outs(%er : tensor<8x1xf32>) -> tensor<8x1xf32>
+    %max = linalg.generic {indexing_maps = [#x2, #k2], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<8x16xf32>) outs(%fm : tensor<8x1xf32>) {
+    ^bb0(%i: f32, %o: f32):
+      %m = arith.maximumf %i, %o : f32
+      linalg.yield %m : f32
+    } -> tensor<8x1xf32>
+    %ex = linalg.generic {indexing_maps = [#x2, #k2, #x2], iterator_types = ["parallel", "parallel"]} ins(%a, %max : tensor<8x16xf32>, tensor<8x1xf32>) outs(%e : tensor<8x16xf32>) {
+    ^bb0(%i: f32, %m: f32, %o: f32):
+      %d = arith.subf %i, %m : f32
+      %t = math.exp %d : f32
+      linalg.yield %t : f32
+    } -> tensor<8x16xf32>
+    %fs = linalg.fill ins(%zero : f32) outs(%er : tensor<8x1xf32>) -> tensor<8x1xf32>
+    %sum = linalg.generic {indexing_maps = [#x2, #k2], iterator_types = ["parallel", "reduction"]} ins(%ex : tensor<8x16xf32>) outs(%fs : tensor<8x1xf32>) {
+    ^bb0(%i: f32, %o: f32):
+      %s = arith.addf %i, %o : f32
+      linalg.yield %s : f32
+    } -> tensor<8x1xf32>
+    %cat = tensor.concat dim(1) %max, %sum : (tensor<8x1xf32>, tensor<8x1xf32>) -> tensor<8x2xf32>
+    fusion.yield %cat : tensor<8x2xf32>
+  }
+  return %0 : tensor<8x2xf32>
+}

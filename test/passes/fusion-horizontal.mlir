@@ -3,7 +3,8 @@
 // (fusion-plan-gemm.mlir).
 // RUN: fusec-opt %s --linalg-generalize-named-ops '--fusion-plan{horizontal=false device=nvidia-h200}' '--fusion-horizontal{device=nvidia-h200}' --split-input-file | filecheck %s
 
-// Two independent chains, each far below a launch's cost in work: one launch for both.
+// Two independent chains, each far below a launch's cost in work, over domains of one size
+// (the H200's fast emitter builds one domain per kernel): one launch for both.
 // CHECK-LABEL: func.func @independent_small
 // CHECK: %[[H:[0-9]+]]:2 = fusion.group horizontal
 // CHECK-SAME: fusion.launches_saved = 1
@@ -15,7 +16,25 @@
 // CHECK: fusion.yield
 // CHECK-NOT: fusion.group
 // CHECK: return %[[H]]#0, %[[H]]#1
-func.func @independent_small(%a: tensor<16x32xf32>, %b: tensor<8xf32>) -> (tensor<16x32xf32>, tensor<8xf32>) {
+func.func @independent_small(%a: tensor<16x32xf32>, %b: tensor<512xf32>) -> (tensor<16x32xf32>, tensor<512xf32>) {
+  %e = tensor.empty() : tensor<16x32xf32>
+  %0 = linalg.exp ins(%a : tensor<16x32xf32>) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %1 = linalg.negf ins(%0 : tensor<16x32xf32>) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %e2 = tensor.empty() : tensor<512xf32>
+  %2 = linalg.abs ins(%b : tensor<512xf32>) outs(%e2 : tensor<512xf32>) -> tensor<512xf32>
+  %3 = linalg.exp ins(%2 : tensor<512xf32>) outs(%e2 : tensor<512xf32>) -> tensor<512xf32>
+  return %1, %3 : tensor<16x32xf32>, tensor<512xf32>
+}
+
+// -----
+
+// The same chains over domains of other sizes (512 and 8 elements, as GPT-2's [T, T] causal
+// mask beside its [T, d] embeddings): one kernel of the H200's fast emitter cannot hold both
+// (code generation would split it per output again, no launch saved), so they stay apart.
+// CHECK-LABEL: func.func @independent_small_other_sizes
+// CHECK-NOT: fusion.group horizontal
+// CHECK: return
+func.func @independent_small_other_sizes(%a: tensor<16x32xf32>, %b: tensor<8xf32>) -> (tensor<16x32xf32>, tensor<8xf32>) {
   %e = tensor.empty() : tensor<16x32xf32>
   %0 = linalg.exp ins(%a : tensor<16x32xf32>) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
   %1 = linalg.negf ins(%0 : tensor<16x32xf32>) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>

@@ -1445,3 +1445,133 @@ def test_row_any_folds_bools_in_i32(ctx) -> None:
     assert set(re.findall(r"gpu\.shuffle xor .* : (\w+)", text)) == {"i32"}
     assert "arith.extui" in text and "arith.trunci" in text
     assert re.search(r"arith\.ori .* : i32", text)
+
+
+INDEX_ROWS = """
+#c1 = affine_map<(d0) -> (d0)>
+#x3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#col = affine_map<(d0, d1, d2) -> (d2)>
+#pos = affine_map<(d0, d1, d2) -> (d1)>
+#row = affine_map<(d0, d1, d2) -> (d0, d1)>
+func.func @main(%x: tensor<4x8x16xf32>) -> (tensor<4x8x16xf32>, tensor<4x8xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %ec = tensor.empty() : tensor<16xi64>
+  %col = linalg.generic {indexing_maps = [#c1], iterator_types = ["parallel"]}
+      outs(%ec : tensor<16xi64>) {
+  ^bb0(%o: i64):
+    %i = linalg.index 0 : index
+    %n = arith.index_cast %i : index to i64
+    linalg.yield %n : i64
+  } -> tensor<16xi64>
+  %ep = tensor.empty() : tensor<8xi64>
+  %pos = linalg.generic {indexing_maps = [#c1], iterator_types = ["parallel"]}
+      outs(%ep : tensor<8xi64>) {
+  ^bb0(%o: i64):
+    %i = linalg.index 0 : index
+    %n = arith.index_cast %i : index to i64
+    linalg.yield %n : i64
+  } -> tensor<8xi64>
+  %e = tensor.empty() : tensor<4x8x16xf32>
+  %z = linalg.generic {indexing_maps = [#x3, #col, #pos, #x3],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x, %col, %pos : tensor<4x8x16xf32>, tensor<16xi64>, tensor<8xi64>)
+      outs(%e : tensor<4x8x16xf32>) {
+  ^bb0(%a: f32, %c: i64, %p: i64, %o: f32):
+    %cf = arith.sitofp %c : i64 to f32
+    %pf = arith.sitofp %p : i64 to f32
+    %i0 = linalg.index 0 : index
+    %i1 = linalg.index 1 : index
+    %i2 = linalg.index 2 : index
+    %c128 = arith.constant 128 : index
+    %c16 = arith.constant 16 : index
+    %l0 = arith.muli %i0, %c128 : index
+    %l1 = arith.muli %i1, %c16 : index
+    %l01 = arith.addi %l0, %l1 : index
+    %l = arith.addi %l01, %i2 : index
+    %li = arith.index_cast %l : index to i64
+    %lf = arith.sitofp %li : i64 to f32
+    %m = arith.mulf %a, %cf : f32
+    %s = arith.addf %m, %pf : f32
+    %t = arith.addf %s, %lf : f32
+    linalg.yield %t : f32
+  } -> tensor<4x8x16xf32>
+  %er = tensor.empty() : tensor<4x8xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%er : tensor<4x8xf32>) -> tensor<4x8xf32>
+  %sum = linalg.generic {indexing_maps = [#x3, #row], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%z : tensor<4x8x16xf32>) outs(%f : tensor<4x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %s = arith.addf %a, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<4x8xf32>
+  return %z, %sum : tensor<4x8x16xf32>, tensor<4x8xf32>
+}
+"""
+
+
+def test_payloads_reading_their_loop_position_are_one_row_kernel(ctx) -> None:
+    """`linalg.index` in a row kernel (`KernelEmitter.bind_indices`): an iota over the row's
+    last dim (a top-k's expert index: a value per column, `Col`), one over trailing dims of
+    the rows (positions in [B, T, d]: `RowMod`, at block id mod T), and a payload reading all
+    three of its loops' positions, are computed in the kernel from the thread's column and
+    the block id, never read from memory (no i64 buffer). Before, a live `linalg.index`
+    outside an argmax sent such a group to the data-movement family or split it per op (the
+    top-2 MoE router: 22 one-op kernels)."""
+    program = _generate(INDEX_ROWS)
+    launches = [k for k in program.plan.launches if k.launch_kind == "kernel"]
+    assert len(launches) == 1
+    assert launches[0].info["path"] == "fast" and launches[0].info["shape"] == "row"
+    text = program.kernels_mlir
+    assert "i64>" not in text.split("kernel attributes")[0]  # the arguments: f32 only
+    assert re.search(r"arith\.remui %bid, %c\d+ : index", text)  # position mod 8
+    assert re.search(r"arith\.divui %bid, %c\d+ : index", text)  # the batch: bid / 8
+    assert ".visible .entry fusec_k0(" in program.ptx
+
+
+INDEX_ELEMENTWISE = """
+#x2 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @main(%x: tensor<8x20xf32>) -> tensor<8x20xf32> {
+  %e = tensor.empty() : tensor<8x20xf32>
+  %y = linalg.generic {indexing_maps = [#x2, #x2], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<8x20xf32>) outs(%e : tensor<8x20xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %i = linalg.index 0 : index
+    %j = linalg.index 1 : index
+    %ii = arith.index_cast %i : index to i64
+    %jj = arith.index_cast %j : index to i64
+    %c = arith.cmpi sge, %ii, %jj : i64
+    %n = arith.negf %a : f32
+    %s = arith.select %c, %a, %n : f32
+    linalg.yield %s : f32
+  } -> tensor<8x20xf32>
+  return %y : tensor<8x20xf32>
+}
+"""
+
+
+def test_an_elementwise_payload_reads_its_position_from_the_element_offset(ctx) -> None:
+    """In an elementwise kernel a `linalg.index` is the element's linear offset taken apart
+    over the loop ranges (i = offset / 20, j = offset mod 20)."""
+    program = _generate(INDEX_ELEMENTWISE)
+    launch = program.plan.launches[0]
+    assert launch.info["path"] == "fast" and launch.info["shape"] == "elementwise"
+    text = program.kernels_mlir
+    assert re.search(r"arith\.divui %\w+, %c\d+ : index", text)
+    assert re.search(r"arith\.remui %\w+, %c\d+ : index", text)
+
+
+def test_a_per_column_value_is_never_a_group_output(ctx) -> None:
+    """A value computed per column (`Col`) exists at the thread's columns of one row: it is
+    never stored as a group output (its buffer has a row's elements, not the domain's); the
+    fast emitter refuses the group, which another path builds."""
+    from fusec.compiler.targets.cuda.rewrites import group_refusal
+
+    text = INDEX_ROWS.replace("-> (tensor<4x8x16xf32>, tensor<4x8xf32>) {",
+                              "-> (tensor<4x8x16xf32>, tensor<4x8xf32>, tensor<16xi64>) {")
+    text = text.replace("return %z, %sum : tensor<4x8x16xf32>, tensor<4x8xf32>",
+                        "return %z, %sum, %col : tensor<4x8x16xf32>, tensor<4x8xf32>, "
+                        "tensor<16xi64>")
+    module = _grouped(text)
+    group = next(o.operation for o in module.body.operations[0].regions[0].blocks[0].operations
+                 if o.operation.name == "fusion.group")
+    refusal = group_refusal(group, cg.CudaOptions(cubin=False, movement=False))
+    assert refusal is not None and "per-column value as a group output" in refusal

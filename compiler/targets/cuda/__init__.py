@@ -57,7 +57,13 @@ one value per row is computed as `x * (1/s)`; the summation order is a tree, not
 What the emitter refuses (a `CudaCodegenError` naming the op): reductions over other than the
 last dimension, non-projection indexing maps, rows too long for registers, ops that are not
 linalg.generic / linalg.fill / reshapes / scalar arith+math (matmuls, transposes, pads, convs,
-pooling), and `linalg.index` in a live payload. Such a group goes through the fallback path
+pooling), a `linalg.index` in a reduction's live payload other than an argmax's column, and
+generics over a domain that is neither the group's, its rows', its last dim (`Col`: an
+iota a top-k compares against), trailing dims of its rows (`RowMod`: positions in [B, T,
+d]) nor trailing dims of it (a causal mask). A parallel payload's `linalg.index` is its
+loop's position: the thread's column, the block id taken apart over the loops (row mod T
+for `RowMod`), or, in an elementwise kernel, the element's offset taken apart
+(`KernelEmitter.bind_indices`). Such a group goes through the fallback path
 (`fallback_kernel`, upstream MLIR: the CPU path's tile-and-fuse and bufferization, one tile
 per GPU thread), still one kernel per group; `Launch.info["path"]` says which path built each
 kernel ("fast" | "fallback") and, for the fallback, `info["why"]` the emitter's refusal.

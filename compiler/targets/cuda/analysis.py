@@ -32,7 +32,8 @@ FAST_EMITTER_OPS = frozenset({"linalg.generic", "linalg.fill", "tensor.expand_sh
 def emitter_refusal(op: ir.Operation) -> str | None:
     """Why the group emitter would refuse `op` (None: it takes it): an op it has no
     emission for (transposes, matmuls, slices, pads, convolutions, pooling), a reduction over
-    other than the last loop, or a live `linalg.index` in a payload."""
+    other than the last loop, or a live `linalg.index` in a reduction's payload other than an
+    argmax's column (a parallel generic's is its loop's position, `KernelEmitter.bind_indices`)."""
     name = op.name
     if name not in FAST_EMITTER_OPS:
         if name.startswith(("arith.", "math.")):
@@ -43,11 +44,28 @@ def emitter_refusal(op: ir.Operation) -> str | None:
     kinds = ["reduction" in str(a) for a in op.attributes["iterator_types"]]
     if any(kinds[:-1]):
         return "a reduction over other than the last loop"
-    if any(inner.operation.name == "linalg.index"
-           for inner in op.regions[0].blocks[0].operations) and \
-            arg_reduction(op) is None:
-        return "linalg.index in the payload (other than an argmax's / argmin's column)"
+    if "reduction" in kinds and arg_reduction(op) is None and _live_index(op):
+        return "linalg.index in a reduction's payload (other than an argmax's / argmin's column)"
     return None
+
+
+def _live_index(op: ir.Operation) -> bool:
+    """Whether a `linalg.index` of `op`'s payload reaches a result something reads (torch's
+    top-k keeps the value of a min-with-index and drops its index)."""
+    block = op.regions[0].blocks[0]
+    yielded = list(block.operations[len(block.operations) - 1].operands)
+    wanted = [v for v, r in zip(yielded, op.results) if any(True for _ in r.uses)]
+    producers = {value_key(r): inner for inner in block.operations for r in inner.results}
+    seen: set[int] = set()
+    while wanted:
+        inner = producers.get(value_key(wanted.pop()))
+        if inner is None or value_key(inner.results[0]) in seen:
+            continue
+        if inner.operation.name == "linalg.index":
+            return True
+        seen.add(value_key(inner.results[0]))
+        wanted.extend(inner.operands)
+    return False
 
 
 # ---------------------------------------------------------------- small IR helpers

@@ -45,9 +45,25 @@ class Full:
 
 
 @dataclass
+class Col(Full):
+    """A value per column of the row, the thread's columns as a `Full` value's positions:
+    a generic over the row's trailing dim alone ([cols] or [1, ..., 1, cols]: an iota of the
+    experts a top-k compares against), read back through a broadcast along the rows."""
+
+
+@dataclass
 class Row:
     name: str
     type: str
+
+
+@dataclass
+class RowMod(Row):
+    """A value per row that repeats every `period` rows: a generic over trailing dims of
+    the rows alone ([T] in a [B, T, d] row kernel: positions from an arange), computed at
+    the row's own position within them (row mod period), read back through those dims."""
+
+    period: int = 1
 
 
 @dataclass
@@ -563,17 +579,49 @@ class KernelEmitter:
             kind = "row"
         elif dims == [m.num_dims - 1]:
             kind = "col"
+        elif self.geo.kind == "row" and dims == list(range(dims[0], m.num_dims - 1)) and \
+                isinstance(value, (Input, RowMod)):
+            # Trailing dims of the rows alone: the value at (row mod its element count).
+            if isinstance(value, Input):
+                return "row", self.load_input(value, f"rowmod:{value.numel}")
+            return "row", value
         else:
             raise CudaCodegenError(f"access pattern {m} is not an element, row or column")
         if isinstance(value, Input):
             return kind, self.load_input(value, kind)
-        if isinstance(value, Full) and kind not in ("full",):
+        if isinstance(value, Col) and kind != "col":
+            raise CudaCodegenError(f"a per-column value is read as a {kind}")
+        if isinstance(value, Full) and not isinstance(value, Col) and kind not in ("full",):
             raise CudaCodegenError(f"a full tensor is read as a {kind}")
         if isinstance(value, Row) and kind not in ("row", "scalar"):
             # One value per row (a [rows] vector, or a [1, cols] one the emitter computed
             # per row because it has as many elements): not the column a map asks for.
             raise CudaCodegenError(f"a row value is read as a {kind}")
         return kind, value
+
+    def _row_suffix(self, op: ir.Operation, out_shape: list[int]) -> bool:
+        """Whether a parallel generic runs over trailing dims of the rows alone (`RowMod`):
+        its shape, unit dims aside, is a proper suffix of the rows' dims'."""
+        rows = [e for e in self.geo.full_shape[:-1] if e != 1]
+        own = [e for e in out_shape if e != 1]
+        return self.geo.kind == "row" and "reduction" not in iterators(op) and \
+            0 < len(own) < len(rows) and rows[-len(own):] == own and \
+            not any(value_key(v) == value_key(r) for v in self.outputs for r in op.results)
+
+    def rowmod_access(self, value: Any, m: MapInfo, period: int) -> Any:
+        """An operand of a per-row-position generic (`RowMod`): a scalar, a value of the
+        same period, or an input of one value per position read in order."""
+        dims = [r for r in m.results if r is not None]
+        if isinstance(value, Scalar) or not dims or \
+                (isinstance(value, Input) and value.numel == 1):
+            return self.access(value, m, "full")[1]
+        if dims != sorted(dims):
+            raise CudaCodegenError(f"a per-row-position generic reads an operand through {m}")
+        if isinstance(value, Input) and value.numel == period:
+            return self.load_input(value, f"rowmod:{period}")
+        if isinstance(value, RowMod) and value.period == period:
+            return value
+        raise CudaCodegenError(f"a per-row-position generic reads a {type(value).__name__}")
 
     def _suffix_op(self, op: ir.Operation, out_shape: list[int]) -> bool:
         """A parallel generic over the group domain's trailing dims (a causal mask [T, T] in
@@ -594,8 +642,15 @@ class KernelEmitter:
         rep = self.lookup(value)
         k = len(out_shape)
         dims = [r for r in m.results if r is not None]
-        if not dims:
+        if not dims or isinstance(rep, Scalar):
             return self.access(rep, m, "full")[1]
+        if dims == list(range(k)) and self.suffix_values.get(value_key(value)) == k:
+            return rep  # another generic's over the same trailing dims, in order
+        if dims == [k - 1] and isinstance(rep, Col):
+            return rep  # computed per column: the thread's columns
+        if dims and dims == list(range(dims[0], k - 1)) and isinstance(rep, RowMod) and \
+                rep.period == numel_of(out_shape[dims[0]:k - 1]):
+            return rep  # computed at the row's position in those dims
         if not isinstance(rep, Input):
             raise CudaCodegenError("a suffix-domain generic reads a computed tensor")
         if dims == list(range(k)):
@@ -625,6 +680,7 @@ class KernelEmitter:
                                    "range, an integer division by zero)")
         iters = iterators(op)
         maps = [parse_map(a) for a in op.attributes["indexing_maps"]]
+        reads = self.access_maps(op, maps)
         seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
         n_in = seg[0]
         ins, outs = list(op.operands)[:n_in], list(op.operands)[n_in:]
@@ -637,14 +693,22 @@ class KernelEmitter:
             self.check_output_map(m)
         domain = self.generic_domain(op, reduction)
         out_shape = tensor_info(op.results[0].type)[0]
+        column_domain = domain == "col"
         if domain == "suffix":
             operands_in = [self.suffix_access(v, m, out_shape) for v, m in zip(ins, maps)]
             domain = "full"  # computed for every element of the group's domain
+        elif column_domain:
+            operands_in = [self.column_access(self.lookup(v), m) for v, m in zip(ins, maps)]
+            domain = "full"  # computed at each of the thread's columns
+        elif domain == "rowmod":
+            period = numel_of(out_shape)
+            operands_in = [self.rowmod_access(self.lookup(v), m, period)
+                           for v, m in zip(ins, maps)]
         else:
             if domain == "row":
                 self.check_row_reads(op, ins, maps)
             operands_in = [self.access(self.lookup(v), self.seen_through(v, m), domain)[1]
-                           for v, m in zip(ins, maps)]
+                           for v, m in zip(ins, reads)]
         out_vals = [self.lookup(v) for v in outs]
         positions = len(self.full_offsets) * self.vec if domain == "full" else 1
         terminator = block.operations[len(block.operations) - 1]
@@ -652,21 +716,31 @@ class KernelEmitter:
 
         if not reduction:
             results: list[list[str]] = [[] for _ in op.results]
+            wanted = [yielded[j] for j in live]
             for p in range(positions):
                 env: dict[int, str] = {}
                 for arg, val in zip(list(block.arguments)[:n_in], operands_in):
                     env[value_key(arg)] = _element(val, p)
                 for j, (arg, val) in enumerate(zip(list(block.arguments)[n_in:], out_vals)):
                     if not isinstance(val, Empty):
+                        if column_domain or domain == "rowmod":
+                            raise CudaCodegenError("a per-column or per-row-position generic "
+                                                   "reads its init")
                         env[value_key(arg)] = _element(
-                            self.access(val, maps[n_in + j], domain)[1], p)
-                outs_p = self.emit_payload(block, env, [yielded[j] for j in live])
+                            self.access(val, reads[n_in + j], domain)[1], p)
+                self.bind_indices(op, block, wanted, env, p,
+                                  "col" if column_domain else domain)
+                outs_p = self.emit_payload(block, env, wanted)
                 for j, name in zip(live, outs_p):
                     results[j].append(name)
             for j in live:
                 type_ = tensor_info(op.results[j].type)[1]
-                if domain == "full":
-                    rep: Any = Full(results[j], type_)
+                if column_domain:
+                    rep: Any = Col(results[j], type_)
+                elif domain == "rowmod":
+                    rep = RowMod(self.uniform_name(results[j][0]), type_, numel_of(out_shape))
+                elif domain == "full":
+                    rep = Full(results[j], type_)
                 else:
                     rep = Row(self.uniform_name(results[j][0]), type_)
                 self.values[value_key(op.results[j])] = rep
@@ -674,7 +748,7 @@ class KernelEmitter:
 
         arg = arg_reduction(op)
         if arg is not None:
-            self.fold_arg_pair(op, arg, operands_in, out_vals, maps, positions, domain)
+            self.fold_arg_pair(op, arg, operands_in, out_vals, reads, positions, domain)
             return
 
         # Reduction over the last dimension: fold this thread's elements, then the block.
@@ -701,6 +775,7 @@ class KernelEmitter:
                 if j not in folded:
                     env[value_key(block.arguments[n_in + j])] = accs[j]
             wanted = [folded.get(j, yielded[j]) for j in live]
+            self.bind_indices(op, block, wanted, env, p, domain)
             outs_p = self.emit_payload(block, env, wanted)
             mask = self.masks.get(p // self.vec) if domain == "full" else None
             for j, name in zip(live, outs_p):
@@ -717,7 +792,7 @@ class KernelEmitter:
                 accs[j] = name
         for j in live:
             type_ = tensor_info(op.results[j].type)[1]
-            init = self.access(out_vals[j], maps[n_in + j], "full")[1]
+            init = self.access(out_vals[j], reads[n_in + j], "full")[1]
             if isinstance(init, Empty):
                 raise CudaCodegenError("reduction into an uninitialised tensor")
             # Combined across the block later, together with every other reduction that is
@@ -833,10 +908,112 @@ class KernelEmitter:
             return "full"
         if numel == self.geo.rows or numel == 1:
             return "row"
+        if self.geo.kind == "row" and numel == self.geo.cols and out_shape[-1] == self.geo.cols \
+                and "reduction" not in iterators(op):
+            return "col"  # over the row's trailing dim alone: a value per column
+        if self._row_suffix(op, out_shape):
+            return "rowmod"
         if self._suffix_op(op, out_shape):
             return "suffix"
         raise CudaCodegenError(f"linalg.generic of shape {out_shape} does not fit "
                                f"the group's {self.geo.rows}x{self.geo.cols} rows")
+
+    def access_maps(self, op: ir.Operation, maps: list[MapInfo]) -> list[MapInfo]:
+        """`maps` as `access` classifies them: over the op's loops longer than 1 (a keepdim
+        reduction's loop of extent 1, [2, 16, 1, 4] -> [2, 16, 1], reads its input through
+        (d0, d1, d3): an element of the [32, 4] rows)."""
+        from fusec.passes.tiling.place import loop_ranges
+
+        ranges = loop_ranges(op) or []
+        unit = {d for d, e in enumerate(ranges) if e == 1}
+        if not unit:
+            return maps
+        kept = {d: i for i, d in enumerate(d for d in range(len(ranges)) if d not in unit)}
+        return [MapInfo(len(kept), tuple(None if r is None or r in unit else kept[r]
+                                         for r in m.results)) for m in maps]
+
+    def column_access(self, value: Any, m: MapInfo) -> Any:
+        """An operand of a per-column generic (`Col`) at the thread's columns: a scalar, a
+        per-column value, or an input of one value per column read along the column."""
+        dims = [r for r in m.results if r is not None]
+        if isinstance(value, Scalar) or not dims or \
+                (isinstance(value, Input) and value.numel == 1):
+            return self.access(value, m, "full")[1]
+        if dims != [m.num_dims - 1]:
+            raise CudaCodegenError(f"a per-column generic reads an operand through {m}")
+        if isinstance(value, Input) and value.numel == self.geo.cols:
+            return self.load_input(value, "col")
+        if isinstance(value, Col):
+            return value
+        raise CudaCodegenError(f"a per-column generic reads a {type(value).__name__} value")
+
+    def bind_indices(self, op: ir.Operation, block: ir.Block, wanted: list[ir.Value],
+                     env: dict[int, str], p: int, domain: str) -> None:
+        """Give each live `linalg.index` of `op`'s payload its loop's position at this
+        thread's position `p`: the column for the row's trailing loop, the row's index (or,
+        in an elementwise kernel, the element's) taken apart over the op's loop ranges for the
+        others. The loops must be the op's result dims in order (an identity output map)."""
+        needed = _needed_ops(block, wanted)
+        dims = [ir.IntegerAttr(inner.attributes["dim"]).value for inner in block.operations
+                if inner.operation.name == "linalg.index" and id_of(inner) in needed]
+        if not dims:
+            return
+        from fusec.passes.tiling.place import loop_ranges
+
+        ranges = list(loop_ranges(op) or [])
+        maps = [parse_map(a) for a in op.attributes["indexing_maps"]]
+        out = maps[len(op.operands) - len(op.results)]
+        reduction = "reduction" in iterators(op)
+        if not ranges or any(not isinstance(e, int) or e < 1 for e in ranges) or \
+                (not reduction and out.results != tuple(range(out.num_dims))):
+            raise CudaCodegenError("linalg.index in a generic whose loops are not its result's "
+                                   "dims in order")
+        for inner in block.operations:
+            if inner.operation.name != "linalg.index" or id_of(inner) not in needed:
+                continue
+            d = ir.IntegerAttr(inner.attributes["dim"]).value
+            key = ("index", tuple(ranges), d, p, domain)
+            if key not in self.cache:
+                self.cache[key] = self.loop_position(ranges, d, p, domain)
+            env[value_key(inner.results[0])] = self.cache[key]
+
+    def loop_position(self, ranges: list[int], d: int, p: int, domain: str) -> str:
+        """Loop `d`'s position (an index value) at thread position `p` (see bind_indices)."""
+        if ranges[d] == 1:
+            return self.index(0)
+        if self.geo.kind == "row" and domain in ("full", "col") and d == len(ranges) - 1:
+            if domain == "full" and numel_of(ranges) != self.geo.rows * self.geo.cols or \
+                    ranges[-1] != self.geo.cols:
+                raise CudaCodegenError(f"linalg.index over loops {ranges} in a "
+                                       f"{self.geo.rows}x{self.geo.cols} row kernel")
+            column = self.col_offsets[p // self.vec]
+            return self.arith("addi", column, self.index(p % self.vec)) if p % self.vec \
+                else column
+        if self.geo.kind == "row" and domain == "col":
+            raise CudaCodegenError(f"linalg.index over loops {ranges} of a per-column generic")
+        if domain == "rowmod":
+            linear, within = self.arith("remui", self.row_index,
+                                        self.index(numel_of(ranges))), ranges
+        elif self.geo.kind == "row":
+            outer = ranges[:-1] if domain == "full" else ranges
+            if numel_of(outer) != self.geo.rows:
+                raise CudaCodegenError(f"linalg.index over loops {ranges} in a "
+                                       f"{self.geo.rows}x{self.geo.cols} row kernel")
+            linear, within = self.row_index, outer
+        else:  # an elementwise kernel: the element's position
+            if numel_of(ranges) != self.geo.cols * self.geo.rows:
+                raise CudaCodegenError(f"linalg.index over loops {ranges} in an elementwise "
+                                       f"kernel of {self.geo.cols} elements")
+            linear = self.full_offsets[p // self.vec]
+            if p % self.vec:
+                linear = self.arith("addi", linear, self.index(p % self.vec))
+            within = ranges
+        stride = numel_of(within[d + 1:])
+        if stride > 1:
+            linear = self.arith("divui", linear, self.index(stride))
+        if d > 0:
+            linear = self.arith("remui", linear, self.index(within[d]))
+        return linear
 
     def emit_payload(self, block: ir.Block, env: dict[int, str],
                      wanted: list[ir.Value]) -> list[str]:
@@ -894,6 +1071,8 @@ class KernelEmitter:
         for i, v in enumerate(self.outputs):
             arg = self.num_inputs + i
             rep = self.lookup(v)
+            if isinstance(rep, Col):
+                raise CudaCodegenError("a per-column value as a group output")
             if isinstance(rep, Input):
                 rep = self.load_input(rep, "full")
             if isinstance(rep, Scalar):  # a filled tensor: broadcast the value

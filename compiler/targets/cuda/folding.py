@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import mlir.ir as ir
-from fusec.compiler.targets.cuda.analysis import numel_of, parse_map, tensor_info
+from fusec.compiler.targets.cuda.analysis import numel_of, parse_map, tensor_info, value_key
 from fusec.compiler.targets.cuda.body import (
     CAST_OPS,
     INT_OPS,
@@ -55,15 +55,21 @@ def _constant_array(value: ir.Value) -> Any:
     return constant_array(value, FOLD_DTYPES, FOLD_MAX_ELEMENTS)
 
 
-def _fold_op(op: ir.Operation) -> Any:
-    """The value of a reshape or generic whose tensor inputs are all constants, or None."""
+def _fold_op(op: ir.Operation, known: dict[int, Any] | None = None) -> Any:
+    """The value of a reshape or generic whose tensor inputs are all constants (or values
+    `known` by key, computed here already), or None."""
+    def array(v: ir.Value) -> Any:
+        if known is not None and value_key(v) in known:
+            return known[value_key(v)]
+        return _constant_array(v)
+
     if op.name in RESHAPE_OPS:
-        x = _constant_array(op.operands[0])
+        x = array(op.operands[0])
         return None if x is None else x.reshape(ir.RankedTensorType(op.results[0].type).shape)
     if op.name != "linalg.generic" or len(op.results) != 1:
         return None
     seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    inputs = [_constant_array(v) for v in list(op.operands)[:seg[0]]]
+    inputs = [array(v) for v in list(op.operands)[:seg[0]]]
     if any(x is None for x in inputs):
         return None
     return evaluate_generic(op, inputs)
@@ -93,12 +99,22 @@ def fold_constant_ops(group: ir.Operation) -> int:
     return count
 
 
-def _fold_value(group: ir.Operation) -> Any:
-    """The value of a group that reads nothing (an arange), computed here; or None."""
-    ops = group_body_ops(group)
-    if group.operands or len(group.results) != 1 or len(ops) != 1:
+def _fold_values(group: ir.Operation) -> list[Any] | None:
+    """The values of a group that reads nothing (an arange, and its reshape as a second
+    output), each op computed here in turn; or None."""
+    if group.operands:
         return None
-    return _fold_op(ops[0])
+    known: dict[int, Any] = {}
+    for op in group_body_ops(group):
+        value = _fold_op(op, known)
+        if value is None:
+            return None
+        known[value_key(op.results[0])] = value
+    body = group.regions[0].blocks[0]
+    yielded = list(body.operations[len(body.operations) - 1].operands)
+    values = [known[value_key(v)] if value_key(v) in known else _constant_array(v)
+              for v in yielded]
+    return None if any(v is None for v in values) else values
 
 
 def fold_constant_groups(func: ir.Operation) -> int:
@@ -114,17 +130,19 @@ def fold_constant_groups(func: ir.Operation) -> int:
     for key, group in [(op_key(g), g) for g in groups_of(func)]:
         if key in gone:
             continue
-        value = _fold_value(group)
-        if value is None or any(use_owner(u).name != GROUP_OP for u in group.results[0].uses):
+        values = _fold_values(group)
+        if values is None or any(use_owner(u).name != GROUP_OP
+                                 for r in group.results for u in r.uses):
             continue  # a model output keeps its kernel (the caller owns that buffer)
-        result_type = group.results[0].type
-        with ir.InsertionPoint(group):
-            constant = ir.Operation.create(
-                "arith.constant", results=[result_type], attributes={
-                    "value": ir.DenseElementsAttr.get(np.ascontiguousarray(value),
-                                                      type=result_type)})
-        users = [use_owner(u) for u in list(group.results[0].uses)]
-        group.results[0].replace_all_uses_with(constant.results[0])
+        users = []
+        for result, value in zip(group.results, values):
+            with ir.InsertionPoint(group):
+                constant = ir.Operation.create(
+                    "arith.constant", results=[result.type], attributes={
+                        "value": ir.DenseElementsAttr.get(np.ascontiguousarray(value),
+                                                          type=result.type)})
+            users += [use_owner(u) for u in list(result.uses)]
+            result.replace_all_uses_with(constant.results[0])
         group.erase()
         for user in users:
             if user.name == GROUP_OP and op_key(user) not in gone:

@@ -186,6 +186,27 @@ def _pieces_at_gathered_reduction(ops: list[ir.Operation]) -> list[list[ir.Opera
     return [ops]
 
 
+def _pieces_at_concatenated_reductions(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
+    """`ops` cut before the first concat of values computed from reductions: [what its
+    operands need, the rest] (a top-k's maxima and their indices concatenated into its
+    [..., k] outputs: a row kernel, then a data-movement one; neither group-level emitter
+    builds reductions and a concat in one kernel), or [ops] when there is none."""
+    members = {id_of(o): o for o in ops}
+    for op in ops:
+        if op.name != "tensor.concat":
+            continue
+        cone: set[int] = set()
+        for v in op.operands:
+            cone |= _cone(v, members)
+        inside = [members[k] for k in cone]
+        if not any(o.name == "linalg.generic" and "reduction" in iterators(o) for o in inside):
+            continue
+        first = [o for o in ops if id_of(o) in cone]
+        rest = [o for o in ops if id_of(o) not in cone]
+        return [first, rest] if first and rest else [ops]
+    return [ops]
+
+
 def _pieces_at_broadcast_reductions(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
     """`ops` cut after each reduction whose result the piece reads back at more points than
     the reduction has (GroupNorm's mean over a group's channels and pixels, read again by
@@ -375,33 +396,37 @@ def _convex(pieces: list[list[ir.Operation]]) -> bool:
 
 
 def peel_trailing_reshapes(func: ir.Operation) -> int:
-    """A row-reduction group whose one result is a reshape of its row-shaped value that keeps
-    the last dim (a norm's [B, T, K] result collapsed to [B T, K] for a Linear: the planner
-    takes the consumer's reshape in) yields that value, and the reshape becomes a group of
-    its own, a view (`mark_view_groups`). Tiled by rows of the collapsed result, the norm's
-    reduction could not be sliced through the reshape: every tile computed the whole norm,
-    and over the registers the group was split into a kernel per op (LLaMA's RMSNorm before
-    q, k, v: six kernels instead of one). Attention and library groups keep theirs.
-    Returns how many."""
+    """A row-reduction group whose results include a reshape of its row-shaped value that
+    keeps the last dim (a norm's [B, T, K] result collapsed to [B T, K] for a Linear: the
+    planner takes the consumer's reshape in) yields that value, and the reshape becomes a
+    group of its own, a view (`mark_view_groups`). Tiled by rows of the collapsed result, the
+    norm's reduction could not be sliced through the reshape: every tile computed the whole
+    norm, and over the registers the group was split into a kernel per op (LLaMA's RMSNorm
+    before q, k, v: six kernels instead of one; BERT's LayerNorm yielding its [B, T, d]
+    value for the residual beside the collapsed one for the next Linear: nine, in each of
+    its 12 layers). Attention and library groups keep theirs. Returns how many."""
     from fusec.passes.grouping import form_group
     from fusec.passes.inline_groups import inline_group
 
     count = 0
     for group in groups_of(func):
-        if attributes.PATH in group.attributes or is_attention(group) or \
-                len(group.results) != 1:
+        if attributes.PATH in group.attributes or is_attention(group):
             continue
         ops = [o.operation for o in group.regions[0].blocks[0].operations]
-        reshape = defining(ops[-1].operands[0])
-        if reshape is None or reshape.name not in RESHAPE_OPS or \
-                len(list(reshape.results[0].uses)) != 1:
+        if not any(o.name == "linalg.generic" and "reduction" in iterators(o) for o in ops):
             continue
-        source = defining(reshape.operands[0])  # (None: a reshape of a group input)
-        before = list(ir.RankedTensorType(reshape.operands[0].type).shape)
-        after = list(ir.RankedTensorType(reshape.results[0].type).shape)
-        if source is None or not before or not after or before[-1] != after[-1] or \
-                not any(o.name == "linalg.generic" and "reduction" in iterators(o)
-                        for o in ops):
+        peeled = []
+        for value in dict.fromkeys(ops[-1].operands):
+            reshape = defining(value)
+            if reshape is None or reshape.name not in RESHAPE_OPS or \
+                    len(list(reshape.results[0].uses)) != 1:
+                continue
+            source = defining(reshape.operands[0])  # (None: a reshape of a group input)
+            before = list(ir.RankedTensorType(reshape.operands[0].type).shape)
+            after = list(ir.RankedTensorType(reshape.results[0].type).shape)
+            if source is not None and before and after and before[-1] == after[-1]:
+                peeled.append(reshape)
+        if not peeled:
             continue
         kind = str(group.attributes["kind"]).strip('"')
         # The planner's reasons stay; its figures (tiles, working set) were the reshaped
@@ -409,9 +434,11 @@ def peel_trailing_reshapes(func: ir.Operation) -> int:
         kept = {n: group.attributes[n] for n in (attributes.REASON, attributes.REFUSED,
                                                  attributes.DEVICE) if n in group.attributes}
         inline_group(group)
-        members = [o for o in ops[:-1] if o != reshape]
+        keys = {id_of(r) for r in peeled}
+        members = [o for o in ops[:-1] if id_of(o) not in keys]
         form_group(members, kind, kept)
-        form_group([reshape], "single")
+        for reshape in peeled:
+            form_group([reshape], "single")
         count += 1
     return count
 
@@ -460,6 +487,8 @@ def _split_at_reshapes_once(body: ir.Block, options: CudaOptions) -> int:
         pieces = [part for piece in _pieces_at_reshapes(ops, cut_concats=not options.movement)
                   for part in _pieces_at_gathered_reduction(piece)]
         reason = "reshape"
+        if len(pieces) == 1:
+            pieces, reason = _pieces_at_concatenated_reductions(ops), "concat of reductions"
         if len(pieces) == 1 and options.movement:
             # (Pieces cut at reshapes are groups of their own next round: one an emitter
             # takes whole stays whole.)

@@ -331,6 +331,15 @@ class TileEmitter(KernelEmitter):
             raise CudaCodegenError(f"a reduction of {self.current_ranges[dims[0]]} values in a "
                                    f"tile whose row has {self.tile_numel}")
 
+    def access_maps(self, op: ir.Operation, maps: list[MapInfo]) -> list[MapInfo]:
+        """As they are: `access` here classifies a map over the tile's own loop ranges."""
+        return maps
+
+    def loop_position(self, ranges: list[int], d: int, p: int, domain: str) -> str:
+        """A tile's loops are offset by the tile's position (upstream's tiling moves a
+        `linalg.index` by it): not built here; the group-level emitter takes such a group."""
+        raise CudaCodegenError("linalg.index in a tile")
+
     def check_output_map(self, m: MapInfo) -> None:
         """A result is stored at the thread's positions: its map must keep the order of the
         loop's dims longer than 1 (no transpose on the way out)."""
