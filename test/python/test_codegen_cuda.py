@@ -1575,3 +1575,22 @@ def test_a_per_column_value_is_never_a_group_output(ctx) -> None:
                  if o.operation.name == "fusion.group")
     refusal = group_refusal(group, cg.CudaOptions(cubin=False, movement=False))
     assert refusal is not None and "per-column value as a group output" in refusal
+
+
+def test_a_broadcast_over_a_unit_last_dim_is_not_read_as_rows() -> None:
+    """`repeat_interleave(2, dim=2)` of a [55, 64, 3, 1] tensor: a broadcast generic over
+    [55, 64, 3, 2, 1] reading its input through (d0, d1, d2, d4). Classifying maps over the
+    loops longer than 1 (`access_maps`, for a keepdim reduction's unit loop) must keep the
+    last loop, the row's column, even of extent 1: squeezed, the read became (d0, d1, d2) of
+    four loops, "a value per row", and the fast emitter's kernel copied garbage (fuzz_movement
+    p168 on the H100, session 52: 1.9e18 from an exact copy). It is the data-movement
+    family's kernel, as before."""
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x.repeat_interleave(2, dim=2)
+
+    program = _cuda_program(Model(), torch.randn(55, 64, 3, 1).to(torch.bfloat16))
+    kernels = [k for k in program.plan.launches if k.launch_kind == "kernel"]
+    assert [k.info["path"] for k in kernels] == ["movement"], [k.info for k in kernels]

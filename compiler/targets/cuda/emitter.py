@@ -919,13 +919,15 @@ class KernelEmitter:
                                f"the group's {self.geo.rows}x{self.geo.cols} rows")
 
     def access_maps(self, op: ir.Operation, maps: list[MapInfo]) -> list[MapInfo]:
-        """`maps` as `access` classifies them: over the op's loops longer than 1 (a keepdim
-        reduction's loop of extent 1, [2, 16, 1, 4] -> [2, 16, 1], reads its input through
-        (d0, d1, d3): an element of the [32, 4] rows)."""
+        """`maps` as `access` classifies them: over the op's loops longer than 1 but the last
+        (a keepdim reduction's loop of extent 1, [2, 16, 1, 4] -> [2, 16, 1], reads its input
+        through (d0, d1, d3): an element of the [32, 4] rows)."""
         from fusec.passes.tiling.place import loop_ranges
 
         ranges = loop_ranges(op) or []
-        unit = {d for d, e in enumerate(ranges) if e == 1}
+        # The last loop is the row's column whatever its extent: a [.., 3, 2, 1] broadcast
+        # (repeat_interleave of a [.., 3, 1]) squeezed of it would read (d0, d1, d2) as a row.
+        unit = {d for d, e in enumerate(ranges[:-1]) if e == 1}
         if not unit:
             return maps
         kept = {d: i for i, d in enumerate(d for d in range(len(ranges)) if d not in unit)}
