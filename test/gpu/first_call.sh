@@ -26,7 +26,7 @@ timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/gpu
 echo "t $(( $(date +%s) - T0 ))"
 timeout 80 python3 test/gpu/attention.py run .device-carry/cuda > $OUT/att.log 2>&1; echo "att rc $?"; grep '"ms"' $OUT/att.log | cut -c1-240
 echo "t $(( $(date +%s) - T0 ))"
-timeout 80 python3 test/gpu/model_zoo.py run .device-carry/mz > $OUT/mz.log 2>&1; echo "mz rc $?"; cut -c1-150 $OUT/mz.log
+timeout 130 python3 test/gpu/model_zoo.py run .device-carry/mz > $OUT/mz.log 2>&1; echo "mz rc $?"; cut -c1-150 $OUT/mz.log
 L=$(left); echo "left $L"
 if [ $L -gt 60 ]; then timeout $L python3 -m pytest -q -rfEs test/gpu > $OUT/pytest.log 2>&1; echo "pytest rc $?"; tail -n 8 $OUT/pytest.log; fi
 echo "elapsed $(( $(date +%s) - T0 ))"
