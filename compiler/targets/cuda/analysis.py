@@ -15,7 +15,8 @@ from fusec.compiler.targets.cuda.device import (
     elementwise_launch_shape,
     row_launch_shape,
 )
-from fusec.passes.grouping import iterator_kinds, producer_through_reshapes, projection
+from fusec.passes.grouping import (iterator_kinds, op_key, producer_through_reshapes,
+                                   projection)
 from fusec.passes.payload import arg_reduction
 
 # ---------------------------------------------------------------- what the group emitter takes
@@ -54,18 +55,28 @@ def _live_index(op: ir.Operation) -> bool:
     top-k keeps the value of a min-with-index and drops its index)."""
     block = op.regions[0].blocks[0]
     yielded = list(block.operations[len(block.operations) - 1].operands)
-    wanted = [v for v, r in zip(yielded, op.results) if any(True for _ in r.uses)]
-    producers = {value_key(r): inner for inner in block.operations for r in inner.results}
-    seen: set[int] = set()
-    while wanted:
-        inner = producers.get(value_key(wanted.pop()))
-        if inner is None or value_key(inner.results[0]) in seen:
+    needed = needed_ops(block, [v for v, r in zip(yielded, op.results)
+                                if any(True for _ in r.uses)])
+    return any(inner.operation.name == "linalg.index" and op_key(inner) in needed
+               for inner in block.operations)
+
+
+def needed_ops(block: ir.Block, wanted: list[ir.Value]) -> set[int]:
+    """Keys (`op_key`) of the payload ops of `block` that `wanted` depends on."""
+    producers = {}
+    for inner in block.operations:
+        for r in inner.results:
+            producers[value_key(r)] = inner
+    needed: set[int] = set()
+    stack = list(wanted)
+    while stack:
+        v = stack.pop()
+        op = producers.get(value_key(v))
+        if op is None or op_key(op) in needed:
             continue
-        if inner.operation.name == "linalg.index":
-            return True
-        seen.add(value_key(inner.results[0]))
-        wanted.extend(inner.operands)
-    return False
+        needed.add(op_key(op))
+        stack.extend(op.operands)
+    return needed
 
 
 # ---------------------------------------------------------------- small IR helpers

@@ -16,6 +16,7 @@ from fusec.compiler.targets.cuda.analysis import (
     GroupGeometry,
     MapInfo,
     iterators,
+    needed_ops,
     numel_of,
     op_name,
     parse_map,
@@ -717,6 +718,7 @@ class KernelEmitter:
         if not reduction:
             results: list[list[str]] = [[] for _ in op.results]
             wanted = [yielded[j] for j in live]
+            indices = self.live_indices(op, block, wanted)
             for p in range(positions):
                 env: dict[int, str] = {}
                 for arg, val in zip(list(block.arguments)[:n_in], operands_in):
@@ -728,8 +730,7 @@ class KernelEmitter:
                                                    "reads its init")
                         env[value_key(arg)] = _element(
                             self.access(val, reads[n_in + j], domain)[1], p)
-                self.bind_indices(op, block, wanted, env, p,
-                                  "col" if column_domain else domain)
+                self.bind_indices(indices, env, p, "col" if column_domain else domain)
                 outs_p = self.emit_payload(block, env, wanted)
                 for j, name in zip(live, outs_p):
                     results[j].append(name)
@@ -767,6 +768,8 @@ class KernelEmitter:
         accs = {}
         for j in live:
             accs[j] = self.const(_neutral(combiners[j], wide[j]), wide[j])
+        wanted = [folded.get(j, yielded[j]) for j in live]
+        indices = self.live_indices(op, block, wanted)
         for p in range(positions):
             env = {}
             for arg, val in zip(list(block.arguments)[:n_in], operands_in):
@@ -774,8 +777,7 @@ class KernelEmitter:
             for j in live:
                 if j not in folded:
                     env[value_key(block.arguments[n_in + j])] = accs[j]
-            wanted = [folded.get(j, yielded[j]) for j in live]
-            self.bind_indices(op, block, wanted, env, p, domain)
+            self.bind_indices(indices, env, p, domain)
             outs_p = self.emit_payload(block, env, wanted)
             mask = self.masks.get(p // self.vec) if domain == "full" else None
             for j, name in zip(live, outs_p):
@@ -949,35 +951,39 @@ class KernelEmitter:
             return value
         raise CudaCodegenError(f"a per-column generic reads a {type(value).__name__} value")
 
-    def bind_indices(self, op: ir.Operation, block: ir.Block, wanted: list[ir.Value],
-                     env: dict[int, str], p: int, domain: str) -> None:
-        """Give each live `linalg.index` of `op`'s payload its loop's position at this
-        thread's position `p`: the column for the row's trailing loop, the row's index (or,
-        in an elementwise kernel, the element's) taken apart over the op's loop ranges for the
-        others. The loops must be the op's result dims in order (an identity output map)."""
-        needed = _needed_ops(block, wanted)
-        dims = [ir.IntegerAttr(inner.attributes["dim"]).value for inner in block.operations
-                if inner.operation.name == "linalg.index" and id_of(inner) in needed]
-        if not dims:
-            return
+    def live_indices(self, op: ir.Operation, block: ir.Block,
+                     wanted: list[ir.Value]) -> tuple[list[int], list[tuple[int, int]]]:
+        """The live `linalg.index` ops of `op`'s payload, as (op's loop ranges, [(result key,
+        dim)]): asked once per op, bound per position by `bind_indices`. The loops must be
+        the op's result dims in order (an identity output map)."""
+        needed = needed_ops(block, wanted)
+        indices = [(value_key(inner.results[0]), ir.IntegerAttr(inner.attributes["dim"]).value)
+                   for inner in block.operations
+                   if inner.operation.name == "linalg.index" and id_of(inner) in needed]
+        if not indices:
+            return [], []
         from fusec.passes.tiling.place import loop_ranges
 
         ranges = list(loop_ranges(op) or [])
-        maps = [parse_map(a) for a in op.attributes["indexing_maps"]]
-        out = maps[len(op.operands) - len(op.results)]
-        reduction = "reduction" in iterators(op)
+        out = parse_map(list(op.attributes["indexing_maps"])[len(op.operands) - len(op.results)])
         if not ranges or any(not isinstance(e, int) or e < 1 for e in ranges) or \
-                (not reduction and out.results != tuple(range(out.num_dims))):
+                ("reduction" not in iterators(op) and out.results != tuple(range(out.num_dims))):
             raise CudaCodegenError("linalg.index in a generic whose loops are not its result's "
                                    "dims in order")
-        for inner in block.operations:
-            if inner.operation.name != "linalg.index" or id_of(inner) not in needed:
-                continue
-            d = ir.IntegerAttr(inner.attributes["dim"]).value
-            key = ("index", tuple(ranges), d, p, domain)
-            if key not in self.cache:
-                self.cache[key] = self.loop_position(ranges, d, p, domain)
-            env[value_key(inner.results[0])] = self.cache[key]
+        return ranges, indices
+
+    def bind_indices(self, live: tuple[list[int], list[tuple[int, int]]], env: dict[int, str],
+                     p: int, domain: str) -> None:
+        """Give each live `linalg.index` (`live_indices`) its loop's position at this thread's
+        position `p`: the column for the row's trailing loop, the row's index (or, in an
+        elementwise kernel, the element's) taken apart over the op's loop ranges for the
+        others."""
+        ranges, indices = live
+        for key, d in indices:
+            cached = ("index", tuple(ranges), d, p, domain)
+            if cached not in self.cache:
+                self.cache[cached] = self.loop_position(ranges, d, p, domain)
+            env[key] = self.cache[cached]
 
     def loop_position(self, ranges: list[int], d: int, p: int, domain: str) -> str:
         """Loop `d`'s position (an index value) at thread position `p` (see bind_indices)."""
@@ -1020,7 +1026,7 @@ class KernelEmitter:
     def emit_payload(self, block: ir.Block, env: dict[int, str],
                      wanted: list[ir.Value]) -> list[str]:
         """Emit the payload ops needed for `wanted` (dead ops skipped); return their names."""
-        needed = _needed_ops(block, wanted)
+        needed = needed_ops(block, wanted)
         for inner in block.operations:
             if inner.operation.name == "linalg.yield" or id_of(inner) not in needed:
                 continue
@@ -1233,24 +1239,6 @@ def payload_op_text(op: ir.Operation, operands: list[str], names: list[str],
 
 def id_of(op: ir.Operation) -> int:
     return op_key(op)
-
-
-def _needed_ops(block: ir.Block, wanted: list[ir.Value]) -> set[int]:
-    """Keys of the payload ops that `wanted` depends on (within the block)."""
-    producers = {}
-    for inner in block.operations:
-        for r in inner.results:
-            producers[value_key(r)] = inner
-    needed: set[int] = set()
-    stack = list(wanted)
-    while stack:
-        v = stack.pop()
-        op = producers.get(value_key(v))
-        if op is None or id_of(op) in needed:
-            continue
-        needed.add(id_of(op))
-        stack.extend(op.operands)
-    return needed
 
 
 def _live_results(op: ir.Operation, emitter: KernelEmitter) -> list[int]:

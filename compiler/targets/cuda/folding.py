@@ -55,21 +55,24 @@ def _constant_array(value: ir.Value) -> Any:
     return constant_array(value, FOLD_DTYPES, FOLD_MAX_ELEMENTS)
 
 
+def _known_array(value: ir.Value, known: dict[int, Any] | None) -> Any:
+    """The numpy value of `value`: `known` by key (computed here already), or a constant's;
+    None otherwise."""
+    if known is not None and value_key(value) in known:
+        return known[value_key(value)]
+    return _constant_array(value)
+
+
 def _fold_op(op: ir.Operation, known: dict[int, Any] | None = None) -> Any:
     """The value of a reshape or generic whose tensor inputs are all constants (or values
     `known` by key, computed here already), or None."""
-    def array(v: ir.Value) -> Any:
-        if known is not None and value_key(v) in known:
-            return known[value_key(v)]
-        return _constant_array(v)
-
     if op.name in RESHAPE_OPS:
-        x = array(op.operands[0])
+        x = _known_array(op.operands[0], known)
         return None if x is None else x.reshape(ir.RankedTensorType(op.results[0].type).shape)
     if op.name != "linalg.generic" or len(op.results) != 1:
         return None
     seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
-    inputs = [array(v) for v in list(op.operands)[:seg[0]]]
+    inputs = [_known_array(v, known) for v in list(op.operands)[:seg[0]]]
     if any(x is None for x in inputs):
         return None
     return evaluate_generic(op, inputs)
@@ -112,8 +115,7 @@ def _fold_values(group: ir.Operation) -> list[Any] | None:
         known[value_key(op.results[0])] = value
     body = group.regions[0].blocks[0]
     yielded = list(body.operations[len(body.operations) - 1].operands)
-    values = [known[value_key(v)] if value_key(v) in known else _constant_array(v)
-              for v in yielded]
+    values = [_known_array(v, known) for v in yielded]
     return None if any(v is None for v in values) else values
 
 

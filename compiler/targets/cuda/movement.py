@@ -1351,7 +1351,7 @@ def _float_text(value: float, type_: str) -> str:
 
 def _needed(block: ir.Block, wanted: list[ir.Value]) -> set[int]:
     """The payload ops `wanted` needs, and every index check with what it reads."""
-    from fusec.compiler.targets.cuda.emitter import _needed_ops
+    from fusec.compiler.targets.cuda.analysis import needed_ops
 
     roots = list(wanted)
     checks = []
@@ -1363,7 +1363,7 @@ def _needed(block: ir.Block, wanted: list[ir.Value]) -> set[int]:
                 roots += [v for v in inner.operation.operands
                           if not isinstance(v.owner, ir.Block) and
                           v.owner.operation.parent.name != "scf.if"]
-    return _needed_ops(block, roots) | set(checks)
+    return needed_ops(block, roots) | set(checks)
 
 
 @dataclass

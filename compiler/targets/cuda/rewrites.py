@@ -163,6 +163,22 @@ def _is_gather(op: ir.Operation) -> bool:
         for inner in op.regions[0].blocks[0].operations)
 
 
+def _cone_of(values, members: dict[int, ir.Operation]) -> set[int]:
+    """`_cone` of each of `values`, together."""
+    cone: set[int] = set()
+    for v in values:
+        cone |= _cone(v, members)
+    return cone
+
+
+def _cut_at(ops: list[ir.Operation], cone: set[int]) -> list[list[ir.Operation]]:
+    """`ops` as [those in `cone`, the rest] (block order kept), or [ops] when either is
+    empty."""
+    first = [o for o in ops if id_of(o) in cone]
+    rest = [o for o in ops if id_of(o) not in cone]
+    return [first, rest] if first and rest else [ops]
+
+
 def _pieces_at_gathered_reduction(ops: list[ir.Operation]) -> list[list[ir.Operation]]:
     """`ops` cut before the first reduction whose inputs are computed from gathers or
     concats (and from no reduction): [what its inputs need, the rest], or [ops] when there
@@ -173,16 +189,12 @@ def _pieces_at_gathered_reduction(ops: list[ir.Operation]) -> list[list[ir.Opera
         if op.name != "linalg.generic" or "reduction" not in iterators(op):
             continue
         n_in = len(op.operands) - len(op.results)
-        cone: set[int] = set()
-        for v in list(op.operands)[:n_in]:
-            cone |= _cone(v, members)
+        cone = _cone_of(list(op.operands)[:n_in], members)
         inside = [members[k] for k in cone]
         if not any(_is_gather(o) for o in inside) or any(
                 o.name == "linalg.generic" and "reduction" in iterators(o) for o in inside):
             continue
-        first = [o for o in ops if id_of(o) in cone]
-        rest = [o for o in ops if id_of(o) not in cone]
-        return [first, rest] if first and rest else [ops]
+        return _cut_at(ops, cone)
     return [ops]
 
 
@@ -195,15 +207,11 @@ def _pieces_at_concatenated_reductions(ops: list[ir.Operation]) -> list[list[ir.
     for op in ops:
         if op.name != "tensor.concat":
             continue
-        cone: set[int] = set()
-        for v in op.operands:
-            cone |= _cone(v, members)
-        inside = [members[k] for k in cone]
-        if not any(o.name == "linalg.generic" and "reduction" in iterators(o) for o in inside):
+        cone = _cone_of(op.operands, members)
+        if not any(members[k].name == "linalg.generic" and "reduction" in iterators(members[k])
+                   for k in cone):
             continue
-        first = [o for o in ops if id_of(o) in cone]
-        rest = [o for o in ops if id_of(o) not in cone]
-        return [first, rest] if first and rest else [ops]
+        return _cut_at(ops, cone)
     return [ops]
 
 
@@ -227,10 +235,7 @@ def _pieces_at_broadcast_reductions(ops: list[ir.Operation]) -> list[list[ir.Ope
                 continue
             if not _read_back(op, members):
                 continue
-            cone: set[int] = set()
-            for v in op.operands:
-                cone |= _cone(v, members)
-            cone.add(id_of(op))
+            cone = _cone_of(op.operands, members) | {id_of(op)}
             first = [o for o in rest if id_of(o) in cone]
             later = [o for o in rest if id_of(o) not in cone]
             if not first or not later:
