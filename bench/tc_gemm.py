@@ -25,21 +25,35 @@ PROBLEMS = [(8192, 8192, 8192, "nk"), (8192, 4096, 4096, "nk"), (8192, 4096, 409
             (8192, 768, 768, "nk"), (8192, 3072, 768, "nk"), (8192, 768, 3072, "nk"),
             # LayerNorm + Linear's shape (issue 14), GPT-2's c_attn (Conv1D: B is K x N).
             (16384, 4096, 4096, "nk"), (8192, 2304, 768, "kn")]
-# Pipeline depths built for each problem: 4 stages (128 KB of shared memory: one CTA per
-# SM) and 3 (96 KB: two CTAs per SM, one's epilogue beside the other's main loop).
-STAGES = (4, 3)
+# Schedules built for each problem: one warpgroup per CTA with 4 stages (128 KB of shared
+# memory: one CTA per SM) or 3 (96 KB: two CTAs per SM, one's epilogue beside the other's
+# main loop); the persistent ping-pong kernel (a producer and two consumer warpgroups, one
+# CTA per SM) with 4 or 5 stages.
+SCHEDULES = (("s", 4), ("s", 3), ("pp", 4), ("pp", 5), ("ppr", 4))
+SMS = 132  # the H100's and the H200's
 
 
-def build(folder: Path) -> None:
+def build(folder: Path, only: list[str] | None = None) -> None:
     from fusec.compiler.targets.cuda import wgmma
 
     folder.mkdir(parents=True, exist_ok=True)
     manifest = []
-    for (m, n, k, layout), stages in [(p, s) for p in PROBLEMS for s in STAGES]:
+    for (m, n, k, layout), (schedule, stages) in [(p, s) for p in PROBLEMS for s in SCHEDULES]:
+        if only and f"{m}x{n}x{k}_{layout}" not in only:
+            continue
         tile = wgmma.GemmTile(stages=stages)
         problem = wgmma.GemmProblem(m, n, k, b_layout=layout)
-        name = f"gemm_{m}x{n}x{k}_{layout}_s{stages}"
-        ptx = wgmma.lower(wgmma.gpu_module_text([wgmma.kernel_text(name, problem, tile)]))
+        name = f"gemm_{m}x{n}x{k}_{layout}_{schedule}{stages}"
+        if schedule.startswith("pp"):
+            grid = wgmma.pingpong_grid(problem, tile, SMS)
+            text = wgmma.pingpong_kernel_text(name, problem, tile, grid,
+                                              setmaxnreg=schedule == "ppr")
+            block, shared = wgmma.PINGPONG_BLOCK, wgmma.pingpong_shared_bytes(tile, 2)
+        else:
+            text = wgmma.kernel_text(name, problem, tile)
+            grid, block, shared = wgmma.grid(problem, tile), wgmma.WARPGROUP, \
+                tile.shared_bytes(2)
+        ptx = wgmma.lower(wgmma.gpu_module_text([text]))
         (folder / f"{name}.ptx").write_text(ptx)
         done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(folder / f"{name}.ptx"),
                                "-o", str(folder / f"{name}.cubin")],
@@ -47,7 +61,8 @@ def build(folder: Path) -> None:
         resources = [line for line in done.stderr.splitlines() if "Used" in line or "spill" in line]
         manifest.append({"name": name, "m": m, "n": n, "k": k, "layout": layout,
                          "bm": tile.bm, "bn": tile.bn, "bk": tile.bk, "stages": tile.stages,
-                         "shared_bytes": tile.shared_bytes(2), "ptxas": resources})
+                         "shared_bytes": shared, "grid": grid, "block": block,
+                         "ptxas": resources})
         print(name, resources)
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
@@ -113,11 +128,11 @@ def run(folder: Path, only: str | None = None) -> None:
         d_arg = ctypes.c_void_p(d.data_ptr())
         params = (ctypes.c_void_p * 3)(ctypes.addressof(maps[0]), ctypes.addressof(maps[1]),
                                        ctypes.addressof(d_arg))
-        grid = (-(-n // bn) * -(-m // bm), 1)
+        grid, block = entry["grid"], entry["block"]
         stream = torch.cuda.current_stream().cuda_stream
 
         def launch() -> None:
-            err = cuda.cuLaunchKernel(function, grid[0], grid[1], 1, 128, 1, 1,
+            err = cuda.cuLaunchKernel(function, grid, 1, 1, block, 1, 1,
                                       entry["shared_bytes"], ctypes.c_void_p(stream), params,
                                       None)
             assert err == 0, err
@@ -158,4 +173,5 @@ def _time(fn, reps: int = 30) -> float:
 
 if __name__ == "__main__":
     mode, where = sys.argv[1], Path(sys.argv[2])
-    build(where) if mode == "build" else run(where, sys.argv[3] if len(sys.argv) > 3 else None)
+    build(where, sys.argv[3:]) if mode == "build" else \
+        run(where, sys.argv[3] if len(sys.argv) > 3 else None)

@@ -64,3 +64,45 @@ def test_refusals_name_the_reason(problem, reason):
     assert reason in wgmma.refusal(problem)
     with pytest.raises(CudaCodegenError, match=reason):
         wgmma.kernel_text("k", problem)
+
+
+# ---------------------------------------------------------------- the ping-pong schedule
+
+PINGPONG = wgmma.GemmTile(stages=4, schedule=wgmma.PINGPONG)
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_pingpong_kernel(layout, tmp_path):
+    problem = wgmma.GemmProblem(1000, 520, 264, b_layout=layout)
+    grid, block, shared = wgmma.launch_geometry(problem, PINGPONG, 132)
+    # Persistent: at most a CTA per SM (40 tiles here: 40 CTAs), a producer and two
+    # consumer warpgroups, four stages and a 64-row f32 buffer per consumer.
+    assert (grid, block) == (40, 384)
+    assert shared == 4 * (128 + 128) * 64 * 2 + 2 * 64 * 128 * 4
+    assert wgmma.launch_geometry(wgmma.GemmProblem(8192, 768, 768), PINGPONG, 132)[0] == 132
+    text = wgmma.build_kernel_text("k", problem, PINGPONG, 132)
+    # A full and an empty mbarrier per stage (the empty one counts a consumer's four
+    # warps), and the consumers' turn.
+    assert "num_barriers = 9" in text and text.count("nvgpu.mbarrier.init") == 9
+    ptx = wgmma.lower(wgmma.gpu_module_text([text]))
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.f32\.bf16\.bf16", ptx)
+    assert set(mmas) <= {"m64n128k16", "m64n128k64"} and mmas, mmas
+    # The consumers' epilogue barriers are their own (ids 1, 2 of 128 threads), not the
+    # block's; the consumers release each stage with an arrive, the producer waits for it.
+    assert re.search(r"bar\.sync\s+(%r\d+|1), 128;", ptx)
+    assert "mbarrier.arrive.shared.b64" in ptx and "mbarrier.arrive.expect_tx" in ptx
+    if shutil.which("ptxas"):
+        out = subprocess.run(["ptxas", "-arch=sm_90a", "-v", "-", "-o", str(tmp_path / "k")],
+                             input=ptx, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert "0 bytes spill stores" in out.stderr
+        # The MMAs of a k-tile are issued back to back: no wgmma left in a branch ptxas
+        # deems divergent (C7520: "serialized"), no arrive injected for registers written
+        # before them (C7519: the first k-tile starts the accumulators with scale-d zero).
+        assert "C7520" not in out.stderr and "C7519" not in out.stderr, out.stderr
+
+
+def test_pingpong_refuses_other_tile_heights():
+    with pytest.raises(CudaCodegenError, match="BM = 128"):
+        wgmma.pingpong_kernel_text("k", wgmma.GemmProblem(512, 512, 512),
+                                   wgmma.GemmTile(64, 128, 64, 4, wgmma.PINGPONG), 132)

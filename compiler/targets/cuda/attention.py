@@ -77,6 +77,7 @@ from fusec.compiler.targets.cuda.attention_layouts import (
 )
 from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS, WARPGROUP, map_entry
+from fusec.compiler.targets.cuda.wgmma import _struct, descriptor_base as _desc_base
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.attention import computed_scale
 from fusec.passes.fusion.attention_mask import causal_bound, interior_point, interior_scale
@@ -112,17 +113,6 @@ def refusal(params: dict) -> str | None:
         return (f"head_dim {params.get('head_dim')}, v_dim {params.get('v_dim')} (our kernel "
                 f"takes equal head dims of 64 or 128)")
     return None
-
-
-def _desc_base(lbo: int) -> int:
-    """A wgmma shared-memory matrix descriptor without its start address: 128-byte swizzle,
-    8-row groups 1024 bytes apart, `lbo` bytes between 64-element column blocks (used where
-    the matrix is read N-major)."""
-    return (1 << 62) | ((1024 >> 4) << 32) | ((lbo >> 4) << 16)
-
-
-def _struct(n: int) -> str:
-    return "!llvm.struct<(" + ", ".join(["f32"] * n) + ")>"
 
 
 class AttentionEmitter(MovementEmitter):

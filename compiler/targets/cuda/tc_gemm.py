@@ -678,13 +678,16 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 
     recorded = recorded_tile(group)
-    t = wgmma.GemmTile(*recorded) if recorded else tile_for(found.m, found.n, device)
+    t = wgmma.GemmTile(*(recorded or cost_model.tc_gemm_tile(found.m, found.n, device)))
     unroll = cost_model.tc_epilogue_unroll(epilogue_ops(chain))
     # Built once per body, problem, tile, unroll and aligned operands (built.py): a model's
     # layers have the same GEMMs.
     key = (body_text(group), repr(problem), repr(t), unroll, tuple(sorted(epilogue.aligned)))
-    text = renamed(TC_GEMM.get(key, lambda: wgmma.kernel_text(PROBE_SYMBOL, problem, t,
-                                                               epilogue, unroll)), symbol)
+    units = device.parallel_units
+    key += (units,)
+    text = renamed(TC_GEMM.get(key, lambda: wgmma.build_kernel_text(
+        PROBE_SYMBOL, problem, t, units, epilogue, unroll)), symbol)
+    grid, block, shared = wgmma.launch_geometry(problem, t, units)
     eb = wgmma.MMA_INPUTS[found.a.element]
     dtype = TENSOR_MAP_TYPES[found.a.element]
     maps = [map_entry(0, dtype, [found.k, found.m], [found.la.ld * eb], [t.bk, t.bm],
@@ -698,13 +701,15 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
     info = {"path": "tc_gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
             "flops": 2 * found.m * found.n * found.k, "epilogue": fused,
-            "tile": [t.bm, t.bn, t.bk, t.stages], "b_layout": problem.b_layout,
+            "tile": [t.bm, t.bn, t.bk, t.stages] + ([t.schedule] if t.schedule else []),
+            "schedule": "ping-pong" if t.schedule == wgmma.PINGPONG else "one warpgroup",
+            "b_layout": problem.b_layout,
             "epilogue_unroll": unroll, **tuning_info(group)}
     kind = str(group.attributes["kind"]).strip('"')
     ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
-    launch = Launch(symbol=symbol, buffers=buffers, grid=wgmma.grid(problem, t), kind=kind,
-                    ops=ops_in, info=info, block=wgmma.WARPGROUP,
-                    shared_bytes=t.shared_bytes(eb), launch_kind="kernel", maps=maps)
+    launch = Launch(symbol=symbol, buffers=buffers, grid=grid, kind=kind,
+                    ops=ops_in, info=info, block=block,
+                    shared_bytes=shared, launch_kind="kernel", maps=maps)
     return text, launch
 
 

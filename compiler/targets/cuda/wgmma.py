@@ -32,7 +32,7 @@ registers until the epilogue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol
 
 from fusec.compiler.targets.cuda.device import CudaCodegenError
@@ -41,6 +41,8 @@ from fusec.compiler.targets.cuda.device import CudaCodegenError
 MMA_INPUTS = {"bf16": 2, "f16": 2}
 OUTPUTS = {"bf16": 2, "f16": 2, "f32": 4}
 WARPGROUP = 128
+PINGPONG = 1  # GemmTile.schedule of the persistent ping-pong kernel
+CONSUMERS = 2  # its consumer warpgroups
 # Row passes of the epilogue per loop iteration (see kernel_text): all of them. The
 # accumulator registers are free by then (the values are in shared memory), so each
 # thread's loads of the epilogue's operands are all in flight at once; with 8 passes per
@@ -57,13 +59,20 @@ class GemmTile:
     bn: int = 128
     bk: int = 64
     stages: int = 4
+    # 0: one warpgroup per CTA, a CTA per tile (`kernel_text`); 1: persistent, a producer
+    # and two consumer warpgroups taking turns (`pingpong_kernel_text`).
+    schedule: int = 0
 
     def stage_bytes(self, element_bytes: int) -> int:
         return (self.bm + self.bn) * self.bk * element_bytes
 
     def shared_bytes(self, element_bytes: int) -> int:
         """Dynamic shared memory: the stages, or the f32 accumulator tile if larger (the
-        epilogue reuses the stages' memory), plus nothing else (mbarriers are static)."""
+        epilogue reuses the stages' memory), plus nothing else (mbarriers are static).
+        Ping-pong: the stages, then the epilogue's own buffer (64 f32 rows of each
+        consumer's tile: the accumulator goes out in halves of 64 rows)."""
+        if self.schedule == PINGPONG:
+            return self.stages * self.stage_bytes(element_bytes) + CONSUMERS * 64 * self.bn * 4
         return max(self.stages * self.stage_bytes(element_bytes), self.bm * self.bn * 4)
 
 
@@ -140,6 +149,24 @@ def map_entry(param: int, dtype: int, dims: list[int], strides: list[int], box: 
 def grid(problem: GemmProblem, tile: GemmTile = GemmTile()) -> int:
     """CTAs of the one-dimensional grid."""
     return -(-problem.m // tile.bm) * -(-problem.n // tile.bn)
+
+
+def launch_geometry(problem: GemmProblem, tile: GemmTile, units: int) -> tuple[int, int, int]:
+    """(grid, block, dynamic shared bytes) of the kernel `build_kernel_text` gives for `tile`
+    on a device of `units` SMs."""
+    eb = MMA_INPUTS[problem.in_type]
+    if tile.schedule == PINGPONG:
+        return pingpong_grid(problem, tile, units), PINGPONG_BLOCK, tile.shared_bytes(eb)
+    return grid(problem, tile), WARPGROUP, tile.shared_bytes(eb)
+
+
+def build_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, units: int,
+                      epilogue: Epilogue | None = None, unroll: int = EPILOGUE_UNROLL) -> str:
+    """The kernel of `tile`'s schedule."""
+    if tile.schedule == PINGPONG:
+        return pingpong_kernel_text(name, problem, tile, pingpong_grid(problem, tile, units),
+                                    epilogue, unroll)
+    return kernel_text(name, problem, tile, epilogue, unroll)
 
 
 def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
@@ -327,61 +354,454 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
         emit(f"  nvgpu.warpgroup.mma.store %acc#{h}, %accs{h} : <fragmented = "
              f"vector<{rows}x{t.bn}xf32>> to memref<{rows}x{t.bn}xf32, {ws}>")
     emit("  gpu.barrier")
-    lanes = t.bn // 4  # threads per row (float4 each)
-    rows_per_pass = WARPGROUP // lanes
-    emit(f"  %c_lanes = arith.constant {lanes} : index")
-    emit(f"  %c_rows_step = arith.constant {rows_per_pass} : index")
-    emit("  %lane = arith.remui %tid, %c_lanes : index")
-    emit("  %row0 = arith.divui %tid, %c_lanes : index")
-    emit("  %col = arith.muli %lane, %c4 : index")
-    emit("  %gcol = arith.addi %n0, %col : index")
-    emit("  %col_ok = arith.cmpi ult, %gcol, %c_n : index")
-    # EPILOGUE_UNROLL passes of rows per loop iteration, their loads unconditional (row and
-    # column clamped into the matrix: a thread past M or N computes a value it does not
-    # store), so that the loads of all of them are in flight together: with one or two CTAs
-    # per SM there are no other warps to hide a global load's latency behind.
-    passes = t.bm // rows_per_pass
-    unroll = max(u for u in range(1, min(unroll, passes) + 1) if passes % u == 0)
-    emit(f"  %c_group_rows = arith.constant {rows_per_pass * unroll} : index")
-    emit(f"  %c_last_row = arith.constant {p.m - 1} : index")
-    emit(f"  %c_last_col = arith.constant {p.n - 4} : index")
-    emit("  %gcol_c = arith.minui %gcol, %c_last_col : index")
-    emit("  scf.for %rg = %row0 to %c_bm step %c_group_rows {")
+    _emit_epilogue(emit, p, t, epilogue, unroll, "%accs", f"memref<{t.bm}x{t.bn}xf32, {ws}>",
+                   rows=t.bm, buffer_row0=None, out_row0="%m0", tid="%tid", n0="%n0",
+                   d_type=d_type, indent="  ")
+    emit("  gpu.return")
+    emit("}")
+    return "\n".join(lines)
+
+
+# The persistent, warp-specialised schedule (`pingpong_kernel_text`): a producer warpgroup
+# and two consumer warpgroups, each consumer a whole BM x BN tile, the two taking turns.
+PINGPONG_BLOCK = (CONSUMERS + 1) * WARPGROUP
+PRODUCER_REGISTERS = 40  # the producer's one thread issues TMA only (at 24 its index math spilled)
+
+
+def descriptor_base(lbo: int) -> int:
+    """A wgmma shared-memory matrix descriptor without its start address: 128-byte swizzle,
+    8-row groups 1024 bytes apart, `lbo` bytes between 64-element column blocks (used where
+    the matrix is read N-major)."""
+    return (1 << 62) | ((1024 >> 4) << 32) | ((lbo >> 4) << 16)
+
+
+def _struct(n: int) -> str:
+    """The `!llvm.struct` of a thread's `n` f32 accumulator values (nvvm.wgmma.mma_async)."""
+    return "!llvm.struct<(" + ", ".join(["f32"] * n) + ")>"
+
+
+def pingpong_shared_bytes(tile: GemmTile, element_bytes: int) -> int:
+    return replace(tile, schedule=PINGPONG).shared_bytes(element_bytes)
+
+
+def pingpong_grid(problem: GemmProblem, tile: GemmTile, units: int) -> int:
+    """One CTA per SM (`units`), or fewer where there are fewer tiles."""
+    return max(1, min(grid(problem, tile), units))
+
+
+def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: int,
+                         epilogue: Epilogue | None = None,
+                         unroll: int = EPILOGUE_UNROLL, setmaxnreg: bool = True) -> str:
+    """The GEMM as a persistent kernel of `ctas` CTAs (CUTLASS's "ping-pong" schedule):
+
+        producer warpgroup (its first thread), for each of the CTA's tiles i, each k-tile:
+            wait until the stage is empty (its previous k-tile released), expect_tx, TMA
+        consumer warpgroup w (of 2) takes the CTA's tiles i = w, w + 2, ...:
+            for each k-tile: wait for its stage, wgmma, release the previous k-tile's stage
+            the accumulator -> shared memory (64 rows at a time) -> epilogue -> D
+
+    The stages are one ring over the CTA's tiles, consumed in order, so one consumer's
+    epilogue runs while the other's MMAs do (the tensor cores are not idle between tiles),
+    and the producer loads the next tile's first k-tiles during the last ones of this one.
+    Mbarriers: `full` per stage (the producer's expect_tx), `empty` per stage (one arrival
+    per warp of the consumer that read it), and the consumers' `turn` (tile i's main loop
+    after tile i - 1's). The producer gives its registers to the
+    consumers (setmaxnreg). The tile's accumulator (BM x BN, two m64 halves) is as in
+    `kernel_text`."""
+    why = refusal(problem, tile)
+    if why is not None:
+        raise CudaCodegenError(f"tensor-core GEMM: {why}")
+    p, t = problem, tile
+    if t.bm != 128:
+        raise CudaCodegenError(f"tensor-core GEMM: the ping-pong schedule takes BM = 128, "
+                               f"not {t.bm}")
+    eb = MMA_INPUTS[p.in_type]
+    el, out = p.in_type, p.out_type
+    k_tiles = -(-p.k // t.bk)
+    stages = t.stages
+    a_bytes = t.bm * t.bk * eb
+    b_bytes = t.bn * t.bk * eb
+    stage_bytes = a_bytes + b_bytes
+    m_tiles, n_tiles = -(-p.m // t.bm), -(-p.n // t.bn)
+    tiles = m_tiles * n_tiles
+    ws = "#gpu.address_space<workgroup>"
+    # full and empty per stage, then the consumers' turn (see below).
+    bar = f"!nvgpu.mbarrier.group<memorySpace = {ws}, num_barriers = {2 * stages + 1}>"
+    tm_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{t.bm}x{t.bk}x{el}, 3>, "
+            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+    if p.b_layout == "nk":
+        b_box = f"{t.bn}x{t.bk}"
+        b_offsets = [0]
+    else:
+        b_box = f"{t.bk}x64"
+        b_offsets = [j * t.bk * 64 * eb for j in range(t.bn // 64)]
+    tm_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{b_box}x{el}, 3>, "
+            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+    a_tile = f"memref<{t.bm}x{t.bk}x{el}, {ws}>"
+    b_tile = f"memref<{b_box}x{el}, {ws}>"
+    b_mma = f"memref<{t.bk}x{t.bn}x{el}, {ws}>"
+    transpose = "transposeB, " if p.b_layout == "kn" else ""
+    d_type = f"memref<{p.m}x{p.n}x{out}>"
+    lines: list[str] = []
+    emit = lines.append
+
+    def tile_origin(ind: str, i: str, u: str) -> tuple[str, list[str]]:
+        """The CTA's `i`-th tile: its first row and first column(s) (one per B box)."""
+        emit(f"{ind}%ti_{u} = arith.muli {i}, %c_ctas : index")
+        emit(f"{ind}%t_{u} = arith.addi %bid, %ti_{u} : index")
+        emit(f"{ind}%bx_{u} = arith.remui %t_{u}, %c_n_tiles : index")
+        emit(f"{ind}%by_{u} = arith.divui %t_{u}, %c_n_tiles : index")
+        emit(f"{ind}%m0_{u} = arith.muli %by_{u}, %c_bm : index")
+        emit(f"{ind}%n0_{u} = arith.muli %bx_{u}, %c_bn : index")
+        n0s = [f"%n0_{u}"]
+        for j in range(1, len(b_offsets)):
+            emit(f"{ind}%n0_{u}_{j} = arith.addi %n0_{u}, %c_n64_{j} : index")
+            n0s.append(f"%n0_{u}_{j}")
+        return f"%m0_{u}", n0s
+
+    def parity(ind: str, count: str, u: str) -> str:
+        emit(f"{ind}%pr_{u} = arith.remui {count}, %c2 : index")
+        emit(f"{ind}%pw_{u} = arith.index_cast %pr_{u} : index to i32")
+        emit(f"{ind}%pb_{u} = arith.trunci %pw_{u} : i32 to i1")
+        return f"%pb_{u}"
+
+    extra = "".join(f", {a}" for a in epilogue.arguments()) if epilogue else ""
+    emit(f"gpu.func @{name}(%map_a: !llvm.ptr, %map_b: !llvm.ptr, "
+         f"%d: memref<{p.m}x{p.n}x{out}>{extra}) kernel attributes "
+         f"{{known_block_size = array<i32: {PINGPONG_BLOCK}, 1, 1>, "
+         f"known_grid_size = array<i32: {ctas}, 1, 1>, nvvm.minctasm = 1 : i32, "
+         f"{GRID_CONSTANT_MAPS}}} {{")
+    emit(f"  %tma_a = builtin.unrealized_conversion_cast %map_a : !llvm.ptr to {tm_a}")
+    emit(f"  %tma_b = builtin.unrealized_conversion_cast %map_b : !llvm.ptr to {tm_b}")
+    emit(f"  %d_al = memref.assume_alignment %d, 16 : {d_type}")
     if epilogue is not None:
-        epilogue.begin()
-    for u in range(unroll):
-        emit(f"    %c_pass{u} = arith.constant {u * rows_per_pass} : index")
-        emit(f"    %r{u} = arith.addi %rg, %c_pass{u} : index")
-        emit(f"    %grow{u} = arith.addi %m0, %r{u} : index")
-        emit(f"    %v{u} = vector.load %accs[%r{u}, %col] : memref<{t.bm}x{t.bn}xf32, {ws}>, "
-             f"vector<4xf32>")
-        stored = f"%v{u}"
-        if epilogue is not None:
-            emit(f"    %grow_c{u} = arith.minui %grow{u}, %c_last_row : index")
-            lanes = []
-            for j in range(4):
-                emit(f"    %v{u}_{j} = vector.extract %v{u}[{j}] : f32 from vector<4xf32>")
-                lanes.append(f"%v{u}_{j}")
-            values = epilogue.apply(lambda line: emit("    " + line), f"%grow_c{u}",
-                                    "%gcol_c", lanes)
-            emit(f"    %vo{u} = vector.from_elements {', '.join(values)} : vector<4x{out}>")
-            stored = f"%vo{u}"
-        elif out != "f32":
-            emit(f"    %vo{u} = arith.truncf %v{u} : vector<4xf32> to vector<4x{out}>")
-            stored = f"%vo{u}"
-        # Each pass's store right after it: the pointers are `noalias` (MAP_KERNEL_POINTER),
-        # so ptxas moves the later passes' loads above it as far as registers allow (all
-        # loads first, by hand, took a GELU(tanh) epilogue to 255 registers and spills).
-        emit(f"    %row_ok{u} = arith.cmpi ult, %grow{u}, %c_m : index")
-        emit(f"    %ok{u} = arith.andi %row_ok{u}, %col_ok : i1")
-        emit(f"    scf.if %ok{u} {{")
-        emit(f"      vector.store {stored}, %d_al[%grow{u}, %gcol] "
-             f"{{alignment = {4 * OUTPUTS[out]}}} : {d_type}, vector<4x{out}>")
-        emit("    }")
+        epilogue.setup(lambda line: emit("  " + line))
+    consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c_bk": t.bk, "c_bm": t.bm, "c_bn": t.bn,
+              "c_stages": stages, "c_k_tiles": k_tiles, "c_stage_bytes": stage_bytes,
+              "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n, "c_ticks": 10000000,
+              "c_n_tiles": n_tiles, "c_tiles": tiles, "c_ctas": ctas,
+              "c_consumers": CONSUMERS * WARPGROUP, "c_wg": WARPGROUP, "c_warp": 32,
+              "c_epi": stages * stage_bytes}
+    for j, offset in enumerate(b_offsets):
+        consts[f"c_b_off{j}"] = a_bytes + offset
+    for j in range(1, len(b_offsets)):
+        consts[f"c_n64_{j}"] = 64 * j
+    for cname, value in consts.items():
+        emit(f"  %{cname} = arith.constant {value} : index")
+    emit("  %tid = gpu.thread_id x")
+    emit("  %bid = gpu.block_id x")
+    # The warpgroup's index, made warp-uniform by a shuffle from lane 0 (ptxas then knows
+    # each role's branch is uniform: wgmma in a branch it deems divergent is serialised).
+    emit("  %wg_raw = arith.divui %tid, %c_wg : index")
+    emit("  %wg_i32 = arith.index_cast %wg_raw : index to i32")
+    emit("  %c0_i32 = arith.constant 0 : i32")
+    emit("  %c32_i32 = arith.constant 32 : i32")
+    emit("  %wg_sh, %wg_ok = gpu.shuffle idx %wg_i32, %c0_i32, %c32_i32 : i32")
+    emit("  %wg = arith.index_cast %wg_sh : i32 to index")
+    # The CTA's tiles: bid, bid + ctas, ... below the tile count.
+    emit("  %left = arith.subi %c_tiles, %bid : index")
+    emit("  %left1 = arith.addi %left, %c_ctas : index")
+    emit("  %left2 = arith.subi %left1, %c1 : index")
+    emit("  %my_tiles = arith.divui %left2, %c_ctas : index")
+    emit(f"  %smem = gpu.dynamic_shared_memory : memref<?xi8, {ws}>")
+    emit(f"  %bar = nvgpu.mbarrier.create -> {bar}")
+    emit("  %first = arith.cmpi eq, %tid, %c0 : index")
+    emit("  scf.if %first {")
+    for s_ in range(stages):
+        emit(f"    %cf{s_} = arith.constant {s_} : index")
+        emit(f"    nvgpu.mbarrier.init %bar[%cf{s_}], %c1 : {bar}")
+        emit(f"    %ce{s_} = arith.constant {stages + s_} : index")
+        emit(f"    nvgpu.mbarrier.init %bar[%ce{s_}], %c4 : {bar}")  # a consumer's 4 warps
+    emit(f"    %c_turn = arith.constant {2 * stages} : index")
+    emit(f"    nvgpu.mbarrier.init %bar[%c_turn], %c1 : {bar}")
+    emit("    nvgpu.tma.prefetch.descriptor %tma_a : " + tm_a)
+    emit("    nvgpu.tma.prefetch.descriptor %tma_b : " + tm_b)
+    emit("  }")
+    emit("  gpu.barrier")
+    # The producer warpgroup (after the consumers).
+    emit(f"  %c_producer_wg = arith.constant {CONSUMERS} : index")
+    emit("  %is_producer = arith.cmpi eq, %wg, %c_producer_wg : index")
+    emit("  scf.if %is_producer {")
+    if setmaxnreg:
+        emit(f"    nvvm.setmaxregister decrease {PRODUCER_REGISTERS}")
+    emit("    %loader = arith.cmpi eq, %tid, %c_consumers : index")
+    emit("    scf.if %loader {")
+    emit("      scf.for %pi = %c0 to %my_tiles step %c1 {")
+    m0, n0s = tile_origin("        ", "%pi", "p")
+    emit("        %pg0 = arith.muli %pi, %c_k_tiles : index")
+    emit("        scf.for %pk = %c0 to %c_k_tiles step %c1 {")
+    ind = "          "
+    emit(f"{ind}%pg = arith.addi %pg0, %pk : index")
+    emit(f"{ind}%ps = arith.remui %pg, %c_stages : index")
+    emit(f"{ind}%again = arith.cmpi uge, %pg, %c_stages : index")
+    emit(f"{ind}scf.if %again {{")
+    emit(f"{ind}  %pround = arith.divui %pg, %c_stages : index")
+    emit(f"{ind}  %pround1 = arith.addi %pround, %c1 : index")
+    released = parity(ind + "  ", "%pround1", "e")
+    emit(f"{ind}  %pe = arith.addi %ps, %c_stages : index")
+    emit(f"{ind}  nvgpu.mbarrier.try_wait.parity %bar[%pe], {released}, %c_ticks : {bar}")
+    emit(f"{ind}}}")
+    emit(f"{ind}%sa = arith.muli %ps, %c_stage_bytes : index")
+    emit(f"{ind}%k0 = arith.muli %pk, %c_bk : index")
+    emit(f"{ind}%va = memref.view %smem[%sa][] : memref<?xi8, {ws}> to {a_tile}")
+    emit(f"{ind}nvgpu.mbarrier.arrive.expect_tx %bar[%ps], %c_tx : {bar}")
+    emit(f"{ind}nvgpu.tma.async.load %tma_a[%k0, {m0}], %bar[%ps] to %va : {tm_a}, {bar} "
+         f"-> {a_tile}")
+    for j, n_coord in enumerate(n0s):
+        emit(f"{ind}%sb{j} = arith.addi %sa, %c_b_off{j} : index")
+        emit(f"{ind}%vb{j} = memref.view %smem[%sb{j}][] : memref<?xi8, {ws}> to {b_tile}")
+        coords = f"%k0, {n_coord}" if p.b_layout == "nk" else f"{n_coord}, %k0"
+        emit(f"{ind}nvgpu.tma.async.load %tma_b[{coords}], %bar[%ps] to %vb{j} : {tm_b}, "
+             f"{bar} -> {b_tile}")
+    emit("        }")
+    emit("      }")
+    emit("    }")
+    emit("  }")
+    # The consumers.
+    regs = min(240, (65536 - WARPGROUP * PRODUCER_REGISTERS) // (CONSUMERS * WARPGROUP)
+               // 8 * 8)
+    emit("  %is_consumer = arith.cmpi ult, %wg, %c_producer_wg : index")
+    emit("  scf.if %is_consumer {")
+    if setmaxnreg:
+        emit(f"    nvvm.setmaxregister increase {regs}")
+    emit("    %w = arith.addi %wg, %c0 : index")
+    emit("    %ltid = arith.remui %tid, %c_wg : index")
+    emit("    %wlane = arith.remui %tid, %c_warp : index")
+    emit("    %warp_lead = arith.cmpi eq, %wlane, %c0 : index")
+    emit("    %w1 = arith.addi %w, %c1 : index")
+    emit("    %wbar = arith.index_cast %w1 : index to i32")
+    emit("    %c_wg_i32 = arith.constant 128 : i32")
+    # The epilogue buffer: 64 f32 rows per consumer (rows 64 w ..), written from the
+    # accumulator's fragment (thread t of warp v holds rows 16 (v % 4) + t / 4 (+ 8), columns
+    # 8 c + 2 (t % 4) (+ 1)) and read back a row at a time by `_emit_epilogue`.
+    emit("    %c_half_rows = arith.constant 64 : index")
+    emit("    %erow0 = arith.muli %w, %c_half_rows : index")
+    emit(f"    %ebuf = memref.view %smem[%c_epi][] : memref<?xi8, {ws}> to "
+         f"memref<{CONSUMERS * 64}x{t.bn}xf32, {ws}>")
+    emit("    %wtid = arith.divui %ltid, %c_warp : index")
+    emit("    %c16 = arith.constant 16 : index")
+    emit("    %c8 = arith.constant 8 : index")
+    emit("    %frow0 = arith.muli %wtid, %c16 : index")
+    emit("    %lq = arith.divui %wlane, %c4 : index")
+    emit("    %lr = arith.remui %wlane, %c4 : index")
+    emit("    %frow1 = arith.addi %frow0, %lq : index")
+    emit("    %frow = arith.addi %frow1, %erow0 : index")
+    emit("    %frow8 = arith.addi %frow, %c8 : index")
+    emit("    %fcol0 = arith.muli %lr, %c2 : index")
+    # Shared-memory byte addresses for the wgmma descriptors.
+    emit(f"    %sptr = memref.extract_aligned_pointer_as_index %smem : memref<?xi8, {ws}> "
+         f"-> index")
+    emit("    %sbase = arith.index_cast %sptr : index to i64")
+    emit("    %c4_i64 = arith.constant 4 : i64")
+    emit("    %c3fff_i64 = arith.constant 16383 : i64")
+    emit(f"    %desc_k = arith.constant {descriptor_base(0)} : i64")
+    b_lbo = 0 if p.b_layout == "nk" else t.bk * 128
+    emit(f"    %desc_b = arith.constant {descriptor_base(b_lbo)} : i64")
+    emit("    scf.for %ci = %w to %my_tiles step %c2 {")
+    ind = "      "
+    m0, _ = tile_origin(ind, "%ci", "c")
+    emit(f"{ind}%cg0 = arith.muli %ci, %c_k_tiles : index")
+    # The consumers' turn: tile i's main loop starts once tile i - 1's has waited for all
+    # its stages (the `turn` mbarrier completes phase j when tile j's main loop is done).
+    # An mbarrier's parity wait tells the phase it waits for from the one after it only, so
+    # a consumer must never wait for a stage more than one phase ahead of it: without the
+    # turn, the second consumer's first wait (tile 1, a later round of the ring) passed at
+    # once on the first round's barrier. The turn also keeps the two consumers' MMAs apart:
+    # one's epilogue runs beside the other's main loop (CUTLASS's ordered math barrier).
+    emit(f"{ind}%c_turn_i = arith.constant {2 * stages} : index")
+    emit(f"{ind}%not_first = arith.cmpi uge, %ci, %c1 : index")
+    emit(f"{ind}scf.if %not_first {{")
+    emit(f"{ind}  %prev_tile = arith.subi %ci, %c1 : index")
+    turn = parity(ind + "  ", "%prev_tile", "t")
+    emit(f"{ind}  nvgpu.mbarrier.try_wait.parity %bar[%c_turn_i], {turn}, %c_ticks : {bar}")
+    emit(f"{ind}}}")
+    halves = t.bm // 64
+    st = _struct(t.bn // 2)
+    b_order = "col" if p.b_layout == "nk" else "row"
+    # A k-step of 16 is +32 bytes in the 128-byte swizzle row of a K-major operand, or 16
+    # rows of 128 bytes of an N-major B.
+    b_step = 32 if p.b_layout == "nk" else 16 * 128
+
+    def ktile_mmas(ind: str, g: str, accs: list[str], first: bool, u: str) -> list[str]:
+        """Wait for k-tile `g`'s stage, issue its MMAs (committed, not waited for); the
+        first k-tile of a tile starts the accumulators (scale-d zero: no register writes
+        before the first wgmma, which would make ptxas serialise them)."""
+        emit(f"{ind}%s{u} = arith.remui {g}, %c_stages : index")
+        emit(f"{ind}%round{u} = arith.divui {g}, %c_stages : index")
+        full = parity(ind, f"%round{u}", f"f{u}")
+        emit(f"{ind}nvgpu.mbarrier.try_wait.parity %bar[%s{u}], {full}, %c_ticks : {bar}")
+        emit(f"{ind}%off{u} = arith.muli %s{u}, %c_stage_bytes : index")
+        emit(f"{ind}%offi{u} = arith.index_cast %off{u} : index to i64")
+        emit(f"{ind}%addr{u} = arith.addi %sbase, %offi{u} : i64")
+        emit(f"{ind}%sh{u} = arith.shrui %addr{u}, %c4_i64 : i64")
+        emit(f"{ind}%st{u} = arith.andi %sh{u}, %c3fff_i64 : i64")
+        emit(f"{ind}%da{u} = arith.ori %st{u}, %desc_k : i64")
+        emit(f"{ind}%c_boff{u} = arith.constant {a_bytes >> 4} : i64")
+        emit(f"{ind}%stb{u} = arith.addi %st{u}, %c_boff{u} : i64")
+        emit(f"{ind}%db{u} = arith.ori %stb{u}, %desc_b : i64")
+        emit(f"{ind}nvvm.wgmma.fence.aligned")
+        out = list(accs)
+        for mh in range(halves):
+            for kk in range(t.bk // 16):
+                da, db = f"%da{u}", f"%db{u}"
+                a_off = (mh * 64 * t.bk * eb + kk * 32) >> 4
+                b_off = (kk * b_step) >> 4
+                if a_off:
+                    emit(f"{ind}%ca{u}_{mh}_{kk} = arith.constant {a_off} : i64")
+                    emit(f"{ind}%da{u}_{mh}_{kk} = arith.addi %da{u}, %ca{u}_{mh}_{kk} : i64")
+                    da = f"%da{u}_{mh}_{kk}"
+                if b_off:
+                    emit(f"{ind}%cb{u}_{mh}_{kk} = arith.constant {b_off} : i64")
+                    emit(f"{ind}%db{u}_{mh}_{kk} = arith.addi %db{u}, %cb{u}_{mh}_{kk} : i64")
+                    db = f"%db{u}_{mh}_{kk}"
+                scale_d = "zero" if first and kk == 0 else "one"
+                nxt = f"%m{u}_{mh}_{kk}"
+                emit(f"{ind}{nxt} = nvvm.wgmma.mma_async {da}, {db}, {out[mh]}, <m = 64, "
+                     f"n = {t.bn}, k = 16>, D[<f32>, <{scale_d}>, <wrapped>], "
+                     f"A[<{el}>, <one>, <row>], B[<{el}>, <one>, <{b_order}>] : "
+                     f"{st} -> {st}")
+                out[mh] = nxt
+        emit(f"{ind}nvvm.wgmma.commit.group.sync.aligned")
+        return out
+
+    for h in range(halves):
+        emit(f"{ind}%undef{h} = llvm.mlir.undef : {st}")
+    first_accs = ktile_mmas(ind, "%cg0", [f"%undef{h}" for h in range(halves)], True, "0")
+    names = ", ".join(f"%a{h} = {first_accs[h]}" for h in range(halves))
+    emit(f"{ind}%acc:{halves} = scf.for %k = %c1 to %c_k_tiles step %c1 iter_args({names}) "
+         f"-> ({', '.join([st] * halves)}) {{")
+    ind2 = ind + "  "
+    emit(f"{ind2}%g = arith.addi %cg0, %k : index")
+    current = ktile_mmas(ind2, "%g", [f"%a{h}" for h in range(halves)], False, "1")
+    # The previous k-tile's MMAs are done: each warp's first lane releases its stage.
+    emit(f"{ind2}nvvm.wgmma.wait.group.sync.aligned 1")
+    emit(f"{ind2}scf.if %warp_lead {{")
+    emit(f"{ind2}  %gp = arith.subi %g, %c1 : index")
+    emit(f"{ind2}  %sp = arith.remui %gp, %c_stages : index")
+    emit(f"{ind2}  %ep = arith.addi %sp, %c_stages : index")
+    emit(f"{ind2}  %tok = nvgpu.mbarrier.arrive %bar[%ep] : {bar} -> !nvgpu.mbarrier.token")
+    emit(f"{ind2}}}")
+    emit(f"{ind2}scf.yield {', '.join(current)} : {', '.join([st] * halves)}")
+    emit(f"{ind}}}")
+    # This main loop has seen all its stages: the other consumer's turn.
+    emit(f"{ind}%turn_lead = arith.cmpi eq, %ltid, %c0 : index")
+    emit(f"{ind}scf.if %turn_lead {{")
+    emit(f"{ind}  %tokt = nvgpu.mbarrier.arrive %bar[%c_turn_i] : {bar} -> "
+         f"!nvgpu.mbarrier.token")
+    emit(f"{ind}}}")
+    emit(f"{ind}nvvm.wgmma.wait.group.sync.aligned 0")
+    emit(f"{ind}scf.if %warp_lead {{")
+    emit(f"{ind}  %gl0 = arith.addi %cg0, %c_k_tiles : index")
+    emit(f"{ind}  %gl = arith.subi %gl0, %c1 : index")
+    emit(f"{ind}  %sl = arith.remui %gl, %c_stages : index")
+    emit(f"{ind}  %el = arith.addi %sl, %c_stages : index")
+    emit(f"{ind}  %tokl = nvgpu.mbarrier.arrive %bar[%el] : {bar} -> !nvgpu.mbarrier.token")
+    emit(f"{ind}}}")
+    for h in range(halves):
+        # The buffer is free (this warpgroup's reads of the last half are done), then full.
+        emit(f"{ind}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
+        for c in range(t.bn // 8):
+            emit(f"{ind}%fc{h}_{c} = arith.constant {8 * c} : index")
+            emit(f"{ind}%fcol{h}_{c} = arith.addi %fcol0, %fc{h}_{c} : index")
+            for half_row, row in ((0, "%frow"), (2, "%frow8")):
+                pair = []
+                for j in range(2):
+                    v = f"%fv{h}_{c}_{half_row + j}"
+                    emit(f"{ind}{v} = llvm.extractvalue %acc#{h}[{4 * c + half_row + j}] : "
+                         f"{st}")
+                    pair.append(v)
+                emit(f"{ind}%fp{h}_{c}_{half_row} = vector.from_elements {pair[0]}, {pair[1]} "
+                     f": vector<2xf32>")
+                emit(f"{ind}vector.store %fp{h}_{c}_{half_row}, %ebuf[{row}, %fcol{h}_{c}] : "
+                     f"memref<{CONSUMERS * 64}x{t.bn}xf32, {ws}>, vector<2xf32>")
+        emit(f"{ind}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
+        emit(f"{ind}%c_h{h} = arith.constant {h * 64} : index")
+        emit(f"{ind}%orow{h} = arith.addi {m0}, %c_h{h} : index")
+        _emit_epilogue(emit, p, t, epilogue, unroll, "%ebuf",
+                       f"memref<{CONSUMERS * 64}x{t.bn}xf32, {ws}>", rows=64,
+                       buffer_row0="%erow0", out_row0=f"%orow{h}", tid="%ltid", n0="%n0_c",
+                       d_type=d_type, indent=ind, tag=f"_h{h}")
+    emit("    }")
     emit("  }")
     emit("  gpu.return")
     emit("}")
     return "\n".join(lines)
+
+
+def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
+                   epilogue: Epilogue | None, unroll: int, buffer: str, buffer_type: str,
+                   rows: int, buffer_row0: str | None, out_row0: str, tid: str, n0: str,
+                   d_type: str, indent: str, tag: str = "") -> None:
+    """The accumulator's `rows` rows from shared memory (`buffer`, f32, rows from
+    `buffer_row0`) through the epilogue to D (rows from `out_row0`), by the warpgroup's 128
+    threads (`tid` in 0..127): BN / 4 threads a row, each four columns (a float4).
+    `tag` makes the SSA names of this copy unique."""
+    ws = "#gpu.address_space<workgroup>"
+    out = p.out_type
+    lanes = t.bn // 4  # threads per row (float4 each)
+    rows_per_pass = WARPGROUP // lanes
+    x = tag
+    ind = indent
+    emit(f"{ind}%c_lanes{x} = arith.constant {lanes} : index")
+    emit(f"{ind}%c_rows_step{x} = arith.constant {rows_per_pass} : index")
+    emit(f"{ind}%lane{x} = arith.remui {tid}, %c_lanes{x} : index")
+    emit(f"{ind}%row0{x} = arith.divui {tid}, %c_lanes{x} : index")
+    emit(f"{ind}%col{x} = arith.muli %lane{x}, %c4 : index")
+    emit(f"{ind}%gcol{x} = arith.addi {n0}, %col{x} : index")
+    emit(f"{ind}%col_ok{x} = arith.cmpi ult, %gcol{x}, %c_n : index")
+    # EPILOGUE_UNROLL passes of rows per loop iteration, their loads unconditional (row and
+    # column clamped into the matrix: a thread past M or N computes a value it does not
+    # store), so that the loads of all of them are in flight together: with one or two CTAs
+    # per SM there are no other warps to hide a global load's latency behind.
+    passes = rows // rows_per_pass
+    unroll = max(u for u in range(1, min(unroll, passes) + 1) if passes % u == 0)
+    emit(f"{ind}%c_group_rows{x} = arith.constant {rows_per_pass * unroll} : index")
+    bound = "%c_bm" if rows == t.bm and not x else f"%c_rows{x}"
+    if bound != "%c_bm":
+        emit(f"{ind}{bound} = arith.constant {rows} : index")
+    emit(f"{ind}%c_last_row{x} = arith.constant {p.m - 1} : index")
+    emit(f"{ind}%c_last_col{x} = arith.constant {p.n - 4} : index")
+    emit(f"{ind}%gcol_c{x} = arith.minui %gcol{x}, %c_last_col{x} : index")
+    emit(f"{ind}scf.for %rg{x} = %row0{x} to {bound} step %c_group_rows{x} {{")
+    if epilogue is not None:
+        epilogue.begin()
+    ind2 = ind + "  "
+    for u in range(unroll):
+        emit(f"{ind2}%c_pass{u}{x} = arith.constant {u * rows_per_pass} : index")
+        emit(f"{ind2}%r{u}{x} = arith.addi %rg{x}, %c_pass{u}{x} : index")
+        buffer_row = f"%r{u}{x}"
+        if buffer_row0 is not None:
+            buffer_row = f"%rb{u}{x}"
+            emit(f"{ind2}{buffer_row} = arith.addi {buffer_row0}, %r{u}{x} : index")
+        emit(f"{ind2}%grow{u}{x} = arith.addi {out_row0}, %r{u}{x} : index")
+        emit(f"{ind2}%v{u}{x} = vector.load {buffer}[{buffer_row}, %col{x}] : {buffer_type}, "
+             f"vector<4xf32>")
+        stored = f"%v{u}{x}"
+        if epilogue is not None:
+            emit(f"{ind2}%grow_c{u}{x} = arith.minui %grow{u}{x}, %c_last_row{x} : index")
+            values_in = []
+            for j in range(4):
+                emit(f"{ind2}%v{u}{x}_{j} = vector.extract %v{u}{x}[{j}] : f32 from "
+                     f"vector<4xf32>")
+                values_in.append(f"%v{u}{x}_{j}")
+            values = epilogue.apply(lambda line: emit(ind2 + line), f"%grow_c{u}{x}",
+                                    f"%gcol_c{x}", values_in)
+            emit(f"{ind2}%vo{u}{x} = vector.from_elements {', '.join(values)} : "
+                 f"vector<4x{out}>")
+            stored = f"%vo{u}{x}"
+        elif out != "f32":
+            emit(f"{ind2}%vo{u}{x} = arith.truncf %v{u}{x} : vector<4xf32> to vector<4x{out}>")
+            stored = f"%vo{u}{x}"
+        # Each pass's store right after it: the pointers are `noalias` (MAP_KERNEL_POINTER),
+        # so ptxas moves the later passes' loads above it as far as registers allow (all
+        # loads first, by hand, took a GELU(tanh) epilogue to 255 registers and spills).
+        emit(f"{ind2}%row_ok{u}{x} = arith.cmpi ult, %grow{u}{x}, %c_m : index")
+        emit(f"{ind2}%ok{u}{x} = arith.andi %row_ok{u}{x}, %col_ok{x} : i1")
+        emit(f"{ind2}scf.if %ok{u}{x} {{")
+        emit(f"{ind2}  vector.store {stored}, %d_al[%grow{u}{x}, %gcol{x}] "
+             f"{{alignment = {4 * OUTPUTS[out]}}} : {d_type}, vector<4x{out}>")
+        emit(f"{ind2}}}")
+    emit(f"{ind}}}")
 
 
 def gpu_module_text(kernels: list[str], opt_level: int = 3) -> str:
