@@ -106,3 +106,16 @@ def test_pingpong_refuses_other_tile_heights():
     with pytest.raises(CudaCodegenError, match="BM = 128"):
         wgmma.pingpong_kernel_text("k", wgmma.GemmProblem(512, 512, 512),
                                    wgmma.GemmTile(64, 128, 64, 4, wgmma.PINGPONG), 132)
+
+
+def test_tune_measures_the_pingpong_schedule_where_tiles_fill_the_sms():
+    """`--tune` measures the ping-pong schedule second (after the model's tile), where there
+    are at least as many 128 x 128 tiles as SMs; the model's own choice stays the one
+    warpgroup schedule until the GPU suites have run with it (bench/NOTES.md, session 53)."""
+    from fusec.passes import cost_model
+
+    big = cost_model.tc_gemm_tile_candidates(8192, 768, 3072, 2, False, cost_model.H200)
+    assert big[1] == (128, 128, 64, 4, wgmma.PINGPONG) and len(big[0]) == 4
+    assert wgmma.GemmTile(*big[1]).schedule == wgmma.PINGPONG
+    small = cost_model.tc_gemm_tile_candidates(1000, 520, 264, 2, False, cost_model.H200)
+    assert all(len(t) == 4 for t in small)  # 40 tiles: fewer than the 132 SMs
