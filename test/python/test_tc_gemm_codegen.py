@@ -189,3 +189,45 @@ def test_f32_activations_times_a_bf16_weight_is_a_library_call(tmp_path):
     meta = driver.compile_text(text, "<test>", options, str(tmp_path / "m.so"))
     paths = [k["info"]["path"] for k in meta["kernels"]]
     assert "fallback" not in paths and "gemm" in paths
+
+
+@pytest.mark.parametrize("schedule", ["ping-pong", "one-warpgroup", "model"])
+def test_gemm_schedule_option(schedule, tmp_path):
+    """`--cuda-gemm-schedule`: the persistent ping-pong kernel (a CTA per SM, 384 threads, a
+    ring of stages beside each consumer's 64-row f32 buffer) or a CTA per tile (128 threads);
+    the epilogue (bias, residual) is the same. The model's choice is the one-warpgroup
+    schedule until the GPU suites have run with the other (bench/NOTES.md, session 53)."""
+    fn = lambda x, w, b, r: F.linear(x, w, b) + r  # noqa: E731
+    shapes = [(8192, 768), (768, 768), (768,), (8192, 768)]
+    meta, _ = _build(fn, shapes, tmp_path=tmp_path, gemm_schedule=schedule)
+    (kernel,) = meta["kernels"]
+    info = kernel["info"]
+    assert info["path"] == "tc_gemm" and info["epilogue"] == ["bias", "cast",
+                                                               "(extf,extf,addf,truncf)"]
+    launch = meta["plan"]["launches"][0]
+    if schedule == "ping-pong":
+        assert info["tile"] == [128, 128, 64, 4, 1] and info["schedule"] == "ping-pong"
+        assert info["tile_from"] == "--cuda-gemm-schedule ping-pong"
+        # 384 tiles on the H200's 132 SMs: 132 CTAs of a producer and two consumers.
+        assert (launch["grid"], launch["block"]) == (132, 384)
+        assert launch["shared_bytes"] == 4 * 256 * 64 * 2 + 2 * 64 * 128 * 4
+    else:
+        assert len(info["tile"]) == 4 and info["schedule"] == "one warpgroup"
+        assert (launch["grid"], launch["block"]) == (384, 128)
+
+
+def test_gemm_schedule_ping_pong_needs_tiles_to_fill_the_sms(tmp_path):
+    """With fewer tiles than SMs no CTA has a second tile to overlap: the model's tile, and
+    the artifact says why."""
+    fn = lambda x, w: F.linear(x, w)  # noqa: E731
+    meta, _ = _build(fn, [(1000, 256), (512, 256)], tmp_path=tmp_path,
+                     gemm_schedule="ping-pong")
+    info = meta["kernels"][0]["info"]
+    assert len(info["tile"]) == 4 and "fewer tiles than SMs" in info["tile_from"]
+
+
+def test_gemm_schedule_is_checked():
+    from fusec.compiler.diagnostics import FusecError
+
+    with pytest.raises(FusecError, match="--cuda-gemm-schedule: 'pingpong' is not one of"):
+        CudaOptions(gemm_schedule="pingpong")

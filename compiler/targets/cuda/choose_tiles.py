@@ -16,9 +16,10 @@ kernel (`"attention"`), the pass records on the group:
 - `fusion.kernel_tile_predicted_ns`: the cost model's time for its own tile (`--tune`
   reports it beside the measured times, so the model can be corrected from the gap).
 
-Options: `tuning` (a cache file; "off": the cost model only) and `candidate` (>= 0: every
+Options: `tuning` (a cache file; "off": the cost model only), `candidate` (>= 0: every
 such kernel takes its candidate of that index, the last where it has fewer; `--tune` builds
-one program per index and times them all at once). A cache entry whose tile this kernel
+one program per index and times them all at once) and `gemm-schedule` ("ping-pong",
+"one-warpgroup": each GEMM takes that schedule's first candidate; "model"). A cache entry whose tile this kernel
 cannot take (another fusec's candidates) is not used, and the reason is said.
 """
 
@@ -115,8 +116,10 @@ def _from_cache(entry: dict, tiles: KernelTiles) -> tuple[tuple[int, ...] | None
 
 
 def choose_tiles(func: ir.Operation, device_name: str, cache_path: str,
-                 candidate: int) -> int:
-    """Record the tile of every tunable group of `func`; returns how many there are."""
+                 candidate: int, gemm_schedule: str = "model") -> int:
+    """Record the tile of every tunable group of `func`; returns how many there are.
+    `gemm_schedule` ("ping-pong", "one-warpgroup"; "model": as chosen) restricts a GEMM's
+    tile to that schedule's first candidate (the model's choice where it is one)."""
     device = cost_model.device_named(device_name)
     entries = tuning.load(cache_path) if candidate < 0 else {}
     count = 0
@@ -132,7 +135,10 @@ def choose_tiles(func: ir.Operation, device_name: str, cache_path: str,
             continue
         count += 1
         tile, source = tiles.candidates[0], "cost model"
-        if candidate >= 0:
+        forced = _schedule_tile(tiles, gemm_schedule)
+        if forced is not None:
+            tile, source = forced
+        elif candidate >= 0:
             tile = tiles.candidates[min(candidate, len(tiles.candidates) - 1)]
             source = f"candidate {min(candidate, len(tiles.candidates) - 1)} (--tune)"
         else:
@@ -163,6 +169,21 @@ def tuning_info(group: ir.Operation) -> dict:
     return attributes.tuning_info(group.attributes)
 
 
+def _schedule_tile(tiles: KernelTiles, schedule: str) -> tuple[tuple[int, ...], str] | None:
+    """The first GEMM candidate of `schedule` (None: "model", not a GEMM, or none of that
+    schedule: then the model's tile, said in the source)."""
+    from fusec.compiler.targets.cuda.wgmma import PINGPONG
+
+    if schedule == "model" or not tiles.key.startswith("tc_gemm"):
+        return None
+    want = PINGPONG if schedule == "ping-pong" else 0
+    for tile in tiles.candidates:
+        if (tile[4] if len(tile) > 4 else 0) == want:
+            return tile, f"--cuda-gemm-schedule {schedule}"
+    return tiles.candidates[0], (f"cost model (--cuda-gemm-schedule {schedule}: this GEMM "
+                                 f"has no such tile: fewer tiles than SMs)")
+
+
 @register
 @dataclass
 class ChooseTilesPass(Pass):
@@ -173,10 +194,12 @@ class ChooseTilesPass(Pass):
     device: str = "nvidia-h200"
     tuning: str = "off"
     candidate: int = -1
+    gemm_schedule: str = "model"
 
     def run(self, module: ir.Operation) -> None:
         try:
             for func in model_functions(module):
-                choose_tiles(func, self.device, self.tuning, self.candidate)
+                choose_tiles(func, self.device, self.tuning, self.candidate,
+                             self.gemm_schedule)
         except ValueError as e:
             raise PassError(str(e)) from None

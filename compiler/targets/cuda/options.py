@@ -15,6 +15,9 @@ from fusec.compiler.targets.cuda.device import DEFAULT_ARCH, DEFAULT_FEATURES
 from fusec.passes import cost_model
 
 
+GEMM_SCHEDULES = ("model", "ping-pong", "one-warpgroup")
+
+
 @dataclass(frozen=True)
 class CudaOptions:
     """What the CUDA target builds, for which GPU (0: the cost model's choice)."""
@@ -83,11 +86,19 @@ class CudaOptions:
         "The tuning cache our GEMM and attention kernels' tiles are read from (`fusec "
         "--tune` writes it): \"\": $FUSEC_TUNING_CACHE, else tuning.json in the compile "
         "cache's folder; \"off\": the cost model's tiles only.")})
+    gemm_schedule: str = field(default="model", metadata={"help": (
+        "Our tensor-core GEMMs' schedule: \"model\" (the cost model's or the tuning cache's "
+        "tile), \"ping-pong\" (persistent, a producer and two consumer warpgroups taking "
+        "tiles in turn, where the tiles fill the SMs) or \"one-warpgroup\" (a CTA per "
+        "tile).")})
     tile_candidate: int = field(default=-1, metadata={"help": (
         "Tuning: every tunable kernel takes its candidate tile of this index (0: the cost "
         "model's; -1: the cache's or the model's). `--tune` sets it.")})
 
     def __post_init__(self) -> None:
+        if self.gemm_schedule not in GEMM_SCHEDULES:
+            raise FusecError(f"--cuda-gemm-schedule: '{self.gemm_schedule}' is not one of "
+                             f"{', '.join(GEMM_SCHEDULES)}")
         if self.device not in cost_model.DEVICES or \
                 cost_model.DEVICES[self.device].threads_per_block <= 1:
             known = ", ".join(sorted(n for n, d in cost_model.DEVICES.items()

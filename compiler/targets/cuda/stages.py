@@ -35,7 +35,7 @@ def tiled_passes(options: CudaOptions | None = None) -> list[str]:
     return [f"fusion-gpu-kernels{{device={device},gemm={gemm},tc-gemm={tc},"
             f"movement={movement}{tf32}}}",
             f"fusion-gpu-choose-tiles{{device={device},tuning={tuning_path(options)},"
-            f"candidate={options.tile_candidate}}}",
+            f"candidate={options.tile_candidate},gemm-schedule={options.gemm_schedule}}}",
             "fusion-normalise-kernels",
             f"fusion-tile{{device={device},fit=true}}",
             # The index checks' reports (deferred by the linalg stage), now the tiles exist.
