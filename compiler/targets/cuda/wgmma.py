@@ -169,6 +169,26 @@ def build_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, units: in
     return kernel_text(name, problem, tile, epilogue, unroll)
 
 
+def _operand_types(p: GemmProblem, t: GemmTile) -> tuple[str, str, str, str, str, list[int]]:
+    """The TMA maps' descriptor types of A and B, their shared-memory boxes' memref types,
+    B's box shape and the byte offsets of B's boxes in a stage (after A): one box of BN rows
+    (N) x BK (K) for an N x K B, BN / 64 boxes of BK rows (K) x 64 columns (N, 128 bytes)
+    for a K x N one."""
+    ws = "#gpu.address_space<workgroup>"
+    el, eb = p.in_type, MMA_INPUTS[p.in_type]
+    tm_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{t.bm}x{t.bk}x{el}, 3>, "
+            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+    if p.b_layout == "nk":
+        b_box, b_offsets = f"{t.bn}x{t.bk}", [0]
+    else:
+        b_box = f"{t.bk}x64"
+        b_offsets = [j * t.bk * 64 * eb for j in range(t.bn // 64)]
+    tm_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{b_box}x{el}, 3>, "
+            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+    return (tm_a, tm_b, f"memref<{t.bm}x{t.bk}x{el}, {ws}>", f"memref<{b_box}x{el}, {ws}>",
+            b_box, b_offsets)
+
+
 def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
                 epilogue: Epilogue | None = None, unroll: int = EPILOGUE_UNROLL) -> str:
     """The kernel as a `gpu.func` (text), for a gpu.module whose target is sm_90a;
@@ -186,18 +206,8 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     stage_bytes = a_bytes + b_bytes
     ws = "#gpu.address_space<workgroup>"
     bar = f"!nvgpu.mbarrier.group<memorySpace = {ws}, num_barriers = {stages}>"
-    tm_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{t.bm}x{t.bk}x{el}, 3>, "
-            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
-    if p.b_layout == "nk":
-        b_box = f"{t.bn}x{t.bk}"
-        b_loads = [("%n0", 0)]  # one box: BN rows (N) x BK (K)
-    else:
-        b_box = f"{t.bk}x64"  # BK rows (K) x 64 columns (N): 128 bytes each
-        b_loads = [(f"%n0_{j}" if j else "%n0", j * t.bk * 64 * eb) for j in range(t.bn // 64)]
-    tm_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{b_box}x{el}, 3>, "
-            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
-    a_tile = f"memref<{t.bm}x{t.bk}x{el}, {ws}>"
-    b_tile = f"memref<{b_box}x{el}, {ws}>"
+    tm_a, tm_b, a_tile, b_tile, b_box, b_offsets = _operand_types(p, t)
+    b_loads = [(f"%n0_{j}" if j else "%n0", offset) for j, offset in enumerate(b_offsets)]
     # The MMA's view of the B stage is K x N whatever the layout: wgmma's B operand is K-major
     # (its bytes are the N x K box, K contiguous) unless transposed (the K x N boxes).
     b_mma = f"memref<{t.bk}x{t.bn}x{el}, {ws}>"
@@ -427,18 +437,7 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     ws = "#gpu.address_space<workgroup>"
     # full and empty per stage, then the consumers' turn (see below).
     bar = f"!nvgpu.mbarrier.group<memorySpace = {ws}, num_barriers = {2 * stages + 1}>"
-    tm_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{t.bm}x{t.bk}x{el}, 3>, "
-            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
-    if p.b_layout == "nk":
-        b_box = f"{t.bn}x{t.bk}"
-        b_offsets = [0]
-    else:
-        b_box = f"{t.bk}x64"
-        b_offsets = [j * t.bk * 64 * eb for j in range(t.bn // 64)]
-    tm_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{b_box}x{el}, 3>, "
-            f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
-    a_tile = f"memref<{t.bm}x{t.bk}x{el}, {ws}>"
-    b_tile = f"memref<{b_box}x{el}, {ws}>"
+    tm_a, tm_b, a_tile, b_tile, b_box, b_offsets = _operand_types(p, t)
     b_mma = f"memref<{t.bk}x{t.bn}x{el}, {ws}>"
     transpose = "transposeB, " if p.b_layout == "kn" else ""
     d_type = f"memref<{p.m}x{p.n}x{out}>"
