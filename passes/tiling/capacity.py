@@ -83,7 +83,17 @@ def tile_points(group: ir.Operation) -> int:
     else:
         shapes = [ir.RankedTensorType(r.type).shape for r in group.results
                   if isinstance(r.type, ir.RankedTensorType)]
-    return max((math.prod(s) for s in shapes), default=1)
+    return max((_points(s) for s in shapes), default=1)
+
+
+def _points(shape: list[int]) -> int:
+    """Elements of a tile value of `shape`. A dynamic dim (a ragged tile's slice, `?`) is
+    the tile's remainder, at most the tile: counted as the largest static dim of the shape
+    (its product with MLIR's dynamic-size sentinel gave 10^35 registers, then an internal
+    error recording it)."""
+    static = [d for d in shape if d >= 0]
+    widest = max(static, default=1)
+    return math.prod(d if d >= 0 else widest for d in shape)
 
 
 def _level(op: ir.Operation) -> str | None:
@@ -115,7 +125,7 @@ def live_value_registers(block: ir.Block, threads: int) -> int:
             last = max(last, position - 1 if _is_init(use.owner, use.operand_number) else position)
         element = ir.ShapedType(value.type).element_type
         width = max(1, getattr(element, "width", 32) // 8) if hasattr(element, "width") else 4
-        points = math.prod(ir.ShapedType(value.type).shape)
+        points = _points(ir.ShapedType(value.type).shape)
         intervals.append((i, last, cost_model.value_registers(points, width, threads)))
     peak = 0
     for i in range(len(ops)):

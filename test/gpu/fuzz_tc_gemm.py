@@ -6,6 +6,14 @@ values read twice, row reshapes, a cast to f32), built here, run on the H200.
     python test/gpu/fuzz_tc_gemm.py build DIR [--examples N] [--seed S]   here
     python3 test/gpu/fuzz_tc_gemm.py run DIR                              on the H200
 
+With `--schedule ping-pong` (both modes) every GEMM is built on the persistent ping-pong
+schedule (`--cuda-gemm-schedule`; and ours wherever it takes the matmul, whatever the cost
+model predicts for cuBLASLt: `cost_model.prefer_tc_gemm` patched in this process), and the
+shapes are drawn with at least as many 128 x 128
+tiles as the H200 has SMs (with fewer the schedule is not used): M ragged by up to 99 rows,
+N any multiple of 4, K ragged or long (the ring of stages then wraps within and across
+tiles); written to DIR/tcfz_ping-pong.
+
 `build` writes DIR/tcfz/pNNN.so (the planner's choice: our kernel where predicted faster,
 cuBLASLt otherwise; both must be right) and index.json (each program's source, shapes,
 dtype, input seed, kernels and paths). `run` draws each program's inputs from its seed
@@ -49,10 +57,19 @@ STEPS = [
 ]
 
 
-def draw(rng: np.random.Generator, index: int) -> dict:
+SMS = 132  # the H200's (and the H100's) SMs: the ping-pong schedule wants as many tiles
+
+
+def draw(rng: np.random.Generator, index: int, schedule: str = "model") -> dict:
     """One program: its source, input shapes and dtype."""
     # A third of the shapes on whole tiles, the rest ragged (TMA needs K * 2 bytes % 16).
-    if rng.random() < 0.33:
+    if schedule == "ping-pong":
+        n = int(rng.integers(16, 400)) * 4
+        row_tiles = -(-SMS // -(-n // 128)) + int(rng.integers(0, 8))
+        m = row_tiles * 128 - int(rng.integers(0, 100))
+        k = int(rng.integers(1, 80)) * 8 if rng.random() < 0.6 else \
+            int(rng.integers(8, 48)) * 64
+    elif rng.random() < 0.33:
         m, n, k = (int(rng.integers(1, 5)) * 128, int(rng.integers(1, 4)) * 128,
                    int(rng.integers(1, 5)) * 64)
     else:
@@ -102,13 +119,22 @@ def make_inputs(spec: dict, device: str) -> list:
     return xs
 
 
-def build(out_dir: Path, examples: int, seed: int) -> None:
+def _folder(out_dir: Path, schedule: str) -> Path:
+    return out_dir / ("tcfz" if schedule == "model" else f"tcfz_{schedule}")
+
+
+def build(out_dir: Path, examples: int, seed: int, schedule: str = "model") -> None:
     from fusec.compiler import driver
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
+    from fusec.compiler.targets.cuda.options import CudaOptions
 
-    folder = out_dir / "tcfz"
+    folder = _folder(out_dir, schedule)
     folder.mkdir(parents=True, exist_ok=True)
+    if schedule != "model":  # the schedule under test, for every matmul our GEMM takes
+        from fusec.passes import cost_model
+
+        cost_model.prefer_tc_gemm = lambda ours, library: True
     rng = np.random.default_rng(seed)
     index = []
     # bench/gpu.py's Wrap: a function as a module, for fusec's frontend.
@@ -118,7 +144,7 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
     Wrap = bench.Wrap
 
     for i in range(examples):
-        spec = draw(rng, i)
+        spec = draw(rng, i, schedule)
         spec["seed"] = seed * 1000 + i
         fn = _function(spec["source"])
         xs = make_inputs(spec, "cpu")
@@ -126,10 +152,13 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
         try:
             with driver.quiet_torch_logs():
                 text = import_torch(Wrap(fn).eval(), *xs)
-            meta = driver.compile_text(text, f"<{spec['name']}>",
-                                       CompileOptions(target="cuda", model_name=spec["name"]),
+            options = CompileOptions(target="cuda", model_name=spec["name"],
+                                     cuda=CudaOptions(gemm_schedule=schedule))
+            meta = driver.compile_text(text, f"<{spec['name']}>", options,
                                        str(folder / f"{spec['name']}.so"))
             entry["paths"] = [k["info"].get("path") for k in meta["kernels"]]
+            entry["schedules"] = [k["info"].get("schedule") for k in meta["kernels"]
+                                  if k["info"].get("path") == "tc_gemm"]
             entry["epilogue"] = [k["info"].get("epilogue") for k in meta["kernels"]
                                  if k["info"].get("path") == "tc_gemm"]
         except Exception as e:  # noqa: BLE001 - a refusal is a result, recorded
@@ -138,16 +167,17 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
         print(spec["name"], entry.get("paths", entry.get("refused")), flush=True)
     (folder / "index.json").write_text(json.dumps(index, indent=1))
     tc = sum(1 for e in index if "tc_gemm" in e.get("paths", []))
-    print(f"built {len(index)} programs, {tc} with our tensor-core GEMM, "
-          f"{sum('refused' in e for e in index)} refused")
+    pp = sum(1 for e in index if "ping-pong" in e.get("schedules", []))
+    print(f"built {len(index)} programs, {tc} with our tensor-core GEMM ({pp} on the "
+          f"ping-pong schedule), {sum('refused' in e for e in index)} refused")
 
 
-def run(out_dir: Path) -> int:
+def run(out_dir: Path, schedule: str = "model") -> int:
     import torch
 
     from fusec import runtime
 
-    folder = out_dir / "tcfz"
+    folder = _folder(out_dir, schedule)
     index = json.loads((folder / "index.json").read_text())
     bad = 0
     ran = 0
@@ -186,8 +216,10 @@ if __name__ == "__main__":
     parser.add_argument("dir", type=Path)
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--schedule", default="model",
+                        choices=["model", "ping-pong", "one-warpgroup"])
     args = parser.parse_args()
     if args.mode == "build":
-        build(args.dir, args.examples, args.seed)
+        build(args.dir, args.examples, args.seed, args.schedule)
         sys.exit(0)
-    sys.exit(run(args.dir))
+    sys.exit(run(args.dir, args.schedule))

@@ -231,3 +231,14 @@ def test_gemm_schedule_is_checked():
 
     with pytest.raises(FusecError, match="--cuda-gemm-schedule: 'pingpong' is not one of"):
         CudaOptions(gemm_schedule="pingpong")
+
+
+def test_ragged_matmul_without_cublaslt_compiles(tmp_path):
+    """`--no-cuda-gemm` sends a matmul to the fallback path, whose ragged tiles have dynamic
+    dims: the capacity check counted them with MLIR's dynamic-size sentinel (10^35 registers
+    per thread) and stopped with an internal error recording that. The fallback kernel now."""
+    fn = lambda x, w: F.linear(x, w)  # noqa: E731
+    meta, _ = _build(fn, [(300, 456), (200, 456)], dtype=torch.float16, tmp_path=tmp_path,
+                     gemm=False)
+    (kernel,) = meta["kernels"]
+    assert kernel["info"]["path"] == "fallback"
