@@ -77,7 +77,7 @@ from fusec.compiler.targets.cuda.attention_layouts import (
 )
 from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 from fusec.compiler.targets.cuda.wgmma import GRID_CONSTANT_MAPS, WARPGROUP, map_entry
-from fusec.compiler.targets.cuda.wgmma import _struct, descriptor_base as _desc_base
+from fusec.compiler.targets.cuda.wgmma import accumulator_struct, descriptor_base
 from fusec.passes import attributes, cost_model
 from fusec.passes.fusion.attention import computed_scale
 from fusec.passes.fusion.attention_mask import causal_bound, interior_point, interior_scale
@@ -179,17 +179,17 @@ class AttentionEmitter(MovementEmitter):
 
     def extract(self, struct: str, i: int, n: int) -> str:
         name = self.fresh("e")
-        self.emit(f"{name} = llvm.extractvalue {struct}[{i}] : {_struct(n)}")
+        self.emit(f"{name} = llvm.extractvalue {struct}[{i}] : {accumulator_struct(n)}")
         return name
 
     def insert(self, struct: str, value: str, i: int, n: int) -> str:
         name = self.fresh("o")
-        self.emit(f"{name} = llvm.insertvalue {value}, {struct}[{i}] : {_struct(n)}")
+        self.emit(f"{name} = llvm.insertvalue {value}, {struct}[{i}] : {accumulator_struct(n)}")
         return name
 
     def zeros(self, n: int) -> str:
         s = self.fresh("z")
-        self.emit(f"{s} = llvm.mlir.undef : {_struct(n)}")
+        self.emit(f"{s} = llvm.mlir.undef : {accumulator_struct(n)}")
         zero = self.f32(0.0)
         for i in range(n):
             s = self.insert(s, zero, i, n)
@@ -206,7 +206,7 @@ class AttentionEmitter(MovementEmitter):
         """A wgmma matrix descriptor for the tile at shared `address` (i64 bytes)."""
         start = self.arith("andi", self.arith("shrui", address, self.i64(4), "i64"),
                            self.i64(0x3FFF), "i64")
-        return self.arith("ori", start, self.i64(_desc_base(lbo)), "i64")
+        return self.arith("ori", start, self.i64(descriptor_base(lbo)), "i64")
 
     def exp2(self, x: str) -> str:
         """2^x flushing subnormal results to 0: one MUFU.EX2 (math.exp2 lowers to PTX's
@@ -487,8 +487,8 @@ class AttentionEmitter(MovementEmitter):
                               "i64") for b in range(2)]
         k_desc0 = self.descriptor(self.smem_address(k_off[0]), 0)
         v_desc0 = self.descriptor(self.smem_address(v_off[0]), t.bn * 128)
-        st_o = _struct(no)
-        st_s = _struct(ns)
+        st_o = accumulator_struct(no)
+        st_s = accumulator_struct(ns)
 
         def stage_of(tile: str) -> tuple[str, str, str, str]:
             """(stage, the wait parity, K's and V's descriptors) of key tile `tile`."""

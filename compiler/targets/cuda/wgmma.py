@@ -385,7 +385,7 @@ def descriptor_base(lbo: int) -> int:
     return (1 << 62) | ((1024 >> 4) << 32) | ((lbo >> 4) << 16)
 
 
-def _struct(n: int) -> str:
+def accumulator_struct(n: int) -> str:
     """The `!llvm.struct` of a thread's `n` f32 accumulator values (nvvm.wgmma.mma_async)."""
     return "!llvm.struct<(" + ", ".join(["f32"] * n) + ")>"
 
@@ -615,7 +615,7 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit(f"{ind}  nvgpu.mbarrier.try_wait.parity %bar[%c_turn_i], {turn}, %c_ticks : {bar}")
     emit(f"{ind}}}")
     halves = t.bm // 64
-    st = _struct(t.bn // 2)
+    st = accumulator_struct(t.bn // 2)
     b_order = "col" if p.b_layout == "nk" else "row"
     # A k-step of 16 is +32 bytes in the 128-byte swizzle row of a K-major operand, or 16
     # rows of 128 bytes of an N-major B.
