@@ -19,8 +19,9 @@ kernel (`"attention"`), the pass records on the group:
 Options: `tuning` (a cache file; "off": the cost model only), `candidate` (>= 0: every
 such kernel takes its candidate of that index, the last where it has fewer; `--tune` builds
 one program per index and times them all at once) and `gemm-schedule` ("ping-pong",
-"one-warpgroup": each GEMM takes that schedule's first candidate; "model"). A cache entry whose tile this kernel
-cannot take (another fusec's candidates) is not used, and the reason is said.
+"one-warpgroup": each GEMM takes that schedule's first candidate; "model"). A cache entry
+whose tile this kernel cannot take (another fusec's candidates) is not used, and the
+reason is said.
 """
 
 from __future__ import annotations
