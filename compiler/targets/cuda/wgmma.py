@@ -415,9 +415,10 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     and the producer loads the next tile's first k-tiles during the last ones of this one.
     Mbarriers: `full` per stage (the producer's expect_tx), `empty` per stage (one arrival
     per warp of the consumer that read it), and the consumers' `turn` (tile i's main loop
-    after tile i - 1's). The producer gives its registers to the
-    consumers (setmaxnreg). The tile's accumulator (BM x BN, two m64 halves) is as in
-    `kernel_text`."""
+    after tile i - 1's). The producer gives its registers to the consumers (setmaxnreg).
+    The consumers issue `nvvm.wgmma.mma_async` on `!llvm.struct` accumulators (two m64
+    halves of the BM x BN tile), the first k-tile of each tile with scale-d zero, and store
+    their fragments to the epilogue buffer themselves."""
     why = refusal(problem, tile)
     if why is not None:
         raise CudaCodegenError(f"tensor-core GEMM: {why}")
@@ -437,9 +438,7 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     ws = "#gpu.address_space<workgroup>"
     # full and empty per stage, then the consumers' turn (see below).
     bar = f"!nvgpu.mbarrier.group<memorySpace = {ws}, num_barriers = {2 * stages + 1}>"
-    tm_a, tm_b, a_tile, b_tile, b_box, b_offsets = _operand_types(p, t)
-    b_mma = f"memref<{t.bk}x{t.bn}x{el}, {ws}>"
-    transpose = "transposeB, " if p.b_layout == "kn" else ""
+    tm_a, tm_b, a_tile, b_tile, _, b_offsets = _operand_types(p, t)
     d_type = f"memref<{p.m}x{p.n}x{out}>"
     lines: list[str] = []
     emit = lines.append
