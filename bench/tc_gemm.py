@@ -41,18 +41,14 @@ def build(folder: Path, only: list[str] | None = None) -> None:
     for (m, n, k, layout), (schedule, stages) in [(p, s) for p in PROBLEMS for s in SCHEDULES]:
         if only and f"{m}x{n}x{k}_{layout}" not in only:
             continue
-        tile = wgmma.GemmTile(stages=stages)
+        pingpong = schedule.startswith("pp")
+        tile = wgmma.GemmTile(stages=stages, schedule=wgmma.PINGPONG if pingpong else 0)
         problem = wgmma.GemmProblem(m, n, k, b_layout=layout)
         name = f"gemm_{m}x{n}x{k}_{layout}_{schedule}{stages}"
-        if schedule.startswith("pp"):
-            grid = wgmma.pingpong_grid(problem, tile, SMS)
-            text = wgmma.pingpong_kernel_text(name, problem, tile, grid,
-                                              setmaxnreg=schedule == "ppr")
-            block, shared = wgmma.PINGPONG_BLOCK, wgmma.pingpong_shared_bytes(tile, 2)
-        else:
-            text = wgmma.kernel_text(name, problem, tile)
-            grid, block, shared = wgmma.grid(problem, tile), wgmma.WARPGROUP, \
-                tile.shared_bytes(2)
+        grid, block, shared = wgmma.launch_geometry(problem, tile, SMS)
+        text = wgmma.pingpong_kernel_text(name, problem, tile, grid,
+                                          setmaxnreg=schedule == "ppr") if pingpong else \
+            wgmma.kernel_text(name, problem, tile)
         ptx = wgmma.lower(wgmma.gpu_module_text([text]))
         (folder / f"{name}.ptx").write_text(ptx)
         done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(folder / f"{name}.ptx"),

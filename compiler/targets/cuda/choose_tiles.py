@@ -173,11 +173,9 @@ def tuning_info(group: ir.Operation) -> dict:
 def _schedule_tile(tiles: KernelTiles, schedule: str) -> tuple[tuple[int, ...], str] | None:
     """The first GEMM candidate of `schedule` (None: "model", not a GEMM, or none of that
     schedule: then the model's tile, said in the source)."""
-    from fusec.compiler.targets.cuda.wgmma import PINGPONG
-
     if schedule == "model" or not tiles.key.startswith("tc_gemm"):
         return None
-    want = PINGPONG if schedule == "ping-pong" else 0
+    want = cost_model.TC_PINGPONG if schedule == "ping-pong" else 0
     for tile in tiles.candidates:
         if (tile[4] if len(tile) > 4 else 0) == want:
             return tile, f"--cuda-gemm-schedule {schedule}"

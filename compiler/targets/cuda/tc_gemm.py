@@ -680,11 +680,11 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     recorded = recorded_tile(group)
     t = wgmma.GemmTile(*(recorded or cost_model.tc_gemm_tile(found.m, found.n, device)))
     unroll = cost_model.tc_epilogue_unroll(epilogue_ops(chain))
-    # Built once per body, problem, tile, unroll and aligned operands (built.py): a model's
-    # layers have the same GEMMs.
-    key = (body_text(group), repr(problem), repr(t), unroll, tuple(sorted(epilogue.aligned)))
+    # Built once per body, problem, tile, unroll, aligned operands and SM count (built.py):
+    # a model's layers have the same GEMMs.
     units = device.parallel_units
-    key += (units,)
+    key = (body_text(group), repr(problem), repr(t), unroll, tuple(sorted(epilogue.aligned)),
+           units)
     text = renamed(TC_GEMM.get(key, lambda: wgmma.build_kernel_text(
         PROBE_SYMBOL, problem, t, units, epilogue, unroll)), symbol)
     grid, block, shared = wgmma.launch_geometry(problem, t, units)

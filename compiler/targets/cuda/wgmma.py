@@ -32,16 +32,17 @@ registers until the epilogue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from fusec.compiler.targets.cuda.device import CudaCodegenError
+from fusec.passes.cost_model import TC_PINGPONG
 
 # Element types wgmma takes from shared memory with f32 accumulation.
 MMA_INPUTS = {"bf16": 2, "f16": 2}
 OUTPUTS = {"bf16": 2, "f16": 2, "f32": 4}
 WARPGROUP = 128
-PINGPONG = 1  # GemmTile.schedule of the persistent ping-pong kernel
+PINGPONG = TC_PINGPONG  # GemmTile.schedule of the persistent ping-pong kernel
 CONSUMERS = 2  # its consumer warpgroups
 # Row passes of the epilogue per loop iteration (see kernel_text): all of them. The
 # accumulator registers are free by then (the values are in shared memory), so each
@@ -390,10 +391,6 @@ def accumulator_struct(n: int) -> str:
     return "!llvm.struct<(" + ", ".join(["f32"] * n) + ")>"
 
 
-def pingpong_shared_bytes(tile: GemmTile, element_bytes: int) -> int:
-    return replace(tile, schedule=PINGPONG).shared_bytes(element_bytes)
-
-
 def pingpong_grid(problem: GemmProblem, tile: GemmTile, units: int) -> int:
     """One CTA per SM (`units`), or fewer where there are fewer tiles."""
     return max(1, min(grid(problem, tile), units))
@@ -562,18 +559,17 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit("  scf.if %is_consumer {")
     if setmaxnreg:
         emit(f"    nvvm.setmaxregister increase {regs}")
-    emit("    %w = arith.addi %wg, %c0 : index")
     emit("    %ltid = arith.remui %tid, %c_wg : index")
     emit("    %wlane = arith.remui %tid, %c_warp : index")
     emit("    %warp_lead = arith.cmpi eq, %wlane, %c0 : index")
-    emit("    %w1 = arith.addi %w, %c1 : index")
+    emit("    %w1 = arith.addi %wg, %c1 : index")
     emit("    %wbar = arith.index_cast %w1 : index to i32")
     emit("    %c_wg_i32 = arith.constant 128 : i32")
     # The epilogue buffer: 64 f32 rows per consumer (rows 64 w ..), written from the
     # accumulator's fragment (thread t of warp v holds rows 16 (v % 4) + t / 4 (+ 8), columns
     # 8 c + 2 (t % 4) (+ 1)) and read back a row at a time by `_emit_epilogue`.
     emit("    %c_half_rows = arith.constant 64 : index")
-    emit("    %erow0 = arith.muli %w, %c_half_rows : index")
+    emit("    %erow0 = arith.muli %wg, %c_half_rows : index")
     emit(f"    %ebuf = memref.view %smem[%c_epi][] : memref<?xi8, {ws}> to "
          f"memref<{CONSUMERS * 64}x{t.bn}xf32, {ws}>")
     emit("    %wtid = arith.divui %ltid, %c_warp : index")
@@ -595,7 +591,7 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit(f"    %desc_k = arith.constant {descriptor_base(0)} : i64")
     b_lbo = 0 if p.b_layout == "nk" else t.bk * 128
     emit(f"    %desc_b = arith.constant {descriptor_base(b_lbo)} : i64")
-    emit("    scf.for %ci = %w to %my_tiles step %c2 {")
+    emit("    scf.for %ci = %wg to %my_tiles step %c2 {")
     ind = "      "
     m0, _ = tile_origin(ind, "%ci", "c")
     emit(f"{ind}%cg0 = arith.muli %ci, %c_k_tiles : index")
