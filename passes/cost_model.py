@@ -924,10 +924,15 @@ def gelu_in_gemm_epilogue(out_type: str) -> bool:
 # kernel runs whole waves of one tile's MMAs at TC_GEMM_EFFICIENCY of the contraction peak
 # per SM (`matmul_flops_per_s`, below the H200's real peak: cuBLAS passes it); the library
 # runs at LIBRARY_GEMM_EFFICIENCY with no wave quantisation (it picks its tile) plus
-# LIBRARY_CALL_S of host-side call overhead; both at least their HBM time.
+# LIBRARY_CALL_S of call overhead beyond a kernel launch; both at least their HBM time.
+# LIBRARY_CALL_S fitted on run 42 (H200), 191 and 200 (H100) of bench/RESULTS.md (CUDA-event
+# medians, one process): where neither is compute bound (128x128x64 to 1000x520x264) torch.mm
+# took 8-16 us longer than our kernel; on GPT-2's projection shapes 10-22 us longer than
+# this model with 3 us; our runtime's own cuBLASLt call for GPT-2's QKV 11-22 us longer
+# (runs 198, 200).
 TC_GEMM_EFFICIENCY = 0.90  # one CTA per SM: ~611 TFLOP/s
 LIBRARY_GEMM_EFFICIENCY = 1.05  # ~713 TFLOP/s, the middle of cuBLAS's 663-776
-LIBRARY_CALL_S = 3e-6
+LIBRARY_CALL_S = 10e-6
 # Our epilogue's arithmetic runs on the CTA's 128 threads while its tensor cores wait, with
 # one or two CTAs per SM to issue it: a fraction of the scalar peak (`flops_per_s`).
 # Measured: linear + bias + GELU(tanh) * 0.5 at 4096x4096x1024 (about 25 weighted ops per
@@ -969,8 +974,8 @@ def norm_prologue_fold_pays(m: int, ns: list[int], k: int, element_bytes: int,
     folded = 0.0
     for n, terms in zip(ns, row_terms):
         moved = (m * k + k * n + m * n) * element_bytes
-        bm, bn, bk, _ = tc_gemm_tile(m, n, device)
-        ours = tc_gemm_s(m, n, k, moved, device, bm, bn, bk)
+        ours = tc_gemm_tile_s(m, n, k, moved, device,
+                              tc_gemm_tile(m, n, k, element_bytes, device))
         library = library_gemm_s(m, n, k, moved, device)
         unfolded += min(ours, library)
         vectors = 4 * (m * (row_values + terms) + n * terms)
@@ -1004,34 +1009,56 @@ TC_PINGPONG = 1  # the schedule value of compiler/targets/cuda/wgmma.py's ping-p
 TC_GEMM_MAX_ACCUMULATOR = 128 * 128
 
 
-def tc_gemm_tile(m: int, n: int, device: Device) -> tuple[int, int, int, int]:
-    """The model's tile (BM, BN, BK, stages) for an M x N output: 128 x 128 with 4 stages (one
-    CTA per SM) or 3 (two CTAs), by whole waves (`tc_gemm_ctas_per_sm`)."""
+def tc_pingpong_fits(m: int, n: int, element_bytes: int, device: Device) -> bool:
+    """The persistent ping-pong schedule (128 x 128 tiles, a ring of four stages over the
+    CTA's tiles beside a 64-row f32 buffer per consumer) takes this output: at least as
+    many tiles as SMs (with fewer, no CTA has a second tile to overlap with) and its shared
+    memory within the SM's."""
+    bk = 128 // element_bytes
+    budget = device.shared_bytes_per_unit - 2048  # the block's reserved shared memory
+    return -(-m // 128) * -(-n // 128) >= device.parallel_units and \
+        4 * (128 + 128) * bk * element_bytes + 2 * 64 * 128 * 4 <= budget
+
+
+def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
     tiles = -(-m // 128) * -(-n // 128)
     return (128, 128, 64, 3 if tc_gemm_ctas_per_sm(tiles, device) == 2 else 4)
 
 
+def tc_gemm_tile(m: int, n: int, k: int, element_bytes: int,
+                 device: Device) -> tuple[int, ...]:
+    """The model's tile (BM, BN, BK, stages[, schedule]) for an M x N x K GEMM: 128 x 128,
+    one warpgroup with 4 stages (one CTA per SM) or 3 (two CTAs), by whole waves
+    (`tc_gemm_ctas_per_sm`); or, for 16-bit inputs, the persistent ping-pong schedule
+    (fifth value TC_PINGPONG) where `tc_gemm_s` predicts it faster."""
+    one = _tc_one_warpgroup_tile(m, n, device)
+    if element_bytes != 2 or not tc_pingpong_fits(m, n, element_bytes, device):
+        return one
+    pingpong = (128, 128, 64, 4, TC_PINGPONG)
+    if tc_gemm_tile_s(m, n, k, 0, device, pingpong) < tc_gemm_tile_s(m, n, k, 0, device, one):
+        return pingpong
+    return one
+
+
 def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_b: bool,
                             device: Device) -> list[tuple[int, ...]]:
-    """The tiles `--tune` measures for our GEMM, the model's choice first, then the
-    ping-pong schedule's (below), then each shape of
-    TC_GEMM_TILES with the deepest pipeline that fits one CTA per SM and the deepest that
+    """The tiles `--tune` measures for our GEMM, the model's choice first, then the other
+    schedule's tile (below), then each shape of TC_GEMM_TILES with the deepest pipeline that fits one CTA per SM and the deepest that
     fits two (a K x N B, `n_major_b`, is read in 64-column boxes: BN a multiple of 64), no
     tile wider than the problem needs, no pipeline deeper than K's tiles."""
-    first = tc_gemm_tile(m, n, device)
+    first = tc_gemm_tile(m, n, k, element_bytes, device)
     out = [first]
     bk = 128 // element_bytes
     k_tiles = max(1, -(-k // bk))
     budget = device.shared_bytes_per_unit - 1024  # the block's reserved shared memory
-    # The persistent ping-pong schedule (a fifth value, 1: 128 x 128 tiles, a ring of four
-    # stages over the CTA's tiles beside a 64-row f32 buffer per consumer) where there are at
-    # least as many tiles as SMs (with fewer, no CTA has a second tile to overlap with).
-    # Measured against the model's one-warpgroup tile on an H100 (RESULTS run 200): GPT-2's
-    # projections 1.14-1.31x faster, 8192^3 0.93x, a 40-tile problem 0.74x. Not the model's
-    # choice until the GPU suites have run with it (bench/NOTES.md, session 53).
-    if -(-m // 128) * -(-n // 128) >= device.parallel_units and \
-            4 * (128 + 128) * bk * element_bytes + 2 * 64 * 128 * 4 <= budget - 1024:
-        out.append((128, 128, bk, 4, TC_PINGPONG))
+    # The other schedule second: the one-warpgroup tile where the model chose ping-pong, the
+    # ping-pong tile where it fits and the model did not (measured against each other on an
+    # H100, RESULTS run 200: GPT-2's projections 1.14-1.31x for ping-pong, 8192^3 0.93x).
+    pingpong = (128, 128, bk, 4, TC_PINGPONG)
+    if first == pingpong:
+        out.append(_tc_one_warpgroup_tile(m, n, device))
+    elif tc_pingpong_fits(m, n, element_bytes, device):
+        out.append(pingpong)
     for bm, bn in TC_GEMM_TILES:
         if bm * bn > TC_GEMM_MAX_ACCUMULATOR or (n_major_b and bn % 64) or \
                 (bm > 64 and m <= 64) or (bn > 64 and n <= 64):
@@ -1047,19 +1074,42 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
     return out
 
 
+# What one wave of our GEMM leaves exposed beyond its tiles' MMAs: the pipeline's fill and
+# the accumulator's store and epilogue, per wave of one-warpgroup CTAs at one CTA per SM (at
+# two, per pair of waves: the other CTA's MMAs run beside), once for the ping-pong kernel
+# (its consumers' epilogues run beside each other's MMAs, its ring loads the next tile's
+# stages during this one's). Fitted on an H100 (RESULTS run 200): the one-warpgroup kernel
+# took 1.04-1.40x the wave model without it on GPT-2's four projection shapes, the
+# ping-pong 0.89-1.07x with it; at 8192^3 both the model and the device put one warpgroup
+# at two CTAs per SM 1.07x ahead.
+TC_GEMM_EXPOSED_S = 2e-6
+
+
 def tc_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device, tile_m: int = 128,
-              tile_n: int = 128, tile_k: int = 64) -> float:
+              tile_n: int = 128, tile_k: int = 64, schedule: int = 0) -> float:
     """Predicted time of our tensor-core GEMM kernel (with its epilogue's traffic in
-    `bytes_moved`): whole waves of whole tiles, or the HBM time, plus one launch."""
+    `bytes_moved`): whole waves of whole tiles (the ping-pong schedule: rounds of one tile
+    per SM) with what each leaves exposed, or the HBM time, plus one launch."""
     tiles = -(-m // tile_m) * -(-n // tile_n)
     units = device.parallel_units
-    if tc_gemm_ctas_per_sm(tiles, device) == 2:
-        waves = 2 * -(-tiles // (2 * units)) * TWO_CTA_WAVE_FACTOR
-    else:
-        waves = -(-tiles // units)
     per_tile = 2 * tile_m * tile_n * (-(-k // tile_k) * tile_k) / (
         device.matmul_flops_per_s * TC_GEMM_EFFICIENCY / units)
-    return device.launch_s + max(waves * per_tile, bytes_moved / device.hbm_bytes_per_s)
+    if schedule == TC_PINGPONG:
+        busy = -(-tiles // units) * per_tile + TC_GEMM_EXPOSED_S
+    elif tc_gemm_ctas_per_sm(tiles, device) == 2:
+        pairs = -(-tiles // (2 * units))
+        busy = 2 * pairs * TWO_CTA_WAVE_FACTOR * per_tile + pairs * TC_GEMM_EXPOSED_S
+    else:
+        waves = -(-tiles // units)
+        busy = waves * (per_tile + TC_GEMM_EXPOSED_S)
+    return device.launch_s + max(busy, bytes_moved / device.hbm_bytes_per_s)
+
+
+def tc_gemm_tile_s(m: int, n: int, k: int, bytes_moved: int, device: Device,
+                   tile: tuple[int, ...]) -> float:
+    """`tc_gemm_s` for a tile as `tc_gemm_tile` gives it."""
+    return tc_gemm_s(m, n, k, bytes_moved, device, tile[0], tile[1], tile[2],
+                     tile[4] if len(tile) > 4 else 0)
 
 
 def library_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device) -> float:

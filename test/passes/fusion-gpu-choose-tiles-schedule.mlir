@@ -5,7 +5,9 @@
 // --fusion-gpu-choose-tiles{gemm-schedule=...} (`--cuda-gemm-schedule`): every GEMM of ours
 // takes that schedule's first candidate tile. The persistent ping-pong schedule (a fifth
 // value, 1) only where the 128 x 128 tiles at least fill the H200's 132 SMs; elsewhere the
-// model's tile, and the reason is said. The model itself keeps the one-warpgroup schedule.
+// model's tile, and the reason is said. The model itself (cost_model.tc_gemm_tile) takes
+// ping-pong where a round of one tile per SM with one exposed fill and epilogue beats the
+// one-warpgroup kernel's waves, each with its own, and never with fewer tiles than SMs.
 
 // Linear + bias, 8192 x 768 output (K 3072): 384 tiles. Ping-pong: 128 x 128, 4 stages, schedule 1.
 // PP-LABEL: func.func @linear_bias_8192
@@ -15,8 +17,9 @@
 // ONE: fusion.kernel_tile = array<i64: 128, 128, 64, 4>
 // ONE-SAME: fusion.kernel_tile_from = "--cuda-gemm-schedule one-warpgroup"
 // MODEL-LABEL: func.func @linear_bias_8192
-// MODEL: fusion.kernel_tile = array<i64: 128, 128, 64, 4>
+// MODEL: fusion.kernel_tile = array<i64: 128, 128, 64, 4, 1>
 // MODEL-SAME: fusion.kernel_tile_from = "cost model"
+// MODEL-SAME: fusion.why = "matmul-rooted group: our tensor-core GEMM (persistent ping-pong) with the fused epilogue cast+bias
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>
 module attributes {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\22, \22dtype\22: \22bfloat16\22}, {\22name\22: \22w\22, \22dtype\22: \22bfloat16\22}, {\22name\22: \22b\22, \22dtype\22: \22bfloat16\22}], \22outputs\22: [{\22dtype\22: \22bfloat16\22}]}"} {
@@ -54,6 +57,10 @@ module attributes {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\2
 // PP-LABEL: func.func @linear_gelu
 // PP: fusion.kernel_tile = array<i64: 128, 128, 64, 4>
 // PP-SAME: fusion.kernel_tile_from = "cost model (--cuda-gemm-schedule ping-pong: this GEMM has no such tile: fewer tiles than SMs)"
+// MODEL-LABEL: func.func @linear_gelu
+// MODEL: fusion.kernel_tile = array<i64: 128, 128, 64, 4>
+// MODEL-SAME: fusion.kernel_tile_from = "cost model"
+// MODEL-SAME: fusion.why = "matmul-rooted group: our tensor-core GEMM (1 CTA per SM)
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #map1 = affine_map<(d0, d1) -> (d1)>
 module attributes {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\22, \22dtype\22: \22bfloat16\22}, {\22name\22: \22w\22, \22dtype\22: \22bfloat16\22}, {\22name\22: \22b\22, \22dtype\22: \22bfloat16\22}], \22outputs\22: [{\22dtype\22: \22bfloat16\22}]}"} {

@@ -65,8 +65,7 @@ def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     candidates = cost_model.tc_gemm_tile_candidates(found.m, found.n, found.k, eb, b == "kn",
                                                     device)
     ab = _bytes([found.a.source, found.b.source]) + _bytes([ops[-1].operands[0]])
-    bm, bn, bk = candidates[0][:3]
-    predicted = cost_model.tc_gemm_s(found.m, found.n, found.k, ab, device, bm, bn, bk)
+    predicted = cost_model.tc_gemm_tile_s(found.m, found.n, found.k, ab, device, candidates[0])
     return KernelTiles(key, candidates, predicted * 1e6)
 
 

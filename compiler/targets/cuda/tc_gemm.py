@@ -408,12 +408,17 @@ def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
     m, n, k = found.m, found.n, found.k
     generics = [o for o in tc.chain if o.name == "linalg.generic"]
     ab = _bytes([found.a.source, found.b.source])
-    ours = cost_model.tc_gemm_s(m, n, k, ab + _bytes(_external(generics)) +
-                                _bytes([tc.result]), device, TILE.bm, TILE.bn, TILE.bk) + \
+    tile = cost_model.tc_gemm_tile(m, n, k, ELEMENT_BYTES[found.a.element], device)
+    ours = cost_model.tc_gemm_tile_s(m, n, k, ab + _bytes(_external(generics)) +
+                                     _bytes([tc.result]), device, tile) + \
         cost_model.tc_epilogue_s(m * n, epilogue_ops(tc.chain), device)
     fused = "+".join(tc.split.fused)
-    ctas = cost_model.tc_gemm_ctas_per_sm(-(-m // TILE.bm) * -(-n // TILE.bn), device)
-    ours_text = (f"our tensor-core GEMM ({ctas} CTA{'s' if ctas > 1 else ''} per SM)"
+    if len(tile) > 4 and tile[4] == cost_model.TC_PINGPONG:
+        schedule = "persistent ping-pong"
+    else:
+        ctas = cost_model.tc_gemm_ctas_per_sm(-(-m // tile[0]) * -(-n // tile[1]), device)
+        schedule = f"{ctas} CTA{'s' if ctas > 1 else ''} per SM"
+    ours_text = (f"our tensor-core GEMM ({schedule})"
                  f"{' with the fused epilogue ' + fused if fused else ''}")
     if isinstance(library, str):
         return True, (f"matmul-rooted group: {ours_text} (predicted {ours * 1e6:.1f} us; "
@@ -678,7 +683,8 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 
     recorded = recorded_tile(group)
-    t = wgmma.GemmTile(*(recorded or cost_model.tc_gemm_tile(found.m, found.n, device)))
+    t = wgmma.GemmTile(*(recorded or cost_model.tc_gemm_tile(
+        found.m, found.n, found.k, ELEMENT_BYTES[found.a.element], device)))
     unroll = cost_model.tc_epilogue_unroll(epilogue_ops(chain))
     # Built once per body, problem, tile, unroll, aligned operands and SM count (built.py):
     # a model's layers have the same GEMMs.
