@@ -1006,6 +1006,7 @@ def tc_gemm_ctas_per_sm(tiles: int, device: Device) -> int:
 # most 128 x 128 (128 registers; 128 x 256 would spill).
 TC_GEMM_TILES = ((128, 128), (64, 256), (128, 64), (64, 128))
 TC_PINGPONG = 1  # the schedule value of compiler/targets/cuda/wgmma.py's ping-pong kernel
+TC_COOPERATIVE = 2  # and of its cooperative variant (BM 256: both consumers on each tile)
 TC_GEMM_MAX_ACCUMULATOR = 128 * 128
 
 
@@ -1020,6 +1021,16 @@ def tc_pingpong_fits(m: int, n: int, element_bytes: int, device: Device) -> bool
         4 * (128 + 128) * bk * element_bytes + 2 * 64 * 128 * 4 <= budget
 
 
+def tc_cooperative_fits(m: int, n: int, element_bytes: int, device: Device) -> bool:
+    """The persistent cooperative schedule (256 x 128 tiles, both consumers on each, three
+    stages beside the two 64-row f32 buffers) takes this output: at least as many of its
+    tiles as SMs, and its shared memory within the SM's."""
+    bk = 128 // element_bytes
+    budget = device.shared_bytes_per_unit - 2048
+    return -(-m // 256) * -(-n // 128) >= device.parallel_units and \
+        3 * (256 + 128) * bk * element_bytes + 2 * 64 * 128 * 4 <= budget
+
+
 def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
     tiles = -(-m // 128) * -(-n // 128)
     return (128, 128, 64, 3 if tc_gemm_ctas_per_sm(tiles, device) == 2 else 4)
@@ -1029,36 +1040,38 @@ def tc_gemm_tile(m: int, n: int, k: int, element_bytes: int,
                  device: Device) -> tuple[int, ...]:
     """The model's tile (BM, BN, BK, stages[, schedule]) for an M x N x K GEMM: 128 x 128,
     one warpgroup with 4 stages (one CTA per SM) or 3 (two CTAs), by whole waves
-    (`tc_gemm_ctas_per_sm`); or, for 16-bit inputs, the persistent ping-pong schedule
-    (fifth value TC_PINGPONG) where `tc_gemm_s` predicts it faster."""
-    one = _tc_one_warpgroup_tile(m, n, device)
-    if element_bytes != 2 or not tc_pingpong_fits(m, n, element_bytes, device):
-        return one
-    pingpong = (128, 128, 64, 4, TC_PINGPONG)
-    if tc_gemm_tile_s(m, n, k, 0, device, pingpong) < tc_gemm_tile_s(m, n, k, 0, device, one):
-        return pingpong
-    return one
+    (`tc_gemm_ctas_per_sm`); or, for 16-bit inputs, a persistent schedule (a fifth value:
+    TC_PINGPONG, 128 x 128 tiles; TC_COOPERATIVE, 256 x 128) where its tiles fill the SMs
+    and `tc_gemm_s` predicts it the fastest."""
+    tiles = [_tc_one_warpgroup_tile(m, n, device)]
+    if element_bytes == 2 and tc_pingpong_fits(m, n, element_bytes, device):
+        tiles.append((128, 128, 64, 4, TC_PINGPONG))
+    if element_bytes == 2 and tc_cooperative_fits(m, n, element_bytes, device):
+        tiles.append((256, 128, 64, 3, TC_COOPERATIVE))
+    return min(tiles, key=lambda tile: tc_gemm_tile_s(m, n, k, 0, device, tile))
 
 
 def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_b: bool,
                             device: Device) -> list[tuple[int, ...]]:
     """The tiles `--tune` measures for our GEMM, the model's choice first, then the other
-    schedule's tile (below), then each shape of TC_GEMM_TILES with the deepest pipeline that fits one CTA per SM and the deepest that
-    fits two (a K x N B, `n_major_b`, is read in 64-column boxes: BN a multiple of 64), no
+    schedules' tiles (below), then each shape of TC_GEMM_TILES with the deepest pipeline
+    that fits one CTA per SM and the deepest that fits two (a K x N B, `n_major_b`, is read in 64-column boxes: BN a multiple of 64), no
     tile wider than the problem needs, no pipeline deeper than K's tiles."""
     first = tc_gemm_tile(m, n, k, element_bytes, device)
     out = [first]
     bk = 128 // element_bytes
     k_tiles = max(1, -(-k // bk))
     budget = device.shared_bytes_per_unit - 1024  # the block's reserved shared memory
-    # The other schedule second: the one-warpgroup tile where the model chose ping-pong, the
-    # ping-pong tile where it fits and the model did not (measured against each other on an
-    # H100, RESULTS run 200: GPT-2's projections 1.14-1.31x for ping-pong, 8192^3 0.93x).
-    pingpong = (128, 128, bk, 4, TC_PINGPONG)
-    if first == pingpong:
+    # The other schedules next: the one-warpgroup tile where the model chose a persistent
+    # one, then the ping-pong and cooperative tiles where they fit (measured against each
+    # other on an H100, RESULTS runs 200 and 203: ping-pong 1.14-1.31x one warpgroup on
+    # GPT-2's projections; cooperative 1.10-1.14x on 4096- and 8192-sized problems).
+    if len(first) > 4:
         out.append(_tc_one_warpgroup_tile(m, n, device))
-    elif tc_pingpong_fits(m, n, element_bytes, device):
-        out.append(pingpong)
+    for tile, fits in (((128, 128, bk, 4, TC_PINGPONG), tc_pingpong_fits),
+                       ((256, 128, bk, 3, TC_COOPERATIVE), tc_cooperative_fits)):
+        if tile not in out and fits(m, n, element_bytes, device):
+            out.append(tile)
     for bm, bn in TC_GEMM_TILES:
         if bm * bn > TC_GEMM_MAX_ACCUMULATOR or (n_major_b and bn % 64) or \
                 (bm > 64 and m <= 64) or (bn > 64 and n <= 64):
@@ -1083,6 +1096,13 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
 # ping-pong 0.89-1.07x with it; at 8192^3 both the model and the device put one warpgroup
 # at two CTAs per SM 1.07x ahead.
 TC_GEMM_EXPOSED_S = 2e-6
+# The cooperative schedule's tiles (256 x 128, both consumers on each) run their MMAs at this
+# fraction of `matmul_flops_per_s` (the one-warpgroup kernel's 128 x 128 tiles at
+# TC_GEMM_EFFICIENCY), each round of one tile per SM with TC_GEMM_EXPOSED_S exposed (the
+# epilogues are not hidden). Fitted on an H100 (RESULTS run 203): 8192^3 at 664 TFLOP/s,
+# 1.14x the one-warpgroup kernel and 0.93x cuBLAS; 8192x4096x4096 and 16384x4096x4096 within
+# 4% of this model.
+TC_COOPERATIVE_EFFICIENCY = 1.03
 
 
 def tc_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device, tile_m: int = 128,
@@ -1092,9 +1112,13 @@ def tc_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device, tile_m: 
     per SM) with what each leaves exposed, or the HBM time, plus one launch."""
     tiles = -(-m // tile_m) * -(-n // tile_n)
     units = device.parallel_units
+    efficiency = TC_COOPERATIVE_EFFICIENCY if schedule == TC_COOPERATIVE else \
+        TC_GEMM_EFFICIENCY
     per_tile = 2 * tile_m * tile_n * (-(-k // tile_k) * tile_k) / (
-        device.matmul_flops_per_s * TC_GEMM_EFFICIENCY / units)
-    if schedule == TC_PINGPONG:
+        device.matmul_flops_per_s * efficiency / units)
+    if schedule == TC_COOPERATIVE:
+        busy = -(-tiles // units) * (per_tile + TC_GEMM_EXPOSED_S)
+    elif schedule == TC_PINGPONG:
         busy = -(-tiles // units) * per_tile + TC_GEMM_EXPOSED_S
     elif tc_gemm_ctas_per_sm(tiles, device) == 2:
         pairs = -(-tiles // (2 * units))

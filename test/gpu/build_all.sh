@@ -18,7 +18,9 @@ $PY test/gpu/attention.py build $D
 $PY test/gpu/model_zoo.py build .device-carry/mz --fused gpt2 gpt2_sdpa bert llama vit \
     t5_encoder whisper_encoder resnet50 resnext50 mobilenet_v2 mobilenet_v3_small top2_moe \
     causal_mask positions topk_router index_payloads rotate_half inverted_residual resnet_basic
-# The ping-pong GEMM schedule's fuzz programs (test/gpu/pingpong_call.sh: its own call).
+# The persistent GEMM schedules' fuzz programs (test/gpu/persistent_call.sh: its own call).
 $PY test/gpu/fuzz_tc_gemm.py build .device-carry/pp --examples 60 --seed 53 --schedule ping-pong
 $PY test/gpu/fuzz_tc_gemm.py build .device-carry/pp/few --examples 4 --seed 530 --schedule ping-pong
-du -sh $D .device-carry/mz .device-carry/pp
+$PY test/gpu/fuzz_tc_gemm.py build .device-carry/co --examples 40 --seed 54 --schedule cooperative
+$PY test/gpu/fuzz_tc_gemm.py build .device-carry/co/few --examples 4 --seed 540 --schedule cooperative
+du -sh $D .device-carry/mz .device-carry/pp .device-carry/co

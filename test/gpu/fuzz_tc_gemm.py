@@ -6,13 +6,13 @@ values read twice, row reshapes, a cast to f32), built here, run on the H200.
     python test/gpu/fuzz_tc_gemm.py build DIR [--examples N] [--seed S]   here
     python3 test/gpu/fuzz_tc_gemm.py run DIR                              on the H200
 
-With `--schedule ping-pong` (both modes) every GEMM is built on the persistent ping-pong
-schedule (`--cuda-gemm-schedule`; and ours wherever it takes the matmul, whatever the cost
+With `--schedule ping-pong` or `cooperative` (both modes) every GEMM is built on that
+persistent schedule (`--cuda-gemm-schedule`; and ours wherever it takes the matmul, whatever the cost
 model predicts for cuBLASLt: `cost_model.prefer_tc_gemm` patched in this process), and the
-shapes are drawn with at least as many 128 x 128
-tiles as the H200 has SMs (with fewer the schedule is not used): M ragged by up to 99 rows,
+shapes are drawn with at least as many 128 x 128 tiles (cooperative: 256 x 128) as the
+H200 has SMs (with fewer the schedule is not used): M ragged by up to 99 rows,
 N any multiple of 4, K ragged or long (the ring of stages then wraps within and across
-tiles); written to DIR/tcfz_ping-pong.
+tiles); written to DIR/tcfz_ping-pong (DIR/tcfz_cooperative).
 
 `build` writes DIR/tcfz/pNNN.so (the planner's choice: our kernel where predicted faster,
 cuBLASLt otherwise; both must be right) and index.json (each program's source, shapes,
@@ -63,10 +63,11 @@ SMS = 132  # the H200's (and the H100's) SMs: the ping-pong schedule wants as ma
 def draw(rng: np.random.Generator, index: int, schedule: str = "model") -> dict:
     """One program: its source, input shapes and dtype."""
     # A third of the shapes on whole tiles, the rest ragged (TMA needs K * 2 bytes % 16).
-    if schedule == "ping-pong":
+    if schedule in ("ping-pong", "cooperative"):
+        bm = 256 if schedule == "cooperative" else 128
         n = int(rng.integers(16, 400)) * 4
         row_tiles = -(-SMS // -(-n // 128)) + int(rng.integers(0, 8))
-        m = row_tiles * 128 - int(rng.integers(0, 100))
+        m = row_tiles * bm - int(rng.integers(0, 100 if bm == 128 else 200))
         k = int(rng.integers(1, 80)) * 8 if rng.random() < 0.6 else \
             int(rng.integers(8, 48)) * 64
     elif rng.random() < 0.33:
@@ -167,9 +168,11 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model") -> N
         print(spec["name"], entry.get("paths", entry.get("refused")), flush=True)
     (folder / "index.json").write_text(json.dumps(index, indent=1))
     tc = sum(1 for e in index if "tc_gemm" in e.get("paths", []))
-    pp = sum(1 for e in index if "ping-pong" in e.get("schedules", []))
-    print(f"built {len(index)} programs, {tc} with our tensor-core GEMM ({pp} on the "
-          f"ping-pong schedule), {sum('refused' in e for e in index)} refused")
+    name = schedule if schedule != "model" else "ping-pong"
+    on = sum(1 for e in index if name.replace("-", " ") in
+             [x.replace("-", " ") for x in e.get("schedules", [])])
+    print(f"built {len(index)} programs, {tc} with our tensor-core GEMM ({on} on the "
+          f"{name} schedule), {sum('refused' in e for e in index)} refused")
 
 
 def run(out_dir: Path, schedule: str = "model") -> int:
@@ -217,7 +220,7 @@ if __name__ == "__main__":
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--schedule", default="model",
-                        choices=["model", "ping-pong", "one-warpgroup"])
+                        choices=["model", "ping-pong", "cooperative", "one-warpgroup"])
     args = parser.parse_args()
     if args.mode == "build":
         build(args.dir, args.examples, args.seed, args.schedule)

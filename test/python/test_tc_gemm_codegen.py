@@ -191,7 +191,7 @@ def test_f32_activations_times_a_bf16_weight_is_a_library_call(tmp_path):
     assert "fallback" not in paths and "gemm" in paths
 
 
-@pytest.mark.parametrize("schedule", ["ping-pong", "one-warpgroup", "model"])
+@pytest.mark.parametrize("schedule", ["ping-pong", "one-warpgroup", "model", "cooperative"])
 def test_gemm_schedule_option(schedule, tmp_path):
     """`--cuda-gemm-schedule`: the persistent ping-pong kernel (a CTA per SM, 384 threads, a
     ring of stages beside each consumer's 64-row f32 buffer) or a CTA per tile (128 threads);
@@ -206,7 +206,13 @@ def test_gemm_schedule_option(schedule, tmp_path):
     assert info["path"] == "tc_gemm" and info["epilogue"] == ["bias", "cast",
                                                                "(extf,extf,addf,truncf)"]
     launch = meta["plan"]["launches"][0]
-    if schedule != "one-warpgroup":
+    if schedule == "cooperative":
+        # 256 x 128 tiles, both consumers on each: 32 x 6 of them, a CTA per SM.
+        assert info["tile"] == [256, 128, 64, 3, 2] and info["schedule"] == "cooperative"
+        assert info["tile_from"] == "--cuda-gemm-schedule cooperative"
+        assert (launch["grid"], launch["block"]) == (132, 384)
+        assert launch["shared_bytes"] == 3 * 384 * 64 * 2 + 2 * 64 * 128 * 4
+    elif schedule != "one-warpgroup":
         assert info["tile"] == [128, 128, 64, 4, 1] and info["schedule"] == "ping-pong"
         assert info["tile_from"] == ("cost model" if schedule == "model"
                                      else "--cuda-gemm-schedule ping-pong")

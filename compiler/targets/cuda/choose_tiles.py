@@ -19,7 +19,7 @@ kernel (`"attention"`), the pass records on the group:
 Options: `tuning` (a cache file; "off": the cost model only), `candidate` (>= 0: every
 such kernel takes its candidate of that index, the last where it has fewer; `--tune` builds
 one program per index and times them all at once) and `gemm-schedule` ("ping-pong",
-"one-warpgroup": each GEMM takes that schedule's first candidate; "model"). A cache entry
+"cooperative", "one-warpgroup": each GEMM takes that schedule's first candidate; "model"). A cache entry
 whose tile this kernel cannot take (another fusec's candidates) is not used, and the
 reason is said.
 """
@@ -118,7 +118,7 @@ def _from_cache(entry: dict, tiles: KernelTiles) -> tuple[tuple[int, ...] | None
 def choose_tiles(func: ir.Operation, device_name: str, cache_path: str,
                  candidate: int, gemm_schedule: str = "model") -> int:
     """Record the tile of every tunable group of `func`; returns how many there are.
-    `gemm_schedule` ("ping-pong", "one-warpgroup"; "model": as chosen) restricts a GEMM's
+    `gemm_schedule` ("ping-pong", "cooperative", "one-warpgroup"; "model": as chosen) restricts a GEMM's
     tile to that schedule's first candidate (the model's choice where it is one)."""
     device = cost_model.device_named(device_name)
     entries = tuning.load(cache_path) if candidate < 0 else {}
@@ -174,7 +174,8 @@ def _schedule_tile(tiles: KernelTiles, schedule: str) -> tuple[tuple[int, ...], 
     schedule: then the model's tile, said in the source)."""
     if schedule == "model" or not tiles.key.startswith("tc_gemm"):
         return None
-    want = cost_model.TC_PINGPONG if schedule == "ping-pong" else 0
+    want = {"ping-pong": cost_model.TC_PINGPONG,
+            "cooperative": cost_model.TC_COOPERATIVE}.get(schedule, 0)
     for tile in tiles.candidates:
         if (tile[4] if len(tile) > 4 else 0) == want:
             return tile, f"--cuda-gemm-schedule {schedule}"

@@ -15,7 +15,7 @@ from fusec.compiler.targets.cuda.device import DEFAULT_ARCH, DEFAULT_FEATURES
 from fusec.passes import cost_model
 
 
-GEMM_SCHEDULES = ("model", "ping-pong", "one-warpgroup")
+GEMM_SCHEDULES = ("model", "ping-pong", "cooperative", "one-warpgroup")
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,8 @@ class CudaOptions:
     gemm_schedule: str = field(default="model", metadata={"help": (
         "Our tensor-core GEMMs' schedule: \"model\" (the cost model's or the tuning cache's "
         "tile), \"ping-pong\" (persistent, a producer and two consumer warpgroups taking "
-        "tiles in turn, where the tiles fill the SMs) or \"one-warpgroup\" (a CTA per "
-        "tile).")})
+        "tiles in turn, where the tiles fill the SMs), \"cooperative\" (persistent, the "
+        "two consumers on each 256 x 128 tile) or \"one-warpgroup\" (a CTA per tile).")})
     tile_candidate: int = field(default=-1, metadata={"help": (
         "Tuning: every tunable kernel takes its candidate tile of this index (0: the cost "
         "model's; -1: the cache's or the model's). `--tune` sets it.")})

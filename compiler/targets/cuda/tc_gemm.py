@@ -415,6 +415,8 @@ def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
     fused = "+".join(tc.split.fused)
     if len(tile) > 4 and tile[4] == cost_model.TC_PINGPONG:
         schedule = "persistent ping-pong"
+    elif len(tile) > 4 and tile[4] == cost_model.TC_COOPERATIVE:
+        schedule = "persistent cooperative"
     else:
         ctas = cost_model.tc_gemm_ctas_per_sm(-(-m // tile[0]) * -(-n // tile[1]), device)
         schedule = f"{ctas} CTA{'s' if ctas > 1 else ''} per SM"
@@ -708,7 +710,8 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     info = {"path": "tc_gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
             "flops": 2 * found.m * found.n * found.k, "epilogue": fused,
             "tile": [t.bm, t.bn, t.bk, t.stages] + ([t.schedule] if t.schedule else []),
-            "schedule": "ping-pong" if t.schedule == wgmma.PINGPONG else "one warpgroup",
+            "schedule": {wgmma.PINGPONG: "ping-pong", wgmma.COOPERATIVE: "cooperative"}.get(
+                t.schedule, "one warpgroup"),
             "b_layout": problem.b_layout,
             "epilogue_unroll": unroll, **tuning_info(group)}
     kind = str(group.attributes["kind"]).strip('"')

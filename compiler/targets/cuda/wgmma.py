@@ -36,13 +36,15 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from fusec.compiler.targets.cuda.device import CudaCodegenError
-from fusec.passes.cost_model import TC_PINGPONG
+from fusec.passes.cost_model import TC_COOPERATIVE, TC_PINGPONG
 
 # Element types wgmma takes from shared memory with f32 accumulation.
 MMA_INPUTS = {"bf16": 2, "f16": 2}
 OUTPUTS = {"bf16": 2, "f16": 2, "f32": 4}
 WARPGROUP = 128
 PINGPONG = TC_PINGPONG  # GemmTile.schedule of the persistent ping-pong kernel
+COOPERATIVE = TC_COOPERATIVE  # its cooperative variant: both consumers on one 256-row tile
+PERSISTENT = (PINGPONG, COOPERATIVE)  # schedules of `pingpong_kernel_text`
 CONSUMERS = 2  # its consumer warpgroups
 # Row passes of the epilogue per loop iteration (see kernel_text): all of them. The
 # accumulator registers are free by then (the values are in shared memory), so each
@@ -61,7 +63,8 @@ class GemmTile:
     bk: int = 64
     stages: int = 4
     # 0: one warpgroup per CTA, a CTA per tile (`kernel_text`); 1: persistent, a producer
-    # and two consumer warpgroups taking turns (`pingpong_kernel_text`).
+    # and two consumer warpgroups taking turns (`pingpong_kernel_text`); 2: persistent, the
+    # two consumers each taking half of one tile (BM 256) at once (the same function).
     schedule: int = 0
 
     def stage_bytes(self, element_bytes: int) -> int:
@@ -70,9 +73,9 @@ class GemmTile:
     def shared_bytes(self, element_bytes: int) -> int:
         """Dynamic shared memory: the stages, or the f32 accumulator tile if larger (the
         epilogue reuses the stages' memory), plus nothing else (mbarriers are static).
-        Ping-pong: the stages, then the epilogue's own buffer (64 f32 rows of each
-        consumer's tile: the accumulator goes out in halves of 64 rows)."""
-        if self.schedule == PINGPONG:
+        Ping-pong and cooperative: the stages, then the epilogue's own buffer (64 f32 rows
+        of each consumer's 128: the accumulator goes out in halves of 64 rows)."""
+        if self.schedule in PERSISTENT:
             return self.stages * self.stage_bytes(element_bytes) + CONSUMERS * 64 * self.bn * 4
         return max(self.stages * self.stage_bytes(element_bytes), self.bm * self.bn * 4)
 
@@ -156,7 +159,7 @@ def launch_geometry(problem: GemmProblem, tile: GemmTile, units: int) -> tuple[i
     """(grid, block, dynamic shared bytes) of the kernel `build_kernel_text` gives for `tile`
     on a device of `units` SMs."""
     eb = MMA_INPUTS[problem.in_type]
-    if tile.schedule == PINGPONG:
+    if tile.schedule in PERSISTENT:
         return pingpong_grid(problem, tile, units), PINGPONG_BLOCK, tile.shared_bytes(eb)
     return grid(problem, tile), WARPGROUP, tile.shared_bytes(eb)
 
@@ -164,7 +167,7 @@ def launch_geometry(problem: GemmProblem, tile: GemmTile, units: int) -> tuple[i
 def build_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, units: int,
                       epilogue: Epilogue | None = None, unroll: int = EPILOGUE_UNROLL) -> str:
     """The kernel of `tile`'s schedule."""
-    if tile.schedule == PINGPONG:
+    if tile.schedule in PERSISTENT:
         return pingpong_kernel_text(name, problem, tile, pingpong_grid(problem, tile, units),
                                     epilogue, unroll)
     return kernel_text(name, problem, tile, epilogue, unroll)
@@ -415,14 +418,20 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     after tile i - 1's). The producer gives its registers to the consumers (setmaxnreg).
     The consumers issue `nvvm.wgmma.mma_async` on `!llvm.struct` accumulators (two m64
     halves of the BM x BN tile), the first k-tile of each tile with scale-d zero, and store
-    their fragments to the epilogue buffer themselves."""
+    their fragments to the epilogue buffer themselves.
+
+    Cooperative (`tile.schedule` COOPERATIVE, BM 256): both consumers take every tile of
+    the CTA, consumer w its rows 128 w .. 128 w + 127, from the same stages (each stage
+    released by both: eight warps), so there is no turn; a 256 x 128 tile loads a quarter
+    less of A and B per MMA than two 128 x 128 ones, but the epilogues are not hidden."""
     why = refusal(problem, tile)
     if why is not None:
         raise CudaCodegenError(f"tensor-core GEMM: {why}")
     p, t = problem, tile
-    if t.bm != 128:
-        raise CudaCodegenError(f"tensor-core GEMM: the ping-pong schedule takes BM = 128, "
-                               f"not {t.bm}")
+    coop = t.schedule == COOPERATIVE
+    if t.bm != (256 if coop else 128):
+        raise CudaCodegenError(f"tensor-core GEMM: the {'cooperative' if coop else 'ping-pong'}"
+                               f" schedule takes BM = {256 if coop else 128}, not {t.bm}")
     eb = MMA_INPUTS[p.in_type]
     el, out = p.in_type, p.out_type
     k_tiles = -(-p.k // t.bk)
@@ -502,11 +511,13 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit(f"  %bar = nvgpu.mbarrier.create -> {bar}")
     emit("  %first = arith.cmpi eq, %tid, %c0 : index")
     emit("  scf.if %first {")
+    emit(f"    %c_release = arith.constant {8 if coop else 4} : index")
     for s_ in range(stages):
         emit(f"    %cf{s_} = arith.constant {s_} : index")
         emit(f"    nvgpu.mbarrier.init %bar[%cf{s_}], %c1 : {bar}")
         emit(f"    %ce{s_} = arith.constant {stages + s_} : index")
-        emit(f"    nvgpu.mbarrier.init %bar[%ce{s_}], %c4 : {bar}")  # a consumer's 4 warps
+        # Released by a consumer's 4 warps (cooperative: both consumers', 8).
+        emit(f"    nvgpu.mbarrier.init %bar[%ce{s_}], %c_release : {bar}")
     emit(f"    %c_turn = arith.constant {2 * stages} : index")
     emit(f"    nvgpu.mbarrier.init %bar[%c_turn], %c1 : {bar}")
     emit("    nvgpu.tma.prefetch.descriptor %tma_a : " + tm_a)
@@ -591,9 +602,22 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit(f"    %desc_k = arith.constant {descriptor_base(0)} : i64")
     b_lbo = 0 if p.b_layout == "nk" else t.bk * 128
     emit(f"    %desc_b = arith.constant {descriptor_base(b_lbo)} : i64")
-    emit("    scf.for %ci = %wg to %my_tiles step %c2 {")
+    if coop:
+        # This consumer's half of A in each stage: descriptor units (16 bytes) past the
+        # stage's start.
+        emit("    %wg_i64 = arith.index_cast %wg : index to i64")
+        emit(f"    %c_a_half = arith.constant {(128 * t.bk * eb) >> 4} : i64")
+        emit("    %a_half = arith.muli %wg_i64, %c_a_half : i64")
+        emit("    %c128 = arith.constant 128 : index")
+        emit("    %wrow = arith.muli %wg, %c128 : index")
+        emit("    scf.for %ci = %c0 to %my_tiles step %c1 {")
+    else:
+        emit("    scf.for %ci = %wg to %my_tiles step %c2 {")
     ind = "      "
     m0, _ = tile_origin(ind, "%ci", "c")
+    if coop:
+        emit(f"{ind}%m0w = arith.addi {m0}, %wrow : index")
+        m0 = "%m0w"
     emit(f"{ind}%cg0 = arith.muli %ci, %c_k_tiles : index")
     # The consumers' turn: tile i's main loop starts once tile i - 1's has waited for all
     # its stages (the `turn` mbarrier completes phase j when tile j's main loop is done).
@@ -603,13 +627,15 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     # once on the first round's barrier. The turn also keeps the two consumers' MMAs apart:
     # one's epilogue runs beside the other's main loop (CUTLASS's ordered math barrier).
     emit(f"{ind}%c_turn_i = arith.constant {2 * stages} : index")
-    emit(f"{ind}%not_first = arith.cmpi uge, %ci, %c1 : index")
-    emit(f"{ind}scf.if %not_first {{")
-    emit(f"{ind}  %prev_tile = arith.subi %ci, %c1 : index")
-    turn = parity(ind + "  ", "%prev_tile", "t")
-    emit(f"{ind}  nvgpu.mbarrier.try_wait.parity %bar[%c_turn_i], {turn}, %c_ticks : {bar}")
-    emit(f"{ind}}}")
-    halves = t.bm // 64
+    if not coop:
+        emit(f"{ind}%not_first = arith.cmpi uge, %ci, %c1 : index")
+        emit(f"{ind}scf.if %not_first {{")
+        emit(f"{ind}  %prev_tile = arith.subi %ci, %c1 : index")
+        turn = parity(ind + "  ", "%prev_tile", "t")
+        emit(f"{ind}  nvgpu.mbarrier.try_wait.parity %bar[%c_turn_i], {turn}, %c_ticks : "
+             f"{bar}")
+        emit(f"{ind}}}")
+    halves = 2  # m64 halves of the consumer's 128 rows
     st = accumulator_struct(t.bn // 2)
     b_order = "col" if p.b_layout == "nk" else "row"
     # A k-step of 16 is +32 bytes in the 128-byte swizzle row of a K-major operand, or 16
@@ -629,7 +655,11 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
         emit(f"{ind}%addr{u} = arith.addi %sbase, %offi{u} : i64")
         emit(f"{ind}%sh{u} = arith.shrui %addr{u}, %c4_i64 : i64")
         emit(f"{ind}%st{u} = arith.andi %sh{u}, %c3fff_i64 : i64")
-        emit(f"{ind}%da{u} = arith.ori %st{u}, %desc_k : i64")
+        if coop:
+            emit(f"{ind}%sta{u} = arith.addi %st{u}, %a_half : i64")
+            emit(f"{ind}%da{u} = arith.ori %sta{u}, %desc_k : i64")
+        else:
+            emit(f"{ind}%da{u} = arith.ori %st{u}, %desc_k : i64")
         emit(f"{ind}%c_boff{u} = arith.constant {a_bytes >> 4} : i64")
         emit(f"{ind}%stb{u} = arith.addi %st{u}, %c_boff{u} : i64")
         emit(f"{ind}%db{u} = arith.ori %stb{u}, %desc_b : i64")
@@ -677,12 +707,13 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit(f"{ind2}}}")
     emit(f"{ind2}scf.yield {', '.join(current)} : {', '.join([st] * halves)}")
     emit(f"{ind}}}")
-    # This main loop has seen all its stages: the other consumer's turn.
-    emit(f"{ind}%turn_lead = arith.cmpi eq, %ltid, %c0 : index")
-    emit(f"{ind}scf.if %turn_lead {{")
-    emit(f"{ind}  %tokt = nvgpu.mbarrier.arrive %bar[%c_turn_i] : {bar} -> "
-         f"!nvgpu.mbarrier.token")
-    emit(f"{ind}}}")
+    if not coop:
+        # This main loop has seen all its stages: the other consumer's turn.
+        emit(f"{ind}%turn_lead = arith.cmpi eq, %ltid, %c0 : index")
+        emit(f"{ind}scf.if %turn_lead {{")
+        emit(f"{ind}  %tokt = nvgpu.mbarrier.arrive %bar[%c_turn_i] : {bar} -> "
+             f"!nvgpu.mbarrier.token")
+        emit(f"{ind}}}")
     emit(f"{ind}nvvm.wgmma.wait.group.sync.aligned 0")
     emit(f"{ind}scf.if %warp_lead {{")
     emit(f"{ind}  %gl0 = arith.addi %cg0, %c_k_tiles : index")
