@@ -979,8 +979,10 @@ def norm_prologue_fold_pays(m: int, ns: list[int], k: int, element_bytes: int,
         library = library_gemm_s(m, n, k, moved, device)
         unfolded += min(ours, library)
         vectors = 4 * (m * (row_values + terms) + n * terms)
-        ours += tc_epilogue_s(m * n, row_values + 2 * terms, device) + \
-            roofline_s(vectors, 0, device)
+        epilogue = tc_epilogue_s(m * n, row_values + 2 * terms, device)
+        ours = tc_gemm_tile_s(m, n, k, moved, device,
+                              tc_gemm_tile(m, n, k, element_bytes, device, epilogue),
+                              epilogue) + roofline_s(vectors, 0, device)
         library += kernel_s(2 * 4 * m * n + vectors, 0, device)
         folded += min(ours, library)
     return folded < unfolded
@@ -1007,6 +1009,7 @@ def tc_gemm_ctas_per_sm(tiles: int, device: Device) -> int:
 TC_GEMM_TILES = ((128, 128), (64, 256), (128, 64), (64, 128))
 TC_PINGPONG = 1  # the schedule value of compiler/targets/cuda/wgmma.py's ping-pong kernel
 TC_COOPERATIVE = 2  # and of its cooperative variant (BM 256: both consumers on each tile)
+TC_COOPERATIVE_STAGES = 4  # beside 32-row epilogue buffers (3 beside 64-row ones: run 205)
 TC_GEMM_MAX_ACCUMULATOR = 128 * 128
 
 
@@ -1022,13 +1025,14 @@ def tc_pingpong_fits(m: int, n: int, element_bytes: int, device: Device) -> bool
 
 
 def tc_cooperative_fits(m: int, n: int, element_bytes: int, device: Device) -> bool:
-    """The persistent cooperative schedule (256 x 128 tiles, both consumers on each, three
-    stages beside the two 64-row f32 buffers) takes this output: at least as many of its
-    tiles as SMs, and its shared memory within the SM's."""
+    """The persistent cooperative schedule (256 x 128 tiles, both consumers on each,
+    TC_COOPERATIVE_STAGES stages beside the consumers' 32-row f32 buffers at least) takes
+    this output: at least as many of its tiles as SMs, and its shared memory within the
+    SM's."""
     bk = 128 // element_bytes
     budget = device.shared_bytes_per_unit - 2048
     return -(-m // 256) * -(-n // 128) >= device.parallel_units and \
-        3 * (256 + 128) * bk * element_bytes + 2 * 64 * 128 * 4 <= budget
+        TC_COOPERATIVE_STAGES * (256 + 128) * bk * element_bytes + 2 * 32 * 128 * 4 <= budget
 
 
 def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
@@ -1036,28 +1040,28 @@ def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
     return (128, 128, 64, 3 if tc_gemm_ctas_per_sm(tiles, device) == 2 else 4)
 
 
-def tc_gemm_tile(m: int, n: int, k: int, element_bytes: int,
-                 device: Device) -> tuple[int, ...]:
+def tc_gemm_tile(m: int, n: int, k: int, element_bytes: int, device: Device,
+                 epilogue_s: float = 0.0) -> tuple[int, ...]:
     """The model's tile (BM, BN, BK, stages[, schedule]) for an M x N x K GEMM: 128 x 128,
     one warpgroup with 4 stages (one CTA per SM) or 3 (two CTAs), by whole waves
     (`tc_gemm_ctas_per_sm`); or, for 16-bit inputs, a persistent schedule (a fifth value:
     TC_PINGPONG, 128 x 128 tiles; TC_COOPERATIVE, 256 x 128) where its tiles fill the SMs
-    and `tc_gemm_s` predicts it the fastest."""
+    and `tc_gemm_s` predicts it the fastest with the epilogue's arithmetic (`epilogue_s`)."""
     tiles = [_tc_one_warpgroup_tile(m, n, device)]
     if element_bytes == 2 and tc_pingpong_fits(m, n, element_bytes, device):
         tiles.append((128, 128, 64, 4, TC_PINGPONG))
     if element_bytes == 2 and tc_cooperative_fits(m, n, element_bytes, device):
-        tiles.append((256, 128, 64, 3, TC_COOPERATIVE))
-    return min(tiles, key=lambda tile: tc_gemm_tile_s(m, n, k, 0, device, tile))
+        tiles.append((256, 128, 64, TC_COOPERATIVE_STAGES, TC_COOPERATIVE))
+    return min(tiles, key=lambda tile: tc_gemm_tile_s(m, n, k, 0, device, tile, epilogue_s))
 
 
 def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_b: bool,
-                            device: Device) -> list[tuple[int, ...]]:
+                            device: Device, epilogue_s: float = 0.0) -> list[tuple[int, ...]]:
     """The tiles `--tune` measures for our GEMM, the model's choice first, then the other
     schedules' tiles (below), then each shape of TC_GEMM_TILES with the deepest pipeline
     that fits one CTA per SM and the deepest that fits two (a K x N B, `n_major_b`, is read in 64-column boxes: BN a multiple of 64), no
     tile wider than the problem needs, no pipeline deeper than K's tiles."""
-    first = tc_gemm_tile(m, n, k, element_bytes, device)
+    first = tc_gemm_tile(m, n, k, element_bytes, device, epilogue_s)
     out = [first]
     bk = 128 // element_bytes
     k_tiles = max(1, -(-k // bk))
@@ -1069,7 +1073,8 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
     if len(first) > 4:
         out.append(_tc_one_warpgroup_tile(m, n, device))
     for tile, fits in (((128, 128, bk, 4, TC_PINGPONG), tc_pingpong_fits),
-                       ((256, 128, bk, 3, TC_COOPERATIVE), tc_cooperative_fits)):
+                       ((256, 128, bk, TC_COOPERATIVE_STAGES, TC_COOPERATIVE),
+                        tc_cooperative_fits)):
         if tile not in out and fits(m, n, element_bytes, device):
             out.append(tile)
     for bm, bn in TC_GEMM_TILES:
@@ -1096,44 +1101,51 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
 # ping-pong 0.89-1.07x with it; at 8192^3 both the model and the device put one warpgroup
 # at two CTAs per SM 1.07x ahead.
 TC_GEMM_EXPOSED_S = 2e-6
-# The cooperative schedule's tiles (256 x 128, both consumers on each) run their MMAs at this
-# fraction of `matmul_flops_per_s` (the one-warpgroup kernel's 128 x 128 tiles at
-# TC_GEMM_EFFICIENCY), each round of one tile per SM with TC_GEMM_EXPOSED_S exposed (the
-# epilogues are not hidden). Fitted on an H100 (RESULTS run 203): 8192^3 at 664 TFLOP/s,
-# 1.14x the one-warpgroup kernel and 0.93x cuBLAS; 8192x4096x4096 and 16384x4096x4096 within
-# 4% of this model.
-TC_COOPERATIVE_EFFICIENCY = 1.03
+# The cooperative schedule's tiles (256 x 128, both consumers on each, 4 stages) run their
+# MMAs at this fraction of `matmul_flops_per_s` (the one-warpgroup kernel's 128 x 128 tiles
+# at TC_GEMM_EFFICIENCY), each round of one tile per SM with TC_COOPERATIVE_EXPOSED_S
+# exposed (its accumulator's way out through shared memory; the epilogue's arithmetic is
+# not hidden either). Fitted on an H100 (RESULTS run 205): 8192^3 at 751 TFLOP/s,
+# 8192x4096x4096 and 16384x4096x4096 at 757-763, GPT-2's K = 768 shapes at 471-535: this
+# model within 4% on all five.
+TC_COOPERATIVE_EFFICIENCY = 1.20
+TC_COOPERATIVE_EXPOSED_S = 3e-6
 
 
 def tc_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device, tile_m: int = 128,
-              tile_n: int = 128, tile_k: int = 64, schedule: int = 0) -> float:
+              tile_n: int = 128, tile_k: int = 64, schedule: int = 0,
+              epilogue_s: float = 0.0) -> float:
     """Predicted time of our tensor-core GEMM kernel (with its epilogue's traffic in
-    `bytes_moved`): whole waves of whole tiles (the ping-pong schedule: rounds of one tile
-    per SM) with what each leaves exposed, or the HBM time, plus one launch."""
+    `bytes_moved` and its arithmetic's time, `tc_epilogue_s`, in `epilogue_s`): whole waves
+    of whole tiles (the persistent schedules: rounds of one tile per SM) with what each
+    leaves exposed, or the HBM time, plus one launch. The ping-pong schedule hides a tile's
+    epilogue behind the other consumer's MMAs of the next, up to their time."""
     tiles = -(-m // tile_m) * -(-n // tile_n)
     units = device.parallel_units
     efficiency = TC_COOPERATIVE_EFFICIENCY if schedule == TC_COOPERATIVE else \
         TC_GEMM_EFFICIENCY
     per_tile = 2 * tile_m * tile_n * (-(-k // tile_k) * tile_k) / (
         device.matmul_flops_per_s * efficiency / units)
+    rounds = -(-tiles // units)
     if schedule == TC_COOPERATIVE:
-        busy = -(-tiles // units) * (per_tile + TC_GEMM_EXPOSED_S)
+        busy = rounds * (per_tile + TC_COOPERATIVE_EXPOSED_S) + epilogue_s
     elif schedule == TC_PINGPONG:
-        busy = -(-tiles // units) * per_tile + TC_GEMM_EXPOSED_S
+        epilogue_tile = epilogue_s / rounds
+        busy = rounds * max(per_tile, epilogue_tile) + epilogue_tile + TC_GEMM_EXPOSED_S
     elif tc_gemm_ctas_per_sm(tiles, device) == 2:
         pairs = -(-tiles // (2 * units))
-        busy = 2 * pairs * TWO_CTA_WAVE_FACTOR * per_tile + pairs * TC_GEMM_EXPOSED_S
+        busy = 2 * pairs * TWO_CTA_WAVE_FACTOR * per_tile + pairs * TC_GEMM_EXPOSED_S + \
+            epilogue_s
     else:
-        waves = -(-tiles // units)
-        busy = waves * (per_tile + TC_GEMM_EXPOSED_S)
+        busy = rounds * (per_tile + TC_GEMM_EXPOSED_S) + epilogue_s
     return device.launch_s + max(busy, bytes_moved / device.hbm_bytes_per_s)
 
 
 def tc_gemm_tile_s(m: int, n: int, k: int, bytes_moved: int, device: Device,
-                   tile: tuple[int, ...]) -> float:
+                   tile: tuple[int, ...], epilogue_s: float = 0.0) -> float:
     """`tc_gemm_s` for a tile as `tc_gemm_tile` gives it."""
     return tc_gemm_s(m, n, k, bytes_moved, device, tile[0], tile[1], tile[2],
-                     tile[4] if len(tile) > 4 else 0)
+                     tile[4] if len(tile) > 4 else 0, epilogue_s)
 
 
 def library_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device) -> float:

@@ -208,10 +208,10 @@ def test_gemm_schedule_option(schedule, tmp_path):
     launch = meta["plan"]["launches"][0]
     if schedule == "cooperative":
         # 256 x 128 tiles, both consumers on each: 32 x 6 of them, a CTA per SM.
-        assert info["tile"] == [256, 128, 64, 3, 2] and info["schedule"] == "cooperative"
+        assert info["tile"] == [256, 128, 64, 4, 2] and info["schedule"] == "cooperative"
         assert info["tile_from"] == "--cuda-gemm-schedule cooperative"
         assert (launch["grid"], launch["block"]) == (132, 384)
-        assert launch["shared_bytes"] == 3 * 384 * 64 * 2 + 2 * 64 * 128 * 4
+        assert launch["shared_bytes"] == 4 * 384 * 64 * 2 + 2 * 32 * 128 * 4
     elif schedule != "one-warpgroup":
         assert info["tile"] == [128, 128, 64, 4, 1] and info["schedule"] == "ping-pong"
         assert info["tile_from"] == ("cost model" if schedule == "model"

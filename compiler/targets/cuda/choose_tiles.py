@@ -47,8 +47,8 @@ class KernelTiles:
 
 def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     from fusec.compiler.targets.cuda.body import GEMM_OPS
-    from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _step_name, out_type_of,
-                                                     tc_chain, tc_operands)
+    from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _step_name, epilogue_ops,
+                                                     out_type_of, tc_chain, tc_operands)
 
     ops = [o.operation for o in group.regions[0].blocks[0].operations]
     mm = next(o for o in ops if o.name in GEMM_OPS)
@@ -62,10 +62,12 @@ def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     key = (f"tc_gemm m={found.m} n={found.n} k={found.k} a={found.a.element} out={out} "
            f"b={b} epilogue={steps}")
     eb = ELEMENT_BYTES[found.a.element]
+    epilogue = cost_model.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device)
     candidates = cost_model.tc_gemm_tile_candidates(found.m, found.n, found.k, eb, b == "kn",
-                                                    device)
+                                                    device, epilogue)
     ab = _bytes([found.a.source, found.b.source]) + _bytes([ops[-1].operands[0]])
-    predicted = cost_model.tc_gemm_tile_s(found.m, found.n, found.k, ab, device, candidates[0])
+    predicted = cost_model.tc_gemm_tile_s(found.m, found.n, found.k, ab, device,
+                                          candidates[0], epilogue)
     return KernelTiles(key, candidates, predicted * 1e6)
 
 

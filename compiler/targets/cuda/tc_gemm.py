@@ -408,10 +408,10 @@ def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
     m, n, k = found.m, found.n, found.k
     generics = [o for o in tc.chain if o.name == "linalg.generic"]
     ab = _bytes([found.a.source, found.b.source])
-    tile = cost_model.tc_gemm_tile(m, n, k, ELEMENT_BYTES[found.a.element], device)
+    epilogue = cost_model.tc_epilogue_s(m * n, epilogue_ops(tc.chain), device)
+    tile = cost_model.tc_gemm_tile(m, n, k, ELEMENT_BYTES[found.a.element], device, epilogue)
     ours = cost_model.tc_gemm_tile_s(m, n, k, ab + _bytes(_external(generics)) +
-                                     _bytes([tc.result]), device, tile) + \
-        cost_model.tc_epilogue_s(m * n, epilogue_ops(tc.chain), device)
+                                     _bytes([tc.result]), device, tile, epilogue)
     fused = "+".join(tc.split.fused)
     if len(tile) > 4 and tile[4] == cost_model.TC_PINGPONG:
         schedule = "persistent ping-pong"
@@ -686,7 +686,8 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
 
     recorded = recorded_tile(group)
     t = wgmma.GemmTile(*(recorded or cost_model.tc_gemm_tile(
-        found.m, found.n, found.k, ELEMENT_BYTES[found.a.element], device)))
+        found.m, found.n, found.k, ELEMENT_BYTES[found.a.element], device,
+        cost_model.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device))))
     unroll = cost_model.tc_epilogue_unroll(epilogue_ops(chain))
     # Built once per body, problem, tile, unroll, aligned operands and SM count (built.py):
     # a model's layers have the same GEMMs.

@@ -40,6 +40,9 @@ from fusec.passes.cost_model import TC_COOPERATIVE, TC_PINGPONG
 
 # Element types wgmma takes from shared memory with f32 accumulation.
 MMA_INPUTS = {"bf16": 2, "f16": 2}
+# Dynamic shared memory a block may take on sm_90 (227 KB) less the 1 KB of the kernel's
+# static shared memory (its mbarriers, aligned).
+DYNAMIC_SHARED_LIMIT = 227 * 1024 - 1024
 OUTPUTS = {"bf16": 2, "f16": 2, "f32": 4}
 WARPGROUP = 128
 PINGPONG = TC_PINGPONG  # GemmTile.schedule of the persistent ping-pong kernel
@@ -70,13 +73,21 @@ class GemmTile:
     def stage_bytes(self, element_bytes: int) -> int:
         return (self.bm + self.bn) * self.bk * element_bytes
 
+    def epilogue_rows(self, element_bytes: int) -> int:
+        """A persistent schedule's consumer takes its accumulator out through shared
+        memory 64 rows at a time, or 32 where 64 would not fit beside the stages (the
+        cooperative schedule's fourth stage)."""
+        stages = self.stages * self.stage_bytes(element_bytes)
+        return 64 if stages + CONSUMERS * 64 * self.bn * 4 <= DYNAMIC_SHARED_LIMIT else 32
+
     def shared_bytes(self, element_bytes: int) -> int:
         """Dynamic shared memory: the stages, or the f32 accumulator tile if larger (the
         epilogue reuses the stages' memory), plus nothing else (mbarriers are static).
-        Ping-pong and cooperative: the stages, then the epilogue's own buffer (64 f32 rows
-        of each consumer's 128: the accumulator goes out in halves of 64 rows)."""
+        Ping-pong and cooperative: the stages, then the epilogue's own buffer
+        (`epilogue_rows` f32 rows of each consumer's 128 at a time)."""
         if self.schedule in PERSISTENT:
-            return self.stages * self.stage_bytes(element_bytes) + CONSUMERS * 64 * self.bn * 4
+            return self.stages * self.stage_bytes(element_bytes) + \
+                CONSUMERS * self.epilogue_rows(element_bytes) * self.bn * 4
         return max(self.stages * self.stage_bytes(element_bytes), self.bm * self.bn * 4)
 
 
@@ -576,17 +587,25 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit("    %w1 = arith.addi %wg, %c1 : index")
     emit("    %wbar = arith.index_cast %w1 : index to i32")
     emit("    %c_wg_i32 = arith.constant 128 : i32")
-    # The epilogue buffer: 64 f32 rows per consumer (rows 64 w ..), written from the
+    # The epilogue buffer: `er` f32 rows per consumer (rows er w ..), written from the
     # accumulator's fragment (thread t of warp v holds rows 16 (v % 4) + t / 4 (+ 8), columns
-    # 8 c + 2 (t % 4) (+ 1)) and read back a row at a time by `_emit_epilogue`.
-    emit("    %c_half_rows = arith.constant 64 : index")
+    # 8 c + 2 (t % 4) (+ 1)) and read back a row at a time by `_emit_epilogue`; with 32 rows,
+    # an m64 half goes out in two parts, warps 0-1's rows then warps 2-3's.
+    er = t.epilogue_rows(eb)
+    parts = 64 // er
+    ebuf_type = f"memref<{CONSUMERS * er}x{t.bn}xf32, {ws}>"
+    emit(f"    %c_half_rows = arith.constant {er} : index")
     emit("    %erow0 = arith.muli %wg, %c_half_rows : index")
-    emit(f"    %ebuf = memref.view %smem[%c_epi][] : memref<?xi8, {ws}> to "
-         f"memref<{CONSUMERS * 64}x{t.bn}xf32, {ws}>")
+    emit(f"    %ebuf = memref.view %smem[%c_epi][] : memref<?xi8, {ws}> to {ebuf_type}")
     emit("    %wtid = arith.divui %ltid, %c_warp : index")
     emit("    %c16 = arith.constant 16 : index")
     emit("    %c8 = arith.constant 8 : index")
-    emit("    %frow0 = arith.muli %wtid, %c16 : index")
+    if parts > 1:
+        emit("    %wpart = arith.divui %wtid, %c2 : index")  # the part of its rows
+        emit("    %wrow16 = arith.remui %wtid, %c2 : index")
+        emit("    %frow0 = arith.muli %wrow16, %c16 : index")
+    else:
+        emit("    %frow0 = arith.muli %wtid, %c16 : index")
     emit("    %lq = arith.divui %wlane, %c4 : index")
     emit("    %lr = arith.remui %wlane, %c4 : index")
     emit("    %frow1 = arith.addi %frow0, %lq : index")
@@ -723,29 +742,39 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit(f"{ind}  %tokl = nvgpu.mbarrier.arrive %bar[%el] : {bar} -> !nvgpu.mbarrier.token")
     emit(f"{ind}}}")
     for h in range(halves):
-        # The buffer is free (this warpgroup's reads of the last half are done), then full.
-        emit(f"{ind}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
-        for c in range(t.bn // 8):
-            emit(f"{ind}%fc{h}_{c} = arith.constant {8 * c} : index")
-            emit(f"{ind}%fcol{h}_{c} = arith.addi %fcol0, %fc{h}_{c} : index")
-            for half_row, row in ((0, "%frow"), (2, "%frow8")):
-                pair = []
-                for j in range(2):
-                    v = f"%fv{h}_{c}_{half_row + j}"
-                    emit(f"{ind}{v} = llvm.extractvalue %acc#{h}[{4 * c + half_row + j}] : "
-                         f"{st}")
-                    pair.append(v)
-                emit(f"{ind}%fp{h}_{c}_{half_row} = vector.from_elements {pair[0]}, {pair[1]} "
-                     f": vector<2xf32>")
-                emit(f"{ind}vector.store %fp{h}_{c}_{half_row}, %ebuf[{row}, %fcol{h}_{c}] : "
-                     f"memref<{CONSUMERS * 64}x{t.bn}xf32, {ws}>, vector<2xf32>")
-        emit(f"{ind}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
-        emit(f"{ind}%c_h{h} = arith.constant {h * 64} : index")
-        emit(f"{ind}%orow{h} = arith.addi {m0}, %c_h{h} : index")
-        _emit_epilogue(emit, p, t, epilogue, unroll, "%ebuf",
-                       f"memref<{CONSUMERS * 64}x{t.bn}xf32, {ws}>", rows=64,
-                       buffer_row0="%erow0", out_row0=f"%orow{h}", tid="%ltid", n0="%n0_c",
-                       d_type=d_type, indent=ind, tag=f"_h{h}")
+        for q in range(parts):
+            x = f"{h}" if parts == 1 else f"{h}_{q}"
+            # The buffer is free (this warpgroup's reads of the last part are done), then
+            # full.
+            emit(f"{ind}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
+            sind = ind
+            if parts > 1:
+                emit(f"{ind}%c_part{x} = arith.constant {q} : index")
+                emit(f"{ind}%mine{x} = arith.cmpi eq, %wpart, %c_part{x} : index")
+                emit(f"{ind}scf.if %mine{x} {{")
+                sind = ind + "  "
+            for c in range(t.bn // 8):
+                emit(f"{sind}%fc{x}_{c} = arith.constant {8 * c} : index")
+                emit(f"{sind}%fcol{x}_{c} = arith.addi %fcol0, %fc{x}_{c} : index")
+                for half_row, row in ((0, "%frow"), (2, "%frow8")):
+                    pair = []
+                    for j in range(2):
+                        v = f"%fv{x}_{c}_{half_row + j}"
+                        emit(f"{sind}{v} = llvm.extractvalue %acc#{h}[{4 * c + half_row + j}] "
+                             f": {st}")
+                        pair.append(v)
+                    emit(f"{sind}%fp{x}_{c}_{half_row} = vector.from_elements {pair[0]}, "
+                         f"{pair[1]} : vector<2xf32>")
+                    emit(f"{sind}vector.store %fp{x}_{c}_{half_row}, %ebuf[{row}, "
+                         f"%fcol{x}_{c}] : {ebuf_type}, vector<2xf32>")
+            if parts > 1:
+                emit(f"{ind}}}")
+            emit(f"{ind}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
+            emit(f"{ind}%c_h{x} = arith.constant {h * 64 + q * er} : index")
+            emit(f"{ind}%orow{x} = arith.addi {m0}, %c_h{x} : index")
+            _emit_epilogue(emit, p, t, epilogue, unroll, "%ebuf", ebuf_type, rows=er,
+                           buffer_row0="%erow0", out_row0=f"%orow{x}", tid="%ltid",
+                           n0="%n0_c", d_type=d_type, indent=ind, tag=f"_h{x}")
     emit("    }")
     emit("  }")
     emit("  gpu.return")
