@@ -63,6 +63,11 @@ def linear_gelu(x, w, b):
     return F.gelu(F.linear(x, w, b))
 
 
+def linear(x, w):
+    """Issue 14's plain GEMM through the whole pipeline: x @ w^T (w a Linear's N x K weight)."""
+    return F.linear(x, w)
+
+
 def layernorm_linear(x, g, b, w, bias):
     """Issue 14's GEMM-prologue workload: LayerNorm in front of a Linear with its bias."""
     return F.linear(F.layer_norm(x, (x.shape[-1],), g, b, 1e-5), w, bias)
@@ -99,6 +104,8 @@ class Wrap(torch.nn.Module):
 def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
     if name == "lg":  # x [rows, cols] @ w[cols, cols]^T + b
         return [(rows, cols), (cols, cols), (cols,)]
+    if name == "mm":  # x [rows, cols] @ w[cols, cols]^T
+        return [(rows, cols), (cols, cols)]
     if name == "tel":  # batch 1, sequence `rows`, d_model `cols`
         return [(1, rows, cols)]
     if name == "lnlm":  # x [rows, cols]; the weights are the module's
@@ -115,7 +122,7 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
 
 
 FUNCTIONS = {"ew": ew_chain, "ln": residual_layernorm, "rms": rmsnorm, "softmax": softmax,
-             "lg": linear_gelu, "lnl": layernorm_linear}
+             "lg": linear_gelu, "lnl": layernorm_linear, "mm": linear}
 _LAYERS: dict[str, torch.nn.Module] = {}
 # Workloads that are modules with their own weights (seeded), one input.
 MODULES = {"tel": transformer_layer, "lnlm": layernorm_linear_module}
@@ -149,6 +156,10 @@ WORKLOADS = {
     "rms_bf16": ("rms", 16384, 4096, "RMSNorm 16384x4096 bf16", torch.bfloat16),
     "softmax_bf16": ("softmax", 8192, 8192, "softmax 8192x8192 bf16", torch.bfloat16),
     "linear_gelu": ("lg", 8192, 4096, "linear+bias+GELU 8192x4096x4096 fp32", torch.float32),
+    "mm_bf16": ("mm", 8192, 8192, "plain GEMM 8192x8192x8192 bf16 (F.linear, no bias)",
+                torch.bfloat16),
+    "mm_4096_bf16": ("mm", 8192, 4096, "plain GEMM 8192x4096x4096 bf16 (F.linear, no bias)",
+                     torch.bfloat16),
     "linear_gelu_bf16": ("lg", 8192, 4096, "linear+bias+GELU 8192x4096x4096 bf16",
                          torch.bfloat16),
     "ln_linear_bf16": ("lnl", 16384, 4096, "LayerNorm + Linear + bias 16384x4096 -> 4096 bf16",
