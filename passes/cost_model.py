@@ -1059,8 +1059,9 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
                             device: Device, epilogue_s: float = 0.0) -> list[tuple[int, ...]]:
     """The tiles `--tune` measures for our GEMM, the model's choice first, then the other
     schedules' tiles (below), then each shape of TC_GEMM_TILES with the deepest pipeline
-    that fits one CTA per SM and the deepest that fits two (a K x N B, `n_major_b`, is read in 64-column boxes: BN a multiple of 64), no
-    tile wider than the problem needs, no pipeline deeper than K's tiles."""
+    that fits one CTA per SM and the deepest that fits two (a K x N B, `n_major_b`, is read
+    in 64-column boxes: BN a multiple of 64), no tile wider than the problem needs, no
+    pipeline deeper than K's tiles."""
     first = tc_gemm_tile(m, n, k, element_bytes, device, epilogue_s)
     out = [first]
     bk = 128 // element_bytes
@@ -1068,8 +1069,8 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
     budget = device.shared_bytes_per_unit - 1024  # the block's reserved shared memory
     # The other schedules next: the one-warpgroup tile where the model chose a persistent
     # one, then the ping-pong and cooperative tiles where they fit (measured against each
-    # other on an H100, RESULTS runs 200 and 203: ping-pong 1.14-1.31x one warpgroup on
-    # GPT-2's projections; cooperative 1.10-1.14x on 4096- and 8192-sized problems).
+    # other on an H100, RESULTS runs 200-205: ping-pong 1.14-1.31x one warpgroup on GPT-2's
+    # projections; cooperative 1.20-1.29x on 4096- and 8192-sized problems).
     if len(first) > 4:
         out.append(_tc_one_warpgroup_tile(m, n, device))
     for tile, fits in (((128, 128, bk, 4, TC_PINGPONG), tc_pingpong_fits),

@@ -7,8 +7,8 @@ values read twice, row reshapes, a cast to f32), built here, run on the H200.
     python3 test/gpu/fuzz_tc_gemm.py run DIR                              on the H200
 
 With `--schedule ping-pong` or `cooperative` (both modes) every GEMM is built on that
-persistent schedule (`--cuda-gemm-schedule`; and ours wherever it takes the matmul, whatever the cost
-model predicts for cuBLASLt: `cost_model.prefer_tc_gemm` patched in this process), and the
+persistent schedule (`--cuda-gemm-schedule`; and ours wherever it takes the matmul,
+whatever the cost model predicts for cuBLASLt: `cost_model.prefer_tc_gemm` patched in this process), and the
 shapes are drawn with at least as many 128 x 128 tiles (cooperative: 256 x 128) as the
 H200 has SMs (with fewer the schedule is not used): M ragged by up to 99 rows,
 N any multiple of 4, K ragged or long (the ring of stages then wraps within and across

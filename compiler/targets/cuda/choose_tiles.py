@@ -19,9 +19,9 @@ kernel (`"attention"`), the pass records on the group:
 Options: `tuning` (a cache file; "off": the cost model only), `candidate` (>= 0: every
 such kernel takes its candidate of that index, the last where it has fewer; `--tune` builds
 one program per index and times them all at once) and `gemm-schedule` ("ping-pong",
-"cooperative", "one-warpgroup": each GEMM takes that schedule's first candidate; "model"). A cache entry
-whose tile this kernel cannot take (another fusec's candidates) is not used, and the
-reason is said.
+"cooperative", "one-warpgroup": each GEMM takes that schedule's first candidate; "model").
+A cache entry whose tile this kernel cannot take (another fusec's candidates) is not used,
+and the reason is said.
 """
 
 from __future__ import annotations
@@ -120,8 +120,9 @@ def _from_cache(entry: dict, tiles: KernelTiles) -> tuple[tuple[int, ...] | None
 def choose_tiles(func: ir.Operation, device_name: str, cache_path: str,
                  candidate: int, gemm_schedule: str = "model") -> int:
     """Record the tile of every tunable group of `func`; returns how many there are.
-    `gemm_schedule` ("ping-pong", "cooperative", "one-warpgroup"; "model": as chosen) restricts a GEMM's
-    tile to that schedule's first candidate (the model's choice where it is one)."""
+    `gemm_schedule` ("ping-pong", "cooperative", "one-warpgroup"; "model": as chosen)
+    restricts a GEMM's tile to that schedule's first candidate (the model's choice where it
+    is one)."""
     device = cost_model.device_named(device_name)
     entries = tuning.load(cache_path) if candidate < 0 else {}
     count = 0
