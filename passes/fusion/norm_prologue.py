@@ -35,7 +35,7 @@ Not folded (left as they are):
 - a weight that is not a constant (B computed, or a model input);
 - a problem the target's GEMM kernel does not build (`targets.gemm_kernel_refusal`), or
   where the cost model says the epilogue costs more than the tensor saved
-  (`cost_model.norm_prologue_fold_pays`).
+  (`gemm_cost.norm_prologue_fold_pays`).
 
 Before (LayerNorm then Linear, bf16):
     %c = extf %x; %d = %c - %mean; %n = %d * %rstd; %g = %n * gamma; %b = %g + beta
@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import mlir.ir as ir
 from mlir.dialects import linalg, tensor
 
-from fusec.passes import attributes, cost_model, targets
+from fusec.passes import attributes, cost_model, gemm_cost, targets
 from fusec.passes.constants import dense_attr, dense_floats, stored_values
 from fusec.passes.grouping import defining_op, model_functions, projection, use_owner, value_key
 from fusec.passes.registry import Pass, register
@@ -482,7 +482,7 @@ def pays(folds: list[Fold], device: cost_model.Device) -> bool:
     """The cost model's call for the GEMMs reading one normalised tensor."""
     rows = len({value_key(v) for f in folds for v, _ in f.form.coef.rows})
     f = folds[0]
-    return cost_model.norm_prologue_fold_pays(
+    return gemm_cost.norm_prologue_fold_pays(
         f.m, [fo.n for fo in folds], f.k, 2, rows,
         [len(_row_groups(fo.form.terms)) for fo in folds], device)
 

@@ -8,7 +8,7 @@ values read twice, row reshapes, a cast to f32), built here, run on the H200.
 
 With `--schedule ping-pong` or `cooperative` (both modes) every GEMM is built on that
 persistent schedule (`--cuda-gemm-schedule`; and ours wherever it takes the matmul,
-whatever the cost model predicts for cuBLASLt: `cost_model.prefer_tc_gemm` patched in this process), and the
+whatever the cost model predicts for cuBLASLt: `gemm_cost.prefer_tc_gemm` patched in this process), and the
 shapes are drawn with at least as many 128 x 128 tiles (cooperative: 256 x 128) as the
 H200 has SMs (with fewer the schedule is not used): M ragged by up to 99 rows,
 N any multiple of 4, K ragged or long (the ring of stages then wraps within and across
@@ -133,9 +133,9 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model") -> N
     folder = _folder(out_dir, schedule)
     folder.mkdir(parents=True, exist_ok=True)
     if schedule != "model":  # the schedule under test, for every matmul our GEMM takes
-        from fusec.passes import cost_model
+        from fusec.passes import gemm_cost
 
-        cost_model.prefer_tc_gemm = lambda ours, library: True
+        gemm_cost.prefer_tc_gemm = lambda ours, library: True
     rng = np.random.default_rng(seed)
     index = []
     # bench/gpu.py's Wrap: a function as a module, for fusec's frontend.

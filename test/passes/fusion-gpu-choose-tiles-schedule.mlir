@@ -5,7 +5,7 @@
 // --fusion-gpu-choose-tiles{gemm-schedule=...} (`--cuda-gemm-schedule`): every GEMM of ours
 // takes that schedule's first candidate tile. The persistent ping-pong schedule (a fifth
 // value, 1) only where the 128 x 128 tiles at least fill the H200's 132 SMs; elsewhere the
-// model's tile, and the reason is said. The model itself (cost_model.tc_gemm_tile) takes
+// model's tile, and the reason is said. The model itself (gemm_cost.tc_gemm_tile) takes
 // ping-pong where a round of one tile per SM with one exposed fill and epilogue beats the
 // one-warpgroup kernel's waves, each with its own, and never with fewer tiles than SMs.
 

@@ -51,7 +51,7 @@ def test_linear_bias_gelu_residual_is_one_kernel(tmp_path):
     # The residual add of two bf16 values computed in f32, rounded once (as torch adds).
     assert info["epilogue"] == ["bias", "cast", "gelu", "(extf,extf,addf,truncf)"]
     # erf's GELU makes the epilogue compute-bound: 8 row passes per loop iteration, not all
-    # 32 (cost_model.tc_epilogue_unroll; compile time); a bias + ReLU stays fully unrolled.
+    # 32 (gemm_cost.tc_epilogue_unroll; compile time); a bias + ReLU stays fully unrolled.
     assert info["epilogue_unroll"] == 8
     assert "our tensor-core GEMM" in info["why"] and "cuBLASLt" in info["why"]
     launch = meta["plan"]["launches"][0]

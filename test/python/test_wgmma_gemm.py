@@ -153,34 +153,34 @@ def test_the_model_chooses_a_persistent_schedule_where_its_rounds_beat_the_waves
     4096- and 8192-sized problems (751-763 TFLOP/s with 4 stages, 1.20-1.25x one warpgroup,
     0.98-1.01x cuBLAS); `--tune` measures the others next. Fewer tiles than SMs never take
     either, nor do fp32 (tf32) inputs, which the GPU suites have not run on them."""
-    from fusec.passes import cost_model
+    from fusec.passes import cost_model, gemm_cost
 
     h200 = cost_model.H200
-    gelu = cost_model.tc_epilogue_s(8192 * 3072, 25.0, h200)  # c_fc's bias + GELU(tanh)
+    gelu = gemm_cost.tc_epilogue_s(8192 * 3072, 25.0, h200)  # c_fc's bias + GELU(tanh)
     for m, n, k, epilogue in ((8192, 768, 3072, 0.0), (8192, 768, 768, 0.0),
                               (8192, 3072, 768, gelu), (8192, 2304, 768, 0.0)):
-        tiles = cost_model.tc_gemm_tile_candidates(m, n, k, 2, False, h200, epilogue)
+        tiles = gemm_cost.tc_gemm_tile_candidates(m, n, k, 2, False, h200, epilogue)
         assert tiles[0] == (128, 128, 64, 4, wgmma.PINGPONG), (m, n, k)
-        assert cost_model.tc_gemm_tile(m, n, k, 2, h200, epilogue) == tiles[0]
+        assert gemm_cost.tc_gemm_tile(m, n, k, 2, h200, epilogue) == tiles[0]
         assert sum(t[4:] == (wgmma.PINGPONG,) for t in tiles) == 1
         assert tiles[1][:3] == (128, 128, 64)
-        pp, one = (cost_model.tc_gemm_tile_s(m, n, k, 0, h200, t, epilogue) for t in tiles[:2])
+        pp, one = (gemm_cost.tc_gemm_tile_s(m, n, k, 0, h200, t, epilogue) for t in tiles[:2])
         assert pp < one
     # The ping-pong schedule hides the GELU: with it, c_fc's prediction grows less for
     # ping-pong than for the cooperative schedule, whose epilogues are exposed.
     pp_tile, co_tile = (128, 128, 64, 4, wgmma.PINGPONG), (256, 128, 64, 4, wgmma.COOPERATIVE)
-    grow = [cost_model.tc_gemm_tile_s(8192, 3072, 768, 0, h200, t, gelu) -
-            cost_model.tc_gemm_tile_s(8192, 3072, 768, 0, h200, t) for t in (pp_tile, co_tile)]
+    grow = [gemm_cost.tc_gemm_tile_s(8192, 3072, 768, 0, h200, t, gelu) -
+            gemm_cost.tc_gemm_tile_s(8192, 3072, 768, 0, h200, t) for t in (pp_tile, co_tile)]
     assert grow[0] < 0.2 * grow[1]
     for m, n, k in ((8192, 8192, 8192), (8192, 4096, 4096), (16384, 4096, 4096)):
-        tiles = cost_model.tc_gemm_tile_candidates(m, n, k, 2, False, h200)
+        tiles = gemm_cost.tc_gemm_tile_candidates(m, n, k, 2, False, h200)
         assert tiles[0] == co_tile, (m, n, k)
         assert tiles[1] == (128, 128, 64, 3) and tiles[2] == pp_tile
         assert wgmma.GemmTile(*tiles[0]).epilogue_rows(2) == 32  # 4 stages: 32-row buffers
-    half = cost_model.tc_gemm_tile_candidates(4096, 768, 3072, 2, False, h200)
+    half = gemm_cost.tc_gemm_tile_candidates(4096, 768, 3072, 2, False, h200)
     # 32 x 6 tiles of 128 x 128, but 16 x 6 of 256 x 128: fewer than the SMs.
     assert pp_tile in half and co_tile not in half
-    tf32 = cost_model.tc_gemm_tile_candidates(8192, 768, 3072, 4, False, h200)
+    tf32 = gemm_cost.tc_gemm_tile_candidates(8192, 768, 3072, 4, False, h200)
     assert len(tf32[0]) == 4 and any(len(t) > 4 for t in tf32)
-    small = cost_model.tc_gemm_tile_candidates(1000, 520, 264, 2, False, h200)
+    small = gemm_cost.tc_gemm_tile_candidates(1000, 520, 264, 2, False, h200)
     assert all(len(t) == 4 for t in small)  # 40 tiles: fewer than the 132 SMs

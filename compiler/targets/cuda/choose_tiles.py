@@ -12,7 +12,7 @@ kernel (`"attention"`), the pass records on the group:
 - `fusion.kernel_tile_from`: "cost model", or "tuned: ..." with the measured time of the
   winner and of the model's tile (`fusec --tune` wrote it, runtime/tuning.py);
 - `fusion.kernel_tile_candidates`: how many tiles `--tune` measures for it
-  (`cost_model.tc_gemm_tile_candidates`, `attention_tile_candidates`; the model's first);
+  (`gemm_cost.tc_gemm_tile_candidates`, `attention_tile_candidates`; the model's first);
 - `fusion.kernel_tile_predicted_ns`: the cost model's time for its own tile (`--tune`
   reports it beside the measured times, so the model can be corrected from the gap).
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import mlir.ir as ir
 from fusec.runtime import tuning
 from fusec.compiler.targets.cuda.device import ELEMENT_BYTES, GROUP_OP, CudaCodegenError
-from fusec.passes import attributes, cost_model
+from fusec.passes import attributes, cost_model, gemm_cost
 from fusec.passes.grouping import model_functions
 from fusec.passes.registry import Pass, PassError, register
 
@@ -62,11 +62,11 @@ def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     key = (f"tc_gemm m={found.m} n={found.n} k={found.k} a={found.a.element} out={out} "
            f"b={b} epilogue={steps}")
     eb = ELEMENT_BYTES[found.a.element]
-    epilogue = cost_model.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device)
-    candidates = cost_model.tc_gemm_tile_candidates(found.m, found.n, found.k, eb, b == "kn",
+    epilogue = gemm_cost.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device)
+    candidates = gemm_cost.tc_gemm_tile_candidates(found.m, found.n, found.k, eb, b == "kn",
                                                     device, epilogue)
     ab = _bytes([found.a.source, found.b.source]) + _bytes([ops[-1].operands[0]])
-    predicted = cost_model.tc_gemm_tile_s(found.m, found.n, found.k, ab, device,
+    predicted = gemm_cost.tc_gemm_tile_s(found.m, found.n, found.k, ab, device,
                                           candidates[0], epilogue)
     return KernelTiles(key, candidates, predicted * 1e6)
 
@@ -177,8 +177,8 @@ def _schedule_tile(tiles: KernelTiles, schedule: str) -> tuple[tuple[int, ...], 
     schedule: then the model's tile, said in the source)."""
     if schedule == "model" or not tiles.key.startswith("tc_gemm"):
         return None
-    want = {"ping-pong": cost_model.TC_PINGPONG,
-            "cooperative": cost_model.TC_COOPERATIVE}.get(schedule, 0)
+    want = {"ping-pong": gemm_cost.TC_PINGPONG,
+            "cooperative": gemm_cost.TC_COOPERATIVE}.get(schedule, 0)
     for tile in tiles.candidates:
         if (tile[4] if len(tile) > 4 else 0) == want:
             return tile, f"--cuda-gemm-schedule {schedule}"

@@ -6,7 +6,7 @@ A matmul-rooted group becomes our tensor-core kernel, not a cuBLASLt call, when
   M x K with K contiguous, B stored N x K or K x N, 16-byte aligned strides and offsets,
   one matrix (no batch); the layout ops between the operands and their buffers (casts to
   f32, a weight's transpose, reshapes, slices) are absorbed as for cuBLASLt;
-- and the cost model predicts it faster (`cost_model.prefer_tc_gemm`): our kernel with the
+- and the cost model predicts it faster (`gemm_cost.prefer_tc_gemm`): our kernel with the
   whole elementwise chain after the matmul fused (`tc_chain`) against cuBLASLt with the
   epilogue it can fuse plus the kernel the rest of the chain would need.
 
@@ -51,7 +51,7 @@ from fusec.compiler.targets.cuda.gemm import (
     zero_filled,
 )
 from fusec.compiler.targets.cuda.layouts import MatrixLayout, matrix_layout
-from fusec.passes import attributes, cost_model
+from fusec.passes import attributes, cost_model, gemm_cost
 from fusec.runtime.plan import Launch
 
 # Architectures with wgmma and TMA (the kernel module is then built for sm_90a).
@@ -388,7 +388,7 @@ def _external(ops: list[ir.Operation]) -> list[ir.Value]:
 def epilogue_ops(chain: list[ir.Operation]) -> float:
     """Weighted payload ops per output element of the epilogue (cost_model's weights)."""
     total = 0.0
-    weights = cost_model.TC_EPILOGUE_OP_WEIGHTS
+    weights = gemm_cost.TC_EPILOGUE_OP_WEIGHTS
     for op in chain:
         if op.name != "linalg.generic":
             continue
@@ -408,17 +408,17 @@ def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
     m, n, k = found.m, found.n, found.k
     generics = [o for o in tc.chain if o.name == "linalg.generic"]
     ab = _bytes([found.a.source, found.b.source])
-    epilogue = cost_model.tc_epilogue_s(m * n, epilogue_ops(tc.chain), device)
-    tile = cost_model.tc_gemm_tile(m, n, k, ELEMENT_BYTES[found.a.element], device, epilogue)
-    ours = cost_model.tc_gemm_tile_s(m, n, k, ab + _bytes(_external(generics)) +
+    epilogue = gemm_cost.tc_epilogue_s(m * n, epilogue_ops(tc.chain), device)
+    tile = gemm_cost.tc_gemm_tile(m, n, k, ELEMENT_BYTES[found.a.element], device, epilogue)
+    ours = gemm_cost.tc_gemm_tile_s(m, n, k, ab + _bytes(_external(generics)) +
                                      _bytes([tc.result]), device, tile, epilogue)
     fused = "+".join(tc.split.fused)
-    if len(tile) > 4 and tile[4] == cost_model.TC_PINGPONG:
+    if len(tile) > 4 and tile[4] == gemm_cost.TC_PINGPONG:
         schedule = "persistent ping-pong"
-    elif len(tile) > 4 and tile[4] == cost_model.TC_COOPERATIVE:
+    elif len(tile) > 4 and tile[4] == gemm_cost.TC_COOPERATIVE:
         schedule = "persistent cooperative"
     else:
-        ctas = cost_model.tc_gemm_ctas_per_sm(-(-m // tile[0]) * -(-n // tile[1]), device)
+        ctas = gemm_cost.tc_gemm_ctas_per_sm(-(-m // tile[0]) * -(-n // tile[1]), device)
         schedule = f"{ctas} CTA{'s' if ctas > 1 else ''} per SM"
     ours_text = (f"our tensor-core GEMM ({schedule})"
                  f"{' with the fused epilogue ' + fused if fused else ''}")
@@ -428,13 +428,13 @@ def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
     lib_keys = {id_of(o) for o in library.gemm}
     absorbed = [o for o in generics if id_of(o) in lib_keys]
     lib_out = absorbed[-1].results[0] if absorbed else found.mm.results[0]
-    lib = cost_model.library_gemm_s(m, n, k, ab + _bytes([lib_out]), device)
+    lib = gemm_cost.library_gemm_s(m, n, k, ab + _bytes([lib_out]), device)
     rest = [o for o in generics if id_of(o) not in lib_keys]
     if rest:
         rest_in = [v for v in _external(rest) if value_key(v) != value_key(lib_out)]
         lib += cost_model.kernel_s(_bytes([lib_out, tc.result]) + _bytes(rest_in), 0, device)
     lib_text = f"{lib * 1e6:.1f} us" + (" with the kernel after it" if rest else "")
-    if cost_model.prefer_tc_gemm(ours, lib):
+    if gemm_cost.prefer_tc_gemm(ours, lib):
         return True, (f"matmul-rooted group: {ours_text} (predicted {ours * 1e6:.1f} us, "
                       f"cuBLASLt {lib_text})")
     return False, f"cuBLASLt predicted {lib_text}, our tensor-core GEMM {ours * 1e6:.1f} us"
@@ -685,10 +685,10 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 
     recorded = recorded_tile(group)
-    t = wgmma.GemmTile(*(recorded or cost_model.tc_gemm_tile(
+    t = wgmma.GemmTile(*(recorded or gemm_cost.tc_gemm_tile(
         found.m, found.n, found.k, ELEMENT_BYTES[found.a.element], device,
-        cost_model.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device))))
-    unroll = cost_model.tc_epilogue_unroll(epilogue_ops(chain))
+        gemm_cost.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device))))
+    unroll = gemm_cost.tc_epilogue_unroll(epilogue_ops(chain))
     # Built once per body, problem, tile, unroll, aligned operands and SM count (built.py):
     # a model's layers have the same GEMMs.
     units = device.parallel_units

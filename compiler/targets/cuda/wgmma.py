@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from fusec.compiler.targets.cuda.device import CudaCodegenError
-from fusec.passes.cost_model import TC_COOPERATIVE, TC_PINGPONG
+from fusec.passes.gemm_cost import TC_COOPERATIVE, TC_PINGPONG
 
 # Element types wgmma takes from shared memory with f32 accumulation.
 MMA_INPUTS = {"bf16": 2, "f16": 2}

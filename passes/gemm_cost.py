@@ -1,0 +1,263 @@
+"""The GPU GEMM's cost model: our tensor-core kernel (compiler/targets/cuda/wgmma.py, three
+schedules) against cuBLASLt, the tile and schedule of ours, its epilogue's cost, and whether
+a row-normalisation in front of a GEMM is folded into it. Pure functions of plain numbers
+and a device description (passes/cost_model.py's `Device`), as the rest of the cost model.
+"""
+
+from __future__ import annotations
+
+from fusec.passes.cost_model import Device, kernel_s, roofline_s
+
+
+# ---------------------------------------------------------------- GEMM: ours or the library's
+#
+# Measured on the H200 (bench/RESULTS.md runs 45-48, bf16, one process): the tensor-core
+# family of compiler/targets/cuda/wgmma.py (128 x 128 tiles, one warpgroup) reaches
+# 598-649 TFLOP/s with 4 stages (one CTA per SM) and 631-688 with 3 (two CTAs per SM) on
+# 8192-sized problems, against cuBLAS's 663-776; on small and ragged ones it is 1.7-2.4x
+# faster than cuBLAS, whose call overhead and tile choice dominate there. The model: our
+# kernel runs whole waves of one tile's MMAs at TC_GEMM_EFFICIENCY of the contraction peak
+# per SM (`matmul_flops_per_s`, below the H200's real peak: cuBLAS passes it); the library
+# runs at LIBRARY_GEMM_EFFICIENCY with no wave quantisation (it picks its tile) plus
+# LIBRARY_CALL_S of call overhead beyond a kernel launch; both at least their HBM time.
+# LIBRARY_CALL_S fitted on run 42 (H200), 191 and 200 (H100) of bench/RESULTS.md (CUDA-event
+# medians, one process): where neither is compute bound (128x128x64 to 1000x520x264) torch.mm
+# took 8-16 us longer than our kernel; on GPT-2's projection shapes 10-22 us longer than
+# this model with 3 us; our runtime's own cuBLASLt call for GPT-2's QKV 11-22 us longer
+# (runs 198, 200).
+TC_GEMM_EFFICIENCY = 0.90  # one CTA per SM: ~611 TFLOP/s
+LIBRARY_GEMM_EFFICIENCY = 1.05  # ~713 TFLOP/s, the middle of cuBLAS's 663-776
+LIBRARY_CALL_S = 10e-6
+# Our epilogue's arithmetic runs on the CTA's 128 threads while its tensor cores wait, with
+# one or two CTAs per SM to issue it: a fraction of the scalar peak (`flops_per_s`).
+# Measured: linear + bias + GELU(tanh) * 0.5 at 4096x4096x1024 (about 25 weighted ops per
+# element, TC_EPILOGUE_OP_WEIGHTS) took ~30 us more than the plain GEMM: ~0.2 of the peak.
+TC_EPILOGUE_ISSUE = 0.2
+# Weighted ops of an epilogue payload op (transcendentals run on the SFU or libdevice; casts
+# are folded into loads and stores): what `tc_epilogue_s` counts.
+TC_EPILOGUE_OP_WEIGHTS = {"math": 4.0, "arith.extf": 0.0, "arith.truncf": 0.5,
+                          "arith.divf": 4.0}
+
+
+# Row passes of our GEMM's epilogue unrolled per loop iteration: all 32 for a light
+# epilogue (its loads must all be in flight at once: it is memory-latency bound), 8 for one
+# with more than TC_EPILOGUE_LIGHT_OPS weighted ops per element (compute bound, its loads
+# hidden behind the arithmetic; all 32 cost ~0.35 s of ptxas and LLVM time per kernel: a
+# GPT-2 block compiled in 2.0 s instead of 1.6).
+TC_EPILOGUE_LIGHT_OPS = 8.0
+
+
+def tc_epilogue_unroll(weighted_ops: float) -> int:
+    return 32 if weighted_ops <= TC_EPILOGUE_LIGHT_OPS else 8
+
+
+def tc_epilogue_s(elements: int, weighted_ops: float, device: Device) -> float:
+    """Predicted time our GEMM spends on its fused epilogue's arithmetic."""
+    return elements * weighted_ops / (device.flops_per_s * TC_EPILOGUE_ISSUE)
+
+
+def norm_prologue_fold_pays(m: int, ns: list[int], k: int, element_bytes: int,
+                            row_values: int, row_terms: list[int], device: Device) -> bool:
+    """Folding a per-row affine prologue (LayerNorm, RMSNorm: fusion-fold-norm-prologue) into
+    the weights and epilogues of the GEMMs reading it (`ns`: their widths; `row_terms`: each
+    one's terms). Unfolded: the normalised [m, k] operand is written once (its statistics
+    are read from X either way), and each GEMM runs as the faster of ours and cuBLASLt.
+    Folded: each GEMM runs ours with the epilogue (per output element a multiply per row
+    value, a multiply-add per term; the row values and the terms' columns read), or
+    cuBLASLt and a kernel for the epilogue, whichever is faster."""
+    unfolded = roofline_s(m * k * element_bytes, 0, device)
+    folded = 0.0
+    for n, terms in zip(ns, row_terms):
+        moved = (m * k + k * n + m * n) * element_bytes
+        ours = tc_gemm_tile_s(m, n, k, moved, device,
+                              tc_gemm_tile(m, n, k, element_bytes, device))
+        library = library_gemm_s(m, n, k, moved, device)
+        unfolded += min(ours, library)
+        vectors = 4 * (m * (row_values + terms) + n * terms)
+        epilogue = tc_epilogue_s(m * n, row_values + 2 * terms, device)
+        ours = tc_gemm_tile_s(m, n, k, moved, device,
+                              tc_gemm_tile(m, n, k, element_bytes, device, epilogue),
+                              epilogue) + roofline_s(vectors, 0, device)
+        library += kernel_s(2 * 4 * m * n + vectors, 0, device)
+        folded += min(ours, library)
+    return folded < unfolded
+
+
+# Two CTAs per SM (3 stages, 97 KB of shared memory each) against one (4 stages, 129 KB):
+# the two share the SM, each at half speed, but one's epilogue and pipeline fill run beside
+# the other's main loop: measured (RESULTS.md run 47) 0.93-0.95x the time per wave-pair on
+# 8192-sized problems, and worse where the tiles make fewer than two full waves.
+TWO_CTA_WAVE_FACTOR = 0.94
+
+
+def tc_gemm_ctas_per_sm(tiles: int, device: Device) -> int:
+    """1 (4 stages) or 2 (3 stages) CTAs of our GEMM per SM, by whole waves."""
+    units = device.parallel_units
+    one = -(-tiles // units)
+    two = 2 * -(-tiles // (2 * units)) * TWO_CTA_WAVE_FACTOR
+    return 2 if two < one else 1
+
+
+# Our GEMM's tile shapes (BM x BN, BK = one 128-byte swizzle row of 16-bit elements): one
+# warpgroup holds the BM x BN f32 accumulator in registers, BM * BN / 128 per thread, so at
+# most 128 x 128 (128 registers; 128 x 256 would spill).
+TC_GEMM_TILES = ((128, 128), (64, 256), (128, 64), (64, 128))
+TC_PINGPONG = 1  # the schedule value of compiler/targets/cuda/wgmma.py's ping-pong kernel
+TC_COOPERATIVE = 2  # and of its cooperative variant (BM 256: both consumers on each tile)
+TC_COOPERATIVE_STAGES = 4  # beside 32-row epilogue buffers (3 beside 64-row ones: run 205)
+TC_GEMM_MAX_ACCUMULATOR = 128 * 128
+
+
+def tc_pingpong_fits(m: int, n: int, element_bytes: int, device: Device) -> bool:
+    """The persistent ping-pong schedule (128 x 128 tiles, a ring of four stages over the
+    CTA's tiles beside a 64-row f32 buffer per consumer) takes this output: at least as
+    many tiles as SMs (with fewer, no CTA has a second tile to overlap with) and its shared
+    memory within the SM's."""
+    bk = 128 // element_bytes
+    budget = device.shared_bytes_per_unit - 2048  # the block's reserved shared memory
+    return -(-m // 128) * -(-n // 128) >= device.parallel_units and \
+        4 * (128 + 128) * bk * element_bytes + 2 * 64 * 128 * 4 <= budget
+
+
+def tc_cooperative_fits(m: int, n: int, element_bytes: int, device: Device) -> bool:
+    """The persistent cooperative schedule (256 x 128 tiles, both consumers on each,
+    TC_COOPERATIVE_STAGES stages beside the consumers' 32-row f32 buffers at least) takes
+    this output: at least as many of its tiles as SMs, and its shared memory within the
+    SM's."""
+    bk = 128 // element_bytes
+    budget = device.shared_bytes_per_unit - 2048
+    return -(-m // 256) * -(-n // 128) >= device.parallel_units and \
+        TC_COOPERATIVE_STAGES * (256 + 128) * bk * element_bytes + 2 * 32 * 128 * 4 <= budget
+
+
+def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
+    tiles = -(-m // 128) * -(-n // 128)
+    return (128, 128, 64, 3 if tc_gemm_ctas_per_sm(tiles, device) == 2 else 4)
+
+
+def tc_gemm_tile(m: int, n: int, k: int, element_bytes: int, device: Device,
+                 epilogue_s: float = 0.0) -> tuple[int, ...]:
+    """The model's tile (BM, BN, BK, stages[, schedule]) for an M x N x K GEMM: 128 x 128,
+    one warpgroup with 4 stages (one CTA per SM) or 3 (two CTAs), by whole waves
+    (`tc_gemm_ctas_per_sm`); or, for 16-bit inputs, a persistent schedule (a fifth value:
+    TC_PINGPONG, 128 x 128 tiles; TC_COOPERATIVE, 256 x 128) where its tiles fill the SMs
+    and `tc_gemm_s` predicts it the fastest with the epilogue's arithmetic (`epilogue_s`)."""
+    tiles = [_tc_one_warpgroup_tile(m, n, device)]
+    if element_bytes == 2 and tc_pingpong_fits(m, n, element_bytes, device):
+        tiles.append((128, 128, 64, 4, TC_PINGPONG))
+    if element_bytes == 2 and tc_cooperative_fits(m, n, element_bytes, device):
+        tiles.append((256, 128, 64, TC_COOPERATIVE_STAGES, TC_COOPERATIVE))
+    return min(tiles, key=lambda tile: tc_gemm_tile_s(m, n, k, 0, device, tile, epilogue_s))
+
+
+def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_b: bool,
+                            device: Device, epilogue_s: float = 0.0) -> list[tuple[int, ...]]:
+    """The tiles `--tune` measures for our GEMM, the model's choice first, then the other
+    schedules' tiles (below), then each shape of TC_GEMM_TILES with the deepest pipeline
+    that fits one CTA per SM and the deepest that fits two (a K x N B, `n_major_b`, is read
+    in 64-column boxes: BN a multiple of 64), no tile wider than the problem needs, no
+    pipeline deeper than K's tiles."""
+    first = tc_gemm_tile(m, n, k, element_bytes, device, epilogue_s)
+    out = [first]
+    bk = 128 // element_bytes
+    k_tiles = max(1, -(-k // bk))
+    budget = device.shared_bytes_per_unit - 1024  # the block's reserved shared memory
+    # The other schedules next: the one-warpgroup tile where the model chose a persistent
+    # one, then the ping-pong and cooperative tiles where they fit (measured against each
+    # other on an H100, RESULTS runs 200-205: ping-pong 1.14-1.31x one warpgroup on GPT-2's
+    # projections; cooperative 1.20-1.29x on 4096- and 8192-sized problems).
+    if len(first) > 4:
+        out.append(_tc_one_warpgroup_tile(m, n, device))
+    for tile, fits in (((128, 128, bk, 4, TC_PINGPONG), tc_pingpong_fits),
+                       ((256, 128, bk, TC_COOPERATIVE_STAGES, TC_COOPERATIVE),
+                        tc_cooperative_fits)):
+        if tile not in out and fits(m, n, element_bytes, device):
+            out.append(tile)
+    for bm, bn in TC_GEMM_TILES:
+        if bm * bn > TC_GEMM_MAX_ACCUMULATOR or (n_major_b and bn % 64) or \
+                (bm > 64 and m <= 64) or (bn > 64 and n <= 64):
+            continue
+        stage = (bm + bn) * bk * element_bytes
+        for ctas in (1, 2):
+            stages = min((budget // ctas - 1024) // stage, 8, k_tiles)
+            if stages < 2 or ctas * max(stages * stage, bm * bn * 4) > budget:
+                continue
+            tile = (bm, bn, bk, stages)
+            if tile not in out:
+                out.append(tile)
+    return out
+
+
+# What one wave of our GEMM leaves exposed beyond its tiles' MMAs: the pipeline's fill and
+# the accumulator's store and epilogue, per wave of one-warpgroup CTAs at one CTA per SM (at
+# two, per pair of waves: the other CTA's MMAs run beside), once for the ping-pong kernel
+# (its consumers' epilogues run beside each other's MMAs, its ring loads the next tile's
+# stages during this one's). Fitted on an H100 (RESULTS run 200): the one-warpgroup kernel
+# took 1.04-1.40x the wave model without it on GPT-2's four projection shapes, the
+# ping-pong 0.89-1.07x with it; at 8192^3 both the model and the device put one warpgroup
+# at two CTAs per SM 1.07x ahead.
+TC_GEMM_EXPOSED_S = 2e-6
+# The cooperative schedule's tiles (256 x 128, both consumers on each, 4 stages) run their
+# MMAs at this fraction of `matmul_flops_per_s` (the one-warpgroup kernel's 128 x 128 tiles
+# at TC_GEMM_EFFICIENCY), each round of one tile per SM with TC_COOPERATIVE_EXPOSED_S
+# exposed (its accumulator's way out through shared memory; the epilogue's arithmetic is
+# not hidden either). Fitted on an H100 (RESULTS run 205): 8192^3 at 751 TFLOP/s,
+# 8192x4096x4096 and 16384x4096x4096 at 757-763, GPT-2's K = 768 shapes at 471-535: this
+# model within 4% on all five.
+TC_COOPERATIVE_EFFICIENCY = 1.20
+TC_COOPERATIVE_EXPOSED_S = 3e-6
+# The ping-pong schedule's tiles: measured on GPT-2's four projection shapes (3-12 rounds,
+# runs 200 and 203) at 0.95-1.05 of this model; at 8192^3 (32 rounds of 128 x 128 tiles,
+# bound by L2's bandwidth into the SMs) 1.27x slower than it, where the cooperative
+# schedule is predicted (and measured) faster anyway.
+TC_PINGPONG_EFFICIENCY = 0.97
+
+
+def tc_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device, tile_m: int = 128,
+              tile_n: int = 128, tile_k: int = 64, schedule: int = 0,
+              epilogue_s: float = 0.0) -> float:
+    """Predicted time of our tensor-core GEMM kernel (with its epilogue's traffic in
+    `bytes_moved` and its arithmetic's time, `tc_epilogue_s`, in `epilogue_s`): whole waves
+    of whole tiles (the persistent schedules: rounds of one tile per SM) with what each
+    leaves exposed, or the HBM time, plus one launch. The ping-pong schedule hides a tile's
+    epilogue behind the other consumer's MMAs of the next, up to their time."""
+    tiles = -(-m // tile_m) * -(-n // tile_n)
+    units = device.parallel_units
+    efficiency = {TC_COOPERATIVE: TC_COOPERATIVE_EFFICIENCY,
+                  TC_PINGPONG: TC_PINGPONG_EFFICIENCY}.get(schedule, TC_GEMM_EFFICIENCY)
+    per_tile = 2 * tile_m * tile_n * (-(-k // tile_k) * tile_k) / (
+        device.matmul_flops_per_s * efficiency / units)
+    rounds = -(-tiles // units)
+    if schedule == TC_COOPERATIVE:
+        busy = rounds * (per_tile + TC_COOPERATIVE_EXPOSED_S) + epilogue_s
+    elif schedule == TC_PINGPONG:
+        epilogue_tile = epilogue_s / rounds
+        busy = rounds * max(per_tile, epilogue_tile) + epilogue_tile + TC_GEMM_EXPOSED_S
+    elif tc_gemm_ctas_per_sm(tiles, device) == 2:
+        pairs = -(-tiles // (2 * units))
+        busy = 2 * pairs * TWO_CTA_WAVE_FACTOR * per_tile + pairs * TC_GEMM_EXPOSED_S + \
+            epilogue_s
+    else:
+        busy = rounds * (per_tile + TC_GEMM_EXPOSED_S) + epilogue_s
+    return device.launch_s + max(busy, bytes_moved / device.hbm_bytes_per_s)
+
+
+def tc_gemm_tile_s(m: int, n: int, k: int, bytes_moved: int, device: Device,
+                   tile: tuple[int, ...], epilogue_s: float = 0.0) -> float:
+    """`tc_gemm_s` for a tile as `tc_gemm_tile` gives it."""
+    return tc_gemm_s(m, n, k, bytes_moved, device, tile[0], tile[1], tile[2],
+                     tile[4] if len(tile) > 4 else 0, epilogue_s)
+
+
+def library_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device) -> float:
+    """Predicted time of one cuBLASLt call (its own epilogue included)."""
+    flops = 2 * m * n * k
+    return device.launch_s + LIBRARY_CALL_S + max(
+        flops / (device.matmul_flops_per_s * LIBRARY_GEMM_EFFICIENCY),
+        bytes_moved / device.hbm_bytes_per_s)
+
+
+def prefer_tc_gemm(ours_s: float, library_s: float) -> bool:
+    """Our kernel (with the epilogue it fuses) against the library's call plus the kernels
+    that it leaves: ours when predicted faster."""
+    return ours_s < library_s
