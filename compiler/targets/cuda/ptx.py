@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import os
 import tempfile
 from pathlib import Path
@@ -148,6 +150,17 @@ def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
     raise CudaCodegenError("gpu-module-to-binary produced no gpu.binary")
 
 
+@functools.lru_cache(maxsize=None)
+def _ptxas_split(ptxas: str) -> tuple[str, ...]:
+    """ptxas's kernels compiled on all cores where it can (`--split-compile 0`, CUDA 12.x
+    and later): the same SASS (checked on the GPT-2 block's 302 KB of PTX), a quarter less
+    wall time on this 2-core machine."""
+    import subprocess
+
+    done = subprocess.run([ptxas, "--help"], capture_output=True, text=True)
+    return ("--split-compile", "0") if "--split-compile" in done.stdout else ()
+
+
 def fatbin_from_ptx(ptx: str, arch: str, options: CudaOptions) -> bytes | None:
     """The fatbin (cubin + PTX) of `ptx` with the toolkit's ptxas and fatbinary: what
     `gpu-module-to-binary{format=fatbin}` makes, without running LLVM's NVPTX back end a
@@ -165,8 +178,8 @@ def fatbin_from_ptx(ptx: str, arch: str, options: CudaOptions) -> bytes | None:
     with tempfile.TemporaryDirectory(prefix="fusec_fatbin_") as tmp:
         src, cubin, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin", Path(tmp) / "k.fatbin"
         src.write_text(ptx)
-        for cmd in ([str(ptxas), f"-arch={arch}", f"-O{options.opt_level}", str(src), "-o",
-                     str(cubin)],
+        for cmd in ([str(ptxas), f"-arch={arch}", f"-O{options.opt_level}",
+                     *_ptxas_split(str(ptxas)), str(src), "-o", str(cubin)],
                     [str(fatbinary), "-64", f"--create={out}",
                      f"--image3=kind=elf,sm={sm},file={cubin}",
                      f"--image3=kind=ptx,sm={sm},file={src}"]):
