@@ -105,6 +105,9 @@ TC_GEMM_TILES = ((128, 128), (64, 256), (128, 64), (64, 128))
 TC_PINGPONG = 1  # the schedule value of compiler/targets/cuda/wgmma.py's ping-pong kernel
 TC_COOPERATIVE = 2  # and of its cooperative variant (BM 256: both consumers on each tile)
 TC_COOPERATIVE_STAGES = 4  # beside 32-row epilogue buffers (3 beside 64-row ones: run 205)
+# The schedules by name (`--cuda-gemm-schedule`, `fusion.why`) and value.
+GEMM_SCHEDULES = {"one-warpgroup": 0, "ping-pong": TC_PINGPONG, "cooperative": TC_COOPERATIVE}
+SCHEDULE_NAMES = {value: name for name, value in GEMM_SCHEDULES.items()}
 TC_GEMM_MAX_ACCUMULATOR = 128 * 128
 
 
@@ -128,6 +131,11 @@ def tc_cooperative_fits(m: int, n: int, element_bytes: int, device: Device) -> b
     budget = device.shared_bytes_per_unit - 2048
     return -(-m // 256) * -(-n // 128) >= device.parallel_units and \
         TC_COOPERATIVE_STAGES * (256 + 128) * bk * element_bytes + 2 * 32 * 128 * 4 <= budget
+
+
+def tile_schedule(tile: tuple[int, ...]) -> int:
+    """The schedule of a tile (BM, BN, BK, stages[, schedule]): 0 without a fifth value."""
+    return tile[4] if len(tile) > 4 else 0
 
 
 def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
@@ -166,7 +174,7 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
     # one, then the ping-pong and cooperative tiles where they fit (measured against each
     # other on an H100, RESULTS runs 200-205: ping-pong 1.14-1.31x one warpgroup on GPT-2's
     # projections; cooperative 1.20-1.29x on 4096- and 8192-sized problems).
-    if len(first) > 4:
+    if tile_schedule(first):
         out.append(_tc_one_warpgroup_tile(m, n, device))
     for tile, fits in (((128, 128, bk, 4, TC_PINGPONG), tc_pingpong_fits),
                        ((256, 128, bk, TC_COOPERATIVE_STAGES, TC_COOPERATIVE),
@@ -246,7 +254,7 @@ def tc_gemm_tile_s(m: int, n: int, k: int, bytes_moved: int, device: Device,
                    tile: tuple[int, ...], epilogue_s: float = 0.0) -> float:
     """`tc_gemm_s` for a tile as `tc_gemm_tile` gives it."""
     return tc_gemm_s(m, n, k, bytes_moved, device, tile[0], tile[1], tile[2],
-                     tile[4] if len(tile) > 4 else 0, epilogue_s)
+                     tile_schedule(tile), epilogue_s)
 
 
 def library_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device) -> float:

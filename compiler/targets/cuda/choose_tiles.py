@@ -47,7 +47,7 @@ class KernelTiles:
 
 def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     from fusec.compiler.targets.cuda.body import GEMM_OPS
-    from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _step_name, epilogue_ops,
+    from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _step_name, epilogue_seconds,
                                                      out_type_of, tc_chain, tc_operands)
 
     ops = [o.operation for o in group.regions[0].blocks[0].operations]
@@ -62,7 +62,7 @@ def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     key = (f"tc_gemm m={found.m} n={found.n} k={found.k} a={found.a.element} out={out} "
            f"b={b} epilogue={steps}")
     eb = ELEMENT_BYTES[found.a.element]
-    epilogue = gemm_cost.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device)
+    epilogue = epilogue_seconds(found, chain, device)
     candidates = gemm_cost.tc_gemm_tile_candidates(found.m, found.n, found.k, eb, b == "kn",
                                                     device, epilogue)
     ab = _bytes([found.a.source, found.b.source]) + _bytes([ops[-1].operands[0]])
@@ -177,10 +177,9 @@ def _schedule_tile(tiles: KernelTiles, schedule: str) -> tuple[tuple[int, ...], 
     schedule: then the model's tile, said in the source)."""
     if schedule == "model" or not tiles.key.startswith("tc_gemm"):
         return None
-    want = {"ping-pong": gemm_cost.TC_PINGPONG,
-            "cooperative": gemm_cost.TC_COOPERATIVE}.get(schedule, 0)
+    want = gemm_cost.GEMM_SCHEDULES[schedule]
     for tile in tiles.candidates:
-        if (tile[4] if len(tile) > 4 else 0) == want:
+        if gemm_cost.tile_schedule(tile) == want:
             return tile, f"--cuda-gemm-schedule {schedule}"
     return tiles.candidates[0], (f"cost model (--cuda-gemm-schedule {schedule}: this GEMM "
                                  f"has no such tile: fewer tiles than SMs)")

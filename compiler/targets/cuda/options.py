@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from fusec.compiler.diagnostics import FusecError
 from fusec.compiler.targets.cuda.device import DEFAULT_ARCH, DEFAULT_FEATURES
-from fusec.passes import cost_model
+from fusec.passes import cost_model, gemm_cost
 
 
-GEMM_SCHEDULES = ("model", "ping-pong", "cooperative", "one-warpgroup")
+GEMM_SCHEDULES = ("model", *gemm_cost.GEMM_SCHEDULES)
 
 
 @dataclass(frozen=True)

@@ -386,7 +386,7 @@ def _external(ops: list[ir.Operation]) -> list[ir.Value]:
 
 
 def epilogue_ops(chain: list[ir.Operation]) -> float:
-    """Weighted payload ops per output element of the epilogue (cost_model's weights)."""
+    """Weighted payload ops per output element of the epilogue (gemm_cost's weights)."""
     total = 0.0
     weights = gemm_cost.TC_EPILOGUE_OP_WEIGHTS
     for op in chain:
@@ -400,6 +400,19 @@ def epilogue_ops(chain: list[ir.Operation]) -> float:
     return total
 
 
+def epilogue_seconds(found: TcOperands, chain: list[ir.Operation],
+                     device: cost_model.Device) -> float:
+    """The cost model's time for the epilogue's arithmetic on the M x N accumulator."""
+    return gemm_cost.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device)
+
+
+def model_tile(found: TcOperands, epilogue_s: float,
+               device: cost_model.Device) -> tuple[int, ...]:
+    """The cost model's tile (and schedule) for this GEMM with its epilogue."""
+    return gemm_cost.tc_gemm_tile(found.m, found.n, found.k, ELEMENT_BYTES[found.a.element],
+                                  device, epilogue_s)
+
+
 def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
            ) -> tuple[bool, str]:
     """Ours or cuBLASLt for one matmul group (the cost model's prediction both ways), and
@@ -408,15 +421,14 @@ def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
     m, n, k = found.m, found.n, found.k
     generics = [o for o in tc.chain if o.name == "linalg.generic"]
     ab = _bytes([found.a.source, found.b.source])
-    epilogue = gemm_cost.tc_epilogue_s(m * n, epilogue_ops(tc.chain), device)
-    tile = gemm_cost.tc_gemm_tile(m, n, k, ELEMENT_BYTES[found.a.element], device, epilogue)
+    epilogue = epilogue_seconds(found, tc.chain, device)
+    tile = model_tile(found, epilogue, device)
     ours = gemm_cost.tc_gemm_tile_s(m, n, k, ab + _bytes(_external(generics)) +
                                      _bytes([tc.result]), device, tile, epilogue)
     fused = "+".join(tc.split.fused)
-    if len(tile) > 4 and tile[4] == gemm_cost.TC_PINGPONG:
-        schedule = "persistent ping-pong"
-    elif len(tile) > 4 and tile[4] == gemm_cost.TC_COOPERATIVE:
-        schedule = "persistent cooperative"
+    code = gemm_cost.tile_schedule(tile)
+    if code:
+        schedule = "persistent " + gemm_cost.SCHEDULE_NAMES[code]
     else:
         ctas = gemm_cost.tc_gemm_ctas_per_sm(-(-m // tile[0]) * -(-n // tile[1]), device)
         schedule = f"{ctas} CTA{'s' if ctas > 1 else ''} per SM"
@@ -685,9 +697,8 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 
     recorded = recorded_tile(group)
-    t = wgmma.GemmTile(*(recorded or gemm_cost.tc_gemm_tile(
-        found.m, found.n, found.k, ELEMENT_BYTES[found.a.element], device,
-        gemm_cost.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device))))
+    t = wgmma.GemmTile(*(recorded or model_tile(found, epilogue_seconds(found, chain, device),
+                                                device)))
     unroll = gemm_cost.tc_epilogue_unroll(epilogue_ops(chain))
     # Built once per body, problem, tile, unroll, aligned operands and SM count (built.py):
     # a model's layers have the same GEMMs.

@@ -645,8 +645,8 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     # turn, the second consumer's first wait (tile 1, a later round of the ring) passed at
     # once on the first round's barrier. The turn also keeps the two consumers' MMAs apart:
     # one's epilogue runs beside the other's main loop (CUTLASS's ordered math barrier).
-    emit(f"{ind}%c_turn_i = arith.constant {2 * stages} : index")
     if not coop:
+        emit(f"{ind}%c_turn_i = arith.constant {2 * stages} : index")
         emit(f"{ind}%not_first = arith.cmpi uge, %ci, %c1 : index")
         emit(f"{ind}scf.if %not_first {{")
         emit(f"{ind}  %prev_tile = arith.subi %ci, %c1 : index")
