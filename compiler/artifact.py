@@ -534,17 +534,23 @@ def link_command(
     ]
 
 
-def shim_object(cc: str | None = None, extra_flags: Sequence[str] = ()) -> Path | None:
-    """runtime/shim.c compiled once per shim text, C compiler and flags, and kept in the
-    cache folder (`<cache>/shim/<key>.o`): every link reuses it instead of compiling the shim
-    again (0.15-0.2 s of each compile). None where it cannot be built or kept there (the link
-    then compiles shim.c itself, and says why if that fails)."""
+def shim_object(cc: str | None = None, extra_flags: Sequence[str] = (), *,
+                source: Path = SHIM_PATH, flags: Sequence[str] | None = None) -> Path | None:
+    """A runtime shim (default runtime/shim.c, compiled with `_c_flags(extra_flags)`; `flags`
+    replaces those, as for the CUDA target's runtime/shim_cuda.c) compiled once per shim text,
+    C compiler and flags, and kept in the cache folder (`<cache>/shim/<key>.o`): every link
+    reuses it instead of compiling the shim again (0.15-0.2 s of each compile). The key holds
+    the runtime's headers too (shim_cuda.h is the layout of the tables the generated code
+    defines: a stale object would read them wrong). None where it cannot be built or kept
+    there (the link then compiles the shim itself, and says why if that fails)."""
     import hashlib
 
     from fusec.runtime.specs import cache_dir
 
-    cmd = [cc or default_cc(), *_c_flags(extra_flags), "-c", os.fspath(SHIM_PATH)]
-    key = hashlib.sha256("\0".join([SHIM_PATH.read_text(), *cmd]).encode()).hexdigest()
+    cmd = [cc or default_cc(), *(_c_flags(extra_flags) if flags is None else flags), "-c",
+           os.fspath(source)]
+    texts = [p.read_text() for p in [source, *sorted(source.parent.glob("*.h"))]]
+    key = hashlib.sha256("\0".join([*texts, *cmd]).encode()).hexdigest()
     folder = Path(cache_dir()) / "shim"
     path = folder / f"{key[:24]}.o"
     if path.is_file():

@@ -1,10 +1,12 @@
 /*
  * fusec CUDA runtime shim: the fixed C part of every CUDA `model.so`.
  *
- * The generated host code (fusec.compiler.codegen_cuda.host_code) #includes this file, then
- * defines the tables (the kernels' image, the launches in plan order, the buffers) and
- * `fusec_program()`. The library links only libc/libdl/libpthread: libcuda.so.1 is opened with
- * dlopen on the first run, so a model.so loads (and its metadata reads) on a machine with no GPU.
+ * The generated host code (fusec.compiler.targets.cuda.artifact.host_code) #includes
+ * runtime/shim_cuda.h, then defines the tables (the kernels' image, the launches in plan order,
+ * the buffers) and `fusec_program()`; this file is compiled once into an object in fusec's
+ * cache folder (compiler/artifact.py, shim_object) and linked with it. The library links only
+ * libc/libdl/libpthread: libcuda.so.1 is opened with dlopen on the first run, so a model.so
+ * loads (and its metadata reads) on a machine with no GPU.
  *
  * C ABI: the same as the CPU artifact (runtime/shim.c, ABI version 1), with device pointers:
  *   int fusec_abi_version(void);
@@ -54,17 +56,7 @@
 
 /* ------------------------------------------------------------ the tables' types */
 
-typedef struct {
-  int kernel;          /* index into symbols; -1: copy buffers[0] -> buffers[1]; -2: gemm */
-  unsigned grid;       /* blocks */
-  unsigned block;      /* threads per block */
-  unsigned shared;     /* dynamic shared memory bytes */
-  int num_buffers;
-  const int *buffers;  /* plan buffer ids, in kernel argument order (gemm: A, B, D[, bias]) */
-  const long long *gemm; /* kernel -2: FUSEC_GEMM_FIELDS numbers (codegen_cuda.gemm_table) */
-  int num_maps;        /* kernel >= 0: tensor-map parameters (FUSEC_MAP_FIELDS numbers each) */
-  const long long *maps;
-} fusec_cuda_launch;
+#include "shim_cuda.h"
 
 /* One tensor map parameter of rank 1..5 (wgmma.map_entry): the kernel parameter it replaces
  * (its buffer's position in `buffers`), CUtensorMapDataType, the rank, the global dims
@@ -72,35 +64,6 @@ typedef struct {
  * CUtensorMapSwizzle, and the byte offset of the operand in its buffer. */
 #define FUSEC_MAP_FIELDS 19
 #define FUSEC_MAP_RANK 5
-
-typedef struct {
-  int role;            /* 0 input, 1 output, 2 temp, 3 constant (weights, uploaded once) */
-  int slot;            /* position in inputs[] / outputs[] (-1 otherwise) */
-  unsigned long long bytes;
-  const unsigned char *data; /* role 3: the constant's bytes */
-  int view_of;         /* >= 0: no storage; the bytes of buffer view_of from `offset` */
-  unsigned long long offset;
-} fusec_cuda_buffer;
-
-typedef struct {
-  const unsigned char *image;  /* fatbin (cubin + PTX) or NUL-terminated PTX */
-  size_t image_size;
-  int image_is_fatbin;
-  const char *const *symbols;
-  int num_symbols;
-  const fusec_cuda_launch *launches;
-  int num_launches;
-  const fusec_cuda_buffer *buffers;
-  int num_buffers;
-  int num_inputs;
-  int num_outputs;
-  const char *metadata;
-  unsigned long long gemm_workspace; /* bytes of cuBLASLt workspace (0: no gemm launches) */
-  const char *const *index_messages; /* one per index check, "{index}" where the index goes */
-  int num_index_checks;
-} fusec_cuda_program;
-
-static const fusec_cuda_program *fusec_program(void);
 
 /* ------------------------------------------------------------ the driver API, by hand */
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import mlir.ir as ir
+from fusec.compiler.artifact import shim_object
 from fusec.compiler.frontend import read_torch_signature
 from fusec.compiler.targets.cuda.device import INDEX_STATUS, CudaCodegenError
 from fusec.compiler.targets.cuda.gemm import gemm_table
@@ -23,6 +24,9 @@ from fusec.runtime.plan import Plan, apply_torch_signature, name_user_outputs
 
 
 SHIM_CUDA = Path(__file__).resolve().parents[3] / "runtime" / "shim_cuda.c"  # fusec/runtime
+SHIM_CUDA_H = SHIM_CUDA.with_suffix(".h")
+# How both the shim's object and the generated code are compiled.
+C_FLAGS = ("-O2", "-fPIC", "-std=gnu11")
 
 
 def _c_bytes(data: bytes) -> str:
@@ -51,12 +55,13 @@ def _c_blob(name: str, data: bytes, blob_dir: Path | None) -> str:
 
 
 def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
-    """The generated C part of a CUDA `model.so`: tables that runtime/shim_cuda.c runs."""
+    """The generated C part of a CUDA `model.so`: tables that runtime/shim_cuda.c runs (it
+    includes only runtime/shim_cuda.h; the shim is linked in as an object)."""
     plan = program.plan
     image = program.fatbin if program.fatbin is not None else program.ptx.encode() + b"\0"
     symbols = sorted({k.symbol for k in plan.launches
                       if k.symbol != "__copy__" and k.launch_kind != "gemm"})
-    lines = [f'#include "{SHIM_CUDA}"', ""]
+    lines = [f'#include "{SHIM_CUDA_H}"', ""]
     lines.append(_c_blob("fusec_image", image, blob_dir))
     lines.append("static const char *const fusec_symbols[] = {"
                  + ", ".join(_c_string(s) for s in symbols) + "};")
@@ -112,8 +117,7 @@ def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
     lines.append(f"  {plan.metadata.get('cublaslt_workspace_bytes', 0)}ULL,")
     lines.append(f"  fusec_index_messages, {len(checks)},")
     lines.append("};")
-    lines.append("static const fusec_cuda_program *fusec_program(void) "
-                 "{ return &fusec_the_program; }")
+    lines.append("const fusec_cuda_program *fusec_program(void) { return &fusec_the_program; }")
     return "\n".join(lines) + "\n"
 
 
@@ -142,9 +146,12 @@ EXPORTED = ("fusec_abi_version", "fusec_metadata", "fusec_last_error", "fusec_ru
 
 
 def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:
-    """Build `model.so` (links only libc + libdl; libcuda.so.1 is opened at run time)."""
+    """Build `model.so` (links only libc + libdl; libcuda.so.1 is opened at run time): the
+    generated code linked with runtime/shim_cuda.c's object from the cache folder
+    (`shim_object`), or, where that cannot be kept there, with shim_cuda.c compiled again."""
     path = Path(path)
     cc = os.environ.get("CC") or shutil.which("cc") or "gcc"
+    shim = shim_object(cc, source=SHIM_CUDA, flags=C_FLAGS)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "plan_cuda.c"
         src.write_text(host_code(program, Path(tmp)))
@@ -152,7 +159,8 @@ def write_cuda_artifact(program: CudaProgram, path: str | os.PathLike) -> Path:
         script.write_text("{\n  global: " + " ".join(f"{s};" for s in EXPORTED)
                           + "\n  local: *;\n};\n")
         out = Path(tmp) / "model.so"
-        cmd = [cc, "-O2", "-shared", "-fPIC", "-std=gnu11", str(src), "-o", str(out),
+        sources = [src, shim] if shim else [SHIM_CUDA, src]
+        cmd = [cc, "-shared", *C_FLAGS, *(str(s) for s in sources), "-o", str(out),
                f"-Wl,--version-script={script}", "-ldl", "-lpthread"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
