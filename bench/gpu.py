@@ -68,6 +68,17 @@ def linear(x, w):
     return F.linear(x, w)
 
 
+def swiglu(x, wg, wu):
+    """LLaMA's MLP gate: silu(x @ wg^T) * (x @ wu^T), two GEMMs of one input (issue 14's
+    SwiGLU pair; the down projection after it is a plain GEMM)."""
+    return F.silu(F.linear(x, wg)) * F.linear(x, wu)
+
+
+# The SwiGLU workloads' hidden width by model width (LLaMA-7B's 11008 for 4096; the LLaMA
+# block of test/gpu/movement.py: 2816 for 1024).
+SWIGLU_HIDDEN = {4096: 11008, 1024: 2816}
+
+
 def layernorm_linear(x, g, b, w, bias):
     """Issue 14's GEMM-prologue workload: LayerNorm in front of a Linear with its bias."""
     return F.linear(F.layer_norm(x, (x.shape[-1],), g, b, 1e-5), w, bias)
@@ -106,6 +117,9 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
         return [(rows, cols), (cols, cols), (cols,)]
     if name == "mm":  # x [rows, cols] @ w[cols, cols]^T
         return [(rows, cols), (cols, cols)]
+    if name == "sg":  # x [rows, cols]; the gate's and the up projection's [hidden, cols]
+        hidden = SWIGLU_HIDDEN[cols]
+        return [(rows, cols), (hidden, cols), (hidden, cols)]
     if name == "tel":  # batch 1, sequence `rows`, d_model `cols`
         return [(1, rows, cols)]
     if name == "lnlm":  # x [rows, cols]; the weights are the module's
@@ -122,7 +136,7 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
 
 
 FUNCTIONS = {"ew": ew_chain, "ln": residual_layernorm, "rms": rmsnorm, "softmax": softmax,
-             "lg": linear_gelu, "lnl": layernorm_linear, "mm": linear}
+             "lg": linear_gelu, "lnl": layernorm_linear, "mm": linear, "sg": swiglu}
 _LAYERS: dict[str, torch.nn.Module] = {}
 # Workloads that are modules with their own weights (seeded), one input.
 MODULES = {"tel": transformer_layer, "lnlm": layernorm_linear_module}
@@ -160,6 +174,16 @@ WORKLOADS = {
                 torch.bfloat16),
     "mm_4096_bf16": ("mm", 8192, 4096, "plain GEMM 8192x4096x4096 bf16 (F.linear, no bias)",
                      torch.bfloat16),
+    "swiglu_bf16": ("sg", 8192, 4096, "SwiGLU gate silu(x Wg) * (x Wu), 8192x4096 -> 11008 bf16",
+                    torch.bfloat16),
+    "swiglu_llama_bf16": ("sg", 2048, 1024, "SwiGLU gate, the LLaMA block's: 2048x1024 -> 2816 "
+                          "bf16", torch.bfloat16),
+    "swiglu_bf16_apart": ("sg", 8192, 4096, "the same, built with --no-cuda-gemm-pair (two "
+                          "kernels)", torch.bfloat16),
+    "swiglu_bf16_pingpong": ("sg", 8192, 4096, "the same pair on the ping-pong schedule "
+                             "(--cuda-gemm-schedule ping-pong)", torch.bfloat16),
+    "swiglu_llama_bf16_apart": ("sg", 2048, 1024, "the LLaMA block's SwiGLU gate, "
+                                "--no-cuda-gemm-pair", torch.bfloat16),
     "linear_gelu_bf16": ("lg", 8192, 4096, "linear+bias+GELU 8192x4096x4096 bf16",
                          torch.bfloat16),
     "ln_linear_bf16": ("lnl", 16384, 4096, "LayerNorm + Linear + bias 16384x4096 -> 4096 bf16",
@@ -173,7 +197,9 @@ WORKLOADS = {
                        torch.float32),
 }
 # Workloads built with other CUDA options than the defaults (A/B pairs).
-CUDA_OPTIONS: dict[str, dict] = {}
+CUDA_OPTIONS: dict[str, dict] = {"swiglu_bf16_apart": {"gemm_pair": False},
+                                 "swiglu_bf16_pingpong": {"gemm_schedule": "ping-pong"},
+                                 "swiglu_llama_bf16_apart": {"gemm_pair": False}}
 # Experiments: the decision the cost model would not take, taken (its functions replaced
 # while the workload builds), to measure what the model rejects.
 OVERRIDES = {"ln_linear_module_bf16_forced": {"norm_prologue_fold_pays": True,
@@ -218,7 +244,7 @@ def inputs_for(name: str, device: str, seed: int = 0) -> list[torch.Tensor]:
     out = []
     for i, shape in enumerate(_shapes(key, rows, cols)):
         x = torch.randn(shape, generator=g, dtype=torch.float32)
-        if (key, i) in (("lg", 1), ("lnl", 3)):
+        if (key, i) in (("lg", 1), ("lnl", 3), ("sg", 1), ("sg", 2)):
             x /= cols ** 0.5  # nn.Linear-like weight scale: GELU sees values of order 1
         out.append(x.to(device, dtype))
     return out
@@ -230,12 +256,14 @@ def floor_bytes(name: str) -> int:
     elems = sum(torch.Size(s).numel() for s in _shapes(key, rows, cols))
     if key == "lnlm":
         elems += cols * cols + 3 * cols  # the module's weights
-    out = rows * cols
+    out = rows * (SWIGLU_HIDDEN[cols] if key == "sg" else cols)
     return dtype.itemsize * (elems + out)
 
 
 def flops(name: str) -> int:
     key, rows, cols, _, _ = ALL[name]
+    if key == "sg":
+        return 2 * 2 * rows * cols * SWIGLU_HIDDEN[cols]
     return 2 * rows * cols * cols if key in ("lg", "lnl", "lnlm") else 0
 
 
@@ -448,6 +476,8 @@ def matmul_alone_ms(name: str, xs: list[torch.Tensor], reps: int) -> float:
     if key == "lnlm":
         function_for(name, "cuda", ALL[name][4])  # (builds the module once)
         x, w = xs[0], _LAYERS[f"{name}-cuda-{ALL[name][4]}"][1].weight.detach()
+    elif key == "sg":  # both GEMMs, as one torch.mm of the stacked weights
+        x, w = xs[0], torch.cat([xs[1], xs[2]])
     else:
         x, w = (xs[0], xs[1]) if key == "lg" else (xs[0], xs[3])
     wt = w.t()
@@ -509,7 +539,7 @@ def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune:
             variants["fusec_graph"]()
             torch.cuda.synchronize()
             row["err"]["fusec_graph"] = rel_err(outs[0], ref)
-        if key in ("lg", "lnl", "lnlm"):
+        if key in ("lg", "lnl", "lnlm", "sg"):
             row["matmul_alone_ms"] = matmul_alone_ms(name, xs, reps)
             row["floor_ms"] = max(row["floor_ms"], row["matmul_alone_ms"])
         # fusec timed a second time: the spread between two timings of one version is the noise.

@@ -74,6 +74,7 @@ ATTENTION_REFUSED = "fusion.attention_refused"  # on a contraction: why it is no
 PATH = "fusion.path"  # GPU: gemm (a cuBLASLt call) | view (a buffer view, no kernel)
 WHY = "fusion.why"  # GPU: why a matmul group is a cuBLASLt call
 GEMM_EPILOGUE = "fusion.gemm_epilogue"  # GPU: the ops fused into cuBLASLt's epilogue
+GEMM_PAIR = "fusion.gemm_pair"  # GPU: two matmuls sharing A in one kernel, and why
 VIEW_OFFSET = "fusion.view_offset"  # GPU: a view's element offset into its buffer
 SLICE_OFFSETS = "fusion.slice_offsets"  # GPU: a static slice rewritten as a gather
 GPU_KERNELS = "fusion.gpu_kernels"  # on the function: --fusion-gpu-kernels has run

@@ -46,6 +46,7 @@ class GpuKernelsPass(Pass):
     gemm: bool = True
     tc_gemm: bool = True
     movement: bool = True
+    gemm_pair: bool = True
     conv_tf32: bool = False
     matmul_tf32: bool = False
 
@@ -61,6 +62,7 @@ class GpuKernelsPass(Pass):
                 with func.location:  # the rewrites create ops
                     notes = builder.rewrites(func, {
                         "gemm": True, "tc_gemm": self.tc_gemm, "movement": self.movement,
+                        "gemm_pair": self.gemm_pair,
                         "conv_tf32": self.conv_tf32, "matmul_tf32": self.matmul_tf32})
             if not self.movement:  # read by the tiling's fallback decision
                 func.attributes[attributes.NO_MOVEMENT] = ir.UnitAttr.get()

@@ -57,11 +57,26 @@ STEPS = [
 ]
 
 
+# How a pair's two products meet (`--pairs`: SwiGLU's and GEGLU's gates, and others), with the
+# extra inputs the join reads.
+JOINS = [
+    ("F.silu({g}) * {u}", []),
+    ("F.gelu({g}) * {u}", []),
+    ("F.gelu({g}, approximate='tanh') * {u}", []),
+    ("{g} * torch.sigmoid({u})", []),
+    ("{g} + {u}", []),
+    ("({g} + bias) * {u}", ["bias"]),
+    ("torch.relu({g}) * ({u} + res)", ["res"]),
+]
+
+
 SMS = 132  # the H200's (and the H100's) SMs: the ping-pong schedule wants as many tiles
 
 
-def draw(rng: np.random.Generator, index: int, schedule: str = "model") -> dict:
-    """One program: its source, input shapes and dtype."""
+def draw(rng: np.random.Generator, index: int, schedule: str = "model",
+         pairs: bool = False) -> dict:
+    """One program: its source, input shapes and dtype; with `pairs`, two matmuls of x (by
+    w and w2) joined elementwise (JOINS) before the epilogue steps."""
     # A third of the shapes on whole tiles, the rest ragged (TMA needs K * 2 bytes % 16).
     if schedule in ("ping-pong", "cooperative"):
         bm = 256 if schedule == "cooperative" else 128
@@ -81,7 +96,15 @@ def draw(rng: np.random.Generator, index: int, schedule: str = "model") -> dict:
     layout = "nk" if rng.random() < 0.7 else "kn"
     lines = ["y = F.linear(x, w)" if layout == "nk" else "y = x @ w"]
     inputs = {"x": (m, k), "w": (n, k) if layout == "nk" else (k, n)}
-    for _ in range(int(rng.integers(0, 5))):
+    if pairs:
+        inputs["w2"] = inputs["w"]
+        lines = ["g = F.linear(x, w)" if layout == "nk" else "g = x @ w",
+                 "u = F.linear(x, w2)" if layout == "nk" else "u = x @ w2"]
+        join, extra = JOINS[int(rng.integers(0, len(JOINS)))]
+        lines.append("y = " + join.format(g="g", u="u"))
+        for name in extra:
+            inputs[name] = {"bias": (n,), "res": (m, n)}[name]
+    for _ in range(int(rng.integers(0, 3 if pairs else 5))):
         step, extra = STEPS[int(rng.integers(0, len(STEPS)))]
         lines.append("y = " + step.format(y="y"))
         for name in extra:
@@ -114,23 +137,26 @@ def make_inputs(spec: dict, device: str) -> list:
     gen = torch.Generator().manual_seed(spec["seed"])
     dtype = getattr(torch, spec["dtype"])
     xs = []
+    weights = (1, 2) if "w2" in spec["source"] else (1,)
     for j, shape in enumerate(spec["inputs"]):
-        scale = 1.0 / np.sqrt(shape[-1]) if j == 1 else 1.0
+        scale = 1.0 / np.sqrt(spec["inputs"][0][-1]) if j in weights else 1.0
         xs.append((torch.randn(shape, generator=gen) * scale).to(dtype).to(device))
     return xs
 
 
-def _folder(out_dir: Path, schedule: str) -> Path:
-    return out_dir / ("tcfz" if schedule == "model" else f"tcfz_{schedule}")
+def _folder(out_dir: Path, schedule: str, pairs: bool = False) -> Path:
+    return out_dir / (("tcfz" if schedule == "model" else f"tcfz_{schedule}") +
+                      ("_pairs" if pairs else ""))
 
 
-def build(out_dir: Path, examples: int, seed: int, schedule: str = "model") -> None:
+def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
+          pairs: bool = False) -> None:
     from fusec.compiler import driver
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
     from fusec.compiler.targets.cuda.options import CudaOptions
 
-    folder = _folder(out_dir, schedule)
+    folder = _folder(out_dir, schedule, pairs)
     folder.mkdir(parents=True, exist_ok=True)
     if schedule != "model":  # the schedule under test, for every matmul our GEMM takes
         from fusec.passes import gemm_cost
@@ -145,7 +171,7 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model") -> N
     Wrap = bench.Wrap
 
     for i in range(examples):
-        spec = draw(rng, i, schedule)
+        spec = draw(rng, i, schedule, pairs)
         spec["seed"] = seed * 1000 + i
         fn = _function(spec["source"])
         xs = make_inputs(spec, "cpu")
@@ -162,6 +188,7 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model") -> N
                                   if k["info"].get("path") == "tc_gemm"]
             entry["epilogue"] = [k["info"].get("epilogue") for k in meta["kernels"]
                                  if k["info"].get("path") == "tc_gemm"]
+            entry["pairs"] = sum(1 for k in meta["kernels"] if k["info"].get("pair"))
         except Exception as e:  # noqa: BLE001 - a refusal is a result, recorded
             entry["refused"] = str(e).splitlines()[0][:300]
         index.append(entry)
@@ -171,16 +198,18 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model") -> N
     name = schedule if schedule != "model" else "ping-pong"
     on = sum(1 for e in index if name.replace("-", " ") in
              [x.replace("-", " ") for x in e.get("schedules", [])])
+    pair_count = sum(1 for e in index if e.get("pairs"))
     print(f"built {len(index)} programs, {tc} with our tensor-core GEMM ({on} on the "
-          f"{name} schedule), {sum('refused' in e for e in index)} refused")
+          f"{name} schedule, {pair_count} as one GEMM pair), "
+          f"{sum('refused' in e for e in index)} refused")
 
 
-def run(out_dir: Path, schedule: str = "model") -> int:
+def run(out_dir: Path, schedule: str = "model", pairs: bool = False) -> int:
     import torch
 
     from fusec import runtime
 
-    folder = _folder(out_dir, schedule)
+    folder = _folder(out_dir, schedule, pairs)
     index = json.loads((folder / "index.json").read_text())
     bad = 0
     ran = 0
@@ -208,8 +237,9 @@ def run(out_dir: Path, schedule: str = "model") -> int:
             print(f"MISMATCH {entry['name']} err {err:.3e} > {tolerance:.1e} "
                   f"paths {entry['paths']}\n{entry['source']}", flush=True)
     tc = sum(1 for e in index if "tc_gemm" in e.get("paths", []))
-    print(f"tc fuzz: {ran} programs run ({tc} with our tensor-core GEMM), {bad} mismatches, "
-          f"worst error / tolerance {worst:.2f}")
+    pair_count = sum(1 for e in index if e.get("pairs"))
+    print(f"tc fuzz: {ran} programs run ({tc} with our tensor-core GEMM, {pair_count} with a "
+          f"GEMM pair), {bad} mismatches, worst error / tolerance {worst:.2f}")
     return 1 if bad else 0
 
 
@@ -221,8 +251,10 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--schedule", default="model",
                         choices=["model", "ping-pong", "cooperative", "one-warpgroup"])
+    parser.add_argument("--pairs", action="store_true",
+                        help="two matmuls of one input joined elementwise (GEMM pairs)")
     args = parser.parse_args()
     if args.mode == "build":
-        build(args.dir, args.examples, args.seed, args.schedule)
+        build(args.dir, args.examples, args.seed, args.schedule, args.pairs)
         sys.exit(0)
-    sys.exit(run(args.dir, args.schedule))
+    sys.exit(run(args.dir, args.schedule, args.pairs))

@@ -251,3 +251,55 @@ def test_ragged_matmul_without_cublaslt_compiles(tmp_path):
                      gemm=False)
     (kernel,) = meta["kernels"]
     assert kernel["info"]["path"] == "fallback"
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_swiglu_gate_and_up_are_one_pair_kernel(layout, tmp_path):
+    """SwiGLU's gate and up projections read one A: one kernel of our GEMM computes both
+    (each tile 64 columns of each product, B and B2 through their own TMA maps), the SiLU
+    and the product in its epilogue; only the joined result is written. With the pair off
+    (--no-cuda-gemm-pair), two kernels, the gate's product written and read back. Numerics
+    on the GPU: test/gpu/pair_call.sh (the fuzzer's pair programs, RESULTS run 209)."""
+    if layout == "nk":
+        fn = lambda x, wg, wu: F.silu(F.linear(x, wg)) * F.linear(x, wu)  # noqa: E731
+        shapes = [(300, 256), (200, 256), (200, 256)]
+    else:
+        fn = lambda x, wg, wu: F.silu(x @ wg) * (x @ wu)  # noqa: E731
+        shapes = [(300, 256), (256, 192), (256, 192)]
+    n = 200 if layout == "nk" else 192
+    meta, so = _build(fn, shapes, tmp_path=tmp_path, tuning="off")
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm"]
+    info = meta["kernels"][0]["info"]
+    assert info["pair"] is True and info["b_layout"] == layout
+    assert info["flops"] == 2 * 2 * 300 * n * 256
+    assert "two matmuls sharing A: our tensor-core GEMM pair" in info["why"]
+    assert "paired: predicted" in info["why"]
+    launch = meta["plan"]["launches"][0]
+    # A, B, B2, D: three tensor maps (parameters 0, 1, 2); an N x K B's boxes are 64 rows
+    # (half the tile's 128 columns) of each weight.
+    assert [m[0] for m in launch["maps"]] == [0, 1, 2]
+    box = [64, 64]  # nk: K 64 x 64 rows of each weight; kn: 64 columns x K 64
+    assert [m[12:14] for m in launch["maps"][1:]] == [box, box]
+    assert len(launch["buffers"]) == 4
+    # 3 row tiles x ceil(N / 64) output column tiles.
+    assert launch["grid"] == 3 * -(-n // 64)
+    apart, _ = _build(fn, shapes, tmp_path=tmp_path, tuning="off", gemm_pair=False)
+    assert [k["info"]["path"] for k in apart["kernels"]] == ["tc_gemm", "tc_gemm"]
+    assert not any(k["info"].get("pair") for k in apart["kernels"])
+
+
+def test_what_does_not_pair(tmp_path):
+    """Two matmuls of different inputs stay two kernels, as does a pair whose gate product
+    the model also returns (it must be written anyway)."""
+    different = lambda x, y, wg, wu: F.silu(F.linear(x, wg)) * F.linear(y, wu)  # noqa: E731
+    meta, _ = _build(different, [(300, 256), (300, 256), (200, 256), (200, 256)],
+                     tmp_path=tmp_path, tuning="off")
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm", "tc_gemm"]
+
+    def returned(x, wg, wu):
+        g = F.linear(x, wg)
+        return F.silu(g) * F.linear(x, wu), g
+
+    meta, _ = _build(returned, [(300, 256), (200, 256), (200, 256)], tmp_path=tmp_path,
+                     tuning="off")
+    assert not any(k["info"].get("pair") for k in meta["kernels"])

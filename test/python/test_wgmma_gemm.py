@@ -184,3 +184,55 @@ def test_the_model_chooses_a_persistent_schedule_where_its_rounds_beat_the_waves
     assert len(tf32[0]) == 4 and any(len(t) > 4 for t in tf32)
     small = gemm_cost.tc_gemm_tile_candidates(1000, 520, 264, 2, False, h200)
     assert all(len(t) == 4 for t in small)  # 40 tiles: fewer than the 132 SMs
+
+
+class _Product:
+    """A pair's epilogue for the kernel alone: the two products' values multiplied."""
+
+    def __init__(self):
+        self.count = 0
+
+    def arguments(self):
+        return []
+
+    def setup(self, emit):
+        pass
+
+    def begin(self):
+        pass
+
+    def apply(self, emit, row, col, lanes, lanes2=None):
+        out = []
+        for a, b in zip(lanes, lanes2):
+            self.count += 1
+            emit(f"%pp{self.count} = arith.mulf {a}, {b} : f32")
+            emit(f"%pt{self.count} = arith.truncf %pp{self.count} : f32 to bf16")
+            out.append(f"%pt{self.count}")
+        return out
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+@pytest.mark.parametrize("tile", [wgmma.GemmTile(), PINGPONG, COOPERATIVE,
+                                  wgmma.GemmTile(64, 256, 64, 3)])
+def test_pair_kernel(layout, tile, tmp_path):
+    """A GEMM pair (two products of one A) on every schedule: three by-value tensor maps,
+    each stage's B boxes split between B and B2 (the same bytes in a stage as one B's),
+    BN / 2 output columns per tile, no spills; a BN under 128 is refused."""
+    problem = wgmma.GemmProblem(1000, 520, 264, b_layout=layout, pair=True)
+    boxes = wgmma.b_boxes(problem, tile)
+    assert sorted({mi for mi, _, _ in boxes}) == [0, 1]
+    # The boxes tile B's part of the stage: BN x BK elements, each 2 bytes, no overlap.
+    box_bytes = tile.bn * tile.bk * 2 // len(boxes)
+    assert [offset for _, _, offset in boxes] == [j * box_bytes for j in range(len(boxes))]
+    grid, _, _ = wgmma.launch_geometry(problem, tile, 132)
+    tiles = -(-1000 // tile.bm) * -(-520 // (tile.bn // 2))
+    assert grid == (min(tiles, 132) if tile.schedule else tiles)
+    text = wgmma.build_kernel_text("k", problem, tile, 132, _Product())
+    assert "%map_b2: !llvm.ptr" in text and "fusec.tensor_maps = 3 : i64" in text
+    ptx = wgmma.lower(wgmma.gpu_module_text([text]))
+    assert ptx.count(".param .align 64 .b8 k_param_") == 3
+    _ptxas_clean(ptx, tmp_path)
+    with pytest.raises(CudaCodegenError, match="pair needs BN a multiple of 128"):
+        wgmma.kernel_text("k", problem, wgmma.GemmTile(128, 64, 64, 4))
+    with pytest.raises(CudaCodegenError, match="without the epilogue joining it"):
+        wgmma.kernel_text("k", problem, wgmma.GemmTile())

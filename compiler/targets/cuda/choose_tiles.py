@@ -46,28 +46,30 @@ class KernelTiles:
 
 
 def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
-    from fusec.compiler.targets.cuda.body import GEMM_OPS
     from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _step_name, epilogue_seconds,
-                                                     out_type_of, tc_chain, tc_operands)
+                                                     out_type_of, plan_tc_split)
 
     ops = [o.operation for o in group.regions[0].blocks[0].operations]
-    mm = next(o for o in ops if o.name in GEMM_OPS)
-    found = tc_operands(mm)
-    if isinstance(found, str):
-        raise CudaCodegenError(f"tensor-core GEMM group: {found}")
-    chain, _, _ = tc_chain(mm, found.m, found.n)
-    out = out_type_of(mm, chain)
+    tc = plan_tc_split(group)
+    if isinstance(tc, str):
+        raise CudaCodegenError(f"tensor-core GEMM group: {tc}")
+    found, chain = tc.operands, tc.chain
+    out = out_type_of(found.mm, chain)
     steps = "+".join(_step_name(o) for o in chain if o.name == "linalg.generic") or "none"
     b = "nk" if found.lb.transposed else "kn"
     key = (f"tc_gemm m={found.m} n={found.n} k={found.k} a={found.a.element} out={out} "
-           f"b={b} epilogue={steps}")
+           f"b={b} epilogue={steps}" + (" pair" if tc.pair else ""))
     eb = ELEMENT_BYTES[found.a.element]
     epilogue = epilogue_seconds(found, chain, device)
-    candidates = gemm_cost.tc_gemm_tile_candidates(found.m, found.n, found.k, eb, b == "kn",
+    n = tc.n_computed
+    candidates = gemm_cost.tc_gemm_tile_candidates(found.m, n, found.k, eb, b == "kn",
                                                     device, epilogue)
-    ab = _bytes([found.a.source, found.b.source]) + _bytes([ops[-1].operands[0]])
-    predicted = gemm_cost.tc_gemm_tile_s(found.m, found.n, found.k, ab, device,
-                                          candidates[0], epilogue)
+    if tc.pair:  # 64 columns of each product at least (wgmma.refusal)
+        candidates = [t for t in candidates if t[1] % 128 == 0]
+    b_sources = [found.b.source] + ([tc.pair.b.source] if tc.pair else [])
+    ab = _bytes([found.a.source, *b_sources]) + _bytes([ops[-1].operands[0]])
+    predicted = gemm_cost.tc_gemm_tile_s(found.m, n, found.k, ab, device, candidates[0],
+                                          epilogue)
     return KernelTiles(key, candidates, predicted * 1e6)
 
 

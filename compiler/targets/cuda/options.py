@@ -57,6 +57,10 @@ class CudaOptions:
         "operands and a constant weight: folded into the weight and our GEMM's epilogue "
         "(fusion-fold-norm-prologue), so the normalised tensor is never written; False: "
         "normalised in a kernel of its own.")})
+    gemm_pair: bool = field(default=True, metadata={"help": (
+        "Two matmuls of one input whose products meet elementwise (SwiGLU's gate and up "
+        "projections): one kernel of our tensor-core GEMM computing both, A read once, "
+        "where the cost model predicts it faster (gemm_pair.py); False: two kernels.")})
 
     movement: bool = field(default=True, metadata={"help": (
         "Groups of data movement (reshapes, slices, transposes, concats, pads, gathers) "

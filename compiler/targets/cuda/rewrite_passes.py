@@ -16,6 +16,7 @@ from mlir import ir
 
 from fusec.compiler.targets.cuda.attention_layouts import absorb_attention_layouts
 from fusec.compiler.targets.cuda.folding import fold_constant_groups
+from fusec.compiler.targets.cuda.gemm_pair import pair_gemm_groups
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
                                                   convs_to_gemm, erase_dead_groups,
@@ -61,6 +62,10 @@ REWRITES = (
             "their (short) fold."),
     Rewrite("fusion-gpu-merge-epilogues", merge_epilogue_consumers,
             "A matmul group absorbs the consumer group that starts with a cuBLASLt epilogue."),
+    Rewrite("fusion-gpu-pair-gemms", pair_gemm_groups,
+            "A matmul group joins the matmul group reading its result where both read one A "
+            "and our tensor-core GEMM computes them as one pair kernel, predicted faster "
+            "(SwiGLU's gate and up projections)."),
     Rewrite("fusion-gpu-split-matmuls", split_matmul_groups,
             "Matmul-rooted groups split into [prologue] + a cuBLASLt call or our tensor-core "
             "GEMM + [epilogue]."),

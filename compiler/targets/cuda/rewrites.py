@@ -737,9 +737,12 @@ def split_matmul_groups(func: ir.Operation, options: CudaOptions | None = None) 
     groups = [op.operation for op in body.operations if op.operation.name == GROUP_OP]
     for group in groups:
         names = [o.operation.name for o in group.regions[0].blocks[0].operations]
-        if names.count("linalg.matmul") + names.count("linalg.batch_matmul") != 1:
+        paired = attributes.GEMM_PAIR in group.attributes  # gemm_pair.pair_gemm_groups
+        if names.count("linalg.matmul") + names.count("linalg.batch_matmul") != \
+                (2 if paired else 1):
             continue
-        group = _merge_operand_producers(group)
+        if not paired:
+            group = _merge_operand_producers(group)
         split = plan_gemm_split(group)
         path = "gemm"
         if tc_gemm_enabled(options):
@@ -749,6 +752,9 @@ def split_matmul_groups(func: ir.Operation, options: CudaOptions | None = None) 
                 if ours:
                     split, path = tc.split, "tc_gemm"
                     split.why = why
+                    if paired:  # the pairing's two predictions (gemm_pair.py)
+                        note = ir.StringAttr(group.attributes[attributes.GEMM_PAIR]).value
+                        split.why += f"; {note}"
                 elif not isinstance(split, str):
                     split.why += f"; {why}"
             elif not isinstance(split, str) and _sixteen_bit(group):

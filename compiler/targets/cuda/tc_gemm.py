@@ -109,9 +109,22 @@ def tc_operands(mm: ir.Operation) -> TcOperands | str:
     return TcOperands(mm, a, b, la, lb, m, n, k)
 
 
-def _problem(ops: TcOperands, out_type: str) -> wgmma.GemmProblem:
+def _problem(ops: TcOperands, out_type: str, pair: bool = False) -> wgmma.GemmProblem:
     return wgmma.GemmProblem(ops.m, ops.n, ops.k, ops.a.element, out_type,
-                             "nk" if ops.lb.transposed else "kn")
+                             "nk" if ops.lb.transposed else "kn", pair)
+
+
+def pair_refusal(first: TcOperands, second: TcOperands) -> str | None:
+    """Why one kernel cannot compute both GEMMs as a pair (None: it can): they must read
+    the same A the same way and B matrices of one shape and layout."""
+    if value_key(first.a.source) != value_key(second.a.source) or \
+            (first.la.ld, first.la.offset) != (second.la.ld, second.la.offset):
+        return "the two matmuls read different A operands"
+    if (first.m, first.n, first.k) != (second.m, second.n, second.k):
+        return "the two matmuls' shapes differ"
+    if first.b.element != second.b.element or first.lb.transposed != second.lb.transposed:
+        return "the two matmuls' B operands differ in type or layout"
+    return None
 
 
 # ---------------------------------------------------------------- the epilogue chain
@@ -211,14 +224,16 @@ def _rows_reshape(op: ir.Operation, m: int, n: int) -> bool:
     return bool(shape) and shape[-1] == n and math.prod(shape[:-1]) == m
 
 
-def tc_chain(mm: ir.Operation, m: int, n: int
+def tc_chain(mm: ir.Operation | list[ir.Operation], m: int, n: int
              ) -> tuple[list[ir.Operation], list[ir.Operation], str]:
     """The epilogue ops after `mm` the kernel runs (in block order: a DAG of elementwise ops
     and row reshapes over the matmul's result, with one result leaving it), the ops
-    computing their other operands, and why it stops where it does."""
+    computing their other operands, and why it stops where it does. `mm` may be a pair of
+    matmuls (a list, in block order): the chain then reads both results."""
+    mms = mm if isinstance(mm, list) else [mm]
     banned: set[int] = set()
     for _ in range(4):
-        chain, sources, why = _grow_chain(mm, m, n, banned)
+        chain, sources, why = _grow_chain(mms, m, n, banned)
         inside = {id_of(o) for o in chain + sources}
         shared = {id_of(o) for o in sources
                   if any(id_of(u) not in inside for u in _users(o.results[0]))}
@@ -228,22 +243,22 @@ def tc_chain(mm: ir.Operation, m: int, n: int
     return [], [], "an epilogue operand is also read elsewhere"
 
 
-def _epilogue_outputs(mm: ir.Operation, chain: list[ir.Operation]) -> list[ir.Value]:
+def _epilogue_outputs(mms: list[ir.Operation], chain: list[ir.Operation]) -> list[ir.Value]:
     inside = {id_of(o) for o in chain}
-    values = [mm.results[0]] + [o.results[0] for o in chain]
+    values = [mm.results[0] for mm in mms] + [o.results[0] for o in chain]
     return [v for v in values if any(id_of(u) not in inside for u in _users(v))]
 
 
-def _grow_chain(mm: ir.Operation, m: int, n: int, banned: set[int]
+def _grow_chain(mms: list[ir.Operation], m: int, n: int, banned: set[int]
                 ) -> tuple[list[ir.Operation], list[ir.Operation], str]:
-    members = {value_key(mm.results[0])}
+    members = {value_key(mm.results[0]) for mm in mms}
     chain: list[ir.Operation] = []
     why = ""
     after = False
-    for op in mm.block.operations:
+    for op in mms[0].block.operations:
         op = op.operation
         if not after:
-            after = op == mm
+            after = any(op == mm for mm in mms)
             continue
         if op.name == "fusion.yield":
             break
@@ -275,7 +290,7 @@ def _grow_chain(mm: ir.Operation, m: int, n: int, banned: set[int]
     # One value leaves the epilogue, of one of the kernel's store types: drop ops from the
     # end until it does.
     while True:
-        outs = _epilogue_outputs(mm, chain)
+        outs = _epilogue_outputs(mms, chain)
         last = outs[0] if len(outs) == 1 else None
         if last is not None and str(ir.RankedTensorType(last.type).element_type) in \
                 wgmma.OUTPUTS and (not chain or value_key(last) ==
@@ -286,7 +301,8 @@ def _grow_chain(mm: ir.Operation, m: int, n: int, banned: set[int]
         chain.pop()
         why = "more than one value leaves the epilogue" if len(outs) > 1 else \
             "the epilogue's result is not a store type"
-    members = {value_key(mm.results[0])} | {value_key(o.results[0]) for o in chain}
+    members = {value_key(mm.results[0]) for mm in mms} | \
+        {value_key(o.results[0]) for o in chain}
     sources: list[ir.Operation] = []
     seen: set[int] = set()
     for op in chain:
@@ -315,32 +331,58 @@ class TcSplit:
     split: GemmSplit
     operands: TcOperands
     chain: list[ir.Operation]  # the epilogue ops the kernel runs, in order
+    pair: TcOperands | None = None  # a pair's second GEMM (its B is the kernel's B2)
 
     @property
     def result(self) -> ir.Value:
         return self.chain[-1].results[0] if self.chain else self.operands.mm.results[0]
 
+    @property
+    def matmuls(self) -> list[ir.Operation]:
+        return [self.operands.mm] + ([self.pair.mm] if self.pair else [])
+
+    @property
+    def n_computed(self) -> int:
+        """The accumulator's columns: N, or 2 N for a pair."""
+        return self.operands.n * (2 if self.pair else 1)
+
 
 def plan_tc_split(group: ir.Operation) -> TcSplit | str:
-    """The split of `group` with our tensor-core kernel, or why it is not one."""
+    """The split of `group` with our tensor-core kernel, or why it is not one. A group of two
+    matmuls is a pair (`pair_refusal`): their epilogue chain must read both results and
+    leave one value."""
     body = group.regions[0].blocks[0]
     ops = [o.operation for o in body.operations][:-1]
     mms = [o for o in ops if o.name in GEMM_OPS]
-    if len(mms) != 1:
+    if len(mms) not in (1, 2):
         return f"{len(mms)} matmuls in the group"
-    found = tc_operands(mms[0])
-    if isinstance(found, str):
-        return found
-    chain, sources, _ = tc_chain(mms[0], found.m, found.n)
-    problem = _problem(found, out_type_of(mms[0], chain))
+    founds = [tc_operands(mm) for mm in mms]
+    for found in founds:
+        if isinstance(found, str):
+            return found
+    found = founds[0]
+    pair = founds[1] if len(founds) == 2 else None
+    if pair is not None:
+        why = pair_refusal(found, pair)
+        if why is not None:
+            return why
+    chain, sources, stop = tc_chain(mms, found.m, found.n)
+    if pair is not None and (not chain or [value_key(v) for v in _epilogue_outputs(
+            mms, chain)] != [value_key(chain[-1].results[0])]):
+        return f"the pair's epilogue does not join both products into one value ({stop})"
+    problem = _problem(found, out_type_of(mms[0], chain), pair is not None)
     why = wgmma.refusal(problem, TILE)
     if why is not None:
         return why
-    fill = defining(mms[0].operands[2])
-    gemm = found.a.ops + found.b.ops + [fill, mms[0]] + sources + chain
+    gemm: list[ir.Operation] = []
+    for f in founds:
+        for op in f.a.ops + f.b.ops + [defining(f.mm.operands[2]), f.mm]:
+            if not any(op == o for o in gemm):
+                gemm.append(op)
+    gemm += sources + chain
     prologue, epilogue = split_around(ops, gemm)
     fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
-    return TcSplit(GemmSplit(prologue, gemm, epilogue, fused, ""), found, chain)
+    return TcSplit(GemmSplit(prologue, gemm, epilogue, fused, ""), found, chain, pair)
 
 
 def _step_name(op: ir.Operation) -> str:
@@ -406,11 +448,42 @@ def epilogue_seconds(found: TcOperands, chain: list[ir.Operation],
     return gemm_cost.tc_epilogue_s(found.m * found.n, epilogue_ops(chain), device)
 
 
-def model_tile(found: TcOperands, epilogue_s: float,
-               device: cost_model.Device) -> tuple[int, ...]:
-    """The cost model's tile (and schedule) for this GEMM with its epilogue."""
-    return gemm_cost.tc_gemm_tile(found.m, found.n, found.k, ELEMENT_BYTES[found.a.element],
-                                  device, epilogue_s)
+def model_tile(found: TcOperands, epilogue_s: float, device: cost_model.Device,
+               pair: bool = False) -> tuple[int, ...]:
+    """The cost model's tile (and schedule) for this GEMM with its epilogue; a pair's is that
+    of one GEMM of twice the columns (its tiles hold BN / 2 columns of each product: every
+    tile the model chooses has BN 128)."""
+    return gemm_cost.tc_gemm_tile(found.m, found.n * (2 if pair else 1), found.k,
+                                  ELEMENT_BYTES[found.a.element], device, epilogue_s)
+
+
+def ours_s(tc: TcSplit, device: cost_model.Device) -> tuple[float, tuple[int, ...]]:
+    """The cost model's time for our kernel of `tc` (with its model tile), and that tile."""
+    found = tc.operands
+    generics = [o for o in tc.chain if o.name == "linalg.generic"]
+    ab = _bytes([found.a.source, found.b.source] + ([tc.pair.b.source] if tc.pair else []))
+    epilogue = epilogue_seconds(found, tc.chain, device)
+    tile = model_tile(found, epilogue, device, tc.pair is not None)
+    return gemm_cost.tc_gemm_tile_s(found.m, tc.n_computed, found.k, ab + _bytes(
+        _external(generics)) + _bytes([tc.result]), device, tile, epilogue), tile
+
+
+def library_s(tc: TcSplit, library: GemmSplit, device: cost_model.Device
+              ) -> tuple[float, bool]:
+    """The cost model's time for cuBLASLt's call with the epilogue it fuses plus the kernel
+    for the rest of the chain (one matmul), and whether there is such a kernel."""
+    found = tc.operands
+    generics = [o for o in tc.chain if o.name == "linalg.generic"]
+    lib_keys = {id_of(o) for o in library.gemm}
+    absorbed = [o for o in generics if id_of(o) in lib_keys]
+    lib_out = absorbed[-1].results[0] if absorbed else found.mm.results[0]
+    lib = gemm_cost.library_gemm_s(found.m, found.n, found.k, _bytes(
+        [found.a.source, found.b.source, lib_out]), device)
+    rest = [o for o in generics if id_of(o) not in lib_keys]
+    if rest:
+        rest_in = [v for v in _external(rest) if value_key(v) != value_key(lib_out)]
+        lib += cost_model.kernel_s(_bytes([lib_out, tc.result]) + _bytes(rest_in), 0, device)
+    return lib, bool(rest)
 
 
 def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
@@ -418,13 +491,8 @@ def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
     """Ours or cuBLASLt for one matmul group (the cost model's prediction both ways), and
     the reason, for the IR."""
     found = tc.operands
-    m, n, k = found.m, found.n, found.k
-    generics = [o for o in tc.chain if o.name == "linalg.generic"]
-    ab = _bytes([found.a.source, found.b.source])
-    epilogue = epilogue_seconds(found, tc.chain, device)
-    tile = model_tile(found, epilogue, device)
-    ours = gemm_cost.tc_gemm_tile_s(m, n, k, ab + _bytes(_external(generics)) +
-                                     _bytes([tc.result]), device, tile, epilogue)
+    m, n = found.m, tc.n_computed
+    ours, tile = ours_s(tc, device)
     fused = "+".join(tc.split.fused)
     code = gemm_cost.tile_schedule(tile)
     if code:
@@ -434,17 +502,13 @@ def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
         schedule = f"{ctas} CTA{'s' if ctas > 1 else ''} per SM"
     ours_text = (f"our tensor-core GEMM ({schedule})"
                  f"{' with the fused epilogue ' + fused if fused else ''}")
+    if tc.pair is not None:
+        return True, (f"two matmuls sharing A: {ours_text.replace('GEMM', 'GEMM pair', 1)} "
+                      f"(predicted {ours * 1e6:.1f} us)")
     if isinstance(library, str):
         return True, (f"matmul-rooted group: {ours_text} (predicted {ours * 1e6:.1f} us; "
                       f"not cuBLASLt: {library})")
-    lib_keys = {id_of(o) for o in library.gemm}
-    absorbed = [o for o in generics if id_of(o) in lib_keys]
-    lib_out = absorbed[-1].results[0] if absorbed else found.mm.results[0]
-    lib = gemm_cost.library_gemm_s(m, n, k, ab + _bytes([lib_out]), device)
-    rest = [o for o in generics if id_of(o) not in lib_keys]
-    if rest:
-        rest_in = [v for v in _external(rest) if value_key(v) != value_key(lib_out)]
-        lib += cost_model.kernel_s(_bytes([lib_out, tc.result]) + _bytes(rest_in), 0, device)
+    lib, rest = library_s(tc, library, device)
     lib_text = f"{lib * 1e6:.1f} us" + (" with the kernel after it" if rest else "")
     if gemm_cost.prefer_tc_gemm(ours, lib):
         return True, (f"matmul-rooted group: {ours_text} (predicted {ours * 1e6:.1f} us, "
@@ -469,6 +533,7 @@ class ChainEpilogue:
     # Parameters known 16-byte aligned (runtime/shim_cuda.c checks the inputs and outputs
     # of such launches; a view's offset is known here): their loads may merge.
     aligned: set[int] = field(default_factory=set)
+    pair: ir.Operation | None = None  # a pair's second matmul (its values: `apply`'s lanes2)
 
     def __post_init__(self) -> None:
         self.base_index: dict[int, int] = {}
@@ -479,7 +544,8 @@ class ChainEpilogue:
                 self._collect(v)
 
     def _collect(self, value: ir.Value) -> None:
-        if value_key(value) in {value_key(r) for o in [self.mm] + self.chain for r in o.results}:
+        own = [self.mm] + ([self.pair] if self.pair is not None else []) + self.chain
+        if value_key(value) in {value_key(r) for o in own for r in o.results}:
             return
         op = None if isinstance(value.owner, ir.Block) else defining(value)
         if op is None or is_weight(op):
@@ -519,16 +585,20 @@ class ChainEpilogue:
         self.row_dims: dict[tuple, list[str]] = {}
 
     def apply(self, emit: Callable[[str], None], row: str, col: str,
-              lanes: list[str]) -> list[str]:
+              lanes: list[str], lanes2: list[str] | None = None) -> list[str]:
         self.emit = emit
         mm_elt = str(ir.RankedTensorType(self.mm.results[0].type).element_type)
         out = []
         for j, lane in enumerate(lanes):
             colj = col if j == 0 else self._index_op("addi", col, self._const(j, "index"))
-            value = lane
-            if mm_elt != "f32":
-                value = self._emit_op(f"arith.truncf {lane} : f32 to {mm_elt}")
-            self.env = {value_key(self.mm.results[0]): value}
+            products = [(self.mm, lane)]
+            if self.pair is not None:
+                products.append((self.pair, lanes2[j]))
+            self.env = {}
+            for mm, value in products:
+                if mm_elt != "f32":
+                    value = self._emit_op(f"arith.truncf {value} : f32 to {mm_elt}")
+                self.env[value_key(mm.results[0])] = value
             for op in self.chain:
                 if op.name in RESHAPE_OPS:
                     self.env[value_key(op.results[0])] = self.env[value_key(op.operands[0])]
@@ -673,32 +743,34 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     `misaligned(buffer)`: a plan buffer that is a view at an offset not a multiple of 16."""
     body = group.regions[0].blocks[0]
     ops = [o.operation for o in body.operations]
-    mm = next(o for o in ops if o.name in GEMM_OPS)
-    found = tc_operands(mm)
-    if isinstance(found, str):
-        raise CudaCodegenError(f"tensor-core GEMM group: {found}")
-    chain, _, _ = tc_chain(mm, found.m, found.n)
+    tc = plan_tc_split(group)
+    if isinstance(tc, str):
+        raise CudaCodegenError(f"tensor-core GEMM group: {tc}")
+    found, chain, pair = tc.operands, tc.chain, tc.pair
+    mm = found.mm
     yielded = ops[-1].operands[0]
-    last = chain[-1].results[0] if chain else mm.results[0]
-    if value_key(last) != value_key(yielded) or len(group.results) != 1:
+    if value_key(tc.result) != value_key(yielded) or len(group.results) != 1:
         raise CudaCodegenError("tensor-core GEMM group: its result is not its chain's end")
     out_type = out_type_of(mm, chain)
-    problem = _problem(found, out_type)
-    epilogue = ChainEpilogue(mm, chain, found.m, found.n)
+    problem = _problem(found, out_type, pair is not None)
+    epilogue = ChainEpilogue(mm, chain, found.m, found.n,
+                             pair=pair.mm if pair is not None else None)
     buffer_of = operand_buffers(group, operands, weight_buffer, module_asm,
                                 "tensor-core GEMM")
 
     results = result_buffers()
-    buffers = [buffer_of(found.a.source), buffer_of(found.b.source), results[0]] + \
-        [buffer_of(v) for v in epilogue.bases]
+    b_operands = [found] + ([pair] if pair is not None else [])
+    buffers = [buffer_of(found.a.source)] + [buffer_of(f.b.source) for f in b_operands] + \
+        [results[0]] + [buffer_of(v) for v in epilogue.bases]
     if misaligned(results[0]):
         raise CudaCodegenError("tensor-core GEMM group: its result is a misaligned view")
-    epilogue.aligned = {i for i, b in enumerate(buffers[3:]) if not misaligned(b)}
+    first_base = 2 + len(b_operands)
+    epilogue.aligned = {i for i, b in enumerate(buffers[first_base:]) if not misaligned(b)}
     from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 
     recorded = recorded_tile(group)
     t = wgmma.GemmTile(*(recorded or model_tile(found, epilogue_seconds(found, chain, device),
-                                                device)))
+                                                device, pair is not None)))
     unroll = gemm_cost.tc_epilogue_unroll(epilogue_ops(chain))
     # Built once per body, problem, tile, unroll, aligned operands and SM count (built.py):
     # a model's layers have the same GEMMs.
@@ -712,20 +784,23 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     dtype = TENSOR_MAP_TYPES[found.a.element]
     maps = [map_entry(0, dtype, [found.k, found.m], [found.la.ld * eb], [t.bk, t.bm],
                       SWIZZLE_128B, found.la.offset * eb)]
-    if problem.b_layout == "nk":
-        maps.append(map_entry(1, dtype, [found.k, found.n], [found.lb.ld * eb], [t.bk, t.bn],
-                              SWIZZLE_128B, found.lb.offset * eb))
-    else:
-        maps.append(map_entry(1, dtype, [found.n, found.k], [found.lb.ld * eb], [64, t.bk],
-                              SWIZZLE_128B, found.lb.offset * eb))
+    for param, f in enumerate(b_operands, start=1):
+        if problem.b_layout == "nk":  # a pair's tile: BN / 2 rows of each B
+            maps.append(map_entry(param, dtype, [f.k, f.n], [f.lb.ld * eb],
+                                  [t.bk, t.bn // len(b_operands)], SWIZZLE_128B,
+                                  f.lb.offset * eb))
+        else:
+            maps.append(map_entry(param, dtype, [f.n, f.k], [f.lb.ld * eb], [64, t.bk],
+                                  SWIZZLE_128B, f.lb.offset * eb))
     fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
     info = {"path": "tc_gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
-            "flops": 2 * found.m * found.n * found.k, "epilogue": fused,
+            "flops": 2 * found.m * tc.n_computed * found.k, "epilogue": fused,
             "tile": [t.bm, t.bn, t.bk, t.stages] + ([t.schedule] if t.schedule else []),
             "schedule": {wgmma.PINGPONG: "ping-pong", wgmma.COOPERATIVE: "cooperative"}.get(
                 t.schedule, "one warpgroup"),
             "b_layout": problem.b_layout,
-            "epilogue_unroll": unroll, **tuning_info(group)}
+            "epilogue_unroll": unroll, **({"pair": True} if pair is not None else {}),
+            **tuning_info(group)}
     kind = str(group.attributes["kind"]).strip('"')
     ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
     launch = Launch(symbol=symbol, buffers=buffers, grid=grid, kind=kind,

@@ -104,10 +104,11 @@ class Epilogue(Protocol):
         """A new region of `apply` calls starts (what they emit is visible within it)."""
 
     def apply(self, emit: Callable[[str], None], row: str, col: str,
-              lanes: list[str]) -> list[str]:
+              lanes: list[str], lanes2: list[str] | None = None) -> list[str]:
         """Emit the chain for the f32 values `lanes` at (`row`, `col` + lane) (index SSA
-        names, the output's row and first column); return the values to store, each of
-        the output's element type."""
+        names, the output's row and first column; a pair's: A @ B's values, and A @ B2's at
+        the same place in `lanes2`); return the values to store, each of the output's
+        element type."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,30 @@ class GemmProblem:
     in_type: str = "bf16"
     out_type: str = "bf16"
     b_layout: str = "nk"  # "nk": B is N x K (K contiguous); "kn": K x N
+    # Two GEMMs sharing A (SwiGLU's gate and up projections): B and B2 of one shape and
+    # layout, each tile's BN accumulator columns BN / 2 of A @ B then the same BN / 2 of
+    # A @ B2, which the epilogue joins column by column into a BN / 2 wide output tile
+    # (`n` is each GEMM's N, the output's).
+    pair: bool = False
+
+
+def out_columns(problem: GemmProblem, tile: GemmTile) -> int:
+    """The output columns of one tile: BN, or BN / 2 for a pair."""
+    return tile.bn // 2 if problem.pair else tile.bn
+
+
+def b_boxes(problem: GemmProblem, tile: GemmTile) -> list[tuple[int, int, int]]:
+    """B's TMA boxes of a stage, each (its map: 0 for B, 1 for a pair's B2; its first column
+    past the tile's first output column; its byte offset in the stage, after A): one box of
+    BN (a pair: BN / 2 each) rows x BK for an N x K B; boxes of BK rows x 64 columns (128
+    bytes) for a K x N one."""
+    eb = MMA_INPUTS[problem.in_type]
+    operands = 2 if problem.pair else 1
+    width = tile.bn // operands
+    if problem.b_layout == "nk":
+        return [(j, 0, j * width * tile.bk * eb) for j in range(operands)]
+    per = max(1, width // 64)
+    return [(j // per, 64 * (j % per), j * tile.bk * 64 * eb) for j in range(tile.bn // 64)]
 
 
 def refusal(problem: GemmProblem, tile: GemmTile = GemmTile()) -> str | None:
@@ -139,6 +164,8 @@ def refusal(problem: GemmProblem, tile: GemmTile = GemmTile()) -> str | None:
         return f"tile {tile} (BK must fill one 128-byte swizzle row, BM a multiple of 64)"
     if problem.b_layout == "kn" and tile.bn % 64:
         return "a K x N B needs BN a multiple of 64 (128-byte boxes)"
+    if problem.pair and tile.bn % 128:
+        return "a GEMM pair needs BN a multiple of 128 (64 columns of each at least)"
     return None
 
 
@@ -163,7 +190,7 @@ def map_entry(param: int, dtype: int, dims: list[int], strides: list[int], box: 
 
 def grid(problem: GemmProblem, tile: GemmTile = GemmTile()) -> int:
     """CTAs of the one-dimensional grid."""
-    return -(-problem.m // tile.bm) * -(-problem.n // tile.bn)
+    return -(-problem.m // tile.bm) * -(-problem.n // out_columns(problem, tile))
 
 
 def launch_geometry(problem: GemmProblem, tile: GemmTile, units: int) -> tuple[int, int, int]:
@@ -193,11 +220,8 @@ def _operand_types(p: GemmProblem, t: GemmTile) -> tuple[str, str, str, str, str
     el, eb = p.in_type, MMA_INPUTS[p.in_type]
     tm_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{t.bm}x{t.bk}x{el}, 3>, "
             f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
-    if p.b_layout == "nk":
-        b_box, b_offsets = f"{t.bn}x{t.bk}", [0]
-    else:
-        b_box = f"{t.bk}x64"
-        b_offsets = [j * t.bk * 64 * eb for j in range(t.bn // 64)]
+    b_box = f"{t.bn // (2 if p.pair else 1)}x{t.bk}" if p.b_layout == "nk" else f"{t.bk}x64"
+    b_offsets = [offset for _, _, offset in b_boxes(p, t)]
     tm_b = (f"!nvgpu.tensormap.descriptor<tensor = memref<{b_box}x{el}, 3>, "
             f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
     return (tm_a, tm_b, f"memref<{t.bm}x{t.bk}x{el}, {ws}>", f"memref<{b_box}x{el}, {ws}>",
@@ -221,8 +245,10 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     stage_bytes = a_bytes + b_bytes
     ws = "#gpu.address_space<workgroup>"
     bar = f"!nvgpu.mbarrier.group<memorySpace = {ws}, num_barriers = {stages}>"
-    tm_a, tm_b, a_tile, b_tile, b_box, b_offsets = _operand_types(p, t)
-    b_loads = [(f"%n0_{j}" if j else "%n0", offset) for j, offset in enumerate(b_offsets)]
+    tm_a, tm_b, a_tile, b_tile, b_box, _ = _operand_types(p, t)
+    boxes = b_boxes(p, t)
+    b_loads = [(f"%tma_b{mi + 1}" if mi else "%tma_b", f"%n0_{col}" if col else "%n0", offset)
+               for mi, col, offset in boxes]
     # The MMA's view of the B stage is K x N whatever the layout: wgmma's B operand is K-major
     # (its bytes are the N x K box, K contiguous) unless transposed (the K x N boxes).
     b_mma = f"memref<{t.bk}x{t.bn}x{el}, {ws}>"
@@ -241,22 +267,21 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
         emit(f"{indent}nvgpu.mbarrier.arrive.expect_tx %bar[{stage}], %c_tx : {bar}")
         emit(f"{indent}nvgpu.tma.async.load %tma_a[%k0_{u}, %m0], %bar[{stage}] to "
              f"%va_{u} : {tm_a}, {bar} -> {a_tile}")
-        for j, (n_coord, _) in enumerate(b_loads):
+        for j, (tma, n_coord, _) in enumerate(b_loads):
             emit(f"{indent}%sb{j}_{u} = arith.addi %sa_{u}, %c_b_off{j} : index")
             emit(f"{indent}%vb{j}_{u} = memref.view %smem[%sb{j}_{u}][] : "
                  f"memref<?xi8, {ws}> to {b_tile}")
             coords = f"%k0_{u}, {n_coord}" if p.b_layout == "nk" else f"{n_coord}, %k0_{u}"
-            emit(f"{indent}nvgpu.tma.async.load %tma_b[{coords}], %bar[{stage}] to "
+            emit(f"{indent}nvgpu.tma.async.load {tma}[{coords}], %bar[{stage}] to "
                  f"%vb{j}_{u} : {tm_b}, {bar} -> {b_tile}")
 
     # The maps arrive as pointers (the descriptor type has no kernel-argument lowering
     # before outlining); the casts fold away once nvgpu's types are LLVM's.
     extra = "".join(f", {a}" for a in epilogue.arguments()) if epilogue else ""
-    emit(f"gpu.func @{name}(%map_a: !llvm.ptr, %map_b: !llvm.ptr, "
+    emit(f"gpu.func @{name}({_map_parameters(p)}, "
          f"%d: memref<{p.m}x{p.n}x{out}>{extra}) kernel attributes "
-         f"{{known_block_size = array<i32: {WARPGROUP}, 1, 1>, {GRID_CONSTANT_MAPS}}} {{")
-    emit(f"  %tma_a = builtin.unrealized_conversion_cast %map_a : !llvm.ptr to {tm_a}")
-    emit(f"  %tma_b = builtin.unrealized_conversion_cast %map_b : !llvm.ptr to {tm_b}")
+         f"{{known_block_size = array<i32: {WARPGROUP}, 1, 1>, {_maps_attribute(p)}}} {{")
+    _cast_maps(emit, p, tm_a, tm_b)
     # D is 16-byte aligned (a temporary of the runtime's, or an output it checked), so each
     # thread's four values are one vector store.
     d_type = f"memref<{p.m}x{p.n}x{out}>"
@@ -266,8 +291,9 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c_bk": t.bk,
               "c_bm": t.bm, "c_bn": t.bn, "c_stages": stages, "c_k_tiles": k_tiles,
               "c_stage_bytes": stage_bytes, "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n,
-              "c_ticks": 10000000, "c_n_tiles": -(-p.n // t.bn)}
-    for j, (_, offset) in enumerate(b_loads):
+              "c_ticks": 10000000, "c_n_tiles": -(-p.n // out_columns(p, t)),
+              "c_tile_n": out_columns(p, t)}
+    for j, (_, _, offset) in enumerate(b_loads):
         consts[f"c_b_off{j}"] = a_bytes + offset
     for cname, value in consts.items():
         emit(f"  %{cname} = arith.constant {value} : index")
@@ -276,10 +302,10 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     emit("  %bx = arith.remui %bid, %c_n_tiles : index")
     emit("  %by = arith.divui %bid, %c_n_tiles : index")
     emit("  %m0 = arith.muli %by, %c_bm : index")
-    emit("  %n0 = arith.muli %bx, %c_bn : index")
-    for j in range(1, len(b_loads)):
-        emit(f"  %c_n64_{j} = arith.constant {64 * j} : index")
-        emit(f"  %n0_{j} = arith.addi %n0, %c_n64_{j} : index")
+    emit("  %n0 = arith.muli %bx, %c_tile_n : index")
+    for col in sorted({col for _, col, _ in boxes} - {0}):
+        emit(f"  %c_n{col} = arith.constant {col} : index")
+        emit(f"  %n0_{col} = arith.addi %n0, %c_n{col} : index")
     emit(f"  %smem = gpu.dynamic_shared_memory : memref<?xi8, {ws}>")
     emit(f"  %bar = nvgpu.mbarrier.create -> {bar}")
     emit("  %first = arith.cmpi eq, %tid, %c0 : index")
@@ -287,8 +313,7 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     for s in range(stages):
         emit(f"    %cs{s} = arith.constant {s} : index")
         emit(f"    nvgpu.mbarrier.init %bar[%cs{s}], %c1 : {bar}")
-    emit("    nvgpu.tma.prefetch.descriptor %tma_a : " + tm_a)
-    emit("    nvgpu.tma.prefetch.descriptor %tma_b : " + tm_b)
+    _prefetch_maps(emit, p, tm_a, tm_b)
     emit("  }")
     emit("  gpu.barrier")
     # Prologue: the first `stages` k-tiles in flight.
@@ -387,6 +412,31 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     return "\n".join(lines)
 
 
+def _map_parameters(p: GemmProblem) -> str:
+    """The kernel's tensor-map parameters (A, B, and a pair's B2), first."""
+    return "%map_a: !llvm.ptr, %map_b: !llvm.ptr" + (", %map_b2: !llvm.ptr" if p.pair else "")
+
+
+def _maps_attribute(p: GemmProblem) -> str:
+    """The kernel attribute marking its tensor-map parameters (`mark_grid_constant_maps`)."""
+    return f"{GRID_CONSTANT_MAPS} = 3 : i64" if p.pair else GRID_CONSTANT_MAPS
+
+
+def _cast_maps(emit: Callable[[str], None], p: GemmProblem, tm_a: str, tm_b: str) -> None:
+    """The map parameters as nvgpu's descriptors: %tma_a, %tma_b (and %tma_b2)."""
+    emit(f"  %tma_a = builtin.unrealized_conversion_cast %map_a : !llvm.ptr to {tm_a}")
+    emit(f"  %tma_b = builtin.unrealized_conversion_cast %map_b : !llvm.ptr to {tm_b}")
+    if p.pair:
+        emit(f"  %tma_b2 = builtin.unrealized_conversion_cast %map_b2 : !llvm.ptr to {tm_b}")
+
+
+def _prefetch_maps(emit: Callable[[str], None], p: GemmProblem, tm_a: str, tm_b: str) -> None:
+    emit("    nvgpu.tma.prefetch.descriptor %tma_a : " + tm_a)
+    emit("    nvgpu.tma.prefetch.descriptor %tma_b : " + tm_b)
+    if p.pair:
+        emit("    nvgpu.tma.prefetch.descriptor %tma_b2 : " + tm_b)
+
+
 # The persistent, warp-specialised schedule (`pingpong_kernel_text`): a producer warpgroup
 # and two consumer warpgroups, each consumer a whole BM x BN tile, the two taking turns.
 PINGPONG_BLOCK = (CONSUMERS + 1) * WARPGROUP
@@ -450,28 +500,30 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     a_bytes = t.bm * t.bk * eb
     b_bytes = t.bn * t.bk * eb
     stage_bytes = a_bytes + b_bytes
-    m_tiles, n_tiles = -(-p.m // t.bm), -(-p.n // t.bn)
+    m_tiles, n_tiles = -(-p.m // t.bm), -(-p.n // out_columns(p, t))
     tiles = m_tiles * n_tiles
     ws = "#gpu.address_space<workgroup>"
     # full and empty per stage, then the consumers' turn (see below).
     bar = f"!nvgpu.mbarrier.group<memorySpace = {ws}, num_barriers = {2 * stages + 1}>"
-    tm_a, tm_b, a_tile, b_tile, _, b_offsets = _operand_types(p, t)
+    tm_a, tm_b, a_tile, b_tile, _, _ = _operand_types(p, t)
+    boxes = b_boxes(p, t)
     d_type = f"memref<{p.m}x{p.n}x{out}>"
     lines: list[str] = []
     emit = lines.append
 
     def tile_origin(ind: str, i: str, u: str) -> tuple[str, list[str]]:
-        """The CTA's `i`-th tile: its first row and first column(s) (one per B box)."""
+        """The CTA's `i`-th tile: its first row and, per B box, its first column."""
         emit(f"{ind}%ti_{u} = arith.muli {i}, %c_ctas : index")
         emit(f"{ind}%t_{u} = arith.addi %bid, %ti_{u} : index")
         emit(f"{ind}%bx_{u} = arith.remui %t_{u}, %c_n_tiles : index")
         emit(f"{ind}%by_{u} = arith.divui %t_{u}, %c_n_tiles : index")
         emit(f"{ind}%m0_{u} = arith.muli %by_{u}, %c_bm : index")
-        emit(f"{ind}%n0_{u} = arith.muli %bx_{u}, %c_bn : index")
-        n0s = [f"%n0_{u}"]
-        for j in range(1, len(b_offsets)):
-            emit(f"{ind}%n0_{u}_{j} = arith.addi %n0_{u}, %c_n64_{j} : index")
-            n0s.append(f"%n0_{u}_{j}")
+        emit(f"{ind}%n0_{u} = arith.muli %bx_{u}, %c_tile_n : index")
+        n0s = []
+        for _, col, _ in boxes:
+            if col and f"%n0_{u}_{col}" not in n0s:
+                emit(f"{ind}%n0_{u}_{col} = arith.addi %n0_{u}, %c_n{col} : index")
+            n0s.append(f"%n0_{u}_{col}" if col else f"%n0_{u}")
         return f"%m0_{u}", n0s
 
     def parity(ind: str, count: str, u: str) -> str:
@@ -481,13 +533,12 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
         return f"%pb_{u}"
 
     extra = "".join(f", {a}" for a in epilogue.arguments()) if epilogue else ""
-    emit(f"gpu.func @{name}(%map_a: !llvm.ptr, %map_b: !llvm.ptr, "
+    emit(f"gpu.func @{name}({_map_parameters(p)}, "
          f"%d: memref<{p.m}x{p.n}x{out}>{extra}) kernel attributes "
          f"{{known_block_size = array<i32: {PINGPONG_BLOCK}, 1, 1>, "
          f"known_grid_size = array<i32: {ctas}, 1, 1>, nvvm.minctasm = 1 : i32, "
-         f"{GRID_CONSTANT_MAPS}}} {{")
-    emit(f"  %tma_a = builtin.unrealized_conversion_cast %map_a : !llvm.ptr to {tm_a}")
-    emit(f"  %tma_b = builtin.unrealized_conversion_cast %map_b : !llvm.ptr to {tm_b}")
+         f"{_maps_attribute(p)}}} {{")
+    _cast_maps(emit, p, tm_a, tm_b)
     emit(f"  %d_al = memref.assume_alignment %d, 16 : {d_type}")
     if epilogue is not None:
         epilogue.setup(lambda line: emit("  " + line))
@@ -496,11 +547,11 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
               "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n, "c_ticks": 10000000,
               "c_n_tiles": n_tiles, "c_tiles": tiles, "c_ctas": ctas,
               "c_consumers": CONSUMERS * WARPGROUP, "c_wg": WARPGROUP, "c_warp": 32,
-              "c_epi": stages * stage_bytes}
-    for j, offset in enumerate(b_offsets):
+              "c_epi": stages * stage_bytes, "c_tile_n": out_columns(p, t)}
+    for j, (_, _, offset) in enumerate(boxes):
         consts[f"c_b_off{j}"] = a_bytes + offset
-    for j in range(1, len(b_offsets)):
-        consts[f"c_n64_{j}"] = 64 * j
+    for col in sorted({col for _, col, _ in boxes} - {0}):
+        consts[f"c_n{col}"] = col
     for cname, value in consts.items():
         emit(f"  %{cname} = arith.constant {value} : index")
     emit("  %tid = gpu.thread_id x")
@@ -531,8 +582,7 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
         emit(f"    nvgpu.mbarrier.init %bar[%ce{s_}], %c_release : {bar}")
     emit(f"    %c_turn = arith.constant {2 * stages} : index")
     emit(f"    nvgpu.mbarrier.init %bar[%c_turn], %c1 : {bar}")
-    emit("    nvgpu.tma.prefetch.descriptor %tma_a : " + tm_a)
-    emit("    nvgpu.tma.prefetch.descriptor %tma_b : " + tm_b)
+    _prefetch_maps(emit, p, tm_a, tm_b)
     emit("  }")
     emit("  gpu.barrier")
     # The producer warpgroup (after the consumers).
@@ -564,11 +614,12 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit(f"{ind}nvgpu.mbarrier.arrive.expect_tx %bar[%ps], %c_tx : {bar}")
     emit(f"{ind}nvgpu.tma.async.load %tma_a[%k0, {m0}], %bar[%ps] to %va : {tm_a}, {bar} "
          f"-> {a_tile}")
-    for j, n_coord in enumerate(n0s):
+    for j, (n_coord, (mi, _, _)) in enumerate(zip(n0s, boxes)):
         emit(f"{ind}%sb{j} = arith.addi %sa, %c_b_off{j} : index")
         emit(f"{ind}%vb{j} = memref.view %smem[%sb{j}][] : memref<?xi8, {ws}> to {b_tile}")
         coords = f"%k0, {n_coord}" if p.b_layout == "nk" else f"{n_coord}, %k0"
-        emit(f"{ind}nvgpu.tma.async.load %tma_b[{coords}], %bar[%ps] to %vb{j} : {tm_b}, "
+        tma = f"%tma_b{mi + 1}" if mi else "%tma_b"
+        emit(f"{ind}nvgpu.tma.async.load {tma}[{coords}], %bar[%ps] to %vb{j} : {tm_b}, "
              f"{bar} -> {b_tile}")
     emit("        }")
     emit("      }")
@@ -789,10 +840,12 @@ def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
     """The accumulator's `rows` rows from shared memory (`buffer`, f32, rows from
     `buffer_row0`) through the epilogue to D (rows from `out_row0`), by the warpgroup's 128
     threads (`tid` in 0..127): BN / 4 threads a row, each four columns (a float4).
-    `tag` makes the SSA names of this copy unique."""
-    ws = "#gpu.address_space<workgroup>"
+    `tag` makes the SSA names of this copy unique. A pair's threads each read four columns
+    of A @ B and the same four of A @ B2 (BN / 2 columns further) and store four."""
     out = p.out_type
-    lanes = t.bn // 4  # threads per row (float4 each)
+    if p.pair and epilogue is None:
+        raise CudaCodegenError("tensor-core GEMM: a GEMM pair without the epilogue joining it")
+    lanes = out_columns(p, t) // 4  # threads per row (float4 each)
     rows_per_pass = WARPGROUP // lanes
     x = tag
     ind = indent
@@ -801,6 +854,9 @@ def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
     emit(f"{ind}%lane{x} = arith.remui {tid}, %c_lanes{x} : index")
     emit(f"{ind}%row0{x} = arith.divui {tid}, %c_lanes{x} : index")
     emit(f"{ind}%col{x} = arith.muli %lane{x}, %c4 : index")
+    if p.pair:
+        emit(f"{ind}%c_half_n{x} = arith.constant {t.bn // 2} : index")
+        emit(f"{ind}%col2{x} = arith.addi %col{x}, %c_half_n{x} : index")
     emit(f"{ind}%gcol{x} = arith.addi {n0}, %col{x} : index")
     emit(f"{ind}%col_ok{x} = arith.cmpi ult, %gcol{x}, %c_n : index")
     # EPILOGUE_UNROLL passes of rows per loop iteration, their loads unconditional (row and
@@ -838,8 +894,17 @@ def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
                 emit(f"{ind2}%v{u}{x}_{j} = vector.extract %v{u}{x}[{j}] : f32 from "
                      f"vector<4xf32>")
                 values_in.append(f"%v{u}{x}_{j}")
+            values_in2 = None
+            if p.pair:
+                emit(f"{ind2}%w{u}{x} = vector.load {buffer}[{buffer_row}, %col2{x}] : "
+                     f"{buffer_type}, vector<4xf32>")
+                values_in2 = []
+                for j in range(4):
+                    emit(f"{ind2}%w{u}{x}_{j} = vector.extract %w{u}{x}[{j}] : f32 from "
+                         f"vector<4xf32>")
+                    values_in2.append(f"%w{u}{x}_{j}")
             values = epilogue.apply(lambda line: emit(ind2 + line), f"%grow_c{u}{x}",
-                                    f"%gcol_c{x}", values_in)
+                                    f"%gcol_c{x}", values_in, values_in2)
             emit(f"{ind2}%vo{u}{x} = vector.from_elements {', '.join(values)} : "
                  f"vector<4x{out}>")
             stored = f"%vo{u}{x}"
