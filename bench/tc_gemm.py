@@ -24,7 +24,9 @@ PROBLEMS = [(8192, 8192, 8192, "nk"), (8192, 4096, 4096, "nk"), (8192, 4096, 409
             # GPT-2's projections (B8 T1024 d768): out-proj, c_fc, c_proj.
             (8192, 768, 768, "nk"), (8192, 3072, 768, "nk"), (8192, 768, 3072, "nk"),
             # LayerNorm + Linear's shape (issue 14), GPT-2's c_attn (Conv1D: B is K x N).
-            (16384, 4096, 4096, "nk"), (8192, 2304, 768, "kn")]
+            (16384, 4096, 4096, "nk"), (8192, 2304, 768, "kn"),
+            # LLaMA-7B's SwiGLU gate and up projections as one GEMM (N = 2 x 11008).
+            (8192, 22016, 4096, "nk")]
 # Schedules built for each problem: one warpgroup per CTA with 4 stages (128 KB of shared
 # memory: one CTA per SM) or 3 (96 KB: two CTAs per SM, one's epilogue beside the other's
 # main loop); the persistent ping-pong kernel (a producer and two consumer warpgroups, one
@@ -33,22 +35,33 @@ PROBLEMS = [(8192, 8192, 8192, "nk"), (8192, 4096, 4096, "nk"), (8192, 4096, 409
 # beside a 32-row epilogue buffer per consumer instead of 64.
 SCHEDULES = (("s", 4), ("s", 3), ("pp", 4), ("co", 3), ("co", 4))
 SMS = 132  # the H100's and the H200's
+# The tiles' order: in groups of wgmma.GROUP_ROWS rows of tiles (the kernels' own), and, as
+# `<name>_rows`, row by row (the order before; `build ... rows`).
+ORDERS = ("", "_rows")
 
 
 def build(folder: Path, only: list[str] | None = None) -> None:
+    """Every problem x schedule (x order); `only`: problems ("8192x8192x8192_nk"),
+    schedules ("co4") and orders ("rows": both orders, else the kernels' own) to keep."""
     from fusec.compiler.targets.cuda import wgmma
 
     folder.mkdir(parents=True, exist_ok=True)
+    only = only or []
+    problems = [p for p in PROBLEMS if not any("x" in o for o in only) or
+                f"{p[0]}x{p[1]}x{p[2]}_{p[3]}" in only]
+    schedules = [s for s in SCHEDULES if not any(o[:2] in ("s3", "s4", "pp", "co")
+                                                 for o in only) or f"{s[0]}{s[1]}" in only]
+    orders = ORDERS if "rows" in only else ORDERS[:1]
     manifest = []
-    for (m, n, k, layout), (schedule, stages) in [(p, s) for p in PROBLEMS for s in SCHEDULES]:
-        if only and f"{m}x{n}x{k}_{layout}" not in only:
-            continue
+    for (m, n, k, layout), (schedule, stages), order in [
+            (p, s, o) for p in problems for s in schedules for o in orders]:
         code = {"s": 0, "pp": wgmma.PINGPONG, "co": wgmma.COOPERATIVE}[schedule]
         tile = wgmma.GemmTile(256 if schedule == "co" else 128, stages=stages, schedule=code)
         problem = wgmma.GemmProblem(m, n, k, b_layout=layout)
-        name = f"gemm_{m}x{n}x{k}_{layout}_{schedule}{stages}"
+        name = f"gemm_{m}x{n}x{k}_{layout}_{schedule}{stages}{order}"
         grid, block, shared = wgmma.launch_geometry(problem, tile, SMS)
-        text = wgmma.build_kernel_text(name, problem, tile, SMS)
+        text = wgmma.build_kernel_text(name, problem, tile, SMS,
+                                       group_rows=1 if order else wgmma.GROUP_ROWS)
         ptx = wgmma.lower(wgmma.gpu_module_text([text]))
         (folder / f"{name}.ptx").write_text(ptx)
         done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(folder / f"{name}.ptx"),

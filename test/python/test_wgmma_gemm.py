@@ -236,3 +236,19 @@ def test_pair_kernel(layout, tile, tmp_path):
         wgmma.kernel_text("k", problem, wgmma.GemmTile(128, 64, 64, 4))
     with pytest.raises(CudaCodegenError, match="without the epilogue joining it"):
         wgmma.kernel_text("k", problem, wgmma.GemmTile())
+
+
+@pytest.mark.parametrize("tile", [wgmma.GemmTile(), PINGPONG, COOPERATIVE])
+def test_tiles_in_groups_of_rows(tile):
+    """Every schedule takes its tiles in groups of GROUP_ROWS rows of tiles, each group
+    column by column (the last group the rows that are left: `minui`); group_rows 1 is the
+    row-by-row order (PTX byte-identical to the kernels before the groups)."""
+    problem = wgmma.GemmProblem(8192, 22016, 4096)
+    m_tiles, n_tiles = 8192 // tile.bm, 22016 // tile.bn
+    text = wgmma.build_kernel_text("k", problem, tile, 132)
+    assert f"arith.constant {wgmma.GROUP_ROWS * n_tiles} : index" in text
+    assert f"arith.constant {m_tiles} : index" in text
+    copies = 2 if tile.schedule else 1  # the producer's and the consumers' (persistent)
+    assert text.count("arith.minui %grp_left") == copies
+    rows = wgmma.build_kernel_text("k", problem, tile, 132, group_rows=1)
+    assert "%grp" not in rows

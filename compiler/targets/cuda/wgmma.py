@@ -55,6 +55,10 @@ CONSUMERS = 2  # its consumer warpgroups
 # iteration a bias + residual epilogue doubled the kernel's time at 8192x768x768 on the
 # H200 (0.057 ms against 0.028 ms for the plain GEMM: four round trips to memory).
 EPILOGUE_UNROLL = 32
+# Tiles in groups of this many rows of tiles, each group taken column by column (the CTAs
+# at work together then read a few rows of A and a few columns of B, which stay in L2,
+# instead of one row of A and every column of B); 1: row by row.
+GROUP_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -203,12 +207,13 @@ def launch_geometry(problem: GemmProblem, tile: GemmTile, units: int) -> tuple[i
 
 
 def build_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, units: int,
-                      epilogue: Epilogue | None = None, unroll: int = EPILOGUE_UNROLL) -> str:
+                      epilogue: Epilogue | None = None, unroll: int = EPILOGUE_UNROLL,
+                      group_rows: int = GROUP_ROWS) -> str:
     """The kernel of `tile`'s schedule."""
     if tile.schedule in PERSISTENT:
         return pingpong_kernel_text(name, problem, tile, pingpong_grid(problem, tile, units),
-                                    epilogue, unroll)
-    return kernel_text(name, problem, tile, epilogue, unroll)
+                                    epilogue, unroll, group_rows=group_rows)
+    return kernel_text(name, problem, tile, epilogue, unroll, group_rows)
 
 
 def _operand_types(p: GemmProblem, t: GemmTile) -> tuple[str, str, str, str, str, list[int]]:
@@ -229,7 +234,8 @@ def _operand_types(p: GemmProblem, t: GemmTile) -> tuple[str, str, str, str, str
 
 
 def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
-                epilogue: Epilogue | None = None, unroll: int = EPILOGUE_UNROLL) -> str:
+                epilogue: Epilogue | None = None, unroll: int = EPILOGUE_UNROLL,
+                group_rows: int = GROUP_ROWS) -> str:
     """The kernel as a `gpu.func` (text), for a gpu.module whose target is sm_90a;
     `unroll`: row passes of the epilogue per loop iteration (at most EPILOGUE_UNROLL)."""
     why = refusal(problem, tile)
@@ -299,8 +305,7 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
         emit(f"  %{cname} = arith.constant {value} : index")
     emit("  %tid = gpu.thread_id x")
     emit("  %bid = gpu.block_id x")
-    emit("  %bx = arith.remui %bid, %c_n_tiles : index")
-    emit("  %by = arith.divui %bid, %c_n_tiles : index")
+    _tile_coordinates(emit, "  ", "%bid", "", p, t, group_rows)
     emit("  %m0 = arith.muli %by, %c_bm : index")
     emit("  %n0 = arith.muli %bx, %c_tile_n : index")
     for col in sorted({col for _, col, _ in boxes} - {0}):
@@ -412,6 +417,30 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     return "\n".join(lines)
 
 
+def _tile_coordinates(emit: Callable[[str], None], ind: str, index: str, u: str,
+                      p: GemmProblem, t: GemmTile, group_rows: int) -> None:
+    """%bx{u}, %by{u}: the column and row of tile `index` (an SSA name), row by row, or in
+    groups of `group_rows` rows of tiles, each group column by column (GROUP_ROWS)."""
+    n_tiles = -(-p.n // out_columns(p, t))
+    m_tiles = -(-p.m // t.bm)
+    if group_rows <= 1 or m_tiles <= 1:
+        emit(f"{ind}%bx{u} = arith.remui {index}, %c_n_tiles : index")
+        emit(f"{ind}%by{u} = arith.divui {index}, %c_n_tiles : index")
+        return
+    emit(f"{ind}%c_grp_rows{u} = arith.constant {group_rows} : index")
+    emit(f"{ind}%c_grp_tiles{u} = arith.constant {group_rows * n_tiles} : index")
+    emit(f"{ind}%c_m_tiles{u} = arith.constant {m_tiles} : index")
+    emit(f"{ind}%grp{u} = arith.divui {index}, %c_grp_tiles{u} : index")
+    emit(f"{ind}%grp_m0{u} = arith.muli %grp{u}, %c_grp_rows{u} : index")
+    emit(f"{ind}%grp_left{u} = arith.subi %c_m_tiles{u}, %grp_m0{u} : index")
+    # The last group may have fewer rows: its tiles are the rest, still a whole column each.
+    emit(f"{ind}%grp_h{u} = arith.minui %grp_left{u}, %c_grp_rows{u} : index")
+    emit(f"{ind}%grp_i{u} = arith.remui {index}, %c_grp_tiles{u} : index")
+    emit(f"{ind}%grp_r{u} = arith.remui %grp_i{u}, %grp_h{u} : index")
+    emit(f"{ind}%by{u} = arith.addi %grp_m0{u}, %grp_r{u} : index")
+    emit(f"{ind}%bx{u} = arith.divui %grp_i{u}, %grp_h{u} : index")
+
+
 def _map_parameters(p: GemmProblem) -> str:
     """The kernel's tensor-map parameters (A, B, and a pair's B2), first."""
     return "%map_a: !llvm.ptr, %map_b: !llvm.ptr" + (", %map_b2: !llvm.ptr" if p.pair else "")
@@ -462,7 +491,8 @@ def pingpong_grid(problem: GemmProblem, tile: GemmTile, units: int) -> int:
 
 def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: int,
                          epilogue: Epilogue | None = None,
-                         unroll: int = EPILOGUE_UNROLL, setmaxnreg: bool = True) -> str:
+                         unroll: int = EPILOGUE_UNROLL, setmaxnreg: bool = True,
+                         group_rows: int = GROUP_ROWS) -> str:
     """The GEMM as a persistent kernel of `ctas` CTAs (CUTLASS's "ping-pong" schedule):
 
         producer warpgroup (its first thread), for each of the CTA's tiles i, each k-tile:
@@ -515,8 +545,7 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
         """The CTA's `i`-th tile: its first row and, per B box, its first column."""
         emit(f"{ind}%ti_{u} = arith.muli {i}, %c_ctas : index")
         emit(f"{ind}%t_{u} = arith.addi %bid, %ti_{u} : index")
-        emit(f"{ind}%bx_{u} = arith.remui %t_{u}, %c_n_tiles : index")
-        emit(f"{ind}%by_{u} = arith.divui %t_{u}, %c_n_tiles : index")
+        _tile_coordinates(emit, ind, f"%t_{u}", f"_{u}", p, t, group_rows)
         emit(f"{ind}%m0_{u} = arith.muli %by_{u}, %c_bm : index")
         emit(f"{ind}%n0_{u} = arith.muli %bx_{u}, %c_tile_n : index")
         n0s = []
