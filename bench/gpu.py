@@ -451,6 +451,23 @@ def time_ms(fn, reps: int, warmup: int = 5) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+ROUNDS = 3
+
+
+def interleaved_ms(variants: dict, reps: int, rounds: int = ROUNDS) -> dict[str, float]:
+    """Each variant's time (`time_ms`), the median of `rounds` rounds that take the variants
+    in turn, the order reversed every other round. A GPU under sustained load slows down
+    (power and clocks): timed one after the other, whatever runs first has a cool GPU (run
+    213: torch.mm 1.449 ms first, 1.656-1.675 later in the same process; our GEMM the same
+    1.63-1.69 throughout), so a fixed order biases every ratio toward the first."""
+    times: dict[str, list[float]] = {label: [] for label in variants}
+    for r in range(rounds):
+        order = list(variants) if r % 2 == 0 else list(reversed(list(variants)))
+        for label in order:
+            times[label].append(time_ms(variants[label], reps))
+    return {label: statistics.median(ts) for label, ts in times.items()}
+
+
 def count_kernels(fn) -> int:
     from torch.profiler import ProfilerActivity, profile
 
@@ -529,9 +546,8 @@ def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune:
         variants["fusec"] = call
         if key == "tel":
             variants["fusec_graph"] = model.bind(xs, outs, graph=True)
-        row["ms"], row["kernels"] = {}, {}
+        row["ms"], row["kernels"] = interleaved_ms(variants, reps), {}
         for label, v in variants.items():
-            row["ms"][label] = time_ms(v, reps)
             row["kernels"][label] = count_kernels(v)
         if key == "tel":
             # The graph replay must compute what the plain launches do.
