@@ -90,13 +90,16 @@ group inputs first, then the group's weights, then group outputs, all flat `memr
 (fallback kernels: inputs, outputs, then weights, shaped memrefs; `Launch.buffers` lists
 each kernel's buffers in its own argument order).
 
-Its rooms, one path each (imports run down this list, never up):
+Its rooms, one path each (module-level imports run down this list, never up; a few
+functions import a room further down when they run, e.g. tc_gemm's launch the chosen tile):
 
   device.py    the device description (`CudaDevice`, `H200`), element tables, the launch
                shapes from the cost model, the index-check status global
   analysis.py  small IR helpers and the group-level analysis (`analyse_group`)
   body.py      what a payload computes (scalar bodies, unary kinds, casts); the one numpy
                interpreter of payloads (`evaluate_payload`)
+  lanes.py     indices over a thread's lanes (the data-movement evaluator's)
+  built.py     kernel texts already built, by what they are built from (a model's layers)
   emitter.py   the group-level kernel emitter (`KernelEmitter`)
   tiles.py     the tile emitter (`TileEmitter`) and what the `tiled` stage asks of it
                (`tile_refusal`, `tile_for_fallback`)
@@ -107,19 +110,25 @@ Its rooms, one path each (imports run down this list, never up):
   gemm.py      matmul-rooted groups as cuBLASLt calls (operands, epilogues, launch tables)
   folds.py     what a data-movement kernel's folds read (reductions' and windows' points,
                a reduction's combiner)
+  transpose.py the data-movement family's transposing shapes (squares through shared memory)
   movement.py  the data-movement family (`MovementEmitter`: reshapes, slices, transposes,
                concats, pads, gathers, windows, non-last-axis reductions, with their
                elementwise neighbours): direct, transpose and reduce shapes
   wgmma.py     the tensor-core GEMM family (TMA + mbarrier pipeline + wgmma, sm_90a)
+  tc_gemm.py   that family in the plan: which matmul groups it takes, its epilogue chain,
+               its launch (tensor maps)
   rewrites.py  the IR-to-IR group rewrites the `tiled` stage runs for the GPU
+  gemm_pair.py two matmul groups of one A (SwiGLU's gate and up) merged into one pair kernel
   folding.py   groups that read nothing, folded at compile time
+  attention_layouts.py  where an attention kernel's Q, K, V and O live (strided views)
   rewrite_passes.py  the rewrites in order (`REWRITES`), each also a flag of its own
   choose_tiles.py    each tensor-core GEMM's and attention kernel's tile: the tuning cache's
                (`fusec --tune`, runtime/tuning.py) or the cost model's, recorded on the group
+  attention.py the attention family (online softmax, both products on wgmma)
+  stages.py    the target's pass lists (`tiled_passes`, `cuda_passes`)
   program.py   `generate`: the tiled module -> `CudaProgram` (plan, kernels, PTX, weights)
   artifact.py  `model.so`: the host tables, `write_cuda_artifact`, `build_so`
   dump.py      what runs on the GPU, readable: `--emit cuda`/`ptx`, `--dump-dir`'s kernels
-  stages.py    the target's pass lists (`tiled_passes`, `cuda_passes`)
 
 `fusec.passes` does not import this package: it registers what the planner and the tiling
 ask of the device (`fusec.passes.targets`) and its rewrite passes when it is imported.
