@@ -129,7 +129,13 @@ def test_cooperative_kernel(layout, tmp_path):
     assert "%c_turn_i]" not in text  # no consumer waits for or arrives at the turn
     assert "scf.for %ci = %c0 to %my_tiles step %c1" in text
     assert f"%c_a_half = arith.constant {128 * 64 * 2 // 16} : i64" in text
-    assert text.count("scf.if %mine") == 4  # 2 halves x 2 parts of 32 rows
+    # 2 halves x 2 parts of 32 rows: one epilogue in a loop of four, each part stored by
+    # the warps whose rows it holds (`looped_epilogue=False`: a copy per part).
+    assert "scf.for %ep_i = %c0 to %c_ep_parts" in text and text.count("scf.if %mine") == 1
+    assert "%c_ep_parts = arith.constant 4 : index" in text
+    unrolled = wgmma.pingpong_kernel_text("k", problem, COOPERATIVE, 132,
+                                          looped_epilogue=False)
+    assert unrolled.count("scf.if %mine") == 4 and "%ep_i" not in unrolled
     assert "scf.if %mine" not in wgmma.build_kernel_text("k", problem, three, 132)
     pp = wgmma.build_kernel_text("k", problem, PINGPONG, 132)
     assert "%c_release = arith.constant 4 : index" in pp and "%c_turn_i]" in pp
@@ -252,3 +258,17 @@ def test_tiles_in_groups_of_rows(tile):
     assert text.count("arith.minui %grp_left") == copies
     rows = wgmma.build_kernel_text("k", problem, tile, 132, group_rows=1)
     assert "%grp" not in rows
+
+
+def test_the_persistent_epilogue_is_emitted_once(tmp_path):
+    """The persistent kernels run their epilogue in a loop over the accumulator's parts
+    (the fragments' store chosen by the half): its code once, not once per part. The
+    ping-pong kernel's PTX shrinks and ptxas still spills nothing."""
+    problem = wgmma.GemmProblem(8192, 3072, 768)
+    looped = wgmma.lower(wgmma.gpu_module_text([wgmma.pingpong_kernel_text(
+        "k", problem, PINGPONG, 132)]))
+    unrolled = wgmma.lower(wgmma.gpu_module_text([wgmma.pingpong_kernel_text(
+        "k", problem, PINGPONG, 132, looped_epilogue=False)]))
+    assert len(looped) < len(unrolled)
+    assert looped.count("st.global") * 2 == unrolled.count("st.global")
+    _ptxas_clean(looped, tmp_path)

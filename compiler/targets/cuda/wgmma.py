@@ -59,6 +59,9 @@ EPILOGUE_UNROLL = 32
 # at work together then read a few rows of A and a few columns of B, which stay in L2,
 # instead of one row of A and every column of B); 1: row by row.
 GROUP_ROWS = 8
+# The persistent kernels' epilogue: once, in a loop over the accumulator's parts (True), or
+# once per part (False).
+LOOPED_EPILOGUE = True
 
 
 @dataclass(frozen=True)
@@ -492,7 +495,8 @@ def pingpong_grid(problem: GemmProblem, tile: GemmTile, units: int) -> int:
 def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: int,
                          epilogue: Epilogue | None = None,
                          unroll: int = EPILOGUE_UNROLL, setmaxnreg: bool = True,
-                         group_rows: int = GROUP_ROWS) -> str:
+                         group_rows: int = GROUP_ROWS,
+                         looped_epilogue: bool = LOOPED_EPILOGUE) -> str:
     """The GEMM as a persistent kernel of `ctas` CTAs (CUTLASS's "ping-pong" schedule):
 
         producer warpgroup (its first thread), for each of the CTA's tiles i, each k-tile:
@@ -821,7 +825,58 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit(f"{ind}  %el = arith.addi %sl, %c_stages : index")
     emit(f"{ind}  %tokl = nvgpu.mbarrier.arrive %bar[%el] : {bar} -> !nvgpu.mbarrier.token")
     emit(f"{ind}}}")
-    for h in range(halves):
+    def store_fragments(sind: str, h: int, x: str) -> None:
+        """This thread's values of m64 half `h` of the accumulator into the buffer."""
+        for c in range(t.bn // 8):
+            emit(f"{sind}%fc{x}_{c} = arith.constant {8 * c} : index")
+            emit(f"{sind}%fcol{x}_{c} = arith.addi %fcol0, %fc{x}_{c} : index")
+            for half_row, row in ((0, "%frow"), (2, "%frow8")):
+                pair = []
+                for j in range(2):
+                    v = f"%fv{x}_{c}_{half_row + j}"
+                    emit(f"{sind}{v} = llvm.extractvalue %acc#{h}[{4 * c + half_row + j}] "
+                         f": {st}")
+                    pair.append(v)
+                emit(f"{sind}%fp{x}_{c}_{half_row} = vector.from_elements {pair[0]}, "
+                     f"{pair[1]} : vector<2xf32>")
+                emit(f"{sind}vector.store %fp{x}_{c}_{half_row}, %ebuf[{row}, "
+                     f"%fcol{x}_{c}] : {ebuf_type}, vector<2xf32>")
+
+    if looped_epilogue:
+        # One epilogue in a loop over the halves' parts (the fragments' store picked by the
+        # half): its code once, not once per part (NVPTX's time on it).
+        emit(f"{ind}%c_ep_parts = arith.constant {halves * parts} : index")
+        emit(f"{ind}%c_parts = arith.constant {parts} : index")
+        emit(f"{ind}%c_er = arith.constant {er} : index")
+        emit(f"{ind}%c64 = arith.constant 64 : index")
+        emit(f"{ind}scf.for %ep_i = %c0 to %c_ep_parts step %c1 {{")
+        li = ind + "  "
+        emit(f"{li}%ep_h = arith.divui %ep_i, %c_parts : index")
+        emit(f"{li}%ep_q = arith.remui %ep_i, %c_parts : index")
+        emit(f"{li}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
+        sind = li
+        if parts > 1:
+            emit(f"{li}%mine = arith.cmpi eq, %wpart, %ep_q : index")
+            emit(f"{li}scf.if %mine {{")
+            sind = li + "  "
+        emit(f"{sind}%ep_h0 = arith.cmpi eq, %ep_h, %c0 : index")
+        emit(f"{sind}scf.if %ep_h0 {{")
+        store_fragments(sind + "  ", 0, "0")
+        emit(f"{sind}}} else {{")
+        store_fragments(sind + "  ", 1, "1")
+        emit(f"{sind}}}")
+        if parts > 1:
+            emit(f"{li}}}")
+        emit(f"{li}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
+        emit(f"{li}%ep_r0 = arith.muli %ep_h, %c64 : index")
+        emit(f"{li}%ep_r1 = arith.muli %ep_q, %c_er : index")
+        emit(f"{li}%ep_r = arith.addi %ep_r0, %ep_r1 : index")
+        emit(f"{li}%orow = arith.addi {m0}, %ep_r : index")
+        _emit_epilogue(emit, p, t, epilogue, unroll, "%ebuf", ebuf_type, rows=er,
+                       buffer_row0="%erow0", out_row0="%orow", tid="%ltid",
+                       n0="%n0_c", d_type=d_type, indent=li, tag="_l")
+        emit(f"{ind}}}")
+    for h in range(0 if looped_epilogue else halves):
         for q in range(parts):
             x = f"{h}" if parts == 1 else f"{h}_{q}"
             # The buffer is free (this warpgroup's reads of the last part are done), then
@@ -833,20 +888,7 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
                 emit(f"{ind}%mine{x} = arith.cmpi eq, %wpart, %c_part{x} : index")
                 emit(f"{ind}scf.if %mine{x} {{")
                 sind = ind + "  "
-            for c in range(t.bn // 8):
-                emit(f"{sind}%fc{x}_{c} = arith.constant {8 * c} : index")
-                emit(f"{sind}%fcol{x}_{c} = arith.addi %fcol0, %fc{x}_{c} : index")
-                for half_row, row in ((0, "%frow"), (2, "%frow8")):
-                    pair = []
-                    for j in range(2):
-                        v = f"%fv{x}_{c}_{half_row + j}"
-                        emit(f"{sind}{v} = llvm.extractvalue %acc#{h}[{4 * c + half_row + j}] "
-                             f": {st}")
-                        pair.append(v)
-                    emit(f"{sind}%fp{x}_{c}_{half_row} = vector.from_elements {pair[0]}, "
-                         f"{pair[1]} : vector<2xf32>")
-                    emit(f"{sind}vector.store %fp{x}_{c}_{half_row}, %ebuf[{row}, "
-                         f"%fcol{x}_{c}] : {ebuf_type}, vector<2xf32>")
+            store_fragments(sind, h, x)
             if parts > 1:
                 emit(f"{ind}}}")
             emit(f"{ind}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
