@@ -421,9 +421,10 @@ def run(art_dir: Path, names: list[str]) -> int:
         ind = torch.compile(fn)
         ind(*xs)
         reps = 20 if name in BLOCKS | CNN else 50
-        times = {"fusec": bench.time_ms(mv.bind(xs, out), reps),
-                 "eager": bench.time_ms(lambda: fn(*xs), reps),
-                 "inductor": bench.time_ms(lambda: ind(*xs), reps)}
+        # In interleaved rounds (bench/gpu.py's interleaved_ms): a GPU under sustained load
+        # slows down, so a fixed order favours whatever runs first.
+        times = bench.interleaved_ms({"fusec": mv.bind(xs, out), "eager": lambda: fn(*xs),
+                                      "inductor": lambda: ind(*xs)}, reps)
         if name in BLOCKS | CNN | REDUCTIONS and (art_dir / "mv" / f"{name}.fb.so").exists():
             fb = bench.FusecModel(art_dir / "mv" / f"{name}.fb.so")
             fb_out = fb.outputs_like("cuda")
