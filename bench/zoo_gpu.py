@@ -111,7 +111,7 @@ def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = 
     import torch
 
     import fusec.runtime as rt
-    from gpu import count_kernels, rel_err, time_ms
+    from gpu import count_kernels, interleaved_ms, rel_err
 
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as torch computes it by default
     rows = []
@@ -173,7 +173,8 @@ def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = 
                 other = rt.load(base / f"{name}.so")
                 runs["fusec_base"] = lambda: other(*weights, *xs)
                 row["err"]["fusec_base"] = rel_err(runs["fusec_base"](), ref)
-            row["ms"] = {k: time_ms(fn, reps) for k, fn in runs.items()}
+            # Interleaved rounds: a GPU under sustained load slows down (bench/gpu.py).
+            row["ms"] = interleaved_ms(runs, reps)
             row["kernels"] = {k: count_kernels(fn) for k, fn in runs.items()}
         row["fusec_kernels_planned"] = len(meta["kernels"])
         row["fallback_kernels"] = sum(1 for k in meta["kernels"] if k["path"] == "fallback")
