@@ -303,3 +303,18 @@ def test_what_does_not_pair(tmp_path):
     meta, _ = _build(returned, [(300, 256), (200, 256), (200, 256)], tmp_path=tmp_path,
                      tuning="off")
     assert not any(k["info"].get("pair") for k in meta["kernels"])
+
+
+def test_a_merge_that_is_no_pair_is_undone(tmp_path):
+    """The gate's product reduced before the join (a row sum, a softmax): the two groups are
+    merged, the merged group is no pair kernel (the chain cannot read the gate), so the
+    merge is undone: the same kernels as with --no-cuda-gemm-pair."""
+    for fn in (lambda x, wg, wu: F.linear(x, wu) * F.silu(F.linear(x, wg)).sum(-1, keepdim=True),
+               lambda x, wg, wu: F.linear(x, wu) * torch.softmax(F.linear(x, wg), -1)):
+        shapes = [(300, 256), (200, 256), (200, 256)]
+        on, _ = _build(fn, shapes, tmp_path=tmp_path, tuning="off")
+        off, _ = _build(fn, shapes, tmp_path=tmp_path, tuning="off", gemm_pair=False)
+        assert [k["info"]["path"] for k in on["kernels"]] == \
+            [k["info"]["path"] for k in off["kernels"]]
+        assert not any(k["info"].get("pair") for k in on["kernels"])
+        assert len(on["kernels"]) == 3
