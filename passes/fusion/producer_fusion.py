@@ -413,11 +413,12 @@ class Planner:
         if not cost_model.gemm_prologue_is_kernel(gemm_absorbs(p), self.device):
             return None
         source = _contraction_source(p, self.graph)
-        after = (f"; it is the epilogue of {source.name}@{source.location}, whose GEMM call "
+        after = (f"; it is the epilogue of {source.name}@{source.location}, whose GEMM kernel "
                  "fuses it" if source is not None else "")
-        return ("gemm-prologue", f"{gemm.name}@{gemm.location} runs in the GEMM library of "
-                f"{self.device.name}, which reads its operands from memory: this {p.category} "
-                f"before it would be a kernel of its own{after}")
+        return ("gemm-prologue", f"{gemm.name}@{gemm.location} is a GEMM kernel of its own on "
+                f"{self.device.name} (cuBLASLt's or fusec's tensor-core GEMM), which reads its "
+                f"operands from memory: this {p.category} before it would be a kernel of its "
+                f"own{after}")
 
     def _check_gemm_epilogue_operand(self, cand: Candidate, step: Absorption) -> Refusal:
         """Where matmuls are GEMM kernels (the library's or the device's own), their epilogue

@@ -20,7 +20,7 @@
 // GPU: arith.addf
 // GPU: fusion.yield
 // GPU: fusion.group single (%{{.+}} = %[[H]] : tensor<64x256xf32>
-// GPU-SAME: fusion.refused = ["linalg.generic@{{[0-9:]+}}: gemm-prologue: linalg.matmul@{{[0-9:]+}} runs in the GEMM library of nvidia-h200, which reads its operands from memory: this elementwise before it would be a kernel of its own; it is the epilogue of linalg.matmul@{{[0-9:]+}}, whose GEMM call fuses it"]
+// GPU-SAME: fusion.refused = ["linalg.generic@{{[0-9:]+}}: gemm-prologue: linalg.matmul@{{[0-9:]+}} is a GEMM kernel of its own on nvidia-h200 (cuBLASLt's or fusec's tensor-core GEMM), which reads its operands from memory: this elementwise before it would be a kernel of its own; it is the epilogue of linalg.matmul@{{[0-9:]+}}, whose GEMM kernel fuses it"]
 // GPU-NOT: arith.addf
 // GPU: linalg.matmul
 // GPU: return
@@ -137,7 +137,7 @@ func.func @casts_join_a_large_matmul(%a: tensor<4096x4096xbf16>, %b: tensor<4096
 // GPU: %[[C:[0-9]+]] = fusion.group single
 // GPU: arith.extf
 // GPU: fusion.group single (%{{.+}} = %[[C]] : tensor<4096x4096xf32>
-// GPU-SAME: "linalg.generic@{{[0-9:]+}}: gemm-prologue: linalg.matmul@{{[0-9:]+}} runs in the GEMM library of nvidia-h200, which reads its operands from memory: this elementwise before it would be a kernel of its own"
+// GPU-SAME: "linalg.generic@{{[0-9:]+}}: gemm-prologue: linalg.matmul@{{[0-9:]+}} is a GEMM kernel of its own on nvidia-h200 (cuBLASLt's or fusec's tensor-core GEMM), which reads its operands from memory: this elementwise before it would be a kernel of its own"
 // GPU-NOT: arith.extf
 // GPU: linalg.matmul
 func.func @cast_used_twice(%a: tensor<4096x4096xbf16>, %b: tensor<4096x4096xf32>) -> (tensor<4096x4096xf32>, tensor<4096x4096xf32>) {
