@@ -17,6 +17,10 @@ them by elementwise generics, broadcasts or transposes that nothing else reads (
 cast to f32), and reshapes that keep the last dim (rows split into batch x sequence). The
 payloads are the group's own ops, emitted as they are (a 16-bit payload stays 16-bit, as
 the fast emitter's). What stops the chain stays in a kernel after it.
+
+A group of two matmuls of one A (merged by gemm_pair.py) is a pair (`TcSplit.pair`): one
+kernel computes both products, the chain reads both (`ChainEpilogue.pair`) and leaves one
+value.
 """
 
 from __future__ import annotations

@@ -15,8 +15,14 @@ threads), written with the upstream `nvgpu` and `nvvm` dialects:
     (`Epilogue`: bias, residual, activations, casts: the planner's elementwise chain) runs
     on each thread's four f32 values before that one rounding and store.
 
-The grid is one-dimensional (ceil(M / BM) * ceil(N / BN) CTAs, N tiles fastest: the CTAs
-resident together share rows of A).
+The grid is one-dimensional (ceil(M / BM) * ceil(N / BN) CTAs), the tiles taken in groups
+of GROUP_ROWS rows of tiles, each group column by column: the CTAs resident together share
+a few rows of A and a few columns of B, which stay in L2.
+
+A pair (`GemmProblem.pair`: SwiGLU's gate and up projections, two products of one A) loads
+BN / 2 rows of B and the same BN / 2 of B2 into each stage (a third tensor map), so each
+tile's accumulator holds BN / 2 columns of each product; its epilogue reads both and
+stores BN / 2 output columns (`out_columns`, `b_boxes`).
 
 Operands: A is M x K row-major (K contiguous); B is either N x K (K contiguous, a Linear's
 weight: `b_layout="nk"`) or K x N (N contiguous: `"kn"`, wgmma's transposed B). Both are
