@@ -43,7 +43,7 @@ from fusec.compiler.targets.cuda.emitter import id_of
 from fusec.compiler.targets.cuda.gemm import plan_gemm_split
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.tc_gemm import (TcSplit, _bytes, library_s, ours_s,
-                                                 pair_refusal, plan_tc_split)
+                                                 plan_tc_split)
 from fusec.passes import attributes, cost_model
 from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group, use_owner, value_key
 
@@ -106,8 +106,7 @@ def _try_pair(first: ir.Operation, second: ir.Operation, device: cost_model.Devi
     tc = plan_tc_split(merged)
     paired = ours_s(tc, device)[0] if isinstance(tc, TcSplit) and tc.pair is not None \
         else None
-    if paired is not None and paired < apart and \
-            pair_refusal(tc.operands, tc.pair) is None:
+    if paired is not None and paired < apart:  # (plan_tc_split checked pair_refusal)
         merged.attributes[attributes.GEMM_PAIR] = ir.StringAttr.get(
             f"paired: predicted {paired * 1e6:.1f} us against {apart * 1e6:.1f} us apart")
         return True
