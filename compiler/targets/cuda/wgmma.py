@@ -228,10 +228,10 @@ def build_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, units: in
 def _operand_types(p: GemmProblem, t: GemmTile) -> tuple[str, str, str, str, str, list[int]]:
     """The TMA maps' descriptor types of A and B, their shared-memory boxes' memref types,
     B's box shape and the byte offsets of B's boxes in a stage (after A): one box of BN rows
-    (N) x BK (K) for an N x K B, BN / 64 boxes of BK rows (K) x 64 columns (N, 128 bytes)
-    for a K x N one."""
+    (N) x BK (K) for an N x K B (a pair: one of BN / 2 rows of each B), BN / 64 boxes of BK
+    rows (K) x 64 columns (N, 128 bytes) for a K x N one (`b_boxes`)."""
     ws = "#gpu.address_space<workgroup>"
-    el, eb = p.in_type, MMA_INPUTS[p.in_type]
+    el = p.in_type
     tm_a = (f"!nvgpu.tensormap.descriptor<tensor = memref<{t.bm}x{t.bk}x{el}, 3>, "
             f"swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
     b_box = f"{t.bn // (2 if p.pair else 1)}x{t.bk}" if p.b_layout == "nk" else f"{t.bk}x64"
