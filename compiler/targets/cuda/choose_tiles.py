@@ -46,8 +46,10 @@ class KernelTiles:
 
 
 def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
-    from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _step_name, epilogue_seconds,
-                                                     out_type_of, plan_tc_split)
+    from fusec.compiler.targets.cuda import wgmma
+    from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _problem, _step_name,
+                                                     epilogue_seconds, out_type_of,
+                                                     plan_tc_split)
 
     ops = [o.operation for o in group.regions[0].blocks[0].operations]
     tc = plan_tc_split(group)
@@ -64,10 +66,12 @@ def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     n = tc.n_computed
     candidates = gemm_cost.tc_gemm_tile_candidates(found.m, n, found.k, eb, b == "kn",
                                                     device, epilogue)
-    if tc.pair:  # 64 columns of each product at least (wgmma.refusal)
-        candidates = [t for t in candidates if t[1] % 128 == 0]
-    b_sources = [found.b.source] + ([tc.pair.b.source] if tc.pair else [])
-    ab = _bytes([found.a.source, *b_sources]) + _bytes([ops[-1].operands[0]])
+    if tc.pair:  # the tiles the pair kernel takes (64 columns of each product at least)
+        problem = _problem(found, out, pair=True)
+        candidates = [t for t in candidates
+                      if wgmma.refusal(problem, wgmma.GemmTile(*t)) is None]
+    ab = _bytes([found.a.source] + [f.b.source for f in tc.b_operands]) + \
+        _bytes([ops[-1].operands[0]])
     predicted = gemm_cost.tc_gemm_tile_s(found.m, n, found.k, ab, device, candidates[0],
                                           epilogue)
     return KernelTiles(key, candidates, predicted * 1e6)

@@ -74,17 +74,11 @@ def _body(group: ir.Operation) -> list[ir.Operation]:
     return [o.operation for o in group.regions[0].blocks[0].operations][:-1]
 
 
-def _kept(group: ir.Operation) -> tuple[str, dict[str, ir.Attribute]]:
-    from fusec.compiler.targets.cuda.rewrites import _kind
-
-    return _kind(group), {name: group.attributes[name] for name in group.attributes
-                          if name != "kind"}
-
-
 def _try_pair(first: ir.Operation, second: ir.Operation, device: cost_model.Device) -> bool:
     """Merge `first` (whose result only `second` reads) into `second` where that makes one
     pair kernel the cost model predicts faster; returns whether it did."""
-    from fusec.compiler.targets.cuda.rewrites import _merge_operand_producers, regroup
+    from fusec.compiler.targets.cuda.rewrites import (_merge_operand_producers, group_style,
+                                                      regroup)
     from fusec.passes.inline_groups import inline_group
 
     first = _merge_operand_producers(first)
@@ -100,7 +94,7 @@ def _try_pair(first: ir.Operation, second: ir.Operation, device: cost_model.Devi
     between = _bytes([first.results[0]])  # written by the first, read by the second
     apart = _best_s(t1, first, device) + _best_s(t2, second, device) + \
         2 * between / device.hbm_bytes_per_s
-    saved = [(_kept(g), [o for o in _body(g) if o.name not in CLONED_INTO_GROUPS])
+    saved = [(group_style(g), [o for o in _body(g) if o.name not in CLONED_INTO_GROUPS])
              for g in (first, second)]
     merged = regroup([first, second], [], second)
     tc = plan_tc_split(merged)

@@ -698,8 +698,7 @@ def _merge_operand_producers(group: ir.Operation) -> ir.Operation:
             group.operands[argno] = fill
     if not producers and not extra:
         return group
-    kept_attributes = {name: group.attributes[name] for name in group.attributes}
-    kind = str(group.attributes["kind"]).strip('"')
+    kind, kept_attributes = group_style(group)
     ops = list(extra)
     for g in producers + [group]:
         ops += [o.operation for o in g.regions[0].blocks[0].operations][:-1]
@@ -707,7 +706,6 @@ def _merge_operand_producers(group: ir.Operation) -> ir.Operation:
     from fusec.passes.grouping import CLONED_INTO_GROUPS
 
     ops = [o for o in ops if o.name not in CLONED_INTO_GROUPS]
-    kept_attributes.pop("kind", None)
     return form_group(ops, kind, kept_attributes)
 
 
@@ -806,6 +804,12 @@ def _kind(group: ir.Operation) -> str:
     return str(group.attributes["kind"]).strip('"') if "kind" in group.attributes else "single"
 
 
+def group_style(group: ir.Operation) -> tuple[str, dict[str, ir.Attribute]]:
+    """A group's kind and its other attributes: what forming its ops again needs."""
+    return _kind(group), {name: group.attributes[name] for name in group.attributes
+                          if name != "kind"}
+
+
 def _only_user(value: ir.Value) -> ir.Operation | None:
     if not single_use(value):
         return None
@@ -820,8 +824,7 @@ def regroup(groups: list[ir.Operation], extra: list[ir.Operation], like: ir.Oper
     from fusec.passes.grouping import CLONED_INTO_GROUPS, form_group
     from fusec.passes.inline_groups import inline_group
 
-    kept_attributes = {name: like.attributes[name] for name in like.attributes if name != "kind"}
-    kind = _kind(like)
+    kind, kept_attributes = group_style(like)
     ops = list(extra)
     for g in groups:
         ops += [o.operation for o in list(g.regions[0].blocks[0].operations)[:-1]]

@@ -342,8 +342,9 @@ class TcSplit:
         return self.chain[-1].results[0] if self.chain else self.operands.mm.results[0]
 
     @property
-    def matmuls(self) -> list[ir.Operation]:
-        return [self.operands.mm] + ([self.pair.mm] if self.pair else [])
+    def b_operands(self) -> list[TcOperands]:
+        """The GEMMs whose B the kernel reads, in its maps' order: B, then a pair's B2."""
+        return [self.operands] + ([self.pair] if self.pair else [])
 
     @property
     def n_computed(self) -> int:
@@ -465,7 +466,7 @@ def ours_s(tc: TcSplit, device: cost_model.Device) -> tuple[float, tuple[int, ..
     """The cost model's time for our kernel of `tc` (with its model tile), and that tile."""
     found = tc.operands
     generics = [o for o in tc.chain if o.name == "linalg.generic"]
-    ab = _bytes([found.a.source, found.b.source] + ([tc.pair.b.source] if tc.pair else []))
+    ab = _bytes([found.a.source] + [f.b.source for f in tc.b_operands])
     epilogue = epilogue_seconds(found, tc.chain, device)
     tile = model_tile(found, epilogue, device, tc.pair is not None)
     return gemm_cost.tc_gemm_tile_s(found.m, tc.n_computed, found.k, ab + _bytes(
@@ -763,7 +764,7 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
                                 "tensor-core GEMM")
 
     results = result_buffers()
-    b_operands = [found] + ([pair] if pair is not None else [])
+    b_operands = tc.b_operands
     buffers = [buffer_of(found.a.source)] + [buffer_of(f.b.source) for f in b_operands] + \
         [results[0]] + [buffer_of(v) for v in epilogue.bases]
     if misaligned(results[0]):
