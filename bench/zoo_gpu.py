@@ -65,10 +65,14 @@ def _cast(model, inputs, dtype: str):
     return model, tuple(x.to(dt) if x.is_floating_point() else x for x in inputs)
 
 
-def build(folder: Path, size: str, dtype: str, names: list[str]) -> int:
+def build(folder: Path, size: str, dtype: str, names: list[str], off: list[str] = ()) -> int:
+    """`off`: CudaOptions fields turned off (an A/B's base: `--off gemm_siblings`)."""
     import torch
 
     import fusec
+    from fusec.compiler.targets.cuda.options import CudaOptions
+
+    cuda = CudaOptions(**{name: False for name in off}) if off else None
 
     folder.mkdir(parents=True, exist_ok=True)
     failures = 0
@@ -87,7 +91,7 @@ def build(folder: Path, size: str, dtype: str, names: list[str]) -> int:
         try:
             with torch.no_grad():
                 compiled = fusec.compile(wrapped, *[p.detach() for p in params.values()],
-                                         *inputs, target="cuda", cache=False)
+                                         *inputs, target="cuda", cache=False, cuda=cuda)
         except Exception as error:  # noqa: BLE001 - a refusal is a result, recorded
             record["refused"] = f"{type(error).__name__}: {str(error).splitlines()[0][:400]}"
             failures += 1
@@ -219,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--size", choices=zoo.SIZES, default="full")
     b.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     b.add_argument("--only", nargs="*", default=[])
+    b.add_argument("--off", nargs="*", default=[],
+                   help="CudaOptions fields to turn off (e.g. gemm_siblings: an A/B's base)")
     r = sub.add_parser("run")
     r.add_argument("dir", type=Path)
     r.add_argument("out", type=Path)
@@ -245,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(args.only) - set(zoo.ZOO)
         if unknown:
             p.error(f"unknown model(s): {', '.join(sorted(unknown))}")
-        build(args.dir, args.size, args.dtype, args.only)
+        build(args.dir, args.size, args.dtype, args.only, args.off)
         return 0
     return run(args.dir, args.out, args.reps, args.only, args.check_only, args.base)
 

@@ -75,6 +75,7 @@ PATH = "fusion.path"  # GPU: gemm (a cuBLASLt call) | view (a buffer view, no ke
 WHY = "fusion.why"  # GPU: why a matmul group is a cuBLASLt call
 GEMM_EPILOGUE = "fusion.gemm_epilogue"  # GPU: the ops fused into cuBLASLt's epilogue
 GEMM_PAIR = "fusion.gemm_pair"  # GPU: two matmuls sharing A in one kernel, and why
+GEMM_SIBLINGS = "fusion.gemm_siblings"  # GPU: sibling matmuls of one A in one kernel, and why
 VIEW_OFFSET = "fusion.view_offset"  # GPU: a view's element offset into its buffer
 SLICE_OFFSETS = "fusion.slice_offsets"  # GPU: a static slice rewritten as a gather
 GPU_KERNELS = "fusion.gpu_kernels"  # on the function: --fusion-gpu-kernels has run

@@ -47,6 +47,7 @@ class GpuKernelsPass(Pass):
     tc_gemm: bool = True
     movement: bool = True
     gemm_pair: bool = True
+    gemm_siblings: bool = True
     conv_tf32: bool = False
     matmul_tf32: bool = False
 
@@ -62,7 +63,7 @@ class GpuKernelsPass(Pass):
                 with func.location:  # the rewrites create ops
                     notes = builder.rewrites(func, {
                         "gemm": True, "tc_gemm": self.tc_gemm, "movement": self.movement,
-                        "gemm_pair": self.gemm_pair,
+                        "gemm_pair": self.gemm_pair, "gemm_siblings": self.gemm_siblings,
                         "conv_tf32": self.conv_tf32, "matmul_tf32": self.matmul_tf32})
             if not self.movement:  # read by the tiling's fallback decision
                 func.attributes[attributes.NO_MOVEMENT] = ir.UnitAttr.get()

@@ -6,6 +6,11 @@ values read twice, row reshapes, a cast to f32), built here, run on the H200.
     python test/gpu/fuzz_tc_gemm.py build DIR [--examples N] [--seed S]   here
     python3 test/gpu/fuzz_tc_gemm.py run DIR                              on the H200
 
+With `--siblings`, each program is two to four matmuls of one x (q, k and v projections),
+each with its own epilogue steps and output (some Ns ragged, so that some siblings stay
+apart): one kernel of sibling GEMMs where the planner merges them (gemm_siblings.py); every
+output is compared.
+
 With `--schedule ping-pong` or `cooperative` (both modes) every GEMM is built on that
 persistent schedule (`--cuda-gemm-schedule`; and ours wherever it takes the matmul,
 whatever the cost model predicts for cuBLASLt: `gemm_cost.prefer_tc_gemm` patched in this process), and the
@@ -73,6 +78,40 @@ JOINS = [
 SMS = 132  # the H200's (and the H100's) SMs: the ping-pong schedule wants as many tiles
 
 
+def draw_siblings(rng: np.random.Generator, index: int, schedule: str = "model") -> dict:
+    """Two to four matmuls of one x, each with up to two epilogue steps, all returned."""
+    count = int(rng.integers(2, 5))
+    ns = [int(rng.integers(1, 5)) * 128 if rng.random() < 0.7 else
+          int(rng.integers(1, 130)) * 4 for _ in range(count)]
+    if schedule in ("ping-pong", "cooperative"):
+        bm = 256 if schedule == "cooperative" else 128
+        col_tiles = sum(-(-n // 128) for n in ns)
+        m = (-(-SMS // col_tiles) + int(rng.integers(0, 4))) * bm - \
+            int(rng.integers(0, 100 if bm == 128 else 200))
+    else:
+        m = int(rng.integers(1, 700))
+    k = int(rng.integers(1, 80)) * 8
+    dtype = "bfloat16" if rng.random() < 0.7 else "float16"
+    layout = "nk" if rng.random() < 0.7 else "kn"
+    inputs: dict = {"x": (m, k)}
+    lines = []
+    for j, n in enumerate(ns):
+        inputs[f"w{j}"] = (n, k) if layout == "nk" else (k, n)
+        lines.append(f"y{j} = F.linear(x, w{j})" if layout == "nk" else f"y{j} = x @ w{j}")
+        for _ in range(int(rng.integers(0, 3))):
+            step, extra = STEPS[int(rng.integers(0, len(STEPS)))]
+            lines.append(f"y{j} = " + step.format(y=f"y{j}").replace("bias", f"bias{j}")
+                         .replace("res", f"res{j}"))
+            for name in extra:
+                inputs[name if name == "row" else f"{name}{j}"] = \
+                    {"bias": (n,), "res": (m, n), "row": (m, 1)}[name]
+    names = list(inputs)
+    src = (f"def program({', '.join(names)}):\n" + "".join(f"    {line}\n" for line in lines) +
+           f"    return {', '.join(f'y{j}' for j in range(count))}\n")
+    return {"name": f"p{index:03d}", "source": src, "inputs": [inputs[k_] for k_ in names],
+            "dtype": dtype, "weights": [i for i, k_ in enumerate(names) if k_.startswith("w")]}
+
+
 def draw(rng: np.random.Generator, index: int, schedule: str = "model",
          pairs: bool = False) -> dict:
     """One program: its source, input shapes and dtype; with `pairs`, two matmuls of x (by
@@ -137,26 +176,27 @@ def make_inputs(spec: dict, device: str) -> list:
     gen = torch.Generator().manual_seed(spec["seed"])
     dtype = getattr(torch, spec["dtype"])
     xs = []
-    weights = (1, 2) if "w2" in spec["source"] else (1,)
+    weights = spec.get("weights") or ((1, 2) if "w2" in spec["source"] else (1,))
     for j, shape in enumerate(spec["inputs"]):
         scale = 1.0 / np.sqrt(spec["inputs"][0][-1]) if j in weights else 1.0
         xs.append((torch.randn(shape, generator=gen) * scale).to(dtype).to(device))
     return xs
 
 
-def _folder(out_dir: Path, schedule: str, pairs: bool = False) -> Path:
+def _folder(out_dir: Path, schedule: str, pairs: bool = False, siblings: bool = False
+            ) -> Path:
     return out_dir / (("tcfz" if schedule == "model" else f"tcfz_{schedule}") +
-                      ("_pairs" if pairs else ""))
+                      ("_pairs" if pairs else "") + ("_siblings" if siblings else ""))
 
 
 def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
-          pairs: bool = False) -> None:
+          pairs: bool = False, siblings: bool = False) -> None:
     from fusec.compiler import driver
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
     from fusec.compiler.targets.cuda.options import CudaOptions
 
-    folder = _folder(out_dir, schedule, pairs)
+    folder = _folder(out_dir, schedule, pairs, siblings)
     folder.mkdir(parents=True, exist_ok=True)
     if schedule != "model":  # the schedule under test, for every matmul our GEMM takes
         from fusec.passes import gemm_cost
@@ -171,7 +211,7 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
     Wrap = bench.Wrap
 
     for i in range(examples):
-        spec = draw(rng, i, schedule, pairs)
+        spec = draw_siblings(rng, i, schedule) if siblings else draw(rng, i, schedule, pairs)
         spec["seed"] = seed * 1000 + i
         fn = _function(spec["source"])
         xs = make_inputs(spec, "cpu")
@@ -189,6 +229,8 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
             entry["epilogue"] = [k["info"].get("epilogue") for k in meta["kernels"]
                                  if k["info"].get("path") == "tc_gemm"]
             entry["pairs"] = sum(1 for k in meta["kernels"] if k["info"].get("pair"))
+            entry["siblings"] = [k["info"]["siblings"] for k in meta["kernels"]
+                                 if k["info"].get("siblings")]
         except Exception as e:  # noqa: BLE001 - a refusal is a result, recorded
             entry["refused"] = str(e).splitlines()[0][:300]
         index.append(entry)
@@ -199,17 +241,20 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
     on = sum(1 for e in index if name.replace("-", " ") in
              [x.replace("-", " ") for x in e.get("schedules", [])])
     pair_count = sum(1 for e in index if e.get("pairs"))
+    merged = sum(1 for e in index if e.get("siblings"))
     print(f"built {len(index)} programs, {tc} with our tensor-core GEMM ({on} on the "
-          f"{name} schedule, {pair_count} as one GEMM pair), "
+          f"{name} schedule, {pair_count} as one GEMM pair, {merged} with sibling GEMMs "
+          f"in one kernel), "
           f"{sum('refused' in e for e in index)} refused")
 
 
-def run(out_dir: Path, schedule: str = "model", pairs: bool = False) -> int:
+def run(out_dir: Path, schedule: str = "model", pairs: bool = False,
+        siblings: bool = False) -> int:
     import torch
 
     from fusec import runtime
 
-    folder = _folder(out_dir, schedule, pairs)
+    folder = _folder(out_dir, schedule, pairs, siblings)
     index = json.loads((folder / "index.json").read_text())
     bad = 0
     ran = 0
@@ -219,27 +264,37 @@ def run(out_dir: Path, schedule: str = "model", pairs: bool = False) -> int:
             continue
         xs = make_inputs(entry, "cuda")
         fn = _function(entry["source"])
-        ref = fn(*[x.double() for x in xs]).double()
-        own = fn(*xs).double()
-        norm = float(ref.norm())
-        own_err = float((own - ref).norm()) / norm if norm > 0 else 0.0
-        tolerance = max(2e-2, 10 * own_err)
+        refs = fn(*[x.double() for x in xs])
+        owns = fn(*xs)
         model = runtime.load(str(folder / f"{entry['name']}.so"))
-        out = model(*xs)
-        out = out[0] if isinstance(out, (list, tuple)) else out
+        outs = model(*xs)
         torch.cuda.synchronize()
-        err = float((out.double() - ref).norm()) / norm if norm > 0 else \
-            float(out.double().norm())
+        if not isinstance(refs, tuple):
+            refs, owns = (refs,), (owns,)
+            outs = (outs[0] if isinstance(outs, (list, tuple)) else outs,)
         ran += 1
-        worst = max(worst, err / tolerance)
-        if not err <= tolerance:
+        failed = False
+        for ref, own, out in zip(refs, owns, outs):  # each output on its own
+            ref = ref.double()
+            norm = float(ref.norm())
+            own_err = float((own.double() - ref).norm()) / norm if norm > 0 else 0.0
+            tolerance = max(2e-2, 10 * own_err)
+            err = float((out.double() - ref).norm()) / norm if norm > 0 else \
+                float(out.double().norm())
+            worst = max(worst, err / tolerance)
+            failed = failed or not err <= tolerance
+        if len(outs) != len(refs):
+            failed, err, tolerance = True, float("nan"), 0.0
+        if failed:
             bad += 1
             print(f"MISMATCH {entry['name']} err {err:.3e} > {tolerance:.1e} "
                   f"paths {entry['paths']}\n{entry['source']}", flush=True)
     tc = sum(1 for e in index if "tc_gemm" in e.get("paths", []))
     pair_count = sum(1 for e in index if e.get("pairs"))
+    merged = sum(1 for e in index if e.get("siblings"))
     print(f"tc fuzz: {ran} programs run ({tc} with our tensor-core GEMM, {pair_count} with a "
-          f"GEMM pair), {bad} mismatches, worst error / tolerance {worst:.2f}")
+          f"GEMM pair, {merged} with sibling GEMMs in one kernel), {bad} mismatches, worst "
+          f"error / tolerance {worst:.2f}")
     return 1 if bad else 0
 
 
@@ -253,8 +308,10 @@ if __name__ == "__main__":
                         choices=["model", "ping-pong", "cooperative", "one-warpgroup"])
     parser.add_argument("--pairs", action="store_true",
                         help="two matmuls of one input joined elementwise (GEMM pairs)")
+    parser.add_argument("--siblings", action="store_true",
+                        help="two to four matmuls of one input, each its own output")
     args = parser.parse_args()
     if args.mode == "build":
-        build(args.dir, args.examples, args.seed, args.schedule, args.pairs)
+        build(args.dir, args.examples, args.seed, args.schedule, args.pairs, args.siblings)
         sys.exit(0)
-    sys.exit(run(args.dir, args.schedule, args.pairs))
+    sys.exit(run(args.dir, args.schedule, args.pairs, args.siblings))

@@ -38,4 +38,5 @@ def test_vit_embedding_is_a_movement_kernel_and_a_row_kernel(tmp_path):
     assert len(at) == 1 and compiled.kernels[at[0]]["info"]["path"] == "movement", at
     norm = compiled.kernels[at[0] + 1]["info"]  # the LayerNorm, reading the embedding
     assert (norm["path"], norm.get("shape")) == ("fast", "row"), norm
-    assert len(compiled.kernels) == 33, [k["ops"] for k in compiled.kernels]
+    # 29: each layer's q, k and v projections one kernel of sibling GEMMs (33 apart).
+    assert len(compiled.kernels) == 29, [k["ops"] for k in compiled.kernels]

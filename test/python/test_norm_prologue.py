@@ -203,9 +203,10 @@ def test_fold_in_the_small_llama_matches_float64():
     assert error < 1.25 * _rel(torch_bf16.numpy(), want), error
 
 
-def test_rmsnorm_before_three_projections_is_four_kernels_on_cuda():
+def test_rmsnorm_before_three_projections_is_two_kernels_on_cuda():
     """LLaMA's RMSNorm on [B, T, K] read by q, k, v: the statistics' row kernel and three
-    GEMMs whose epilogues read the [B, T, 1] statistics per row of their [B T, N] products
+    GEMMs (one kernel of siblings) whose epilogues read the [B, T, 1] statistics per row of
+    their [B T, N] products
     (through the reshape: tc_gemm's epilogue reads a reshape at its source's flat offset);
     unfolded, the norm's kernels write the normalised tensor."""
     from fusec.compiler.targets.cuda.options import CudaOptions
@@ -226,13 +227,22 @@ def test_rmsnorm_before_three_projections_is_four_kernels_on_cuda():
     compiled = fusec.compile(model, x, target="cuda", cache=False,
                              cuda=CudaOptions(arch="sm_90a"))
     paths = [k["info"]["path"] for k in compiled.kernels]
-    assert paths == ["fast", "tc_gemm", "tc_gemm", "tc_gemm"], paths
-    assert all(k["info"]["epilogue"] == ["norm", "cast"]
-               for k in compiled.kernels if k["info"]["path"] == "tc_gemm")
+    # The three GEMMs read one x: one kernel of sibling GEMMs (gemm_siblings.py), each
+    # projection's epilogue the norm's statistics and the cast (four kernels apart).
+    assert paths == ["fast", "tc_gemm"], paths
+    gemm = compiled.kernels[1]["info"]
+    assert gemm["siblings"] == [1024, 256, 256]
+    assert gemm["epilogue"] == ["norm", "cast"] * 3
+    apart = fusec.compile(model, x, target="cuda", cache=False,
+                          cuda=CudaOptions(arch="sm_90a", gemm_siblings=False))
+    assert [k["info"]["path"] for k in apart.kernels] == ["fast", "tc_gemm", "tc_gemm",
+                                                          "tc_gemm"]
+    assert all(k["info"]["epilogue"] == ["norm", "cast"] for k in apart.kernels[1:])
     # Unfolded: the norm one row kernel too (its result's collapse for the Linears a view,
-    # `--fusion-gpu-peel-reshapes`: it was six kernels of one op each), then the GEMMs.
+    # `--fusion-gpu-peel-reshapes`: it was six kernels of one op each), then the GEMMs (one
+    # kernel of siblings).
     plain = fusec.compile(model, x, target="cuda", cache=False,
                           cuda=CudaOptions(arch="sm_90a", norm_prologue=False))
     kernels = [(k["info"]["path"], len(k["ops"])) for k in plain.kernels]
-    assert len(kernels) == 4 and kernels[0] == ("fast", 6), kernels
+    assert len(kernels) == 2 and kernels[0] == ("fast", 6), kernels
     assert plain.kernels[0]["info"]["bytes"] > 1.9 * compiled.kernels[0]["info"]["bytes"]

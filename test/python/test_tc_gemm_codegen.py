@@ -318,3 +318,72 @@ def test_a_merge_that_is_no_pair_is_undone(tmp_path):
             [k["info"]["path"] for k in off["kernels"]]
         assert not any(k["info"].get("pair") for k in on["kernels"])
         assert len(on["kernels"]) == 3
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_qkv_projections_are_one_sibling_kernel(layout, tmp_path):
+    """Three projections of one x (attention's q, k and v, each with its bias; k scaled):
+    one kernel of our GEMM over their concatenated columns, each tile in one projection's
+    columns, with that projection's B map, epilogue and output; A read once. The ragged
+    projection (N 200) goes last. With --no-cuda-gemm-siblings, three kernels. Numerics on
+    the GPU: the fuzzer's sibling programs (test/gpu/fuzz_tc_gemm.py --siblings)."""
+    if layout == "nk":
+        fn = lambda x, wq, bq, wk, bk, wv, bv: (  # noqa: E731
+            F.linear(x, wq, bq), F.linear(x, wk, bk) * 0.125, F.linear(x, wv, bv))
+        shapes = [(300, 256), (200, 256), (200,), (256, 256), (256,), (384, 256), (384,)]
+    else:
+        fn = lambda x, wq, bq, wk, bk, wv, bv: (  # noqa: E731
+            x @ wq + bq, (x @ wk + bk) * 0.125, x @ wv + bv)
+        shapes = [(300, 256), (256, 200), (200,), (256, 256), (256,), (256, 384), (384,)]
+    meta, _ = _build(fn, shapes, tmp_path=tmp_path, tuning="off")
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm"]
+    info = meta["kernels"][0]["info"]
+    assert info["siblings"] == [256, 384, 200]  # the ragged N last
+    assert info["flops"] == 2 * 300 * (200 + 256 + 384) * 256
+    assert "3 sibling GEMMs of one A in one kernel: predicted" in info["why"]
+    assert info["epilogue"].count("bias") == 3 and "mulf" in info["epilogue"]
+    launch = meta["plan"]["launches"][0]
+    # A, then the three Bs in segment order (k, v, q), each its own tensor map.
+    assert [m[0] for m in launch["maps"]] == [0, 1, 2, 3]
+    widths = [m[4] if layout == "nk" else m[3] for m in launch["maps"][1:]]  # dims: K, N or N, K
+    assert widths == [256, 384, 200]
+    # A, three Bs, three outputs, three biases: ten buffers, the outputs the kernel's own.
+    assert len(launch["buffers"]) == 10
+    assert launch["grid"] == 3 * (2 + 3 + 2)  # row tiles x each segment's column tiles
+    apart, _ = _build(fn, shapes, tmp_path=tmp_path, tuning="off", gemm_siblings=False)
+    assert [k["info"]["path"] for k in apart["kernels"]] == ["tc_gemm"] * 3
+    assert not any(k["info"].get("siblings") for k in apart["kernels"])
+
+
+def test_siblings_that_do_not_merge(tmp_path):
+    """Projections of different inputs stay apart; of two ragged Ns only one joins (only
+    the last segment may be ragged): the other stays a kernel of its own."""
+    different = lambda x, y, w1, w2: (F.linear(x, w1), F.linear(y, w2))  # noqa: E731
+    meta, _ = _build(different, [(300, 256), (300, 256), (256, 256), (256, 256)],
+                     tmp_path=tmp_path, tuning="off")
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm", "tc_gemm"]
+    assert not any(k["info"].get("siblings") for k in meta["kernels"])
+    ragged = lambda x, w1, w2, w3: (F.linear(x, w1), F.linear(x, w2), F.linear(x, w3))  # noqa
+    meta, _ = _build(ragged, [(300, 256), (200, 256), (256, 256), (100, 256)],
+                     tmp_path=tmp_path, tuning="off")
+    siblings = [k["info"].get("siblings") for k in meta["kernels"]]
+    assert sorted(map(str, siblings)) == ["None", "[256, 200]"]
+
+
+def test_a_sibling_that_reads_another_stays_apart(tmp_path):
+    """The second projection's epilogue scales by the first one's row maximum (a reduction
+    kernel between them): merged, the kernel would read what it writes (the group would
+    both feed and use the reduction's: form_group's "outside the group both uses and feeds
+    it", which is what compiling gave without the check). They stay apart, three kernels,
+    as with the siblings off."""
+    def fn(x, w1, w2):
+        y1 = F.linear(x, w1)
+        s = y1.amax(-1, keepdim=True)
+        return y1, F.linear(x, w2) * s
+
+    shapes = [(256, 256), (256, 256), (256, 256)]
+    meta, _ = _build(fn, shapes, tmp_path=tmp_path, tuning="off")
+    # Both GEMMs store bf16 (a candidate pair of siblings but for the reduction between).
+    assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm", "fast", "tc_gemm"]
+    assert [k["info"]["epilogue"][0] for k in meta["kernels"][::2]] == ["cast", "cast"]
+    assert not any(k["info"].get("siblings") for k in meta["kernels"])

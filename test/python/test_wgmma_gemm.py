@@ -272,3 +272,69 @@ def test_the_persistent_epilogue_is_emitted_once(tmp_path):
     assert len(looped) < len(unrolled)
     assert looped.count("st.global") * 2 == unrolled.count("st.global")
     _ptxas_clean(looped, tmp_path)
+
+
+class _Bias:
+    """A sibling segment's epilogue: its own bias (its own parameter and SSA names)."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag, self.count = tag, 0
+
+    def arguments(self) -> list[str]:
+        return [f"%{self.tag}: memref<1024xbf16>"]
+
+    def setup(self, emit) -> None:
+        pass
+
+    def begin(self) -> None:
+        pass
+
+    def apply(self, emit, row, col, lanes, lanes2=None):
+        out = []
+        for lane in lanes:
+            self.count += 1
+            n = f"%{self.tag}_{self.count}"
+            emit(f"{n}b = memref.load %{self.tag}[{col}] : memref<1024xbf16>")
+            emit(f"{n}f = arith.extf {n}b : bf16 to f32")
+            emit(f"{n}s = arith.addf {lane}, {n}f : f32")
+            emit(f"{n} = arith.truncf {n}s : f32 to bf16")
+            out.append(n)
+        return out
+
+
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+@pytest.mark.parametrize("tile", [wgmma.GemmTile(), PINGPONG, COOPERATIVE])
+def test_sibling_segments_kernel(layout, tile, tmp_path):
+    """Sibling GEMMs (q, k, v of one A): B's columns in segments, each with its own B map,
+    output and epilogue, chosen by the tile's segment (every N but the last a multiple of
+    BN; the last ragged). One kernel on every schedule, no spills; a ragged segment before
+    the last is refused."""
+    problem = wgmma.GemmProblem(1000, 768 + 256 + 200, 264, b_layout=layout,
+                                segments=(768, 256, 200))
+    assert wgmma.refusal(problem, tile) is None
+    grid, _, _ = wgmma.launch_geometry(problem, tile, 132)
+    tiles = -(-1000 // tile.bm) * (6 + 2 + 2)  # each segment's own column tiles
+    assert grid == (min(tiles, 132) if tile.schedule else tiles)
+    text = wgmma.build_kernel_text("k", problem, tile, 132,
+                                   [_Bias("bq"), _Bias("bk"), _Bias("bv")])
+    # Four maps (A and three Bs), three outputs of their own widths, three biases.
+    assert "%map_b3: !llvm.ptr" in text and "fusec.tensor_maps = 4 : i64" in text
+    for d, n in (("%d", 768), ("%d1", 256), ("%d2", 200)):
+        assert f"{d}: memref<1000x{n}xbf16>" in text
+    # Each B box's load (per copy of the stage's loads: the prologue's and the refill's in
+    # the one-warpgroup kernel, the producer's in the persistent ones) and the epilogue
+    # are an scf.index_switch on the tile's segment.
+    boxes = len(wgmma.b_boxes(problem, tile))
+    assert text.count("scf.index_switch") == (1 if tile.schedule else 2) * boxes + 1
+    for m in ("%tma_b[", "%tma_b2[", "%tma_b3["):
+        assert m in text
+    ptx = wgmma.lower(wgmma.gpu_module_text([text]))
+    assert ptx.count(".param .align 64 .b8 k_param_") == 4
+    _ptxas_clean(ptx, tmp_path)
+    ragged_first = wgmma.GemmProblem(1000, 200 + 768, 264, b_layout=layout,
+                                     segments=(200, 768))
+    assert "sibling GEMM of N not a multiple of BN" in wgmma.refusal(ragged_first, tile)
+    with pytest.raises(CudaCodegenError, match="3 epilogues for 2 outputs"):
+        wgmma.build_kernel_text("k", wgmma.GemmProblem(1000, 1024, 264, b_layout=layout,
+                                                       segments=(768, 256)), tile, 132,
+                                [_Bias("a"), _Bias("b"), _Bias("c")])

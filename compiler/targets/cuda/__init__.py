@@ -119,6 +119,8 @@ functions import a room further down when they run, e.g. tc_gemm's launch the ch
                its launch (tensor maps)
   rewrites.py  the IR-to-IR group rewrites the `tiled` stage runs for the GPU
   gemm_pair.py two matmul groups of one A (SwiGLU's gate and up) merged into one pair kernel
+  gemm_siblings.py  our GEMM groups of one A that do not read each other (q, k, v) merged
+               into one kernel over their concatenated columns
   folding.py   groups that read nothing, folded at compile time
   attention_layouts.py  where an attention kernel's Q, K, V and O live (strided views)
   rewrite_passes.py  the rewrites in order (`REWRITES`), each also a flag of its own

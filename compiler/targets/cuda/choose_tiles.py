@@ -49,18 +49,29 @@ def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     from fusec.compiler.targets.cuda import wgmma
     from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _problem, _step_name,
                                                      epilogue_seconds, out_type_of,
-                                                     plan_tc_split)
+                                                     plan_tc_siblings, plan_tc_split,
+                                                     siblings_s, siblings_tiles)
 
     ops = [o.operation for o in group.regions[0].blocks[0].operations]
-    tc = plan_tc_split(group)
-    if isinstance(tc, str):
-        raise CudaCodegenError(f"tensor-core GEMM group: {tc}")
+    siblings = attributes.GEMM_SIBLINGS in group.attributes
+    planned = plan_tc_siblings(group) if siblings else plan_tc_split(group)
+    if isinstance(planned, str):
+        raise CudaCodegenError(f"tensor-core GEMM group: {planned}")
+    parts = planned if siblings else [planned]
+    tc = parts[0]
     found, chain = tc.operands, tc.chain
     out = out_type_of(found.mm, chain)
-    steps = "+".join(_step_name(o) for o in chain if o.name == "linalg.generic") or "none"
+    steps = "|".join("+".join(_step_name(o) for o in p.chain if o.name == "linalg.generic")
+                     or "none" for p in parts)
     b = "nk" if found.lb.transposed else "kn"
-    key = (f"tc_gemm m={found.m} n={found.n} k={found.k} a={found.a.element} out={out} "
-           f"b={b} epilogue={steps}" + (" pair" if tc.pair else ""))
+    n_text = ",".join(str(p.operands.n) for p in parts)
+    key = (f"tc_gemm m={found.m} n={n_text} k={found.k} a={found.a.element} out={out} "
+           f"b={b} epilogue={steps}" + (" pair" if tc.pair else "") +
+           (" siblings" if siblings else ""))
+    if siblings:
+        predicted = siblings_s(parts, device)
+        return KernelTiles(key, siblings_tiles(parts, device),
+                           (predicted[0] if predicted else 0.0) * 1e6)
     eb = ELEMENT_BYTES[found.a.element]
     epilogue = epilogue_seconds(found, chain, device)
     n = tc.n_computed

@@ -61,6 +61,11 @@ class CudaOptions:
         "Two matmuls of one input whose products meet elementwise (SwiGLU's gate and up "
         "projections): one kernel of our tensor-core GEMM computing both, A read once, "
         "where the cost model predicts it faster (gemm_pair.py); False: two kernels.")})
+    gemm_siblings: bool = field(default=True, metadata={"help": (
+        "Matmuls of one input that do not read each other (attention's q, k and v "
+        "projections): one kernel of our tensor-core GEMM over their concatenated columns, "
+        "A read once, each its own epilogue and output, where the cost model predicts it "
+        "faster (gemm_siblings.py); False: a kernel each.")})
 
     movement: bool = field(default=True, metadata={"help": (
         "Groups of data movement (reshapes, slices, transposes, concats, pads, gathers) "

@@ -17,6 +17,7 @@ from mlir import ir
 from fusec.compiler.targets.cuda.attention_layouts import absorb_attention_layouts
 from fusec.compiler.targets.cuda.folding import fold_constant_groups
 from fusec.compiler.targets.cuda.gemm_pair import pair_gemm_groups
+from fusec.compiler.targets.cuda.gemm_siblings import merge_sibling_gemms
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
                                                   convs_to_gemm, erase_dead_groups,
@@ -69,6 +70,10 @@ REWRITES = (
     Rewrite("fusion-gpu-split-matmuls", split_matmul_groups,
             "Matmul-rooted groups split into [prologue] + a cuBLASLt call or our tensor-core "
             "GEMM + [epilogue]."),
+    Rewrite("fusion-gpu-sibling-gemms", merge_sibling_gemms,
+            "Our tensor-core GEMM groups that read one A and not each other (q, k and v "
+            "projections) become one kernel over their concatenated columns, where predicted "
+            "faster."),
     Rewrite("fusion-gpu-absorb-attention-layouts", lambda f, o: absorb_attention_layouts(f),
             "Attention groups read Q, K, V through the layout groups before them (head split, "
             "GQA's broadcast; after the matmul splits: a QKV epilogue's head split) and "

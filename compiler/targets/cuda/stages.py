@@ -30,7 +30,8 @@ def tiled_passes(options: CudaOptions | None = None) -> list[str]:
     gemm = "true" if options.gemm else "false"
     tc = "true" if options.tc_gemm and options.arch in TC_ARCHES else "false"
     movement = "true" if options.movement else "false"
-    pair = "" if options.gemm_pair else ",gemm-pair=false"
+    pair = ("" if options.gemm_pair else ",gemm-pair=false") + \
+        ("" if options.gemm_siblings else ",gemm-siblings=false")
     tf32 = (",conv-tf32=true" if options.conv_tf32 else "") + \
         (",matmul-tf32=true" if options.matmul_tf32 else "")
     return [f"fusion-gpu-kernels{{device={device},gemm={gemm},tc-gemm={tc},"

@@ -20,7 +20,9 @@ the fast emitter's). What stops the chain stays in a kernel after it.
 
 A group of two matmuls of one A (merged by gemm_pair.py) is a pair (`TcSplit.pair`): one
 kernel computes both products, the chain reads both (`ChainEpilogue.pair`) and leaves one
-value.
+value. A group of sibling matmuls of one A (merged by gemm_siblings.py,
+`fusion.gemm_siblings`) is one TcSplit per matmul (`plan_tc_siblings`), each its own chain
+and output: one kernel over their concatenated columns (`siblings_problem`).
 """
 
 from __future__ import annotations
@@ -390,6 +392,105 @@ def plan_tc_split(group: ir.Operation) -> TcSplit | str:
     return TcSplit(GemmSplit(prologue, gemm, epilogue, fused, ""), found, chain, pair)
 
 
+def sibling_refusal(first: TcOperands, other: TcOperands, same_a: bool = False
+                    ) -> str | None:
+    """Why one kernel cannot compute two GEMMs as segments of one B (None: it can): they
+    must read the same A the same way (`same_a`: the caller knows the source is one), with
+    B matrices of one K, type and layout."""
+    if (not same_a and value_key(first.a.source) != value_key(other.a.source)) or \
+            (first.la.ld, first.la.offset) != (other.la.ld, other.la.offset):
+        return "the matmuls read different A operands"
+    if (first.m, first.k) != (other.m, other.k):
+        return "the matmuls' M or K differ"
+    if first.b.element != other.b.element or first.lb.transposed != other.lb.transposed:
+        return "the matmuls' B operands differ in type or layout"
+    return None
+
+
+def segment_order(parts: list[TcSplit]) -> list[TcSplit]:
+    """Sibling GEMMs in the kernel's segment order: as they come, those whose N is not a
+    multiple of 128 (the widest tile's columns) last (only the last segment may be
+    ragged)."""
+    return sorted(parts, key=lambda part: part.operands.n % 128 != 0)
+
+
+def plan_tc_siblings(group: ir.Operation) -> list[TcSplit] | str:
+    """The parts of a group of sibling GEMMs (`fusion.gemm_siblings`, gemm_siblings.py):
+    one TcSplit per matmul, each with its own epilogue chain, in segment order; or why the
+    group is not one kernel of our GEMM (`wgmma.GemmProblem.segments`)."""
+    body = group.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations]
+    mms = [o for o in ops if o.name in GEMM_OPS]
+    if len(mms) < 2:
+        return f"{len(mms)} matmuls in a group of siblings"
+    parts: list[TcSplit] = []
+    covered: set[int] = set()
+    for mm in mms:
+        found = tc_operands(mm)
+        if isinstance(found, str):
+            return found
+        if parts:
+            why = sibling_refusal(parts[0].operands, found)
+            if why is not None:
+                return why
+        chain, sources, _ = tc_chain(mm, found.m, found.n)
+        gemm = found.a.ops + found.b.ops + [defining(mm.operands[2]), mm] + sources + chain
+        covered |= {id_of(o) for o in gemm}
+        fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
+        parts.append(TcSplit(GemmSplit([], gemm, [], fused, ""), found, chain))
+    from fusec.passes.grouping import CLONED_INTO_GROUPS
+
+    if any(id_of(o) not in covered for o in ops[:-1] if o.name not in CLONED_INTO_GROUPS):
+        return "an op of the group is in no sibling's GEMM or epilogue"
+    yielded = [value_key(v) for v in ops[-1].operands]
+    if sorted(yielded) != sorted(value_key(part.result) for part in parts):
+        return "the group's results are not its siblings' epilogue results"
+    parts = segment_order(parts)
+    outs = {out_type_of(part.operands.mm, part.chain) for part in parts}
+    if len(outs) != 1:
+        return f"the siblings store different types ({', '.join(sorted(outs))})"
+    why = wgmma.refusal(siblings_problem(parts), TILE)
+    return parts if why is None else why
+
+
+def siblings_problem(parts: list[TcSplit]) -> wgmma.GemmProblem:
+    """The kernel's problem for sibling GEMMs (in segment order): their Ns concatenated."""
+    found = parts[0].operands
+    segments = tuple(part.operands.n for part in parts)
+    return wgmma.GemmProblem(found.m, sum(segments), found.k, found.a.element,
+                             out_type_of(found.mm, parts[0].chain),
+                             "nk" if found.lb.transposed else "kn", segments=segments)
+
+
+def siblings_tiles(parts: list[TcSplit], device: cost_model.Device) -> list[tuple[int, ...]]:
+    """The candidate tiles of a sibling kernel (the model's first): those of one GEMM of
+    all their columns the segments allow."""
+    found = parts[0].operands
+    problem = siblings_problem(parts)
+    epilogue = sum(epilogue_seconds(p.operands, p.chain, device) for p in parts)
+    candidates = gemm_cost.tc_gemm_tile_candidates(
+        found.m, problem.n, found.k, ELEMENT_BYTES[found.a.element], problem.b_layout == "kn",
+        device, epilogue)
+    return [t for t in candidates if wgmma.refusal(problem, wgmma.GemmTile(*t)) is None]
+
+
+def siblings_s(parts: list[TcSplit], device: cost_model.Device
+               ) -> tuple[float, tuple[int, ...]] | None:
+    """The cost model's time for one kernel of sibling GEMMs and its tile (None: no tile
+    fits the segments)."""
+    tiles = siblings_tiles(parts, device)
+    if not tiles:
+        return None
+    found = parts[0].operands
+    generics = [o for p in parts for o in p.chain if o.name == "linalg.generic"]
+    moved = _bytes([found.a.source] + [p.operands.b.source for p in parts]) + \
+        _bytes(_external(generics)) + _bytes([p.result for p in parts])
+    epilogue = sum(epilogue_seconds(p.operands, p.chain, device) for p in parts)
+    n = sum(p.operands.n for p in parts)
+    return gemm_cost.tc_gemm_tile_s(found.m, n, found.k, moved, device, tiles[0],
+                                    epilogue), tiles[0]
+
+
 def _step_name(op: ir.Operation) -> str:
     from fusec.compiler.targets.cuda.body import unary_kind
     from fusec.compiler.targets.cuda.gemm import bias_add
@@ -539,6 +640,9 @@ class ChainEpilogue:
     # of such launches; a view's offset is known here): their loads may merge.
     aligned: set[int] = field(default_factory=set)
     pair: ir.Operation | None = None  # a pair's second matmul (its values: `apply`'s lanes2)
+    # Its SSA names' prefix (after %e / %ep): a sibling segment's own, so that the kernel's
+    # epilogues (one per segment) do not share names.
+    prefix: str = ""
 
     def __post_init__(self) -> None:
         self.base_index: dict[int, int] = {}
@@ -569,20 +673,20 @@ class ChainEpilogue:
         out = []
         for i, v in enumerate(self.bases):
             shape, elt = tensor_info(v.type)
-            out.append(f"%e{i}: memref<{max(1, math.prod(shape))}x{elt}>")
+            out.append(f"%e{self.prefix}{i}: memref<{max(1, math.prod(shape))}x{elt}>")
         return out
 
     def setup(self, emit: Callable[[str], None]) -> None:
         for i in sorted(self.aligned):
             shape, elt = tensor_info(self.bases[i].type)
-            emit(f"%e{i}a = memref.assume_alignment %e{i}, 16 : "
+            emit(f"%e{self.prefix}{i}a = memref.assume_alignment %e{self.prefix}{i}, 16 : "
                  f"memref<{max(1, math.prod(shape))}x{elt}>")
 
     # -- emission helpers
 
     def fresh(self, hint: str) -> str:
         self.counter += 1
-        return f"%ep_{hint}{self.counter}"
+        return f"%ep{self.prefix}_{hint}{self.counter}"
 
     def begin(self) -> None:
         self.consts: dict[tuple[str, str], str] = {}
@@ -656,7 +760,7 @@ class ChainEpilogue:
         elif op is None or is_weight(op):
             arg = self.base_index[value_key(value)]
             offset = self._offset(shape, idx)
-            ref = f"%e{arg}a" if arg in self.aligned else f"%e{arg}"
+            ref = f"%e{self.prefix}{arg}" + ("a" if arg in self.aligned else "")
             name = self._emit_op(f"memref.load {ref}[{offset}] : "
                                  f"memref<{max(1, math.prod(shape))}x{elt}>")
         elif op.name in RESHAPE_OPS:  # row-major both: the source at the same flat offset
@@ -744,67 +848,86 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
                    weight_buffer: Any, result_buffers: Any, module_asm: Any,
                    misaligned: Callable[[int], bool] = lambda b: False,
                    device: cost_model.Device = cost_model.H200) -> tuple[str, Launch]:
-    """The kernel text and the launch of one tc_gemm group (formed by split_matmul_groups);
-    `misaligned(buffer)`: a plan buffer that is a view at an offset not a multiple of 16."""
+    """The kernel text and the launch of one tc_gemm group (formed by split_matmul_groups,
+    or sibling GEMMs merged by gemm_siblings.py); `misaligned(buffer)`: a plan buffer that
+    is a view at an offset not a multiple of 16."""
     body = group.regions[0].blocks[0]
     ops = [o.operation for o in body.operations]
-    tc = plan_tc_split(group)
-    if isinstance(tc, str):
-        raise CudaCodegenError(f"tensor-core GEMM group: {tc}")
-    found, chain, pair = tc.operands, tc.chain, tc.pair
-    mm = found.mm
-    yielded = ops[-1].operands[0]
-    if value_key(tc.result) != value_key(yielded) or len(group.results) != 1:
-        raise CudaCodegenError("tensor-core GEMM group: its result is not its chain's end")
-    out_type = out_type_of(mm, chain)
-    problem = _problem(found, out_type, pair is not None)
-    epilogue = ChainEpilogue(mm, chain, found.m, found.n,
-                             pair=pair.mm if pair is not None else None)
+    siblings = attributes.GEMM_SIBLINGS in group.attributes
+    planned = plan_tc_siblings(group) if siblings else plan_tc_split(group)
+    if isinstance(planned, str):
+        raise CudaCodegenError(f"tensor-core GEMM group: {planned}")
+    parts = planned if siblings else [planned]
+    yielded = [value_key(v) for v in ops[-1].operands]
+    if len(group.results) != len(parts) or \
+            any(value_key(part.result) not in yielded for part in parts):
+        raise CudaCodegenError("tensor-core GEMM group: its results are not its chains' ends")
+    found = parts[0].operands
+    pair = parts[0].pair
+    out_type = out_type_of(found.mm, parts[0].chain)
+    problem = siblings_problem(parts) if siblings else _problem(found, out_type,
+                                                                 pair is not None)
+    epilogues = [ChainEpilogue(part.operands.mm, part.chain, found.m, part.operands.n,
+                               pair=pair.mm if pair is not None else None,
+                               prefix=f"s{i}_" if siblings else "")
+                 for i, part in enumerate(parts)]
     buffer_of = operand_buffers(group, operands, weight_buffer, module_asm,
                                 "tensor-core GEMM")
 
     results = result_buffers()
-    b_operands = tc.b_operands
+    outputs = [results[yielded.index(value_key(part.result))] for part in parts]
+    b_operands = [f for part in parts for f in part.b_operands]
     buffers = [buffer_of(found.a.source)] + [buffer_of(f.b.source) for f in b_operands] + \
-        [results[0]] + [buffer_of(v) for v in epilogue.bases]
-    if misaligned(results[0]):
+        outputs
+    if any(misaligned(b) for b in outputs):
         raise CudaCodegenError("tensor-core GEMM group: its result is a misaligned view")
-    first_base = 2 + len(b_operands)
-    epilogue.aligned = {i for i, b in enumerate(buffers[first_base:]) if not misaligned(b)}
+    for epilogue in epilogues:
+        bases = [buffer_of(v) for v in epilogue.bases]
+        epilogue.aligned = {i for i, b in enumerate(bases) if not misaligned(b)}
+        buffers += bases
     from fusec.compiler.targets.cuda.choose_tiles import recorded_tile, tuning_info
 
     recorded = recorded_tile(group)
-    t = wgmma.GemmTile(*(recorded or model_tile(found, epilogue_seconds(found, chain, device),
-                                                device, pair is not None)))
-    unroll = gemm_cost.tc_epilogue_unroll(epilogue_ops(chain))
+    if recorded:
+        tile = recorded
+    elif siblings:
+        tile = siblings_tiles(parts, device)[0]
+    else:
+        tile = model_tile(found, epilogue_seconds(found, parts[0].chain, device), device,
+                          pair is not None)
+    t = wgmma.GemmTile(*tile)
+    unroll = gemm_cost.tc_epilogue_unroll(max(epilogue_ops(p.chain) for p in parts))
     # Built once per body, problem, tile, unroll, aligned operands and SM count (built.py):
     # a model's layers have the same GEMMs.
     units = device.parallel_units
-    key = (body_text(group), repr(problem), repr(t), unroll, tuple(sorted(epilogue.aligned)),
-           units)
+    key = (body_text(group), repr(problem), repr(t), unroll,
+           tuple(tuple(sorted(e.aligned)) for e in epilogues), units)
     text = renamed(TC_GEMM.get(key, lambda: wgmma.build_kernel_text(
-        PROBE_SYMBOL, problem, t, units, epilogue, unroll)), symbol)
+        PROBE_SYMBOL, problem, t, units, epilogues if siblings else epilogues[0], unroll)),
+        symbol)
     grid, block, shared = wgmma.launch_geometry(problem, t, units)
     eb = wgmma.MMA_INPUTS[found.a.element]
     dtype = TENSOR_MAP_TYPES[found.a.element]
     maps = [map_entry(0, dtype, [found.k, found.m], [found.la.ld * eb], [t.bk, t.bm],
                       SWIZZLE_128B, found.la.offset * eb)]
+    per_map = 2 if pair is not None else 1  # a pair's tile: BN / 2 rows of each B
     for param, f in enumerate(b_operands, start=1):
-        if problem.b_layout == "nk":  # a pair's tile: BN / 2 rows of each B
+        if problem.b_layout == "nk":
             maps.append(map_entry(param, dtype, [f.k, f.n], [f.lb.ld * eb],
-                                  [t.bk, t.bn // len(b_operands)], SWIZZLE_128B,
-                                  f.lb.offset * eb))
+                                  [t.bk, t.bn // per_map], SWIZZLE_128B, f.lb.offset * eb))
         else:
             maps.append(map_entry(param, dtype, [f.n, f.k], [f.lb.ld * eb], [64, t.bk],
                                   SWIZZLE_128B, f.lb.offset * eb))
-    fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
+    fused = [_step_name(o) for part in parts for o in part.chain if o.name == "linalg.generic"]
     info = {"path": "tc_gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
-            "flops": 2 * found.m * tc.n_computed * found.k, "epilogue": fused,
+            "flops": 2 * found.m * sum(p.n_computed for p in parts) * found.k,
+            "epilogue": fused,
             "tile": [t.bm, t.bn, t.bk, t.stages] + ([t.schedule] if t.schedule else []),
             "schedule": {wgmma.PINGPONG: "ping-pong", wgmma.COOPERATIVE: "cooperative"}.get(
                 t.schedule, "one warpgroup"),
             "b_layout": problem.b_layout,
             "epilogue_unroll": unroll, **({"pair": True} if pair is not None else {}),
+            **({"siblings": list(problem.segments)} if siblings else {}),
             **tuning_info(group)}
     kind = str(group.attributes["kind"]).strip('"')
     ops_in = [o.name for o in ops if o.name.startswith("linalg.")]
@@ -814,5 +937,6 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     return text, launch
 
 
-__all__ = ["TC_ARCHES", "ChainEpilogue", "TcSplit", "choose", "plan_tc_split", "tc_chain",
+__all__ = ["TC_ARCHES", "ChainEpilogue", "TcSplit", "choose", "plan_tc_siblings", "plan_tc_split",
+           "siblings_s", "tc_chain",
            "tc_gemm_launch", "tc_operands"]

@@ -24,6 +24,12 @@ BN / 2 rows of B and the same BN / 2 of B2 into each stage (a third tensor map),
 tile's accumulator holds BN / 2 columns of each product; its epilogue reads both and
 stores BN / 2 output columns (`out_columns`, `b_boxes`).
 
+Sibling GEMMs (`GemmProblem.segments`: q, k and v projections of one A) are one GEMM over
+their concatenated columns: each tile lies in one segment (every segment but the last a
+multiple of BN), loads that segment's B through its own map (a map per segment), and runs
+that segment's epilogue into its own output (`outputs`): an `scf.index_switch` on the
+tile's segment around the B loads and the epilogue (`_by_segment`), uniform per tile.
+
 Operands: A is M x K row-major (K contiguous); B is either N x K (K contiguous, a Linear's
 weight: `b_layout="nk"`) or K x N (N contiguous: `"kn"`, wgmma's transposed B). Both are
 read through TMA descriptors the host encodes (`cuTensorMapEncodeTiled`, 128-byte swizzle):
@@ -137,6 +143,21 @@ class GemmProblem:
     # A @ B2, which the epilogue joins column by column into a BN / 2 wide output tile
     # (`n` is each GEMM's N, the output's).
     pair: bool = False
+    # Sibling GEMMs of one A (q, k and v projections): the N of each, in the order of B's
+    # concatenated columns (`n` is their sum). Each has its own B map, output and epilogue;
+    # a tile's columns lie in one segment (every segment but the last a multiple of BN).
+    segments: tuple[int, ...] = ()
+
+
+def b_maps(problem: GemmProblem) -> int:
+    """The kernel's B maps: B, a pair's B2, or one per segment."""
+    return 2 if problem.pair else max(1, len(problem.segments))
+
+
+def outputs(problem: GemmProblem) -> list[tuple[str, int]]:
+    """The kernel's outputs (D parameters), each (its SSA name, its columns)."""
+    widths = problem.segments or (problem.n,)
+    return [("%d" if s == 0 else f"%d{s}", n) for s, n in enumerate(widths)]
 
 
 def out_columns(problem: GemmProblem, tile: GemmTile) -> int:
@@ -179,6 +200,15 @@ def refusal(problem: GemmProblem, tile: GemmTile = GemmTile()) -> str | None:
         return "a K x N B needs BN a multiple of 64 (128-byte boxes)"
     if problem.pair and tile.bn % 128:
         return "a GEMM pair needs BN a multiple of 128 (64 columns of each at least)"
+    if problem.segments:
+        if problem.pair or sum(problem.segments) != problem.n:
+            return "sibling segments of a pair, or not adding up to N"
+        if any(n % out_columns(problem, tile) for n in problem.segments[:-1]):
+            return (f"a sibling GEMM of N not a multiple of BN {out_columns(problem, tile)} "
+                    f"before the last (N: {list(problem.segments)})")
+        if any(n % 4 or (problem.b_layout == "kn" and (n * eb) % 16)
+               for n in problem.segments):
+            return "a sibling GEMM's N is not a multiple of 4 (or 8, for a K x N B's TMA)"
     return None
 
 
@@ -262,8 +292,9 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     bar = f"!nvgpu.mbarrier.group<memorySpace = {ws}, num_barriers = {stages}>"
     tm_a, tm_b, a_tile, b_tile, b_box, _ = _operand_types(p, t)
     boxes = b_boxes(p, t)
-    b_loads = [(f"%tma_b{mi + 1}" if mi else "%tma_b", f"%n0_{col}" if col else "%n0", offset)
-               for mi, col, offset in boxes]
+    n_base = "%n0l" if p.segments else "%n0"  # the tile's first column in its B
+    b_loads = [(mi, f"%n0_{col}" if col else n_base, offset) for mi, col, offset in boxes]
+    epilogues = _epilogues(epilogue, p)
     # The MMA's view of the B stage is K x N whatever the layout: wgmma's B operand is K-major
     # (its bytes are the N x K box, K contiguous) unless transposed (the K x N boxes).
     b_mma = f"memref<{t.bk}x{t.bn}x{el}, {ws}>"
@@ -282,27 +313,30 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
         emit(f"{indent}nvgpu.mbarrier.arrive.expect_tx %bar[{stage}], %c_tx : {bar}")
         emit(f"{indent}nvgpu.tma.async.load %tma_a[%k0_{u}, %m0], %bar[{stage}] to "
              f"%va_{u} : {tm_a}, {bar} -> {a_tile}")
-        for j, (tma, n_coord, _) in enumerate(b_loads):
+        for j, (mi, n_coord, _) in enumerate(b_loads):
             emit(f"{indent}%sb{j}_{u} = arith.addi %sa_{u}, %c_b_off{j} : index")
             emit(f"{indent}%vb{j}_{u} = memref.view %smem[%sb{j}_{u}][] : "
                  f"memref<?xi8, {ws}> to {b_tile}")
             coords = f"%k0_{u}, {n_coord}" if p.b_layout == "nk" else f"{n_coord}, %k0_{u}"
-            emit(f"{indent}nvgpu.tma.async.load {tma}[{coords}], %bar[{stage}] to "
-                 f"%vb{j}_{u} : {tm_b}, {bar} -> {b_tile}")
+
+            def load(s: int, ind: str, j=j, mi=mi, coords=coords) -> None:
+                emit(f"{ind}nvgpu.tma.async.load %tma_{_b_map(s or mi)}[{coords}], "
+                     f"%bar[{stage}] to %vb{j}_{u} : {tm_b}, {bar} -> {b_tile}")
+            _by_segment(emit, indent, p, seg, load)
 
     # The maps arrive as pointers (the descriptor type has no kernel-argument lowering
     # before outlining); the casts fold away once nvgpu's types are LLVM's.
-    extra = "".join(f", {a}" for a in epilogue.arguments()) if epilogue else ""
+    extra = "".join(f", {a}" for e in epilogues if e for a in e.arguments())
     emit(f"gpu.func @{name}({_map_parameters(p)}, "
-         f"%d: memref<{p.m}x{p.n}x{out}>{extra}) kernel attributes "
+         f"{_output_parameters(p)}{extra}) kernel attributes "
          f"{{known_block_size = array<i32: {WARPGROUP}, 1, 1>, {_maps_attribute(p)}}} {{")
     _cast_maps(emit, p, tm_a, tm_b)
     # D is 16-byte aligned (a temporary of the runtime's, or an output it checked), so each
     # thread's four values are one vector store.
-    d_type = f"memref<{p.m}x{p.n}x{out}>"
-    emit(f"  %d_al = memref.assume_alignment %d, 16 : {d_type}")
-    if epilogue is not None:
-        epilogue.setup(lambda line: emit("  " + line))
+    _align_outputs(emit, p)
+    for e in epilogues:
+        if e is not None:
+            e.setup(lambda line: emit("  " + line))
     consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c_bk": t.bk,
               "c_bm": t.bm, "c_bn": t.bn, "c_stages": stages, "c_k_tiles": k_tiles,
               "c_stage_bytes": stage_bytes, "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n,
@@ -317,9 +351,10 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     _tile_coordinates(emit, "  ", "%bid", "", p, t, group_rows)
     emit("  %m0 = arith.muli %by, %c_bm : index")
     emit("  %n0 = arith.muli %bx, %c_tile_n : index")
+    seg = _segment_of(emit, "  ", p, "%n0", "")[0] if p.segments else None
     for col in sorted({col for _, col, _ in boxes} - {0}):
         emit(f"  %c_n{col} = arith.constant {col} : index")
-        emit(f"  %n0_{col} = arith.addi %n0, %c_n{col} : index")
+        emit(f"  %n0_{col} = arith.addi {n_base}, %c_n{col} : index")
     emit(f"  %smem = gpu.dynamic_shared_memory : memref<?xi8, {ws}>")
     emit(f"  %bar = nvgpu.mbarrier.create -> {bar}")
     emit("  %first = arith.cmpi eq, %tid, %c0 : index")
@@ -418,9 +453,10 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
         emit(f"  nvgpu.warpgroup.mma.store %acc#{h}, %accs{h} : <fragmented = "
              f"vector<{rows}x{t.bn}xf32>> to memref<{rows}x{t.bn}xf32, {ws}>")
     emit("  gpu.barrier")
-    _emit_epilogue(emit, p, t, epilogue, unroll, "%accs", f"memref<{t.bm}x{t.bn}xf32, {ws}>",
-                   rows=t.bm, buffer_row0=None, out_row0="%m0", tid="%tid", n0="%n0",
-                   d_type=d_type, indent="  ")
+    _by_segment(emit, "  ", p, seg, lambda s, ind: _emit_epilogue(
+        emit, p, t, epilogues[s], unroll, "%accs", f"memref<{t.bm}x{t.bn}xf32, {ws}>",
+        rows=t.bm, buffer_row0=None, out_row0="%m0", tid="%tid", n0=n_base, indent=ind,
+        segment=s, tag=f"_s{s}" if p.segments else ""))
     emit("  gpu.return")
     emit("}")
     return "\n".join(lines)
@@ -450,29 +486,88 @@ def _tile_coordinates(emit: Callable[[str], None], ind: str, index: str, u: str,
     emit(f"{ind}%bx{u} = arith.divui %grp_i{u}, %grp_h{u} : index")
 
 
+def _b_map(j: int) -> str:
+    """The name of B map `j` (0: B; 1: a pair's B2 or the second segment's B; ...)."""
+    return "b" if j == 0 else f"b{j + 1}"
+
+
 def _map_parameters(p: GemmProblem) -> str:
-    """The kernel's tensor-map parameters (A, B, and a pair's B2), first."""
-    return "%map_a: !llvm.ptr, %map_b: !llvm.ptr" + (", %map_b2: !llvm.ptr" if p.pair else "")
+    """The kernel's tensor-map parameters (A, then its B maps), first."""
+    return ", ".join(f"%map_{x}: !llvm.ptr" for x in ["a"] + [_b_map(j) for j in
+                                                           range(b_maps(p))])
 
 
 def _maps_attribute(p: GemmProblem) -> str:
     """The kernel attribute marking its tensor-map parameters (`mark_grid_constant_maps`)."""
-    return f"{GRID_CONSTANT_MAPS} = 3 : i64" if p.pair else GRID_CONSTANT_MAPS
+    maps = 1 + b_maps(p)
+    return GRID_CONSTANT_MAPS if maps == 2 else f"{GRID_CONSTANT_MAPS} = {maps} : i64"
+
+
+def _output_parameters(p: GemmProblem) -> str:
+    """D (or each segment's D) as kernel parameters."""
+    return ", ".join(f"{d}: memref<{p.m}x{n}x{p.out_type}>" for d, n in outputs(p))
+
+
+def _align_outputs(emit: Callable[[str], None], p: GemmProblem) -> None:
+    """%d_al (and each segment's %d<s>_al): D known 16-byte aligned."""
+    for d, n in outputs(p):
+        emit(f"  {d}_al = memref.assume_alignment {d}, 16 : memref<{p.m}x{n}x{p.out_type}>")
 
 
 def _cast_maps(emit: Callable[[str], None], p: GemmProblem, tm_a: str, tm_b: str) -> None:
-    """The map parameters as nvgpu's descriptors: %tma_a, %tma_b (and %tma_b2)."""
+    """The map parameters as nvgpu's descriptors: %tma_a, %tma_b (%tma_b2, ...)."""
     emit(f"  %tma_a = builtin.unrealized_conversion_cast %map_a : !llvm.ptr to {tm_a}")
-    emit(f"  %tma_b = builtin.unrealized_conversion_cast %map_b : !llvm.ptr to {tm_b}")
-    if p.pair:
-        emit(f"  %tma_b2 = builtin.unrealized_conversion_cast %map_b2 : !llvm.ptr to {tm_b}")
+    for j in range(b_maps(p)):
+        x = _b_map(j)
+        emit(f"  %tma_{x} = builtin.unrealized_conversion_cast %map_{x} : !llvm.ptr to {tm_b}")
 
 
 def _prefetch_maps(emit: Callable[[str], None], p: GemmProblem, tm_a: str, tm_b: str) -> None:
     emit("    nvgpu.tma.prefetch.descriptor %tma_a : " + tm_a)
-    emit("    nvgpu.tma.prefetch.descriptor %tma_b : " + tm_b)
-    if p.pair:
-        emit("    nvgpu.tma.prefetch.descriptor %tma_b2 : " + tm_b)
+    for j in range(b_maps(p)):
+        emit(f"    nvgpu.tma.prefetch.descriptor %tma_{_b_map(j)} : " + tm_b)
+
+
+def _segment_of(emit: Callable[[str], None], ind: str, p: GemmProblem, n0: str, u: str
+                ) -> tuple[str, str]:
+    """The segment of the tile whose first (global) column is `n0`, and that column in its
+    segment: %seg{u}, %n0l{u} (segments only)."""
+    seg, start = "%c0", "%c0"
+    first = 0
+    for s, n in enumerate(p.segments[:-1], start=1):
+        first += n
+        emit(f"{ind}%c_seg{s}{u} = arith.constant {s} : index")
+        emit(f"{ind}%c_start{s}{u} = arith.constant {first} : index")
+        emit(f"{ind}%in{s}{u} = arith.cmpi uge, {n0}, %c_start{s}{u} : index")
+        emit(f"{ind}%seg{s}{u} = arith.select %in{s}{u}, %c_seg{s}{u}, {seg} : index")
+        emit(f"{ind}%start{s}{u} = arith.select %in{s}{u}, %c_start{s}{u}, {start} : index")
+        seg, start = f"%seg{s}{u}", f"%start{s}{u}"
+    emit(f"{ind}%n0l{u} = arith.subi {n0}, {start} : index")
+    return seg, f"%n0l{u}"
+
+
+def _by_segment(emit: Callable[[str], None], ind: str, p: GemmProblem, seg: str | None,
+                body: Callable[[int, str], None]) -> None:
+    """`body(s, indent)` for the tile's segment `seg` (an scf.index_switch; segment 0 in
+    its default region), or `body(0, ind)` without segments."""
+    if not p.segments:
+        body(0, ind)
+        return
+    emit(f"{ind}scf.index_switch {seg}")
+    for s in list(range(1, len(p.segments))) + [0]:
+        emit(f"{ind}case {s} {{" if s else f"{ind}default {{")
+        body(s, ind + "  ")
+        emit(f"{ind}  scf.yield")
+        emit(f"{ind}}}")
+
+
+def _epilogues(epilogue: "Epilogue | list | None", p: GemmProblem) -> list:
+    """One epilogue (or None) per output."""
+    found = list(epilogue) if isinstance(epilogue, (list, tuple)) else [epilogue]
+    if len(found) != len(outputs(p)):
+        raise CudaCodegenError(f"tensor-core GEMM: {len(found)} epilogues for "
+                               f"{len(outputs(p))} outputs")
+    return found
 
 
 # The persistent, warp-specialised schedule (`pingpong_kernel_text`): a producer warpgroup
@@ -547,23 +642,27 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     bar = f"!nvgpu.mbarrier.group<memorySpace = {ws}, num_barriers = {2 * stages + 1}>"
     tm_a, tm_b, a_tile, b_tile, _, _ = _operand_types(p, t)
     boxes = b_boxes(p, t)
-    d_type = f"memref<{p.m}x{p.n}x{out}>"
+    epilogues = _epilogues(epilogue, p)
     lines: list[str] = []
     emit = lines.append
 
-    def tile_origin(ind: str, i: str, u: str) -> tuple[str, list[str]]:
-        """The CTA's `i`-th tile: its first row and, per B box, its first column."""
+    def tile_origin(ind: str, i: str, u: str) -> tuple[str, list[str], str | None]:
+        """The CTA's `i`-th tile: its first row, per B box its first column (in its
+        segment's B), and its segment (None without segments)."""
         emit(f"{ind}%ti_{u} = arith.muli {i}, %c_ctas : index")
         emit(f"{ind}%t_{u} = arith.addi %bid, %ti_{u} : index")
         _tile_coordinates(emit, ind, f"%t_{u}", f"_{u}", p, t, group_rows)
         emit(f"{ind}%m0_{u} = arith.muli %by_{u}, %c_bm : index")
         emit(f"{ind}%n0_{u} = arith.muli %bx_{u}, %c_tile_n : index")
+        seg, base = None, f"%n0_{u}"
+        if p.segments:
+            seg, base = _segment_of(emit, ind, p, f"%n0_{u}", f"_{u}")
         n0s = []
         for _, col, _ in boxes:
             if col and f"%n0_{u}_{col}" not in n0s:
-                emit(f"{ind}%n0_{u}_{col} = arith.addi %n0_{u}, %c_n{col} : index")
-            n0s.append(f"%n0_{u}_{col}" if col else f"%n0_{u}")
-        return f"%m0_{u}", n0s
+                emit(f"{ind}%n0_{u}_{col} = arith.addi {base}, %c_n{col} : index")
+            n0s.append(f"%n0_{u}_{col}" if col else base)
+        return f"%m0_{u}", n0s, seg
 
     def parity(ind: str, count: str, u: str) -> str:
         emit(f"{ind}%pr_{u} = arith.remui {count}, %c2 : index")
@@ -571,16 +670,17 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
         emit(f"{ind}%pb_{u} = arith.trunci %pw_{u} : i32 to i1")
         return f"%pb_{u}"
 
-    extra = "".join(f", {a}" for a in epilogue.arguments()) if epilogue else ""
+    extra = "".join(f", {a}" for e in epilogues if e for a in e.arguments())
     emit(f"gpu.func @{name}({_map_parameters(p)}, "
-         f"%d: memref<{p.m}x{p.n}x{out}>{extra}) kernel attributes "
+         f"{_output_parameters(p)}{extra}) kernel attributes "
          f"{{known_block_size = array<i32: {PINGPONG_BLOCK}, 1, 1>, "
          f"known_grid_size = array<i32: {ctas}, 1, 1>, nvvm.minctasm = 1 : i32, "
          f"{_maps_attribute(p)}}} {{")
     _cast_maps(emit, p, tm_a, tm_b)
-    emit(f"  %d_al = memref.assume_alignment %d, 16 : {d_type}")
-    if epilogue is not None:
-        epilogue.setup(lambda line: emit("  " + line))
+    _align_outputs(emit, p)
+    for e in epilogues:
+        if e is not None:
+            e.setup(lambda line: emit("  " + line))
     consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c_bk": t.bk, "c_bm": t.bm, "c_bn": t.bn,
               "c_stages": stages, "c_k_tiles": k_tiles, "c_stage_bytes": stage_bytes,
               "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n, "c_ticks": 10000000,
@@ -633,7 +733,7 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     emit("    %loader = arith.cmpi eq, %tid, %c_consumers : index")
     emit("    scf.if %loader {")
     emit("      scf.for %pi = %c0 to %my_tiles step %c1 {")
-    m0, n0s = tile_origin("        ", "%pi", "p")
+    m0, n0s, seg_p = tile_origin("        ", "%pi", "p")
     emit("        %pg0 = arith.muli %pi, %c_k_tiles : index")
     emit("        scf.for %pk = %c0 to %c_k_tiles step %c1 {")
     ind = "          "
@@ -657,9 +757,11 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
         emit(f"{ind}%sb{j} = arith.addi %sa, %c_b_off{j} : index")
         emit(f"{ind}%vb{j} = memref.view %smem[%sb{j}][] : memref<?xi8, {ws}> to {b_tile}")
         coords = f"%k0, {n_coord}" if p.b_layout == "nk" else f"{n_coord}, %k0"
-        tma = f"%tma_b{mi + 1}" if mi else "%tma_b"
-        emit(f"{ind}nvgpu.tma.async.load {tma}[{coords}], %bar[%ps] to %vb{j} : {tm_b}, "
-             f"{bar} -> {b_tile}")
+
+        def load(s: int, li: str, j=j, mi=mi, coords=coords) -> None:
+            emit(f"{li}nvgpu.tma.async.load %tma_{_b_map(s or mi)}[{coords}], %bar[%ps] to "
+                 f"%vb{j} : {tm_b}, {bar} -> {b_tile}")
+        _by_segment(emit, ind, p, seg_p, load)
     emit("        }")
     emit("      }")
     emit("    }")
@@ -723,7 +825,7 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     else:
         emit("    scf.for %ci = %wg to %my_tiles step %c2 {")
     ind = "      "
-    m0, _ = tile_origin(ind, "%ci", "c")
+    m0, n0s_c, seg_c = tile_origin(ind, "%ci", "c")
     if coop:
         emit(f"{ind}%m0w = arith.addi {m0}, %wrow : index")
         m0 = "%m0w"
@@ -878,9 +980,10 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
         emit(f"{li}%ep_r1 = arith.muli %ep_q, %c_er : index")
         emit(f"{li}%ep_r = arith.addi %ep_r0, %ep_r1 : index")
         emit(f"{li}%orow = arith.addi {m0}, %ep_r : index")
-        _emit_epilogue(emit, p, t, epilogue, unroll, "%ebuf", ebuf_type, rows=er,
-                       buffer_row0="%erow0", out_row0="%orow", tid="%ltid",
-                       n0="%n0_c", d_type=d_type, indent=li, tag="_l")
+        _by_segment(emit, li, p, seg_c, lambda s, si: _emit_epilogue(
+            emit, p, t, epilogues[s], unroll, "%ebuf", ebuf_type, rows=er,
+            buffer_row0="%erow0", out_row0="%orow", tid="%ltid", n0=n0s_c[0], indent=si,
+            tag=f"_l{s}" if p.segments else "_l", segment=s))
         emit(f"{ind}}}")
     for h in range(0 if looped_epilogue else halves):
         for q in range(parts):
@@ -900,9 +1003,10 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
             emit(f"{ind}nvvm.barrier id = %wbar number_of_threads = %c_wg_i32")
             emit(f"{ind}%c_h{x} = arith.constant {h * 64 + q * er} : index")
             emit(f"{ind}%orow{x} = arith.addi {m0}, %c_h{x} : index")
-            _emit_epilogue(emit, p, t, epilogue, unroll, "%ebuf", ebuf_type, rows=er,
-                           buffer_row0="%erow0", out_row0=f"%orow{x}", tid="%ltid",
-                           n0="%n0_c", d_type=d_type, indent=ind, tag=f"_h{x}")
+            _by_segment(emit, ind, p, seg_c, lambda s, si, x=x: _emit_epilogue(
+                emit, p, t, epilogues[s], unroll, "%ebuf", ebuf_type, rows=er,
+                buffer_row0="%erow0", out_row0=f"%orow{x}", tid="%ltid", n0=n0s_c[0],
+                indent=si, tag=f"_h{x}" + (f"s{s}" if p.segments else ""), segment=s))
     emit("    }")
     emit("  }")
     emit("  gpu.return")
@@ -913,13 +1017,17 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
 def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
                    epilogue: Epilogue | None, unroll: int, buffer: str, buffer_type: str,
                    rows: int, buffer_row0: str | None, out_row0: str, tid: str, n0: str,
-                   d_type: str, indent: str, tag: str = "") -> None:
+                   indent: str, tag: str = "", segment: int = 0) -> None:
     """The accumulator's `rows` rows from shared memory (`buffer`, f32, rows from
     `buffer_row0`) through the epilogue to D (rows from `out_row0`), by the warpgroup's 128
     threads (`tid` in 0..127): BN / 4 threads a row, each four columns (a float4).
     `tag` makes the SSA names of this copy unique. A pair's threads each read four columns
-    of A @ B and the same four of A @ B2 (BN / 2 columns further) and store four."""
+    of A @ B and the same four of A @ B2 (BN / 2 columns further) and store four.
+    `segment`: the output (D, or a sibling segment's) it stores to, `n0` its first column
+    there."""
     out = p.out_type
+    d, n_out = outputs(p)[segment]
+    d_type = f"memref<{p.m}x{n_out}x{out}>"
     if p.pair and epilogue is None:
         raise CudaCodegenError("tensor-core GEMM: a GEMM pair without the epilogue joining it")
     lanes = out_columns(p, t) // 4  # threads per row (float4 each)
@@ -935,7 +1043,11 @@ def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
         emit(f"{ind}%c_half_n{x} = arith.constant {t.bn // 2} : index")
         emit(f"{ind}%col2{x} = arith.addi %col{x}, %c_half_n{x} : index")
     emit(f"{ind}%gcol{x} = arith.addi {n0}, %col{x} : index")
-    emit(f"{ind}%col_ok{x} = arith.cmpi ult, %gcol{x}, %c_n : index")
+    c_n = "%c_n"
+    if p.segments:
+        c_n = f"%c_nout{x}"
+        emit(f"{ind}{c_n} = arith.constant {n_out} : index")
+    emit(f"{ind}%col_ok{x} = arith.cmpi ult, %gcol{x}, {c_n} : index")
     # EPILOGUE_UNROLL passes of rows per loop iteration, their loads unconditional (row and
     # column clamped into the matrix: a thread past M or N computes a value it does not
     # store), so that the loads of all of them are in flight together: with one or two CTAs
@@ -947,7 +1059,7 @@ def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
     if bound != "%c_bm":
         emit(f"{ind}{bound} = arith.constant {rows} : index")
     emit(f"{ind}%c_last_row{x} = arith.constant {p.m - 1} : index")
-    emit(f"{ind}%c_last_col{x} = arith.constant {p.n - 4} : index")
+    emit(f"{ind}%c_last_col{x} = arith.constant {n_out - 4} : index")
     emit(f"{ind}%gcol_c{x} = arith.minui %gcol{x}, %c_last_col{x} : index")
     emit(f"{ind}scf.for %rg{x} = %row0{x} to {bound} step %c_group_rows{x} {{")
     if epilogue is not None:
@@ -994,7 +1106,7 @@ def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
         emit(f"{ind2}%row_ok{u}{x} = arith.cmpi ult, %grow{u}{x}, %c_m : index")
         emit(f"{ind2}%ok{u}{x} = arith.andi %row_ok{u}{x}, %col_ok{x} : i1")
         emit(f"{ind2}scf.if %ok{u}{x} {{")
-        emit(f"{ind2}  vector.store {stored}, %d_al[%grow{u}{x}, %gcol{x}] "
+        emit(f"{ind2}  vector.store {stored}, {d}_al[%grow{u}{x}, %gcol{x}] "
              f"{{alignment = {4 * OUTPUTS[out]}}} : {d_type}, vector<4x{out}>")
         emit(f"{ind2}}}")
     emit(f"{ind}}}")
