@@ -74,6 +74,12 @@ def swiglu(x, wg, wu):
     return F.silu(F.linear(x, wg)) * F.linear(x, wu)
 
 
+def qkv(x, wq, wk, wv):
+    """Attention's q, k and v projections of one x: three GEMMs of one A (sibling GEMMs, one
+    kernel of ours: gemm_siblings.py)."""
+    return F.linear(x, wq), F.linear(x, wk), F.linear(x, wv)
+
+
 # The SwiGLU workloads' hidden width by model width (LLaMA-7B's 11008 for 4096; the LLaMA
 # block of test/gpu/movement.py: 2816 for 1024).
 SWIGLU_HIDDEN = {4096: 11008, 1024: 2816}
@@ -117,6 +123,8 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
         return [(rows, cols), (cols, cols), (cols,)]
     if name == "mm":  # x [rows, cols] @ w[cols, cols]^T
         return [(rows, cols), (cols, cols)]
+    if name == "qkv":  # x [rows, cols]; three [cols, cols] projections
+        return [(rows, cols)] + [(cols, cols)] * 3
     if name == "sg":  # x [rows, cols]; the gate's and the up projection's [hidden, cols]
         hidden = SWIGLU_HIDDEN[cols]
         return [(rows, cols), (hidden, cols), (hidden, cols)]
@@ -136,7 +144,8 @@ def _shapes(name: str, rows: int, cols: int) -> list[tuple[int, ...]]:
 
 
 FUNCTIONS = {"ew": ew_chain, "ln": residual_layernorm, "rms": rmsnorm, "softmax": softmax,
-             "lg": linear_gelu, "lnl": layernorm_linear, "mm": linear, "sg": swiglu}
+             "lg": linear_gelu, "lnl": layernorm_linear, "mm": linear, "sg": swiglu,
+             "qkv": qkv}
 _LAYERS: dict[str, torch.nn.Module] = {}
 # Workloads that are modules with their own weights (seeded), one input.
 MODULES = {"tel": transformer_layer, "lnlm": layernorm_linear_module}
@@ -184,6 +193,18 @@ WORKLOADS = {
                              "(--cuda-gemm-schedule ping-pong)", torch.bfloat16),
     "swiglu_llama_bf16_apart": ("sg", 2048, 1024, "the LLaMA block's SwiGLU gate, "
                                 "--no-cuda-gemm-pair", torch.bfloat16),
+    "qkv_decode1_bf16": ("qkv", 1, 4096, "q, k, v projections of one token, 1x4096 -> 3x4096 "
+                         "bf16 (LLaMA-7B decode)", torch.bfloat16),
+    "qkv_decode1_bf16_apart": ("qkv", 1, 4096, "the same, --no-cuda-gemm-siblings",
+                               torch.bfloat16),
+    "qkv_decode_bf16": ("qkv", 16, 4096, "q, k, v projections, 16x4096 -> 3x4096 bf16 (decode, "
+                        "batch 16)", torch.bfloat16),
+    "qkv_decode_bf16_apart": ("qkv", 16, 4096, "the same, --no-cuda-gemm-siblings",
+                              torch.bfloat16),
+    "qkv_prefill_bf16": ("qkv", 2048, 4096, "q, k, v projections, 2048x4096 -> 3x4096 bf16",
+                         torch.bfloat16),
+    "qkv_prefill_bf16_apart": ("qkv", 2048, 4096, "the same, --no-cuda-gemm-siblings",
+                               torch.bfloat16),
     "linear_gelu_bf16": ("lg", 8192, 4096, "linear+bias+GELU 8192x4096x4096 bf16",
                          torch.bfloat16),
     "ln_linear_bf16": ("lnl", 16384, 4096, "LayerNorm + Linear + bias 16384x4096 -> 4096 bf16",
@@ -199,7 +220,9 @@ WORKLOADS = {
 # Workloads built with other CUDA options than the defaults (A/B pairs).
 CUDA_OPTIONS: dict[str, dict] = {"swiglu_bf16_apart": {"gemm_pair": False},
                                  "swiglu_bf16_pingpong": {"gemm_schedule": "ping-pong"},
-                                 "swiglu_llama_bf16_apart": {"gemm_pair": False}}
+                                 "swiglu_llama_bf16_apart": {"gemm_pair": False},
+                                 **{f"qkv_{s}_bf16_apart": {"gemm_siblings": False}
+                                    for s in ("decode1", "decode", "prefill")}}
 # Experiments: the decision the cost model would not take, taken (its functions replaced
 # while the workload builds), to measure what the model rejects.
 OVERRIDES = {"ln_linear_module_bf16_forced": {"norm_prologue_fold_pays": True,
@@ -244,7 +267,7 @@ def inputs_for(name: str, device: str, seed: int = 0) -> list[torch.Tensor]:
     out = []
     for i, shape in enumerate(_shapes(key, rows, cols)):
         x = torch.randn(shape, generator=g, dtype=torch.float32)
-        if (key, i) in (("lg", 1), ("lnl", 3), ("sg", 1), ("sg", 2)):
+        if (key, i) in (("lg", 1), ("lnl", 3), ("sg", 1), ("sg", 2)) or (key == "qkv" and i):
             x /= cols ** 0.5  # nn.Linear-like weight scale: GELU sees values of order 1
         out.append(x.to(device, dtype))
     return out
@@ -256,7 +279,7 @@ def floor_bytes(name: str) -> int:
     elems = sum(torch.Size(s).numel() for s in _shapes(key, rows, cols))
     if key == "lnlm":
         elems += cols * cols + 3 * cols  # the module's weights
-    out = rows * (SWIGLU_HIDDEN[cols] if key == "sg" else cols)
+    out = rows * (SWIGLU_HIDDEN[cols] if key == "sg" else 3 * cols if key == "qkv" else cols)
     return dtype.itemsize * (elems + out)
 
 
@@ -432,7 +455,10 @@ class FusecModel:
         return call
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+def rel_err(out, ref) -> float:
+    """Relative norm error; for several outputs (a tuple), the worst of them."""
+    if isinstance(ref, (tuple, list)):
+        return max(rel_err(o, r) for o, r in zip(out, ref))
     out = out.double()
     if not torch.isfinite(out).all():
         return float("nan")
@@ -503,6 +529,11 @@ def matmul_alone_ms(name: str, xs: list[torch.Tensor], reps: int) -> float:
     return time_ms(lambda: torch.mm(x, wt), reps)
 
 
+def _results(outs: list, ref):
+    """The artifact's outputs to compare with `ref`: all of them for a tuple, else the one."""
+    return outs if isinstance(ref, (tuple, list)) else outs[0]
+
+
 def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune: bool) -> None:
     build_info = json.loads((art_dir / "build.json").read_text())
     bw = copy_bandwidth()
@@ -528,7 +559,8 @@ def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune:
                "floor_ms": floor_bytes(name) / bw * 1e3 if key != "tel" else None,
                "fusec_compile_s": build_info.get(name, {}).get("fusec_compile_s"),
                "fusec_paths": build_info.get(name, {}).get("paths"),
-               "err": {"fusec": rel_err(outs[0], ref), "eager": rel_err(fn(*xs), ref)}}
+               "err": {"fusec": rel_err(_results(outs, ref), ref),
+                       "eager": rel_err(fn(*xs), ref)}}
         variants = {"eager": lambda: fn(*xs)}
         compiled = {"inductor": torch.compile(fn)}
         if max_autotune:
@@ -556,7 +588,7 @@ def run(art_dir: Path, out_dir: Path, names: list[str], reps: int, max_autotune:
             outs[0].fill_(float("nan"))
             variants["fusec_graph"]()
             torch.cuda.synchronize()
-            row["err"]["fusec_graph"] = rel_err(outs[0], ref)
+            row["err"]["fusec_graph"] = rel_err(_results(outs, ref), ref)
         if key in ("lg", "lnl", "lnlm", "sg"):
             row["matmul_alone_ms"] = matmul_alone_ms(name, xs, reps)
             row["floor_ms"] = max(row["floor_ms"], row["matmul_alone_ms"])

@@ -88,9 +88,13 @@ def draw_siblings(rng: np.random.Generator, index: int, schedule: str = "model")
         col_tiles = sum(-(-n // 128) for n in ns)
         m = (-(-SMS // col_tiles) + int(rng.integers(0, 4))) * bm - \
             int(rng.integers(0, 100 if bm == 128 else 200))
+        k = int(rng.integers(1, 80)) * 8
+    elif rng.random() < 0.25:  # decode-sized: few rows, a long K (cuBLASLt's alone)
+        m = int(rng.integers(1, 65))
+        k = int(rng.integers(16, 65)) * 64
     else:
         m = int(rng.integers(1, 700))
-    k = int(rng.integers(1, 80)) * 8
+        k = int(rng.integers(1, 80)) * 8
     dtype = "bfloat16" if rng.random() < 0.7 else "float16"
     layout = "nk" if rng.random() < 0.7 else "kn"
     inputs: dict = {"x": (m, k)}

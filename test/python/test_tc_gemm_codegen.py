@@ -387,3 +387,4 @@ def test_a_sibling_that_reads_another_stays_apart(tmp_path):
     assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm", "fast", "tc_gemm"]
     assert [k["info"]["epilogue"][0] for k in meta["kernels"][::2]] == ["cast", "cast"]
     assert not any(k["info"].get("siblings") for k in meta["kernels"])
+
