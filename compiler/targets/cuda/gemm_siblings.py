@@ -51,7 +51,8 @@ def _candidate(group: ir.Operation) -> TcSplit | None:
     """The plan of a group that is our tensor-core GEMM whole (one matmul, no pair), or
     None. (Groups split-matmuls gave to cuBLASLt are not candidates: at a decode step's few
     rows the model predicts three of them merged into ours faster, 35 against 66 us for
-    LLaMA-7B's q, k, v, but that is not measured yet: test/gpu/siblings_decode.sh.)"""
+    LLaMA-7B's q, k, v, but measured, RESULTS run 220, ours streams the weights at 55% of
+    the bandwidth: 1.34x three cuBLASLt calls at one row, 0.82x at 16.)"""
     if group.name != GROUP_OP or attributes.PATH not in group.attributes or \
             ir.StringAttr(group.attributes[attributes.PATH]).value != "tc_gemm" or \
             attributes.GEMM_SIBLINGS in group.attributes or len(group.results) != 1:
