@@ -49,15 +49,11 @@ def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     from fusec.compiler.targets.cuda import wgmma
     from fusec.compiler.targets.cuda.tc_gemm import (_bytes, _problem, _step_name,
                                                      epilogue_seconds, out_type_of,
-                                                     plan_tc_siblings, plan_tc_split,
-                                                     siblings_s, siblings_tiles)
+                                                     siblings_s, tc_parts)
 
     ops = [o.operation for o in group.regions[0].blocks[0].operations]
     siblings = attributes.GEMM_SIBLINGS in group.attributes
-    planned = plan_tc_siblings(group) if siblings else plan_tc_split(group)
-    if isinstance(planned, str):
-        raise CudaCodegenError(f"tensor-core GEMM group: {planned}")
-    parts = planned if siblings else [planned]
+    parts = tc_parts(group)
     tc = parts[0]
     found, chain = tc.operands, tc.chain
     out = out_type_of(found.mm, chain)
@@ -70,7 +66,7 @@ def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
            (" siblings" if siblings else ""))
     if siblings:
         predicted = siblings_s(parts, device)
-        return KernelTiles(key, siblings_tiles(parts, device),
+        return KernelTiles(key, predicted[1] if predicted else [],
                            (predicted[0] if predicted else 0.0) * 1e6)
     eb = ELEMENT_BYTES[found.a.element]
     epilogue = epilogue_seconds(found, chain, device)

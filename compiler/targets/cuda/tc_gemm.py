@@ -58,6 +58,7 @@ from fusec.compiler.targets.cuda.gemm import (
 )
 from fusec.compiler.targets.cuda.layouts import MatrixLayout, matrix_layout
 from fusec.passes import attributes, cost_model, gemm_cost
+from fusec.passes.grouping import CLONED_INTO_GROUPS
 from fusec.runtime.plan import Launch
 
 # Architectures with wgmma and TMA (the kernel module is then built for sm_90a).
@@ -438,8 +439,6 @@ def plan_tc_siblings(group: ir.Operation) -> list[TcSplit] | str:
         covered |= {id_of(o) for o in gemm}
         fused = [_step_name(o) for o in chain if o.name == "linalg.generic"]
         parts.append(TcSplit(GemmSplit([], gemm, [], fused, ""), found, chain))
-    from fusec.passes.grouping import CLONED_INTO_GROUPS
-
     if any(id_of(o) not in covered for o in ops[:-1] if o.name not in CLONED_INTO_GROUPS):
         return "an op of the group is in no sibling's GEMM or epilogue"
     yielded = [value_key(v) for v in ops[-1].operands]
@@ -453,6 +452,16 @@ def plan_tc_siblings(group: ir.Operation) -> list[TcSplit] | str:
     return parts if why is None else why
 
 
+def tc_parts(group: ir.Operation) -> list[TcSplit]:
+    """The GEMMs of a tc_gemm group as its kernel computes them: its siblings
+    (`fusion.gemm_siblings`: `plan_tc_siblings`), else its one split (`plan_tc_split`)."""
+    siblings = attributes.GEMM_SIBLINGS in group.attributes
+    planned = plan_tc_siblings(group) if siblings else plan_tc_split(group)
+    if isinstance(planned, str):
+        raise CudaCodegenError(f"tensor-core GEMM group: {planned}")
+    return planned if siblings else [planned]
+
+
 def siblings_problem(parts: list[TcSplit]) -> wgmma.GemmProblem:
     """The kernel's problem for sibling GEMMs (in segment order): their Ns concatenated."""
     found = parts[0].operands
@@ -462,12 +471,18 @@ def siblings_problem(parts: list[TcSplit]) -> wgmma.GemmProblem:
                              "nk" if found.lb.transposed else "kn", segments=segments)
 
 
-def siblings_tiles(parts: list[TcSplit], device: cost_model.Device) -> list[tuple[int, ...]]:
+def _siblings_epilogue_s(parts: list[TcSplit], device: cost_model.Device) -> float:
+    return sum(epilogue_seconds(p.operands, p.chain, device) for p in parts)
+
+
+def siblings_tiles(parts: list[TcSplit], device: cost_model.Device,
+                   epilogue: float | None = None) -> list[tuple[int, ...]]:
     """The candidate tiles of a sibling kernel (the model's first): those of one GEMM of
-    all their columns the segments allow."""
+    all their columns the segments allow (`epilogue`: their epilogues' time, if known)."""
     found = parts[0].operands
     problem = siblings_problem(parts)
-    epilogue = sum(epilogue_seconds(p.operands, p.chain, device) for p in parts)
+    if epilogue is None:
+        epilogue = _siblings_epilogue_s(parts, device)
     candidates = gemm_cost.tc_gemm_tile_candidates(
         found.m, problem.n, found.k, ELEMENT_BYTES[found.a.element], problem.b_layout == "kn",
         device, epilogue)
@@ -475,20 +490,20 @@ def siblings_tiles(parts: list[TcSplit], device: cost_model.Device) -> list[tupl
 
 
 def siblings_s(parts: list[TcSplit], device: cost_model.Device
-               ) -> tuple[float, tuple[int, ...]] | None:
-    """The cost model's time for one kernel of sibling GEMMs and its tile (None: no tile
-    fits the segments)."""
-    tiles = siblings_tiles(parts, device)
+               ) -> tuple[float, list[tuple[int, ...]]] | None:
+    """The cost model's time for one kernel of sibling GEMMs on the first of its candidate
+    tiles, and the candidates (`siblings_tiles`; None: no tile fits the segments)."""
+    epilogue = _siblings_epilogue_s(parts, device)
+    tiles = siblings_tiles(parts, device, epilogue)
     if not tiles:
         return None
     found = parts[0].operands
     generics = [o for p in parts for o in p.chain if o.name == "linalg.generic"]
     moved = _bytes([found.a.source] + [p.operands.b.source for p in parts]) + \
         _bytes(_external(generics)) + _bytes([p.result for p in parts])
-    epilogue = sum(epilogue_seconds(p.operands, p.chain, device) for p in parts)
     n = sum(p.operands.n for p in parts)
     return gemm_cost.tc_gemm_tile_s(found.m, n, found.k, moved, device, tiles[0],
-                                    epilogue), tiles[0]
+                                    epilogue), tiles
 
 
 def _step_name(op: ir.Operation) -> str:
@@ -854,10 +869,7 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     body = group.regions[0].blocks[0]
     ops = [o.operation for o in body.operations]
     siblings = attributes.GEMM_SIBLINGS in group.attributes
-    planned = plan_tc_siblings(group) if siblings else plan_tc_split(group)
-    if isinstance(planned, str):
-        raise CudaCodegenError(f"tensor-core GEMM group: {planned}")
-    parts = planned if siblings else [planned]
+    parts = tc_parts(group)
     yielded = [value_key(v) for v in ops[-1].operands]
     if len(group.results) != len(parts) or \
             any(value_key(part.result) not in yielded for part in parts):
@@ -903,8 +915,7 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     key = (body_text(group), repr(problem), repr(t), unroll,
            tuple(tuple(sorted(e.aligned)) for e in epilogues), units)
     text = renamed(TC_GEMM.get(key, lambda: wgmma.build_kernel_text(
-        PROBE_SYMBOL, problem, t, units, epilogues if siblings else epilogues[0], unroll)),
-        symbol)
+        PROBE_SYMBOL, problem, t, units, epilogues, unroll)), symbol)
     grid, block, shared = wgmma.launch_geometry(problem, t, units)
     eb = wgmma.MMA_INPUTS[found.a.element]
     dtype = TENSOR_MAP_TYPES[found.a.element]
@@ -938,5 +949,4 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
 
 
 __all__ = ["TC_ARCHES", "ChainEpilogue", "TcSplit", "choose", "plan_tc_siblings", "plan_tc_split",
-           "siblings_s", "tc_chain",
-           "tc_gemm_launch", "tc_operands"]
+           "siblings_s", "tc_chain", "tc_gemm_launch", "tc_operands", "tc_parts"]

@@ -324,19 +324,8 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
                      f"%bar[{stage}] to %vb{j}_{u} : {tm_b}, {bar} -> {b_tile}")
             _by_segment(emit, indent, p, seg, load)
 
-    # The maps arrive as pointers (the descriptor type has no kernel-argument lowering
-    # before outlining); the casts fold away once nvgpu's types are LLVM's.
-    extra = "".join(f", {a}" for e in epilogues if e for a in e.arguments())
-    emit(f"gpu.func @{name}({_map_parameters(p)}, "
-         f"{_output_parameters(p)}{extra}) kernel attributes "
-         f"{{known_block_size = array<i32: {WARPGROUP}, 1, 1>, {_maps_attribute(p)}}} {{")
-    _cast_maps(emit, p, tm_a, tm_b)
-    # D is 16-byte aligned (a temporary of the runtime's, or an output it checked), so each
-    # thread's four values are one vector store.
-    _align_outputs(emit, p)
-    for e in epilogues:
-        if e is not None:
-            e.setup(lambda line: emit("  " + line))
+    _kernel_head(emit, name, p, epilogues, tm_a, tm_b,
+                 f"known_block_size = array<i32: {WARPGROUP}, 1, 1>")
     consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c_bk": t.bk,
               "c_bm": t.bm, "c_bn": t.bn, "c_stages": stages, "c_k_tiles": k_tiles,
               "c_stage_bytes": stage_bytes, "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n,
@@ -514,6 +503,24 @@ def _align_outputs(emit: Callable[[str], None], p: GemmProblem) -> None:
         emit(f"  {d}_al = memref.assume_alignment {d}, 16 : memref<{p.m}x{n}x{p.out_type}>")
 
 
+def _kernel_head(emit: Callable[[str], None], name: str, p: GemmProblem, epilogues: list,
+                 tm_a: str, tm_b: str, attributes: str) -> None:
+    """The `gpu.func` line (maps, outputs, the epilogues' parameters; `attributes` and the
+    maps' mark), the maps as descriptors, the outputs' alignment and the epilogues' setup.
+    The maps arrive as pointers (the descriptor type has no kernel-argument lowering before
+    outlining); the casts fold away once nvgpu's types are LLVM's. D is 16-byte aligned (a
+    temporary of the runtime's, or an output it checked), so each thread's four values are
+    one vector store."""
+    extra = "".join(f", {a}" for e in epilogues if e for a in e.arguments())
+    emit(f"gpu.func @{name}({_map_parameters(p)}, {_output_parameters(p)}{extra}) kernel "
+         f"attributes {{{attributes}, {_maps_attribute(p)}}} {{")
+    _cast_maps(emit, p, tm_a, tm_b)
+    _align_outputs(emit, p)
+    for e in epilogues:
+        if e is not None:
+            e.setup(lambda line: emit("  " + line))
+
+
 def _cast_maps(emit: Callable[[str], None], p: GemmProblem, tm_a: str, tm_b: str) -> None:
     """The map parameters as nvgpu's descriptors: %tma_a, %tma_b (%tma_b2, ...)."""
     emit(f"  %tma_a = builtin.unrealized_conversion_cast %map_a : !llvm.ptr to {tm_a}")
@@ -670,17 +677,9 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
         emit(f"{ind}%pb_{u} = arith.trunci %pw_{u} : i32 to i1")
         return f"%pb_{u}"
 
-    extra = "".join(f", {a}" for e in epilogues if e for a in e.arguments())
-    emit(f"gpu.func @{name}({_map_parameters(p)}, "
-         f"{_output_parameters(p)}{extra}) kernel attributes "
-         f"{{known_block_size = array<i32: {PINGPONG_BLOCK}, 1, 1>, "
-         f"known_grid_size = array<i32: {ctas}, 1, 1>, nvvm.minctasm = 1 : i32, "
-         f"{_maps_attribute(p)}}} {{")
-    _cast_maps(emit, p, tm_a, tm_b)
-    _align_outputs(emit, p)
-    for e in epilogues:
-        if e is not None:
-            e.setup(lambda line: emit("  " + line))
+    _kernel_head(emit, name, p, epilogues, tm_a, tm_b,
+                 f"known_block_size = array<i32: {PINGPONG_BLOCK}, 1, 1>, "
+                 f"known_grid_size = array<i32: {ctas}, 1, 1>, nvvm.minctasm = 1 : i32")
     consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c_bk": t.bk, "c_bm": t.bm, "c_bn": t.bn,
               "c_stages": stages, "c_k_tiles": k_tiles, "c_stage_bytes": stage_bytes,
               "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n, "c_ticks": 10000000,
