@@ -7,7 +7,12 @@ eager and Inductor in the same process.
                                                          tile where it is a candidate;
                                                          ATTENTION_PRODUCER=1 / 0 / all:
                                                          the producer warpgroup on / off /
-                                                         for one warpgroup too)
+                                                         for one warpgroup too;
+                                                         ATTENTION_P_REGISTERS=1 / 0,
+                                                         ATTENTION_PINGPONG=1 / 0 / always:
+                                                         P in registers, warpgroups taking
+                                                         turns, on / off (always: with P
+                                                         in shared memory too))
     python3 test/gpu/attention.py run DIR [CASE ...]     the H200: numerics (twice), kernels,
                                                           times (CUDA events, medians)
     python3 test/gpu/attention.py check DIR [CASE ...]   numerics only (compute-sanitizer)
@@ -131,6 +136,8 @@ CASES = {
                                "SDPA causal B8 H16 S1024 D128 bf16", True),
     "sdpa_s4096_d64": (sdpa, _qkv(8, 16, 4096, 4096, 64, bf16),
                        "SDPA B8 H16 S4096 D64 bf16", True),
+    "sdpa_causal_s4096_d64": (sdpa_causal, _qkv(8, 16, 4096, 4096, 64, bf16),
+                              "SDPA causal B8 H16 S4096 D64 bf16", True),
     "naive_s4096_d128": (naive, _qkv(8, 16, 4096, 4096, 128, bf16),
                          "naive B8 H16 S4096 D128 bf16", True),
 }
@@ -176,6 +183,12 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
         from fusec.compiler.targets.cuda import attention  # off / for one warpgroup too
         attention.PRODUCER_WARPGROUP = os.environ["ATTENTION_PRODUCER"] in ("1", "all")
         attention.PRODUCER_ONE_WARPGROUP = os.environ["ATTENTION_PRODUCER"] == "all"
+    if os.environ.get("ATTENTION_P_REGISTERS"):  # 1 / 0: P V reads P from registers / from
+        cost_model.ATTENTION_P_IN_REGISTERS = os.environ["ATTENTION_P_REGISTERS"] == "1"
+    if os.environ.get("ATTENTION_PINGPONG"):  # 1 / 0: consumer warpgroups take turns or not
+        from fusec.compiler.targets.cuda import attention
+        attention.WARPGROUP_PINGPONG = {"1": True, "0": False, "always": "always"}[
+            os.environ["ATTENTION_PINGPONG"]]
 
     Wrap = _bench().Wrap
     folder = out_dir / "att"

@@ -9,25 +9,33 @@ of one (batch, head) and streams the keys and values through shared memory in ti
     m = -inf, l = 0, O = 0                          (per row, in registers; O f32)
     S_0 = Q K_0^T;  thread 0: K_STAGES into K_0's stage
     for j < key tiles (or the causal bound):
+        [two or more warpgroups: wait for this warpgroup's turn]
         issue S_j+1 = Q K_j+1^T       (wgmma m64nBNk16 from shared memory, f32)
-        issue O += P_j-1 V_j-1        (wgmma m64nDk16, A = P_j-1 in shared memory, B = V
-                                       read N-major; at j = 0 a P of zeros)
+        issue O += P_j-1 V_j-1        (wgmma m64nDk16, A = P_j-1 in registers or in shared
+                                       memory, B = V read N-major; at j = 0 a P of zeros)
                                       both run on the tensor cores while this tile's
                                       softmax runs (FlashAttention-3's intra-warpgroup
                                       overlap)
+        [pass the turn to the next warpgroup: its MMAs follow while this one's softmax
+         runs (FlashAttention-3's ping-pong)]
         X = score(S_j)                (the group's own score ops, per element, with the
                                        row / key index: scale, casts, masks; keys past
                                        the end are -inf; in f32 throughout: the graph's
                                        16-bit roundings between them are skipped, as
                                        FlashAttention never rounds S)
         m' = max(m, rowmax X);  P_j = exp2((X - m') log2 e);  l = l e^(m - m') + rowsum P_j
-        P_j -> P buffer j % 2         (16-bit, the 128-byte swizzle wgmma reads)
+        P_j -> registers              (16-bit pairs: the scores' fragment is the next
+                                       MMA's A fragment), or where the thread's fragments
+                                       would not fit (`cost_model.attention_p_in_registers`)
+                                       P buffer j % 2 (the 128-byte swizzle wgmma reads)
         wait for both MMAs;  O *= e^(m - m')
         thread 0: K_j+1+STAGES into K_j+1's stage (a whole step before it is read),
                   V_j-1+STAGES into V_j-1's
     O += P_last V_last
 
-so S, X and P never reach memory, and there are no temporaries. The scores' fragment is
+so S, X and P never reach memory, and there are no temporaries. P V with A in registers
+is not in MLIR's `nvvm.wgmma.mma_async` (A from shared memory only): it is that instruction
+as inline PTX (`wgmma_rs`). The scores' fragment is
 read in registers (`nvvm.wgmma.mma_async` on an `!llvm.struct` of f32, the accumulator
 layout of PTX's wgmma: thread t of warp w holds rows 16 w + t / 4 (+ 8) and columns
 8 c + 2 (t % 4) (+ 1)); the row statistics are combined over the four threads of a row
@@ -99,6 +107,10 @@ PRODUCER_REGISTERS = 24  # setmaxnreg's floor
 # D64 S4096 1.29 -> 1.24 ms, GPT-2's T1024 0.0625 -> 0.0608, D128 S1024 0.170 -> 0.155,
 # causal S1024 0.112 -> 0.105, decode unchanged.
 PRODUCER_ONE_WARPGROUP = True
+# Consumer warpgroups take turns to issue their MMAs (FlashAttention-3's ping-pong; see
+# `build`), where P is in registers ("always": with P in shared memory too). False: each
+# issues as soon as its data is in.
+WARPGROUP_PINGPONG: bool | str = True
 # How far (in log2 units) a row's max may pass the reference its P is taken against before
 # the reference moves and O is rescaled: P stays at most 2^8.
 RESCALE_LOG2 = 8.0
@@ -208,6 +220,37 @@ class AttentionEmitter(MovementEmitter):
                            self.i64(0x3FFF), "i64")
         return self.arith("ori", start, self.i64(descriptor_base(lbo)), "i64")
 
+    def wgmma_rs(self, acc: str, n_acc: int, a: list[str], b_desc: str, n: int,
+                 el: str) -> str:
+        """acc += A B, one m64nNk16 wgmma with A in registers (`a`: the thread's four words
+        of 16-bit pairs, PTX's A fragment: rows 16 w + t / 4 (+ 8), columns 2 (t % 4) (+ 8))
+        and B (N-major, transposed) through `b_desc`; issued, not committed. MLIR's
+        `nvvm.wgmma.mma_async` reads A from shared memory only: this is its instruction with
+        register A, as inline PTX."""
+        values = [self.extract(acc, i, n_acc) for i in range(n_acc)]
+        outs = ", ".join(f"${i}" for i in range(n_acc))
+        ins = ", ".join(f"${2 * n_acc + i}" for i in range(4))
+        ptx = (f"{{ .reg .pred p; setp.ne.b32 p, 1, 0; wgmma.mma_async.sync.aligned."
+               f"m64n{n}k16.f32.{el}.{el} {{{outs}}}, {{{ins}}}, ${2 * n_acc + 4}, p, 1, 1, 1; }}")
+        constraints = ",".join(["=f"] * n_acc + [str(i) for i in range(n_acc)] + ["r"] * 4
+                               + ["l"])
+        out = self.fresh("acc")
+        types = ", ".join(["f32"] * n_acc + ["i32"] * 4 + ["i64"])
+        self.emit(f"{out} = llvm.inline_asm has_side_effects asm_dialect = att \"{ptx}\", "
+                  f"\"{constraints}\" {', '.join(values + list(a) + [b_desc])} : ({types}) -> "
+                  f"{accumulator_struct(n_acc)}")
+        return out
+
+    def pack_p(self, lo: str, hi: str, el: str) -> str:
+        """Two f32 probabilities as one word of 16-bit values (`lo` in the low half): one
+        cvt.rn.{el}x2.f32."""
+        pair = self.fresh("pp")
+        self.emit(f"{pair} = vector.from_elements {lo}, {hi} : vector<2xf32>")
+        narrow = self.fop("arith.truncf", pair, type_=f"vector<2xf32> to vector<2x{el}>")
+        word = self.fresh("pw")
+        self.emit(f"{word} = llvm.bitcast {narrow} : vector<2x{el}> to i32")
+        return word
+
     def exp2(self, x: str) -> str:
         """2^x flushing subnormal results to 0: one MUFU.EX2 (math.exp2 lowers to PTX's
         ex2.approx.f32, which scales around it to keep subnormals: four instructions). A P
@@ -243,9 +286,11 @@ class AttentionEmitter(MovementEmitter):
         q_off = 0
         k_off = [q_bytes + s * 2 * kv_bytes for s in range(t.stages)]
         v_off = [k + kv_bytes for k in k_off]
-        p_bytes = t.bm * t.bn * eb
+        p_regs = cost_model.attention_p_in_registers(t)
+        p_bytes = 0 if p_regs else t.bm * t.bn * eb
         p_off = [q_bytes + t.stages * 2 * kv_bytes + b * p_bytes for b in range(2)]
         self.shared = p_off[1] + p_bytes
+        assert self.shared == t.shared_bytes(eb)
         m_tiles = -(-o.m // t.bm)
         n_tiles = -(-o.n // t.bn)
         stages = min(t.stages, n_tiles)
@@ -362,21 +407,23 @@ class AttentionEmitter(MovementEmitter):
         emit(f"nvgpu.tma.prefetch.descriptor %tma_v : {tm_v}")
         self.indent -= 1
         emit("}")
-        # P buffer 1 starts as zeros: the first step's P V (of a tile -1) adds nothing.
-        p_mem = f"memref<{2 * t.bm * t.bn}x{el}, {WS}>"
-        pv = self.fresh("pm")
-        emit(f"{pv} = memref.view %smem[{idx(p_off[0])}][] : memref<?xi8, {WS}> to {p_mem}")
-        zvec = self.fresh("zv")
-        emit(f"{zvec} = arith.constant dense<0.0> : vector<8x{el}>")
         consumer = self.arith("cmpi ult,", "%tid", idx(consumers))
-        if producer:
-            emit(f"scf.if {consumer} {{")
-        for i in range(t.bm * t.bn // (8 * consumers)):
-            elem = self.arith("addi", idx(t.bm * t.bn + 8 * consumers * i),
-                              self.arith("muli", "%tid", idx(8)))
-            emit(f"vector.store {zvec}, {pv}[{elem}] : {p_mem}, vector<8x{el}>")
-        if producer:
-            emit("}")
+        if not p_regs:
+            # P buffer 1 starts as zeros: the first step's P V (of a tile -1) adds nothing.
+            p_mem = f"memref<{2 * t.bm * t.bn}x{el}, {WS}>"
+            pv = self.fresh("pm")
+            emit(f"{pv} = memref.view %smem[{idx(p_off[0])}][] : memref<?xi8, {WS}> to "
+                 f"{p_mem}")
+            zvec = self.fresh("zv")
+            emit(f"{zvec} = arith.constant dense<0.0> : vector<8x{el}>")
+            if producer:
+                emit(f"scf.if {consumer} {{")
+            for i in range(t.bm * t.bn // (8 * consumers)):
+                elem = self.arith("addi", idx(t.bm * t.bn + 8 * consumers * i),
+                                  self.arith("muli", "%tid", idx(8)))
+                emit(f"vector.store {zvec}, {pv}[{elem}] : {p_mem}, vector<8x{el}>")
+            if producer:
+                emit("}")
         emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, "
              "space = #nvvm.shared_space<cta>}")
         emit("gpu.barrier")
@@ -483,8 +530,9 @@ class AttentionEmitter(MovementEmitter):
         wg_off = self.fop("arith.index_cast", self.arith("muli", wg_rows, idx(128 >> 4)),
                           type_="index to i64")
         q_desc = self.arith("addi", self.descriptor(self.smem_address(q_off), 0), wg_off, "i64")
-        p_descs = [self.arith("addi", self.descriptor(self.smem_address(p_off[b]), 0), wg_off,
-                              "i64") for b in range(2)]
+        p_descs = None if p_regs else [
+            self.arith("addi", self.descriptor(self.smem_address(p_off[b]), 0), wg_off, "i64")
+            for b in range(2)]
         k_desc0 = self.descriptor(self.smem_address(k_off[0]), 0)
         v_desc0 = self.descriptor(self.smem_address(v_off[0]), t.bn * 128)
         st_o = accumulator_struct(no)
@@ -522,17 +570,25 @@ class AttentionEmitter(MovementEmitter):
             emit("nvvm.wgmma.commit.group.sync.aligned")
             return s_acc
 
-        def issue_pv(acc: str, p_buf: str, stage: str, parity: str, v_desc: str) -> str:
+        def issue_pv(acc: str, p: str | list[str], stage: str, parity: str,
+                     v_desc: str) -> str:
             """O += P V, issued (committed, not waited for) once V's tile in `stage` is in:
-            BN / 16 MMAs (A: P buffer `p_buf`'s box kk / 4 at +32 bytes; B: V N-major, 16 key
-            rows of 128 bytes per step, its 64-column boxes BN * 128 bytes apart)."""
+            BN / 16 MMAs (B: V N-major, 16 key rows of 128 bytes per step, its 64-column
+            boxes BN * 128 bytes apart). A: P in registers (`p`: the thread's BN / 4 words
+            of 16-bit pairs, four per MMA: `pack_p`), or P buffer `p`'s box kk / 4 at +32
+            bytes."""
             vb = self.arith("addi", stage, idx(1 + stages))
             emit(f"nvgpu.mbarrier.try_wait.parity %bar[{vb}], {parity}, {idx(10000000)} : "
                  f"{bar}")
-            is1 = self.arith("cmpi eq,", p_buf, idx(1))
-            p_desc = self.fop("arith.select", is1, p_descs[1], p_descs[0], type_="i64")
+            if not p_regs:
+                is1 = self.arith("cmpi eq,", p, idx(1))
+                p_desc = self.fop("arith.select", is1, p_descs[1], p_descs[0], type_="i64")
             emit("nvvm.wgmma.fence.aligned")
             for kk in range(t.bn // 16):
+                if p_regs:
+                    db = self.arith("addi", v_desc, self.i64((kk * 16 * 128) >> 4), "i64")
+                    acc = self.wgmma_rs(acc, no, p[4 * kk:4 * kk + 4], db, o.d, el)
+                    continue
                 da = self.arith("addi", p_desc, self.i64(
                     ((kk // 4) * t.bm * 128 + (kk % 4) * 32) >> 4), "i64")
                 db = self.arith("addi", v_desc, self.i64((kk * 16 * 128) >> 4), "i64")
@@ -566,23 +622,58 @@ class AttentionEmitter(MovementEmitter):
             emit("gpu.barrier")
             load_if(self.arith("andi", first, self.arith("cmpi ult,", idx(stages), hi), "i1"),
                     "K", 0, idx(stages))
-        emit(f"%loop:6 = scf.for %j = {idx(0)} to {hi} step {idx(1)} iter_args(%acc = {o0}, "
-             f"%mx0 = {ninf}, %mx1 = {ninf}, %l0 = {zero}, %l1 = {zero}, %s_cur = {s_first}) "
-             f"-> ({st_o}, f32, f32, f32, f32, {st_s}) {{")
+        # P in registers: the thread's BN / 4 words, carried from one step to the next.
+        n_p = t.bn // 4 if p_regs else 0
+        p_zero = self.const(0, "i32")
+        p_args = "".join(f", %pr{i} = {p_zero}" for i in range(n_p))
+        p_types = ", i32" * n_p
+        # Ping-pong (FlashAttention-3's warpgroup scheduling): with two or more consumer
+        # warpgroups, each issues its step's MMAs only after the previous warpgroup issued
+        # its own (named barrier 8 + w: its 128 threads wait, the previous warpgroup's
+        # arrive), so that one's softmax runs while the other's MMAs use the tensor cores.
+        # With P in shared memory it is built (`WARPGROUP_PINGPONG = "always"`) but not the
+        # default: not yet run on a GPU that way.
+        pingpong = producer and consumers >= 2 * WARPGROUP and (
+            WARPGROUP_PINGPONG == "always" or (WARPGROUP_PINGPONG and p_regs))
+        if pingpong:
+            n_wg = consumers // WARPGROUP
+            wg = self.arith("divui", warp, idx(4))
+            pair = self.const(2 * WARPGROUP, "i32")
+
+            def turn_barrier(of: str) -> str:
+                return self.fop("arith.index_cast", self.arith("addi", of, idx(8)),
+                                type_="index to i32")
+
+            my_turn = turn_barrier(wg)
+            next_turn = turn_barrier(self.arith("remui", self.arith("addi", wg, idx(1)),
+                                                idx(n_wg)))
+            # The last warpgroup lets the first one go first.
+            emit(f"scf.if {self.arith('cmpi eq,', wg, idx(n_wg - 1))} {{")
+            emit(f"  nvvm.barrier.arrive id = {next_turn} number_of_threads = {pair}")
+            emit("}")
+        emit(f"%loop:{6 + n_p} = scf.for %j = {idx(0)} to {hi} step {idx(1)} iter_args("
+             f"%acc = {o0}, %mx0 = {ninf}, %mx1 = {ninf}, %l0 = {zero}, %l1 = {zero}, "
+             f"%s_cur = {s_first}{p_args}) -> ({st_o}, f32, f32, f32, f32, {st_s}{p_types}) {{")
         self.indent += 1
         self.memo.append({})
         following = self.arith("addi", "%j", idx(1))
         f_stage, f_parity, f_k_desc, _ = stage_of(following)
         wait_if(self.arith("cmpi ult,", following, hi),
                 self.arith("addi", f_stage, idx(1)), f_parity)
+        if pingpong:
+            emit(f"nvvm.barrier id = {my_turn} number_of_threads = {pair}")
         s_next = issue_scores(f_k_desc)
         # O += P_j-1 V_j-1, issued now so that the tensor cores run it (after S_j+1) while
-        # this tile's softmax runs. The first step has no tile -1: P buffer 1 is zeros and
-        # V_0 stands in (waited for, so that it holds finite values): it adds 0.
+        # this tile's softmax runs. The first step has no tile -1: P is zeros (in registers,
+        # or P buffer 1) and V_0 stands in (waited for, so that it holds finite values): it
+        # adds 0.
         prev = self.arith("subi", self.arith("maxui", "%j", idx(1)), idx(1))
-        p_buf = self.arith("remui", following, idx(2))
+        p_in = [f"%pr{i}" for i in range(n_p)] if p_regs else \
+            self.arith("remui", following, idx(2))
         p_stage, p_parity, _, p_v_desc = stage_of(prev)
-        acc = issue_pv("%acc", p_buf, p_stage, p_parity, p_v_desc)
+        acc = issue_pv("%acc", p_in, p_stage, p_parity, p_v_desc)
+        if pingpong:
+            emit(f"nvvm.barrier.arrive id = {next_turn} number_of_threads = {pair}")
         s_acc = "%s_cur"
         # A warp whose 16 rows are all past the last query row (decoding's one row, a
         # ragged last block) skips its softmax: its rows of P and O are never stored.
@@ -591,7 +682,8 @@ class AttentionEmitter(MovementEmitter):
             live = self.arith("cmpi ult,", self.arith("addi", m0, self.arith(
                 "muli", warp, idx(16))), idx(o.m))
             soft = self.fresh("sm")
-            emit(f"{soft}:7 = scf.if {live} -> (f32, f32, f32, f32, f32, f32, i1) {{")
+            emit(f"{soft}:{7 + n_p} = scf.if {live} -> (f32, f32, f32, f32, f32, f32, i1"
+                 f"{p_types}) {{")
             self.indent += 1
             self.memo.append({})
         # X = score(S), two consecutive keys at a time. Where the chain is S times a
@@ -732,11 +824,17 @@ class AttentionEmitter(MovementEmitter):
             new_m.append(m_new)
             alphas.append(alpha)
             psums.append(self.fop("arith.addf", self.fop("arith.mulf", l_old, alpha), total))
-        # P_j -> P buffer j % 2 (buffer (j - 1) % 2 is the P V in flight's A), 16-bit, as
-        # wgmma's A reads it (K-major, 128-byte swizzle: 16-byte chunk c of row r at chunk
-        # c ^ (r % 8)).
+        # P_j in registers: for MMA kk (keys 16 kk ..), the A fragment's four words are the
+        # scores fragment's pairs 2 kk and 2 kk + 1 of each row half (columns 8 c + 2 (t % 4)
+        # of rows t / 4 and t / 4 + 8), in the order row 0 / row 8 / row 0 + 8 columns / row
+        # 8 + 8 columns.
+        p_out = [self.pack_p(probs[r][2 * c], probs[r][2 * c + 1], el)
+                 for kk in range(n_p // 4) for c in (2 * kk, 2 * kk + 1) for r in range(2)]
+        # Else P_j -> P buffer j % 2 (buffer (j - 1) % 2 is the P V in flight's A), 16-bit,
+        # as wgmma's A reads it (K-major, 128-byte swizzle: 16-byte chunk c of row r at
+        # chunk c ^ (r % 8)).
         p_base = self.arith("muli", self.arith("remui", "%j", idx(2)), idx(t.bm * t.bn))
-        for r in range(2):
+        for r in range(2 * (not p_regs)):
             swz = self.arith("remui", rows[r], idx(8))
             for c in range(t.bn // 8):
                 box, chunk = divmod(c, 8)
@@ -752,17 +850,20 @@ class AttentionEmitter(MovementEmitter):
                 emit(f"{vec} = vector.from_elements {lo}, {hi_} : vector<2x{el}>")
                 emit(f"vector.store {vec}, {pv}[{elem}] : {p_mem}, vector<2x{el}>")
         if skip_dead:
+            p_yield = "".join(f", {w}" for w in p_out)
             emit(f"scf.yield {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}, {alphas[0]}, "
-                 f"{alphas[1]}, {warp_moved} : f32, f32, f32, f32, f32, f32, i1")
+                 f"{alphas[1]}, {warp_moved}{p_yield} : f32, f32, f32, f32, f32, f32, i1"
+                 f"{p_types}")
             self.memo.pop()
             self.indent -= 1
             emit("} else {")
             one, no_move = self.f32(1.0), self.const(0, "i1")
-            emit(f"  scf.yield %mx0, %mx1, %l0, %l1, {one}, {one}, {no_move} : "
-                 f"f32, f32, f32, f32, f32, f32, i1")
+            emit(f"  scf.yield %mx0, %mx1, %l0, %l1, {one}, {one}, {no_move}"
+                 f"{f', {p_zero}' * n_p} : f32, f32, f32, f32, f32, f32, i1{p_types}")
             emit("}")
             new_m, psums = [f"{soft}#0", f"{soft}#1"], [f"{soft}#2", f"{soft}#3"]
             alphas, warp_moved = [f"{soft}#4", f"{soft}#5"], f"{soft}#6"
+            p_out = [f"{soft}#{7 + i}" for i in range(n_p)]
         # S_j+1 and P_j-1 V_j-1 done: O *= alpha (row half of output value i: (i / 2) % 2).
         emit("nvvm.wgmma.wait.group.sync.aligned 0")
         scaled = self.fresh("sc")
@@ -779,14 +880,16 @@ class AttentionEmitter(MovementEmitter):
         emit(f"  scf.yield {acc} : {st_o}")
         emit("}")
         acc = scaled
-        emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, "
-             "space = #nvvm.shared_space<cta>}")
+        if not p_regs:
+            emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, "
+                 "space = #nvvm.shared_space<cta>}")
         if producer:
-            # This warpgroup's P_j is in shared memory for its own P V; the K_j+1 and V_j-1
-            # stages it read are released to the producer (the other warpgroup may be a
-            # step away).
-            emit(f"nvvm.barrier id = {wg_barrier} number_of_threads = "
-                 f"{self.const(WARPGROUP, 'i32')}")
+            # This warpgroup's P_j is in its registers, or in shared memory for its own P V
+            # (its warps synced); the K_j+1 and V_j-1 stages it read are released to the
+            # producer (the other warpgroup may be a step away).
+            if not p_regs:
+                emit(f"nvvm.barrier id = {wg_barrier} number_of_threads = "
+                     f"{self.const(WARPGROUP, 'i32')}")
             release(self.arith("cmpi ult,", following, hi), k_empty, following)
             release(self.arith("cmpi uge,", "%j", idx(1)), v_empty, prev)
         else:
@@ -804,17 +907,25 @@ class AttentionEmitter(MovementEmitter):
             load_if(self.arith("andi", first, v_go, "i1"), "V",
                     self.arith("remui", v_tile, idx(stages)), v_tile)
         self.memo.pop()
-        emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}, {s_next} : "
-             f"{st_o}, f32, f32, f32, f32, {st_s}")
+        emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}, {s_next}"
+             f"{''.join(f', {w}' for w in p_out)} : {st_o}, f32, f32, f32, f32, {st_s}"
+             f"{p_types}")
         self.indent -= 1
         emit("}")
+        if pingpong:
+            # The last warpgroup's last arrive (or its first, where the block reads no key
+            # tile): the first warpgroup takes it, so that no arrival is left pending.
+            emit(f"scf.if {self.arith('cmpi eq,', wg, idx(0))} {{")
+            emit(f"  nvvm.barrier id = {my_turn} number_of_threads = {pair}")
+            emit("}")
         # The last tile's P V (none where the block reads no key tile).
         last = self.arith("subi", self.arith("maxui", hi, idx(1)), idx(1))
         l_stage, l_parity, _, l_v_desc = stage_of(last)
         emit(f"%final = scf.if {self.arith('cmpi ugt,', hi, idx(0))} -> ({st_o}) {{")
         self.indent += 1
-        out = issue_pv("%loop#0", self.arith("remui", last, idx(2)), l_stage, l_parity,
-                       l_v_desc)
+        last_p = [f"%loop#{6 + i}" for i in range(n_p)] if p_regs else \
+            self.arith("remui", last, idx(2))
+        out = issue_pv("%loop#0", last_p, l_stage, l_parity, l_v_desc)
         emit("nvvm.wgmma.wait.group.sync.aligned 0")
         emit(f"scf.yield {out} : {st_o}")
         self.indent -= 1
