@@ -1245,13 +1245,14 @@ class AttentionTile:
 
 # P V reads P from the softmax's registers (wgmma with A in registers: the scores'
 # accumulator fragment, rounded to 16 bits two at a time, is the A fragment of the next
-# product, FlashAttention-3's layout identity) where the thread's live fragments fit:
-# during the softmax it holds the scores S_j and S_j+1 (bn / 2 f32 each), O (head_dim / 2)
-# and P_j-1 (bn / 4 words), at most ATTENTION_P_REGISTER_WORDS of them. Else P goes
-# through two P buffers in shared memory. Measured (run 221, H100, against P in shared
-# memory): one-warpgroup tiles 1.04-1.07x (GPT-2's T1024 D64 0.0610 -> 0.0582 ms, S4096 D64
-# 1.397 -> 1.346, S1024 D128 0.157 -> 0.147); the (128, 128) tile at head dim 128 (224
-# words) spilled and took 1.24x as long. None: this rule; True / False: forced (A/B).
+# product, FlashAttention-3's layout identity) where the thread's live fragments fit, else
+# from two P buffers in shared memory. During the softmax of S_j a thread holds S_j (bn / 2
+# f32), O (head_dim / 2) and P_j-1 (bn / 4 words), and S_j+1 (bn / 2) where the kernel
+# issues it ahead (`attention_scores_ahead`), at most ATTENTION_P_REGISTER_WORDS in all.
+# Measured (run 221, H100, against P in shared memory): one-warpgroup tiles 1.04-1.07x
+# (GPT-2's T1024 D64 0.0610 -> 0.0582 ms, S4096 D64 1.397 -> 1.346, S1024 D128 0.157 ->
+# 0.147); the (128, 128) tile at head dim 128 with S_j+1 ahead (224 words) spilled and took
+# 1.24x as long. None: this rule; True / False: forced (A/B).
 ATTENTION_P_IN_REGISTERS: bool | None = None
 ATTENTION_P_REGISTER_WORDS = 192
 
@@ -1260,6 +1261,16 @@ def attention_p_in_registers(tile: "AttentionTile") -> bool:
     """Whether the attention kernel of `tile` keeps P in registers (see above)."""
     if ATTENTION_P_IN_REGISTERS is not None:
         return ATTENTION_P_IN_REGISTERS
+    return tile.bn // 2 + tile.head_dim // 2 + tile.bn // 4 <= ATTENTION_P_REGISTER_WORDS
+
+
+def attention_scores_ahead(tile: "AttentionTile") -> bool:
+    """Whether the kernel issues S_j+1 before S_j's softmax (the softmax overlaps both
+    products), or S_j in step j (FlashAttention-3's order: the softmax overlaps P_j-1 V_j-1
+    and the other warpgroups' MMAs) where S_j+1 would not fit beside P in registers. With P
+    in shared memory, always ahead."""
+    if not attention_p_in_registers(tile):
+        return True
     return tile.bn + tile.head_dim // 2 + tile.bn // 4 <= ATTENTION_P_REGISTER_WORDS
 
 
@@ -1287,12 +1298,13 @@ def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int
     widest key tile (128, else 64) that keeps two CTAs resident per SM (the second CTA's
     MMAs run while the first one computes its softmax), the register budget (the scores'
     fragment is bn / 2 f32 per thread beside the output's head_dim / 2) at most 128. Where
-    a block reads ATTENTION_WIDE_MIN_TILES key tiles of 128 or more on average (half the
-    keys under a causal mask), two warpgroups of 64 rows share 128-key tiles in one CTA
-    instead: each K/V tile is read once for 128 rows, and the warpgroups take turns at the
-    tensor cores. At head dim 128 that replaces 64-key tiles; at head dim 64 (P in
-    registers) one warpgroup's 128-key tiles (run 221, H100: S4096 D64 1.333 -> 1.287 ms;
-    GPT-2's T1024, 4 tiles a block, stays: 0.058 against 0.068)."""
+    that leaves 64-key tiles (head dim 128) and a block reads ATTENTION_WIDE_MIN_TILES key
+    tiles of 128 or more on average (half the keys under a causal mask), two warpgroups of
+    64 rows share 128-key tiles in one CTA instead: each K/V tile is read once for 128 rows,
+    and the warpgroups take turns at the tensor cores. Not at head dim 64, where one
+    warpgroup has 128-key tiles already: two warpgroups there (P in registers, taking turns)
+    measured 1.05x at S4096 in run 221, 0.95x in run 222, and 0.84x causal (0.865 against
+    0.730 ms)."""
     for bn in (128, 64):
         tile = AttentionTile(64, bn, 2, head_dim)
         registers = bn // 2 + head_dim // 2
@@ -1300,7 +1312,7 @@ def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int
             break
     else:
         return AttentionTile(64, 64, ATTENTION_STAGES[0], head_dim)
-    if q_len > 64:
+    if tile.bn == 64 and q_len > 64:
         wide = AttentionTile(128, 128, 2, head_dim)
         tiles = -(-kv_len // 128) / (2 if causal else 1)
         if tiles >= ATTENTION_WIDE_MIN_TILES and head_dim // 2 + 64 <= 128 and \

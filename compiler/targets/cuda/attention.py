@@ -611,17 +611,27 @@ class AttentionEmitter(MovementEmitter):
         # iteration issues them again for a tile already in shared memory (one wasted MMA
         # batch per block, never read): no scf.if around an MMA in flight, whose results
         # would be moved between registers before it completes.
-        _, par0, k0_desc, _ = stage_of(idx(0))
-        wait_if(self.arith("cmpi ult,", idx(0), hi), idx(1), par0)
-        s_first = issue_scores(k0_desc)
-        emit("nvvm.wgmma.wait.group.sync.aligned 0")
-        # K_0 is read: its stage takes K_STAGES now, a whole step before S_STAGES is issued.
-        if producer:
-            release(self.arith("cmpi ult,", idx(0), hi), k_empty, idx(0))
-        else:
-            emit("gpu.barrier")
-            load_if(self.arith("andi", first, self.arith("cmpi ult,", idx(stages), hi), "i1"),
-                    "K", 0, idx(stages))
+        # Where S_j+1 beside S_j, O and P_j-1 would not fit the registers
+        # (`cost_model.attention_scores_ahead`), S_j is issued in step j instead and waited
+        # for before its softmax (FlashAttention-3's order): the softmax overlaps P_j-1 V_j-1
+        # and the other warpgroups' MMAs only.
+        ahead = cost_model.attention_scores_ahead(t)
+        if not ahead and not producer:
+            raise NotImplementedError("the attention kernel issues S_j in step j with the "
+                                      "producer warpgroup only")
+        s_first = None
+        if ahead:
+            _, par0, k0_desc, _ = stage_of(idx(0))
+            wait_if(self.arith("cmpi ult,", idx(0), hi), idx(1), par0)
+            s_first = issue_scores(k0_desc)
+            emit("nvvm.wgmma.wait.group.sync.aligned 0")
+            # K_0 is read: its stage takes K_STAGES now, a step before S_STAGES is issued.
+            if producer:
+                release(self.arith("cmpi ult,", idx(0), hi), k_empty, idx(0))
+            else:
+                emit("gpu.barrier")
+                load_if(self.arith("andi", first, self.arith("cmpi ult,", idx(stages), hi),
+                                   "i1"), "K", 0, idx(stages))
         # P in registers: the thread's BN / 4 words, carried from one step to the next.
         n_p = t.bn // 4 if p_regs else 0
         p_zero = self.const(0, "i32")
@@ -651,18 +661,26 @@ class AttentionEmitter(MovementEmitter):
             emit(f"scf.if {self.arith('cmpi eq,', wg, idx(n_wg - 1))} {{")
             emit(f"  nvvm.barrier.arrive id = {next_turn} number_of_threads = {pair}")
             emit("}")
-        emit(f"%loop:{6 + n_p} = scf.for %j = {idx(0)} to {hi} step {idx(1)} iter_args("
-             f"%acc = {o0}, %mx0 = {ninf}, %mx1 = {ninf}, %l0 = {zero}, %l1 = {zero}, "
-             f"%s_cur = {s_first}{p_args}) -> ({st_o}, f32, f32, f32, f32, {st_s}{p_types}) {{")
+        s_arg, s_type = (f", %s_cur = {s_first}", f", {st_s}") if ahead else ("", "")
+        p_first = 6 if ahead else 5  # P's words among the loop's results
+        emit(f"%loop:{p_first + n_p} = scf.for %j = {idx(0)} to {hi} step {idx(1)} iter_args("
+             f"%acc = {o0}, %mx0 = {ninf}, %mx1 = {ninf}, %l0 = {zero}, %l1 = {zero}"
+             f"{s_arg}{p_args}) -> ({st_o}, f32, f32, f32, f32{s_type}{p_types}) {{")
         self.indent += 1
         self.memo.append({})
         following = self.arith("addi", "%j", idx(1))
-        f_stage, f_parity, f_k_desc, _ = stage_of(following)
-        wait_if(self.arith("cmpi ult,", following, hi),
-                self.arith("addi", f_stage, idx(1)), f_parity)
+        if ahead:
+            f_stage, f_parity, f_k_desc, _ = stage_of(following)
+            wait_if(self.arith("cmpi ult,", following, hi),
+                    self.arith("addi", f_stage, idx(1)), f_parity)
+        else:
+            j_stage, j_parity, j_k_desc, _ = stage_of("%j")
+            emit(f"nvgpu.mbarrier.try_wait.parity %bar[{self.arith('addi', j_stage, idx(1))}],"
+                 f" {j_parity}, {idx(10000000)} : {bar}")
         if pingpong:
             emit(f"nvvm.barrier id = {my_turn} number_of_threads = {pair}")
-        s_next = issue_scores(f_k_desc)
+        s_next = issue_scores(f_k_desc) if ahead else None
+        s_here = None if ahead else issue_scores(j_k_desc)
         # O += P_j-1 V_j-1, issued now so that the tensor cores run it (after S_j+1) while
         # this tile's softmax runs. The first step has no tile -1: P is zeros (in registers,
         # or P buffer 1) and V_0 stands in (waited for, so that it holds finite values): it
@@ -674,7 +692,13 @@ class AttentionEmitter(MovementEmitter):
         acc = issue_pv("%acc", p_in, p_stage, p_parity, p_v_desc)
         if pingpong:
             emit(f"nvvm.barrier.arrive id = {next_turn} number_of_threads = {pair}")
-        s_acc = "%s_cur"
+        if ahead:
+            s_acc = "%s_cur"
+        else:
+            # S_j (the older of the two groups in flight) is done; K_j's stage is read.
+            emit("nvvm.wgmma.wait.group.sync.aligned 1")
+            release(self.const(1, "i1"), k_empty, "%j")
+            s_acc = s_here
         # A warp whose 16 rows are all past the last query row (decoding's one row, a
         # ragged last block) skips its softmax: its rows of P and O are never stored.
         skip_dead = -(-o.m // t.bm) * t.bm - o.m >= 16
@@ -890,7 +914,8 @@ class AttentionEmitter(MovementEmitter):
             if not p_regs:
                 emit(f"nvvm.barrier id = {wg_barrier} number_of_threads = "
                      f"{self.const(WARPGROUP, 'i32')}")
-            release(self.arith("cmpi ult,", following, hi), k_empty, following)
+            if ahead:
+                release(self.arith("cmpi ult,", following, hi), k_empty, following)
             release(self.arith("cmpi uge,", "%j", idx(1)), v_empty, prev)
         else:
             emit("gpu.barrier")
@@ -907,8 +932,9 @@ class AttentionEmitter(MovementEmitter):
             load_if(self.arith("andi", first, v_go, "i1"), "V",
                     self.arith("remui", v_tile, idx(stages)), v_tile)
         self.memo.pop()
-        emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}, {s_next}"
-             f"{''.join(f', {w}' for w in p_out)} : {st_o}, f32, f32, f32, f32, {st_s}"
+        s_yield = f", {s_next}" if ahead else ""
+        emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}{s_yield}"
+             f"{''.join(f', {w}' for w in p_out)} : {st_o}, f32, f32, f32, f32{s_type}"
              f"{p_types}")
         self.indent -= 1
         emit("}")
@@ -923,7 +949,7 @@ class AttentionEmitter(MovementEmitter):
         l_stage, l_parity, _, l_v_desc = stage_of(last)
         emit(f"%final = scf.if {self.arith('cmpi ugt,', hi, idx(0))} -> ({st_o}) {{")
         self.indent += 1
-        last_p = [f"%loop#{6 + i}" for i in range(n_p)] if p_regs else \
+        last_p = [f"%loop#{p_first + i}" for i in range(n_p)] if p_regs else \
             self.arith("remui", last, idx(2))
         out = issue_pv("%loop#0", last_p, l_stage, l_parity, l_v_desc)
         emit("nvvm.wgmma.wait.group.sync.aligned 0")
