@@ -1271,7 +1271,13 @@ def attention_scores_ahead(tile: "AttentionTile") -> bool:
     in shared memory, always ahead."""
     if not attention_p_in_registers(tile):
         return True
+    if ATTENTION_SCORES_AHEAD is not None:
+        return ATTENTION_SCORES_AHEAD
     return tile.bn + tile.head_dim // 2 + tile.bn // 4 <= ATTENTION_P_REGISTER_WORDS
+
+
+# None: `attention_scores_ahead`'s rule; True / False: forced where P is in registers (A/B).
+ATTENTION_SCORES_AHEAD: bool | None = None
 
 
 # Key tiles of 128 a block must read, on average, before two warpgroups sharing each K/V
