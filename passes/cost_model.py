@@ -1287,7 +1287,10 @@ ATTENTION_SCORES_AHEAD: bool | None = None
 # 184 (H100, B8 H16, bf16, the producer warpgroup on): S4096 non-causal (32 tiles a block)
 # 1.874 ms against 2.312; causal S4096 (16) 0.987 against 1.166. Before the producer (run
 # 133) the causal S4096 point went the other way (1.59 against 1.46), and the bound was 32.
-ATTENTION_WIDE_MIN_TILES = 16
+# With P in registers and FlashAttention-3's order on that tile (run 223): S1024 (8 tiles)
+# 0.1449 -> 0.1356 ms, causal S1024 (4) 0.1066 -> 0.1013, causal S2048 (8) 0.3184 ->
+# 0.2902: the bound is 4 (fewer was not measured).
+ATTENTION_WIDE_MIN_TILES = 4
 
 
 def attention_ctas_per_sm(tile: AttentionTile, element_bytes: int, device: Device) -> int:
@@ -1310,7 +1313,10 @@ def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int
     and the warpgroups take turns at the tensor cores. Not at head dim 64, where one
     warpgroup has 128-key tiles already: two warpgroups there (P in registers, taking turns)
     measured 1.05x at S4096 in run 221, 0.95x in run 222, and 0.84x causal (0.865 against
-    0.730 ms)."""
+    0.730 ms). There, where a block reads ATTENTION_DEEP_MIN_TILES key tiles of 128 or more
+    (more than 64 query rows), one warpgroup takes three K/V stages, still two CTAs an SM
+    (P in registers left the room): run 223, S4096 D64 1.329 -> 1.241 ms, causal 0.819 ->
+    0.754; GPT-2's T1024 (4 tiles a block) 0.0581 -> 0.0600 with three, so it keeps two."""
     for bn in (128, 64):
         tile = AttentionTile(64, bn, 2, head_dim)
         registers = bn // 2 + head_dim // 2
@@ -1324,7 +1330,18 @@ def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int
         if tiles >= ATTENTION_WIDE_MIN_TILES and head_dim // 2 + 64 <= 128 and \
                 wide.shared_bytes(element_bytes) + 1024 <= device.shared_bytes_per_unit:
             return wide
+    if tile.bn == 128 and q_len > 64:
+        deep = AttentionTile(64, 128, 3, head_dim)
+        tiles = -(-kv_len // 128) / (2 if causal else 1)
+        if tiles >= ATTENTION_DEEP_MIN_TILES and \
+                attention_ctas_per_sm(deep, element_bytes, device) == 2:
+            return deep
     return tile
+
+
+# Key tiles of 128 a block must read, on average, before a one-warpgroup tile of 128 keys
+# takes three K/V stages (`attention_tile`; measured at 4 (no), 16 and 32 (yes), run 223).
+ATTENTION_DEEP_MIN_TILES = 16
 
 
 # K/V pipeline depths `--tune` tries for the attention kernel. One stage is not tried (it

@@ -6,7 +6,8 @@ lengths, bf16 and f16, head dims 64 and 128), each built here by fusec's whole p
 checked there against float64 on fresh random inputs.
 
     python test/gpu/fuzz_attention.py build DIR --examples N --seed S   here: DIR/attfz/
-                                         (ATTENTION_WIDE=1: two warpgroups wherever they fit)
+                                         (ATTENTION_WIDE=1: two warpgroups wherever they fit;
+                                          ATTENTION_DEEP=1: three stages likewise)
     python3 test/gpu/fuzz_attention.py run DIR [--limit N]               the H200
 
 A program must be one attention kernel (its kind in the artifact) and match float64 to 1e-2
@@ -135,6 +136,11 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
         # take them at all (head dim 128, more than 64 query rows), however few key tiles.
         from fusec.passes import cost_model
         cost_model.ATTENTION_WIDE_MIN_TILES = 0
+    if os.environ.get("ATTENTION_DEEP"):
+        # Three K/V stages for one warpgroup's 128-key tiles (head dim 64) wherever they fit,
+        # however few key tiles.
+        from fusec.passes import cost_model
+        cost_model.ATTENTION_DEEP_MIN_TILES = 0
     folder = out_dir / "attfz"
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)

@@ -232,11 +232,13 @@ def test_factored_views_compose_head_split_and_gqa_repeat():
 
 
 def test_model_tile_two_warpgroups_where_blocks_read_many_key_tiles():
-    """Head dim 128 leaves one warpgroup 64-key tiles; where a block reads 16 key tiles of
+    """Head dim 128 leaves one warpgroup 64-key tiles; where a block reads 4 key tiles of
     128 or more on average (half the keys under a causal mask), two warpgroups share
-    128-key tiles (BM 128): at causal S4096 (16 tiles), not at causal S2048 (8), not for
-    decoding (one row), never at head dim 64 (one warpgroup already takes 128-key tiles;
-    two there measured 0.95-1.05x at S4096, 0.84x causal: runs 221-222)."""
+    128-key tiles (BM 128): from S1024 and causal S2048 up (run 223), not at causal S512 or
+    S256 (2), not for decoding (one row). Never at head dim 64 (one warpgroup already takes
+    128-key tiles; two there measured 0.95-1.05x at S4096, 0.84x causal: runs 221-222);
+    there a block reading 16 key tiles or more takes three K/V stages (run 223), GPT-2's
+    T1024 (4 a block) two."""
     from fusec.passes import cost_model
     from fusec.compiler.targets.cuda.device import H200
 
@@ -247,12 +249,16 @@ def test_model_tile_two_warpgroups_where_blocks_read_many_key_tiles():
     assert tile(128, 4096, 4096, False) == (128, 128, 2)
     assert tile(128, 4096, 4096, True) == (128, 128, 2)
     assert tile(128, 32768, 32768, True) == (128, 128, 2)
-    assert tile(128, 2048, 2048, False) == (128, 128, 2)
-    assert tile(128, 2048, 2048, True) == (64, 64, 2)
-    assert tile(128, 1024, 1024, False) == (64, 64, 2)
+    assert tile(128, 2048, 2048, True) == (128, 128, 2)
+    assert tile(128, 1024, 1024, False) == (128, 128, 2)
+    assert tile(128, 1024, 1024, True) == (128, 128, 2)
+    assert tile(128, 512, 512, True) == (64, 64, 2)
+    assert tile(128, 256, 256, False) == (64, 64, 2)
     assert tile(128, 1, 8192, False) == (64, 64, 2)
-    assert tile(64, 32768, 32768, False) == (64, 128, 2)
-    assert tile(64, 4096, 4096, True) == (64, 128, 2)
+    assert tile(64, 32768, 32768, False) == (64, 128, 3)
+    assert tile(64, 4096, 4096, True) == (64, 128, 3)
+    assert tile(64, 1024, 1024, True) == (64, 128, 2)
+    assert tile(64, 1, 8192, False) == (64, 128, 2)
     # The model's tile is the first candidate --tune measures; each candidate fits the SM.
     cands = cost_model.attention_tile_candidates(128, 2, 4096, 4096, H200, causal=False)
     assert (cands[0].bm, cands[0].bn) == (128, 128)
