@@ -69,7 +69,8 @@ def test_naive_attention_is_one_kernel_with_three_tensor_maps(tmp_path):
     # the loop (the previous tile's, in flight during this one's softmax) and after it (the
     # last tile's).
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)) == 2 * 4
-    pv = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\S* \{[^}]*\}, (\S+ \S+ \S+ \S+)", ptx)
+    pv = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\S* \{[^}]*\}, "
+                    r"(\S+ \S+ \S+ \S+)", ptx)
     assert len(pv) == 2 * 8
     # P V's A is four registers (`{%f1, %f2, %f3, %f4}` of 16-bit pairs), not a descriptor.
     assert all(re.fullmatch(r"\{%r\d+, %r\d+, %r\d+, %r\d+\},", a) for a in pv), pv[:2]

@@ -33,24 +33,28 @@ of one (batch, head) and streams the keys and values through shared memory in ti
                   V_j-1+STAGES into V_j-1's
     O += P_last V_last
 
-so S, X and P never reach memory, and there are no temporaries. P V with A in registers
-is not in MLIR's `nvvm.wgmma.mma_async` (A from shared memory only): it is that instruction
-as inline PTX (`wgmma_rs`). The scores' fragment is
-read in registers (`nvvm.wgmma.mma_async` on an `!llvm.struct` of f32, the accumulator
-layout of PTX's wgmma: thread t of warp w holds rows 16 w + t / 4 (+ 8) and columns
-8 c + 2 (t % 4) (+ 1)); the row statistics are combined over the four threads of a row
-with two shuffles. The score ops are evaluated by the data-movement family's evaluator
-(`MovementEmitter.at`), two consecutive keys at a time (one at a time for an odd key
-count), with the scores bound to the fragment's values: whatever elementwise ops the graph
-has there (a causal `where` from indices, an additive mask read from memory, a scale,
-torch's casts) run as they are. A mask that is a function of (row, key) only is classified
-at compile time (`causal_bound`): where every key past row + c is masked, each block stops
-at its diagonal tile, and the blocks with the most key tiles start first. Where the mask
-also changes nothing below the diagonal (`interior_point`: no window, no position bias),
-the key tiles wholly below it evaluate the chain at one point (its index compares fold
-away) or, where the chain is then S times a constant (`interior_scale`), not at all: the
-constant folds into exp2 as for an unmasked scale, and only the diagonal tiles run the
-mask.
+Where S_j+1 would not fit the registers beside S_j, O and P_j-1
+(`cost_model.attention_scores_ahead`: two warpgroups at head dim 128), step j issues S_j
+itself and P_j-1 V_j-1, waits for S_j alone (`wait_group 1`) and releases K_j's stage before
+the softmax (FlashAttention-3's order: the softmax overlaps P_j-1 V_j-1 and the other
+warpgroup's MMAs); there is no S_0 before the loop. Either way S, X and P never reach
+memory, and there are no temporaries. P V with A in registers is not in MLIR's
+`nvvm.wgmma.mma_async` (A from shared memory only): it is that instruction as inline PTX
+(`wgmma_rs`). The scores' fragment is read in registers (`nvvm.wgmma.mma_async` on an
+`!llvm.struct` of f32, the accumulator layout of PTX's wgmma: thread t of warp w holds rows
+16 w + t / 4 (+ 8) and columns 8 c + 2 (t % 4) (+ 1)); the row statistics are combined over
+the four threads of a row with two shuffles. The score ops are evaluated by the
+data-movement family's evaluator (`MovementEmitter.at`), two consecutive keys at a time (one
+at a time for an odd key count), with the scores bound to the fragment's values: whatever
+elementwise ops the graph has there (a causal `where` from indices, an additive mask read
+from memory, a scale, torch's casts) run as they are. A mask that is a function of (row,
+key) only is classified at compile time (`causal_bound`): where every key past row + c is
+masked, each block stops at its diagonal tile, and the blocks with the most key tiles start
+first. Where the mask also changes nothing below the diagonal (`interior_point`: no window,
+no position bias), the key tiles wholly below it evaluate the chain at one point (its index
+compares fold away) or, where the chain is then S times a constant (`interior_scale`), not
+at all: the constant folds into exp2 as for an unmasked scale, and only the diagonal tiles
+run the mask.
 
 A fully masked row has l = 0 and gives 0 / 0 = NaN, as the unfused softmax does; torch's
 SDPA with a mask says 0 there (`where(rowmax == -inf, 0, P)`, `masked_rows = "zero"`), and
