@@ -1257,11 +1257,17 @@ ATTENTION_P_IN_REGISTERS: bool | None = None
 ATTENTION_P_REGISTER_WORDS = 192
 
 
+def _attention_live_words(tile: "AttentionTile", ahead: bool) -> int:
+    """Words a consumer thread holds during the softmax with P in registers: S_j (and S_j+1
+    where `ahead`), O and P_j-1."""
+    return tile.bn // 2 * (2 if ahead else 1) + tile.head_dim // 2 + tile.bn // 4
+
+
 def attention_p_in_registers(tile: "AttentionTile") -> bool:
     """Whether the attention kernel of `tile` keeps P in registers (see above)."""
     if ATTENTION_P_IN_REGISTERS is not None:
         return ATTENTION_P_IN_REGISTERS
-    return tile.bn // 2 + tile.head_dim // 2 + tile.bn // 4 <= ATTENTION_P_REGISTER_WORDS
+    return _attention_live_words(tile, ahead=False) <= ATTENTION_P_REGISTER_WORDS
 
 
 def attention_scores_ahead(tile: "AttentionTile") -> bool:
@@ -1273,7 +1279,7 @@ def attention_scores_ahead(tile: "AttentionTile") -> bool:
         return True
     if ATTENTION_SCORES_AHEAD is not None:
         return ATTENTION_SCORES_AHEAD
-    return tile.bn + tile.head_dim // 2 + tile.bn // 4 <= ATTENTION_P_REGISTER_WORDS
+    return _attention_live_words(tile, ahead=True) <= ATTENTION_P_REGISTER_WORDS
 
 
 # None: `attention_scores_ahead`'s rule; True / False: forced where P is in registers (A/B).
@@ -1324,15 +1330,14 @@ def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int
             break
     else:
         return AttentionTile(64, 64, ATTENTION_STAGES[0], head_dim)
+    tiles = -(-kv_len // 128) / (2 if causal else 1)  # a block's key tiles of 128, on average
     if tile.bn == 64 and q_len > 64:
         wide = AttentionTile(128, 128, 2, head_dim)
-        tiles = -(-kv_len // 128) / (2 if causal else 1)
         if tiles >= ATTENTION_WIDE_MIN_TILES and head_dim // 2 + 64 <= 128 and \
                 wide.shared_bytes(element_bytes) + 1024 <= device.shared_bytes_per_unit:
             return wide
     if tile.bn == 128 and q_len > 64:
         deep = AttentionTile(64, 128, 3, head_dim)
-        tiles = -(-kv_len // 128) / (2 if causal else 1)
         if tiles >= ATTENTION_DEEP_MIN_TILES and \
                 attention_ctas_per_sm(deep, element_bytes, device) == 2:
             return deep

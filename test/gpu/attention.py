@@ -288,6 +288,19 @@ def check(art_dir: Path, names: list[str]) -> list[dict]:
     return rows
 
 
+def sdpa_operands(name: str, xs: list[torch.Tensor]) -> tuple:
+    """(q, k, v, attn_mask, is_causal) for SDPA on case `name`'s inputs: an additive mask
+    is SDPA's attn_mask; Q, K and V split from [B, T, 3 d] become contiguous heads of 64,
+    causal."""
+    mask = xs[3] if len(xs) > 3 else None
+    if len(xs) >= 3:
+        return (*xs[:3], mask, "causal" in name)
+    b, t, d3 = xs[0].shape
+    q, k, v = (z.view(b, t, d3 // 192, 64).transpose(1, 2).contiguous()
+               for z in xs[0].split(d3 // 3, dim=2))
+    return q, k, v, mask, True
+
+
 def run(art_dir: Path, names: list[str]) -> int:
     bench = _bench()
     built = json.loads((art_dir / "att" / "cases.json").read_text())
@@ -301,20 +314,12 @@ def run(art_dir: Path, names: list[str]) -> int:
         xs = _inputs(name, 1)
         model = bench.FusecModel(art_dir / "att" / f"{name}.so")
         out = model.outputs_like("cuda")
-        causal = "causal" in name
         # ATTENTION_COMPARE=sdpa: against SDPA alone (tile variants; no Inductor compiles).
         full = os.environ.get("ATTENTION_COMPARE", "all") != "sdpa"
         ind = torch.compile(fn) if full else None
         if full:
             ind(*xs)
-        mask = xs[3] if len(xs) > 3 else None  # an additive mask: SDPA's attn_mask
-        if len(xs) >= 3:
-            q, k, v = xs[:3]
-        else:  # the split from [B, T, 3 d]: SDPA on contiguous heads
-            b, t, d3 = xs[0].shape
-            q, k, v = (z.view(b, t, d3 // 192, 64).transpose(1, 2).contiguous()
-                       for z in xs[0].split(d3 // 3, dim=2))
-            causal = True
+        q, k, v, mask, causal = sdpa_operands(name, xs)
         times = {"fusec": bench.time_ms(model.bind(xs, out), 20),
                  "sdpa": bench.time_ms(lambda: F.scaled_dot_product_attention(
                      q, k, v, attn_mask=mask, is_causal=causal), 20)}

@@ -31,19 +31,10 @@ def main(argv: list[str]) -> int:
     bench = attention._bench()
     ok = True
     for name in names:
-        fn = attention.CASES[name][0]
         row: dict = {"name": name}
         variants = {}
         xs = attention._inputs(name, 1)
-        if len(xs) >= 3:
-            q, k, v = xs[:3]
-            mask = xs[3] if len(xs) > 3 else None
-            causal = "causal" in name
-        else:  # the split from [B, T, 3 d]: SDPA on contiguous heads
-            b, t, d3 = xs[0].shape
-            q, k, v = (z.view(b, t, d3 // 192, 64).transpose(1, 2).contiguous()
-                       for z in xs[0].split(d3 // 3, dim=2))
-            mask, causal = None, True
+        q, k, v, mask, causal = attention.sdpa_operands(name, xs)
         for label, folder in folders.items():
             so = Path(folder) / "att" / f"{name}.so"
             if not so.exists():

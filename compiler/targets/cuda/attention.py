@@ -675,18 +675,18 @@ class AttentionEmitter(MovementEmitter):
         self.indent += 1
         self.memo.append({})
         following = self.arith("addi", "%j", idx(1))
+        # The scores this step issues: S_j+1 (ahead; past the last tile, again a tile in
+        # shared memory), or S_j.
+        k_stage, k_parity, k_desc, _ = stage_of(following if ahead else "%j")
         if ahead:
-            f_stage, f_parity, f_k_desc, _ = stage_of(following)
             wait_if(self.arith("cmpi ult,", following, hi),
-                    self.arith("addi", f_stage, idx(1)), f_parity)
+                    self.arith("addi", k_stage, idx(1)), k_parity)
         else:
-            j_stage, j_parity, j_k_desc, _ = stage_of("%j")
-            emit(f"nvgpu.mbarrier.try_wait.parity %bar[{self.arith('addi', j_stage, idx(1))}],"
-                 f" {j_parity}, {idx(10000000)} : {bar}")
+            emit(f"nvgpu.mbarrier.try_wait.parity %bar[{self.arith('addi', k_stage, idx(1))}],"
+                 f" {k_parity}, {idx(10000000)} : {bar}")
         if pingpong:
             emit(f"nvvm.barrier id = {my_turn} number_of_threads = {pair}")
-        s_next = issue_scores(f_k_desc) if ahead else None
-        s_here = None if ahead else issue_scores(j_k_desc)
+        s_issued = issue_scores(k_desc)
         # O += P_j-1 V_j-1, issued now so that the tensor cores run it (after S_j+1) while
         # this tile's softmax runs. The first step has no tile -1: P is zeros (in registers,
         # or P buffer 1) and V_0 stands in (waited for, so that it holds finite values): it
@@ -704,7 +704,7 @@ class AttentionEmitter(MovementEmitter):
             # S_j (the older of the two groups in flight) is done; K_j's stage is read.
             emit("nvvm.wgmma.wait.group.sync.aligned 1")
             release(self.const(1, "i1"), k_empty, "%j")
-            s_acc = s_here
+            s_acc = s_issued
         # A warp whose 16 rows are all past the last query row (decoding's one row, a
         # ragged last block) skips its softmax: its rows of P and O are never stored.
         skip_dead = -(-o.m // t.bm) * t.bm - o.m >= 16
@@ -864,7 +864,7 @@ class AttentionEmitter(MovementEmitter):
         # as wgmma's A reads it (K-major, 128-byte swizzle: 16-byte chunk c of row r at
         # chunk c ^ (r % 8)).
         p_base = self.arith("muli", self.arith("remui", "%j", idx(2)), idx(t.bm * t.bn))
-        for r in range(2 * (not p_regs)):
+        for r in range(0 if p_regs else 2):
             swz = self.arith("remui", rows[r], idx(8))
             for c in range(t.bn // 8):
                 box, chunk = divmod(c, 8)
@@ -938,7 +938,7 @@ class AttentionEmitter(MovementEmitter):
             load_if(self.arith("andi", first, v_go, "i1"), "V",
                     self.arith("remui", v_tile, idx(stages)), v_tile)
         self.memo.pop()
-        s_yield = f", {s_next}" if ahead else ""
+        s_yield = f", {s_issued}" if ahead else ""
         emit(f"scf.yield {acc}, {new_m[0]}, {new_m[1]}, {psums[0]}, {psums[1]}{s_yield}"
              f"{''.join(f', {w}' for w in p_out)} : {st_o}, f32, f32, f32, f32{s_type}"
              f"{p_types}")
