@@ -18,6 +18,8 @@ eager and Inductor in the same process.
     python3 test/gpu/attention.py run DIR [CASE ...]     the H200: numerics (twice), kernels,
                                                           times (CUDA events, medians)
     python3 test/gpu/attention.py check DIR [CASE ...]   numerics only (compute-sanitizer)
+    python3 test/gpu/attention.py profile DIR CASE       fusec's kernel twice, then SDPA
+                                                          twice (under ncu)
 
 Tolerances: 1e-2 (bf16 / f16 operands, fp32 accumulation) against float64, and no worse
 than 1.5x torch's own error in the same dtype; fully masked rows must be NaN where the
@@ -301,6 +303,22 @@ def sdpa_operands(name: str, xs: list[torch.Tensor]) -> tuple:
     return q, k, v, mask, True
 
 
+def profile(art_dir: Path, name: str) -> int:
+    """Launch fusec's kernel for `name` twice, then SDPA's twice: for ncu, with no timing
+    or checking around them."""
+    bench = _bench()
+    xs = _inputs(name, 1)
+    model = bench.FusecModel(art_dir / "att" / f"{name}.so")
+    call = model.bind(xs, model.outputs_like("cuda"))
+    q, k, v, mask, causal = sdpa_operands(name, xs)
+    for _ in range(2):
+        call()
+    for _ in range(2):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    torch.cuda.synchronize()
+    return 0
+
+
 def run(art_dir: Path, names: list[str]) -> int:
     bench = _bench()
     built = json.loads((art_dir / "att" / "cases.json").read_text())
@@ -351,4 +369,6 @@ if __name__ == "__main__":
     if mode == "check":
         rows = check(folder, names)
         sys.exit(0 if all(r["ok"] for r in rows) else 1)
+    if mode == "profile":
+        sys.exit(profile(folder, names[0]))
     sys.exit(run(folder, names))
