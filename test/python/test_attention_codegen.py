@@ -477,8 +477,11 @@ def _masked_naive(keep):
 def test_tiles_below_the_diagonal_skip_the_causal_mask(tmp_path):
     """SDPA's causal mask changes nothing below its diagonal: those key tiles evaluate no
     compare and select per score, and the scale folds into exp2 there (S itself is the max
-    and exp2's FMA multiplies by c log2 e); the diagonal tiles evaluate the chain. Below the
-    diagonal the branch yields the scores as the accumulator holds them."""
+    and exp2's FMA multiplies by c log2 e). Below the diagonal the branch yields the scores
+    as the accumulator holds them; on the diagonal, S where key <= row and -inf past it: one
+    compare and one select a score, nothing of the chain's arithmetic (its index clamps,
+    roundings, the scale and its inverse: about two interior tiles' instructions, run
+    226)."""
     fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa
     assert _interior_of(fn, [(1, 2, 512, 128)] * 3, tmp_path) == (0, (511, 0), 0.125 / 2 ** 0.5)
     text = (tmp_path / "m.cuda.mlir").read_text()
@@ -487,6 +490,11 @@ def test_tiles_below_the_diagonal_skip_the_causal_mask(tmp_path):
     inner = text[branch.end():text.index("} else {", branch.end())]
     assert "arith.select" not in inner and "arith.cmpi" not in inner and \
         "arith.mulf" not in inner
+    start = text.index("} else {", branch.end())
+    diagonal = text[start:text.index("scf.yield", start)]
+    assert len(re.findall(r"arith\.cmpi sle", diagonal)) == 32
+    assert len(re.findall(r"arith\.select", diagonal)) == 32
+    assert not re.search(r"arith\.(mulf|divf|extf|truncf|minui)", diagonal)
     ptx = (tmp_path / "m.ptx").read_text()
     assert len(re.findall(rf"fma\.rn\.f32\s+[^;]*{_f32_hex(math.log2(math.e) / math.sqrt(128))}",
                           ptx)) >= 32
