@@ -1286,6 +1286,23 @@ def attention_scores_ahead(tile: "AttentionTile") -> bool:
 ATTENTION_SCORES_AHEAD: bool | None = None
 
 
+def attention_persistent(tile: "AttentionTile", producer: bool) -> bool:
+    """Whether the attention kernel is persistent: a CTA per SM slot looping over work units
+    (a block of query rows, or under a causal mask a pair of them whose key tiles add up to
+    the same count for every pair), so that the next unit's Q and first K/V tiles load
+    while this one finishes its last tiles and stores O, where each block would otherwise
+    pay them exposed (run 222: about 3.5 us a block at head dim 128). It takes the producer
+    warpgroup (its one thread loads across units) and FlashAttention-3's order (S_j in step
+    j: S_j+1 ahead would read a stage the producer may be refilling for the next unit)."""
+    if ATTENTION_PERSISTENT is not None:
+        return ATTENTION_PERSISTENT and producer and not attention_scores_ahead(tile)
+    return False
+
+
+# None: `attention_persistent`'s rule; True / False: forced where it can be built (A/B).
+ATTENTION_PERSISTENT: bool | None = None
+
+
 # Key tiles of 128 a block must read, on average, before two warpgroups sharing each K/V
 # tile (BM 128, with the producer warpgroup) beat one warpgroup on 64-key tiles at head dim
 # 128: the block's fixed costs (Q's load, the pipeline's fill, the last P V and the store)

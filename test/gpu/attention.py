@@ -13,6 +13,9 @@ eager and Inductor in the same process.
                                                          P in registers, warpgroups taking
                                                          turns, on / off (always: with P
                                                          in shared memory too);
+                                                         ATTENTION_PERSISTENT=1 / 0: a
+                                                         CTA per SM slot looping over the
+                                                         row blocks, or not;
                                                          ATTENTION_AHEAD=1 / 0: S_j+1
                                                          before S_j's softmax or not)
     python3 test/gpu/attention.py run DIR [CASE ...]     the H200: numerics (twice), kernels,
@@ -191,6 +194,8 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
         cost_model.ATTENTION_P_IN_REGISTERS = os.environ["ATTENTION_P_REGISTERS"] == "1"
     if os.environ.get("ATTENTION_AHEAD"):  # 1 / 0: S_j+1 issued before S_j's softmax or not
         cost_model.ATTENTION_SCORES_AHEAD = os.environ["ATTENTION_AHEAD"] == "1"
+    if os.environ.get("ATTENTION_PERSISTENT"):  # 1 / 0: a CTA per SM slot over the blocks
+        cost_model.ATTENTION_PERSISTENT = os.environ["ATTENTION_PERSISTENT"] == "1"
     if os.environ.get("ATTENTION_PINGPONG"):  # 1 / 0: consumer warpgroups take turns or not
         from fusec.compiler.targets.cuda import attention
         attention.WARPGROUP_PINGPONG = {"1": True, "0": False, "always": "always"}[

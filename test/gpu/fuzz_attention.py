@@ -7,7 +7,9 @@ checked there against float64 on fresh random inputs.
 
     python test/gpu/fuzz_attention.py build DIR --examples N --seed S   here: DIR/attfz/
                                          (ATTENTION_WIDE=1: two warpgroups wherever they fit;
-                                          ATTENTION_DEEP=1: three stages likewise)
+                                          ATTENTION_DEEP=1: three stages likewise;
+                                          ATTENTION_PERSISTENT=1: persistent wherever it
+                                          can be built, with FlashAttention-3's order)
     python3 test/gpu/fuzz_attention.py run DIR [--limit N]               the H200
 
 A program must be one attention kernel (its kind in the artifact) and match float64 to 1e-2
@@ -141,6 +143,15 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
         # however few key tiles.
         from fusec.passes import cost_model
         cost_model.ATTENTION_DEEP_MIN_TILES = 0
+    if os.environ.get("ATTENTION_PERSISTENT"):
+        # A CTA per SM slot over the row blocks (pairs of them under a causal mask) wherever
+        # the producer warpgroup is, S_j issued in step j (the order it takes).
+        from fusec.passes import cost_model
+        cost_model.ATTENTION_PERSISTENT = True
+        cost_model.ATTENTION_SCORES_AHEAD = False
+        # Few CTAs, so that each runs several blocks (the ring and Q carried across them).
+        from fusec.compiler.targets.cuda import attention
+        attention.PERSISTENT_SLOTS = 3
     folder = out_dir / "attfz"
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)

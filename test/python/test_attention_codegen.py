@@ -592,3 +592,62 @@ def test_blocks_classify_masks_as_the_whole_grid_does(fn, shapes, tmp_path):
         attention.causal_bound = real
     whole, blocks = seen[-1]
     assert blocks == whole, (whole, blocks)
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas here")
+@pytest.mark.parametrize("causal, slots, grid", [
+    # Causal: units are pairs of row blocks (the longest with the shortest): 8 blocks of 128
+    # rows a head, 4 pairs, 2 heads. A CTA per unit where the SMs outnumber them.
+    (True, None, 8),
+    # Three CTAs walk the 8 units: b, b + 3, b + 6.
+    (True, 3, 3),
+    # Without a mask a unit is one row block: 16 of them.
+    (False, None, 16),
+])
+def test_persistent_attention_walks_blocks(causal, slots, grid, tmp_path, monkeypatch):
+    """The persistent schedule (ATTENTION_PERSISTENT) on the (128, 128, 2) tile: at most a
+    CTA per SM slot, each looping over its work units; the producer thread loads each
+    block's Q once the consumers' last S of the block before is done (a Q-empty mbarrier,
+    one arrival per consumer warp), its K/V ring counted on across blocks; the producer
+    keeps 48 registers and the consumers 232; ptxas spills nothing."""
+    from fusec.compiler.targets.cuda import attention
+    from fusec.passes import cost_model
+
+    monkeypatch.setattr(cost_model, "ATTENTION_PERSISTENT", True)
+    monkeypatch.setattr(attention, "PERSISTENT_SLOTS", slots)
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa
+    meta = _build(fn, [(1, 2, 1024, 128)] * 3, tmp_path)
+    assert meta["kernels"][0]["info"]["tile"] == [128, 128, 2]
+    launch = meta["plan"]["launches"][0]
+    assert launch["grid"] == grid and launch["block"] == 384
+    ptx = (tmp_path / "m.ptx").read_text()
+    assert re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32\s+(\d+)", ptx) == \
+        [("dec", "48"), ("inc", "232")]
+    # Q; K and V full and empty per stage; Q empty.
+    assert len(re.findall(r"mbarrier\.init\.shared\S*", ptx)) == 1 + 4 * 2 + 1
+    text = (tmp_path / "m.cuda.mlir").read_text()
+    assert text.count(f"step %") >= 2 and re.search(r"scf\.for %pu = %\S+ to ", text) and \
+        re.search(r"scf\.for %cu = %\S+ to ", text)
+    out = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "m.ptx"), "-o",
+                          str(tmp_path / "m.cubin")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "0 bytes spill stores" in out.stderr, out.stderr
+
+
+def test_persistent_attention_takes_the_producer_and_fa3_order(monkeypatch):
+    """Persistent only where the producer warpgroup loads across blocks and S_j is issued
+    in step j (S_j+1 ahead would read a stage the producer may be refilling for the next
+    block): the (128, 128) tile at head dim 128, not one warpgroup's tiles at head dim 64
+    (S_j+1 ahead) unless that order is forced off."""
+    from fusec.passes import cost_model
+    from fusec.passes.cost_model import AttentionTile
+
+    monkeypatch.setattr(cost_model, "ATTENTION_PERSISTENT", True)
+    wide, narrow = AttentionTile(128, 128, 2, 128), AttentionTile(64, 128, 2, 64)
+    assert cost_model.attention_persistent(wide, producer=True)
+    assert not cost_model.attention_persistent(wide, producer=False)
+    assert not cost_model.attention_persistent(narrow, producer=True)
+    monkeypatch.setattr(cost_model, "ATTENTION_SCORES_AHEAD", False)
+    assert cost_model.attention_persistent(narrow, producer=True)
+    monkeypatch.setattr(cost_model, "ATTENTION_PERSISTENT", False)
+    assert not cost_model.attention_persistent(wide, producer=True)

@@ -106,6 +106,12 @@ LOG2E = 1.4426950408889634
 # key tile.
 PRODUCER_WARPGROUP = True
 PRODUCER_REGISTERS = 24  # setmaxnreg's floor
+# Persistent, the producer also walks the CTA's blocks (their coordinates, Q's loads, the
+# ring's position): ptxas spilled 32-60 bytes at 24 registers, 12 at 40 (GPT-2's heads).
+PERSISTENT_PRODUCER_REGISTERS = 48
+# The persistent kernel's CTAs: None, one per SM slot (SMs x CTAs an SM); a number (the
+# fuzzer's few), so that each CTA runs many blocks.
+PERSISTENT_SLOTS: int | None = None
 # The producer warpgroup for one consumer warpgroup too (two such CTAs per SM, each launched
 # with 128 registers a thread and the consumer raised to 232). H100 run 185, A/B twice:
 # D64 S4096 1.29 -> 1.24 ms, GPT-2's T1024 0.0625 -> 0.0608, D128 S1024 0.170 -> 0.155,
@@ -308,9 +314,23 @@ class AttentionEmitter(MovementEmitter):
         ctas = cost_model.attention_ctas_per_sm(t, eb, self.device)
         self.min_ctas = ctas if producer and ctas > 1 else None
         el = o.el
-        # mbarriers: Q; K and V full per stage; with the producer warp, K and V empty too.
-        nbar = 1 + (4 if producer else 2) * stages
+        self.causal = causal_bound(self.m, self.ops.m, self.ops.n)
+        ahead = cost_model.attention_scores_ahead(t)
+        # Persistent: a CTA per SM slot runs work units b, b + grid, ...: a row block, or
+        # under a causal bound a pair of them (the longest with the shortest, the same key
+        # tiles in every pair); each unit's blocks one after the other, the producer's K/V
+        # ring and Q running on across them.
+        persistent = cost_model.attention_persistent(t, producer)
+        pairs = persistent and self.causal is not None and m_tiles > 1
+        per_bh = -(-m_tiles // 2) if pairs else m_tiles  # units of one batch x head
+        if persistent:
+            slots = PERSISTENT_SLOTS or self.device.parallel_units * ctas
+            self.grid = min(o.batch * per_bh, slots)
+        # mbarriers: Q; K and V full per stage; with the producer warp, K and V empty too;
+        # persistent, Q empty (the consumers' last S of a block done).
+        nbar = 1 + (4 if producer else 2) * stages + (1 if persistent else 0)
         k_empty, v_empty = 1 + 2 * stages, 1 + 3 * stages
+        q_empty = nbar - 1
         bar = f"!nvgpu.mbarrier.group<memorySpace = {WS}, num_barriers = {nbar}>"
         tms, boxes = {}, {}
         for what, rows_box in (("Q", t.bm), ("K", t.bn), ("V", t.bn)):
@@ -328,14 +348,14 @@ class AttentionEmitter(MovementEmitter):
         emit("%tid = gpu.thread_id x")
         emit("%bid = gpu.block_id x")
         idx = self.index
-        bh = self.arith("divui", "%bid", idx(m_tiles))
-        mt = self.arith("remui", "%bid", idx(m_tiles))
-        self.causal = causal_bound(self.m, self.ops.m, self.ops.n)
-        if self.causal is not None:
-            # Under a causal bound a block's work grows with its row tile: the longest go
-            # first (blocks start in index order), so the last wave is of short ones.
-            mt = self.arith("subi", idx(m_tiles - 1), mt)
-        m0 = self.arith("muli", mt, idx(t.bm))
+        if not persistent:
+            bh = self.arith("divui", "%bid", idx(m_tiles))
+            mt = self.arith("remui", "%bid", idx(m_tiles))
+            if self.causal is not None:
+                # Under a causal bound a block's work grows with its row tile: the longest
+                # go first (blocks start in index order), so the last wave is of short ones.
+                mt = self.arith("subi", idx(m_tiles - 1), mt)
+            m0 = self.arith("muli", mt, idx(t.bm))
 
         def lead_coords(lead: Factors) -> list[str]:
             """The batch x heads index `bh` as coordinates over an operand's lead factors."""
@@ -345,10 +365,16 @@ class AttentionEmitter(MovementEmitter):
                 rest = self.arith("divui", rest, idx(n))
             return list(reversed(coords))
 
-        tma_coords = {}
-        for what, v in self.views.items():
-            c = lead_coords(v.lead)
-            tma_coords[what] = ", ".join(c[i] for i, _, _ in v.tma_dims())
+        def coordinates() -> dict[str, str]:
+            """Each operand's TMA coordinates past its two inner ones, for `bh`."""
+            out = {}
+            for what, v in self.views.items():
+                c = lead_coords(v.lead)
+                out[what] = ", ".join(c[i] for i, _, _ in v.tma_dims())
+            return out
+
+        if not persistent:
+            tma_coords = coordinates()
         warp = self.arith("divui", "%tid", idx(32))
         lane = self.arith("remui", "%tid", idx(32))
         quad_row = self.arith("divui", lane, idx(4))
@@ -432,25 +458,82 @@ class AttentionEmitter(MovementEmitter):
         emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, "
              "space = #nvvm.shared_space<cta>}")
         emit("gpu.barrier")
-        emit(f"scf.if {first} {{")
-        self.indent += 1
-        emit(f"nvgpu.mbarrier.arrive.expect_tx %bar[{idx(0)}], {idx(q_bytes)} : {bar}")
-        for j in range(d_boxes):
-            vw = view(q_off + j * t.bm * 128, box_q)
-            lead = f", {tma_coords['Q']}" if tma_coords["Q"] else ""
-            emit(f"nvgpu.tma.async.load %tma_q[{idx(64 * j)}, {m0}{lead}], %bar[{idx(0)}] to "
-                 f"{vw} : {tm_q}, {bar} -> {box_q}")
-        self.indent -= 1
-        emit("}")
-        # The key tiles this block reads: all, or (a causal bound c: keys past row + c are
-        # masked) up to the tile of key m0 + BM - 1 + c.
-        if self.causal is None:
-            hi = idx(n_tiles)
-        else:
+
+        def load_q() -> None:
+            """Q's row block m0 into its buffer (mbarrier 0)."""
+            emit(f"nvgpu.mbarrier.arrive.expect_tx %bar[{idx(0)}], {idx(q_bytes)} : {bar}")
+            for j in range(d_boxes):
+                vw = view(q_off + j * t.bm * 128, box_q)
+                lead = f", {tma_coords['Q']}" if tma_coords["Q"] else ""
+                emit(f"nvgpu.tma.async.load %tma_q[{idx(64 * j)}, {m0}{lead}], %bar[{idx(0)}] "
+                     f"to {vw} : {tm_q}, {bar} -> {box_q}")
+
+        def key_tiles() -> str:
+            """The key tiles row block m0 reads: all, or (a causal bound c: keys past row +
+            c are masked) up to the tile of key m0 + BM - 1 + c."""
+            if self.causal is None:
+                return idx(n_tiles)
             last = self.arith("maxsi", self.arith("addi", m0, idx(t.bm - 1 + self.causal)),
                               idx(-1))
-            hi = self.arith("minui", self.arith("divui", self.arith("addi", last, idx(t.bn)),
-                                                idx(t.bn)), idx(n_tiles))
+            return self.arith("minui", self.arith("divui", self.arith("addi", last, idx(t.bn)),
+                                                  idx(t.bn)), idx(n_tiles))
+
+        def units_begin(role: str) -> None:
+            """Persistent: open the loops over this CTA's units and their row blocks (each
+            role keeps its K/V ring position `%<role>g` and its count of blocks `%<role>q`),
+            and set `bh`, `m0`, `tma_coords` and `hi` to the block's."""
+            nonlocal bh, m0, tma_coords, hi
+            g, q = f"%{role}g", f"%{role}q"
+            unit = f"%{role}u"
+            zero_ = idx(0)
+            emit(f"%{role}outer:2 = scf.for {unit} = %bid to {idx(o.batch * per_bh)} step "
+                 f"{idx(self.grid)} iter_args({g}0 = {zero_}, {q}0 = {zero_}) -> "
+                 f"(index, index) {{")
+            self.indent += 1
+            bh = self.arith("divui", unit, idx(per_bh))
+            p_ = self.arith("remui", unit, idx(per_bh))
+            if pairs:
+                # Row blocks m_tiles - 1 - p (first: the longest) and p; one where they meet.
+                long_ = self.arith("subi", idx(m_tiles - 1), p_)
+                count = self.arith("addi", idx(1), self.arith("divui", self.arith(
+                    "subi", long_, p_), self.arith("maxui", self.arith("subi", long_, p_),
+                                                  idx(1))))
+            else:
+                long_, count = p_, idx(1)
+            emit(f"%{role}inner:2 = scf.for %{role}k = {idx(0)} to {count} step {idx(1)} "
+                 f"iter_args({g} = {g}0, {q} = {q}0) -> (index, index) {{")
+            self.indent += 1
+            mt_ = long_
+            if pairs:
+                is_first = self.arith("cmpi eq,", f"%{role}k", idx(0))
+                mt_ = self.fop("arith.select", is_first, long_, p_, type_="index")
+            m0 = self.arith("muli", mt_, idx(t.bm))
+            tma_coords = coordinates()
+            hi = key_tiles()
+            self.memo.append({})
+
+        def units_end(role: str) -> None:
+            """Close `units_begin`'s loops: the ring `hi` tiles on, one more block."""
+            g, q = f"%{role}g", f"%{role}q"
+            self.memo.pop()
+            emit(f"scf.yield {self.arith('addi', g, hi)}, {self.arith('addi', q, idx(1))} : "
+                 f"index, index")
+            self.indent -= 1
+            emit("}")
+            emit(f"scf.yield %{role}inner#0, %{role}inner#1 : index, index")
+            self.indent -= 1
+            emit("}")
+
+        if persistent:
+            bh = m0 = hi = None
+            tma_coords = {}
+        else:
+            emit(f"scf.if {first} {{")
+            self.indent += 1
+            load_q()
+            self.indent -= 1
+            emit("}")
+            hi = key_tiles()
         def parity_of(count: str) -> str:
             """`count` % 2 as the i1 an mbarrier wait takes."""
             parity, wide = self.fresh("par"), self.fresh("pw")
@@ -458,15 +541,29 @@ class AttentionEmitter(MovementEmitter):
             emit(f"{parity} = arith.trunci {wide} : i32 to i1")
             return parity
 
+        def wait_if(cond: str, barrier: str, parity: str) -> None:
+            emit(f"scf.if {cond} {{")
+            emit(f"  nvgpu.mbarrier.try_wait.parity %bar[{barrier}], {parity}, "
+                 f"{idx(10000000)} : {bar}")
+            emit("}")
+
         if producer:
             # The producer warp's first lane: K_u, then V_u-1 (V_t's stage is free a step
             # after K_t+1's: each wait is for the step the next K waits for anyway), each
             # past the first STAGES once its stage's previous tile is released.
             emit(f"scf.if {self.arith('cmpi uge,', '%tid', idx(consumers))} {{")
             self.indent += 1
-            emit(f"nvvm.setmaxregister decrease {PRODUCER_REGISTERS}")
+            producer_regs = PERSISTENT_PRODUCER_REGISTERS if persistent else PRODUCER_REGISTERS
+            emit(f"nvvm.setmaxregister decrease {producer_regs}")
             emit(f"scf.if {self.arith('cmpi eq,', '%tid', idx(consumers))} {{")
             self.indent += 1
+            if persistent:
+                # Each block's Q once the consumers' last S of the block before is done.
+                units_begin("p")
+                wait_if(self.arith("cmpi uge,", "%pq", idx(1)), idx(q_empty),
+                        parity_of(self.arith("subi", self.arith("maxui", "%pq", idx(1)),
+                                             idx(1))))
+                load_q()
             emit(f"scf.for %u = {idx(0)} to {self.arith('addi', hi, idx(1))} step {idx(1)} {{")
             self.indent += 1
             for which, tile, empty in (("K", "%u", k_empty), ("V", None, v_empty)):
@@ -477,11 +574,13 @@ class AttentionEmitter(MovementEmitter):
                     cond = self.arith("cmpi ult,", tile, hi)
                 emit(f"scf.if {cond} {{")
                 self.indent += 1
-                stage = self.arith("remui", tile, idx(stages))
-                again = self.arith("cmpi uge,", tile, idx(stages))
+                # The tile's place in the ring of stages (persistent: counted across blocks).
+                place = self.arith("addi", "%pg", tile) if persistent else tile
+                stage = self.arith("remui", place, idx(stages))
+                again = self.arith("cmpi uge,", place, idx(stages))
                 emit(f"scf.if {again} {{")
-                released = parity_of(self.arith("addi", self.arith("divui", tile, idx(stages)),
-                                                 idx(1)))
+                released = parity_of(self.arith("addi", self.arith("divui", place,
+                                                                   idx(stages)), idx(1)))
                 slot = self.arith("addi", stage, idx(empty))
                 emit(f"  nvgpu.mbarrier.try_wait.parity %bar[{slot}], {released}, "
                      f"{idx(10000000)} : {bar}")
@@ -491,6 +590,8 @@ class AttentionEmitter(MovementEmitter):
                 emit("}")
             self.indent -= 1
             emit("}")
+            if persistent:
+                units_end("p")
             self.indent -= 1
             emit("}")
             self.indent -= 1
@@ -499,7 +600,7 @@ class AttentionEmitter(MovementEmitter):
             emit(f"scf.if {consumer} {{")
             self.indent += 1
             regs = min(240, (self.device.registers_per_unit // ctas
-                             - WARPGROUP * PRODUCER_REGISTERS) // consumers // 8 * 8)
+                             - WARPGROUP * producer_regs) // consumers // 8 * 8)
             emit(f"nvvm.setmaxregister increase {regs}")
         else:
             for s in range(stages):
@@ -513,12 +614,17 @@ class AttentionEmitter(MovementEmitter):
 
         warp_lead = self.arith("cmpi eq,", lane, idx(0))
 
+        def ring(tile: str) -> str:
+            """Key tile `tile`'s place in the ring of K/V stages (persistent: counted on
+            across the CTA's blocks, from `%cg`)."""
+            return self.arith("addi", "%cg", tile) if persistent else tile
+
         def release(cond: str, empty: int, tile: str) -> None:
             """Each consumer warp's first lane: `tile`'s K or V stage is read (its MMAs waited
             for), the producer may load into it."""
             go = self.arith("andi", warp_lead, cond, "i1")
             emit(f"scf.if {go} {{")
-            b = self.arith("addi", self.arith("remui", tile, idx(stages)), idx(empty))
+            b = self.arith("addi", self.arith("remui", ring(tile), idx(stages)), idx(empty))
             emit(f"  {self.fresh('tok')} = nvgpu.mbarrier.arrive %bar[{b}] : {bar} -> "
                  f"!nvgpu.mbarrier.token")
             emit("}")
@@ -528,8 +634,11 @@ class AttentionEmitter(MovementEmitter):
         o0 = self.zeros(no)
         ninf = self.f32(float("-inf"))
         zero = self.f32(0.0)
-        # Q is waited for once; descriptors of Q's boxes are loop invariant.
-        emit(f"nvgpu.mbarrier.try_wait.parity %bar[{idx(0)}], {self.const(0, 'i1')}, "
+        if persistent:
+            units_begin("c")
+        # Q is waited for once a block; descriptors of Q's boxes are loop invariant.
+        q_parity = parity_of("%cq") if persistent else self.const(0, "i1")
+        emit(f"nvgpu.mbarrier.try_wait.parity %bar[{idx(0)}], {q_parity}, "
              f"{idx(10000000)} : {bar}")
         # A (Q, P): this warpgroup's 64 rows of each 64-column box (128 bytes a row).
         wg_off = self.fop("arith.index_cast", self.arith("muli", wg_rows, idx(128 >> 4)),
@@ -545,8 +654,9 @@ class AttentionEmitter(MovementEmitter):
 
         def stage_of(tile: str) -> tuple[str, str, str, str]:
             """(stage, the wait parity, K's and V's descriptors) of key tile `tile`."""
-            stage = self.arith("remui", tile, idx(stages))
-            parity = parity_of(self.arith("divui", tile, idx(stages)))
+            place = ring(tile)
+            stage = self.arith("remui", place, idx(stages))
+            parity = parity_of(self.arith("divui", place, idx(stages)))
             # Stage s's tiles are 2 s kv_bytes further (the descriptor's start address is
             # in 16-byte units, and shared memory below 256 KB keeps it in its 14 bits).
             step = self.arith("muli", stage, idx((2 * kv_bytes) >> 4))
@@ -605,12 +715,6 @@ class AttentionEmitter(MovementEmitter):
             emit("nvvm.wgmma.commit.group.sync.aligned")
             return acc
 
-        def wait_if(cond: str, barrier: str, parity: str) -> None:
-            emit(f"scf.if {cond} {{")
-            emit(f"  nvgpu.mbarrier.try_wait.parity %bar[{barrier}], {parity}, "
-                 f"{idx(10000000)} : {bar}")
-            emit("}")
-
         # The first tile's scores before the loop; in the loop, tile j + 1's are issued
         # before tile j's softmax, so that the tensor cores compute them meanwhile. The last
         # iteration issues them again for a tile already in shared memory (one wasted MMA
@@ -620,7 +724,6 @@ class AttentionEmitter(MovementEmitter):
         # (`cost_model.attention_scores_ahead`), S_j is issued in step j instead and waited
         # for before its softmax (FlashAttention-3's order): the softmax overlaps P_j-1 V_j-1
         # and the other warpgroups' MMAs only.
-        ahead = cost_model.attention_scores_ahead(t)
         if not ahead and not producer:
             raise NotImplementedError("the attention kernel issues S_j in step j with the "
                                       "producer warpgroup only")
@@ -970,6 +1073,15 @@ class AttentionEmitter(MovementEmitter):
             emit(f"scf.if {self.arith('cmpi eq,', wg, idx(0))} {{")
             emit(f"  nvvm.barrier id = {my_turn} number_of_threads = {pair}")
             emit("}")
+        if persistent:
+            # Every S of this block is done (waited for in the loop): Q's buffer is the
+            # producer's for the next block (an arrival per consumer warp). After the turns'
+            # last barrier: a warpgroup's first turn of the next block waits for the other's
+            # arrival of this one.
+            emit(f"scf.if {warp_lead} {{")
+            emit(f"  {self.fresh('tok')} = nvgpu.mbarrier.arrive %bar[{idx(q_empty)}] : {bar} "
+                 f"-> !nvgpu.mbarrier.token")
+            emit("}")
         # The last tile's P V (none where the block reads no key tile).
         last = self.arith("subi", self.arith("maxui", hi, idx(1)), idx(1))
         l_stage, l_parity, _, l_v_desc = stage_of(last)
@@ -984,6 +1096,9 @@ class AttentionEmitter(MovementEmitter):
         emit("} else {")
         emit(f"  scf.yield %loop#0 : {st_o}")
         emit("}")
+        if persistent:
+            # ... and the last V's stage, read by that P V (waited for), the producer's.
+            release(self.arith("cmpi ugt,", hi, idx(0)), v_empty, last)
         # O / l, stored two columns at a time; rows past the end are not written.
         out_arg = self.num_inputs
         out_base = idx(self.out_view.offset)
@@ -1016,6 +1131,8 @@ class AttentionEmitter(MovementEmitter):
                 self.store_vector(out_arg, off, lanes)
             self.indent -= 1
             emit("}")
+        if persistent:
+            units_end("c")
         if producer:
             self.indent -= 1
             emit("}")
