@@ -609,7 +609,8 @@ def test_persistent_attention_walks_blocks(causal, slots, grid, tmp_path, monkey
     CTA per SM slot, each looping over its work units; the producer thread loads each
     block's Q once the consumers' last S of the block before is done (a Q-empty mbarrier,
     one arrival per consumer warp), its K/V ring counted on across blocks; the producer
-    keeps 48 registers and the consumers 232; ptxas spills nothing."""
+    keeps 48 registers and the consumers 224 (the CTA's 168 x 384 at launch: 232 asked for
+    more than that, and setmaxnreg would have waited forever); ptxas spills nothing."""
     from fusec.compiler.targets.cuda import attention
     from fusec.passes import cost_model
 
@@ -622,7 +623,7 @@ def test_persistent_attention_walks_blocks(causal, slots, grid, tmp_path, monkey
     assert launch["grid"] == grid and launch["block"] == 384
     ptx = (tmp_path / "m.ptx").read_text()
     assert re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32\s+(\d+)", ptx) == \
-        [("dec", "48"), ("inc", "232")]
+        [("dec", "48"), ("inc", "224")]
     # Q; K and V full and empty per stage; Q empty.
     assert len(re.findall(r"mbarrier\.init\.shared\S*", ptx)) == 1 + 4 * 2 + 1
     text = (tmp_path / "m.cuda.mlir").read_text()
@@ -651,3 +652,27 @@ def test_persistent_attention_takes_the_producer_and_fa3_order(monkeypatch):
     assert cost_model.attention_persistent(narrow, producer=True)
     monkeypatch.setattr(cost_model, "ATTENTION_PERSISTENT", False)
     assert not cost_model.attention_persistent(wide, producer=True)
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas here")
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("shape", [(1, 2, 1024, 128), (1, 2, 1024, 64)])
+def test_setmaxnreg_stays_within_the_launch(persistent, shape, tmp_path, monkeypatch):
+    """The producer's setmaxnreg decrease and the consumers' increase never ask for more
+    than the registers the CTA was launched with (ptxas's count a thread x the block): an
+    increase past them waits forever (48 + 2 x 232 on the (128, 128) tile did, found by
+    review before it ran)."""
+    from fusec.passes import cost_model
+
+    monkeypatch.setattr(cost_model, "ATTENTION_PERSISTENT", persistent)
+    monkeypatch.setattr(cost_model, "ATTENTION_SCORES_AHEAD", False if persistent else None)
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa
+    meta = _build(fn, [shape] * 3, tmp_path)
+    block = meta["plan"]["launches"][0]["block"]
+    ptx = (tmp_path / "m.ptx").read_text()
+    (_, dec), (_, inc) = re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32\s+(\d+)", ptx)
+    out = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "m.ptx"), "-o",
+                          str(tmp_path / "m.cubin")], capture_output=True, text=True)
+    launched = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
+    assert 128 * int(dec) + (block - 128) * int(inc) <= launched * block
+    assert "0 bytes spill stores" in out.stderr, out.stderr

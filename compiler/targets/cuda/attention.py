@@ -558,12 +558,7 @@ class AttentionEmitter(MovementEmitter):
             emit(f"scf.if {self.arith('cmpi eq,', '%tid', idx(consumers))} {{")
             self.indent += 1
             if persistent:
-                # Each block's Q once the consumers' last S of the block before is done.
                 units_begin("p")
-                wait_if(self.arith("cmpi uge,", "%pq", idx(1)), idx(q_empty),
-                        parity_of(self.arith("subi", self.arith("maxui", "%pq", idx(1)),
-                                             idx(1))))
-                load_q()
             emit(f"scf.for %u = {idx(0)} to {self.arith('addi', hi, idx(1))} step {idx(1)} {{")
             self.indent += 1
             for which, tile, empty in (("K", "%u", k_empty), ("V", None, v_empty)):
@@ -588,6 +583,17 @@ class AttentionEmitter(MovementEmitter):
                 load(which, stage, tile)
                 self.indent -= 1
                 emit("}")
+                if persistent and which == "K":
+                    # The block's Q after its K_0 (which waits only for a stage of the
+                    # block before), once the consumers' last S of that block is done.
+                    emit(f"scf.if {self.arith('cmpi eq,', '%u', idx(0))} {{")
+                    self.indent += 1
+                    wait_if(self.arith("cmpi uge,", "%pq", idx(1)), idx(q_empty),
+                            parity_of(self.arith("subi", self.arith("maxui", "%pq", idx(1)),
+                                                 idx(1))))
+                    load_q()
+                    self.indent -= 1
+                    emit("}")
             self.indent -= 1
             emit("}")
             if persistent:
@@ -599,8 +605,11 @@ class AttentionEmitter(MovementEmitter):
             # The consumer warpgroups: everything below, with the producer's registers.
             emit(f"scf.if {consumer} {{")
             self.indent += 1
-            regs = min(240, (self.device.registers_per_unit // ctas
-                             - WARPGROUP * producer_regs) // consumers // 8 * 8)
+            # The CTA's registers are what its launch got (ptxas: the SM's file over the
+            # threads of `ctas` CTAs, in multiples of 8 a thread), not the SM's share: a
+            # setmaxnreg increase past them waits forever (48 + 2 x 232 did).
+            pool = self.device.registers_per_unit // (ctas * self.block) // 8 * 8 * self.block
+            regs = min(240, (pool - WARPGROUP * producer_regs) // consumers // 8 * 8)
             emit(f"nvvm.setmaxregister increase {regs}")
         else:
             for s in range(stages):
