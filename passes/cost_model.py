@@ -1289,11 +1289,12 @@ ATTENTION_SCORES_AHEAD: bool | None = None
 def attention_persistent(tile: "AttentionTile", producer: bool) -> bool:
     """Whether the attention kernel is persistent: a CTA per SM slot looping over work units
     (a block of query rows, or under a causal mask a pair of them whose key tiles add up to
-    the same count for every pair), so that the next unit's Q and first K/V tiles load
-    while this one finishes its last tiles and stores O, where each block would otherwise
-    pay them exposed (run 222: about 3.5 us a block at head dim 128). It takes the producer
-    warpgroup (its one thread loads across units) and FlashAttention-3's order (S_j in step
-    j: S_j+1 ahead would read a stage the producer may be refilling for the next unit)."""
+    the same count for every pair), so that the next block's first K/V tiles load during
+    this one's last tiles and its Q during this one's last P V and O store, which each
+    block would otherwise pay exposed (run 222: about 3.5 us a block at head dim 128). It
+    takes the producer warpgroup (its one thread loads across blocks) and FlashAttention-3's
+    order (S_j in step j: S_j+1 ahead would read a stage the producer may be refilling for
+    the next block). Off unless forced: built in session 58 and not yet run on a GPU."""
     if ATTENTION_PERSISTENT is not None:
         return ATTENTION_PERSISTENT and producer and not attention_scores_ahead(tile)
     return False
