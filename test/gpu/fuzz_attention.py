@@ -131,26 +131,24 @@ def build(out_dir: Path, examples: int, seed: int) -> None:
     from fusec.compiler import driver
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
+    from fusec.compiler.targets.cuda import attention
+    from fusec.passes import cost_model
 
     spec_mod = __import__("gpu")
     if os.environ.get("ATTENTION_WIDE"):
         # Two warpgroups of 64 rows (and the producer warpgroup) wherever the model would
         # take them at all (head dim 128, more than 64 query rows), however few key tiles.
-        from fusec.passes import cost_model
         cost_model.ATTENTION_WIDE_MIN_TILES = 0
     if os.environ.get("ATTENTION_DEEP"):
         # Three K/V stages for one warpgroup's 128-key tiles (head dim 64) wherever they fit,
         # however few key tiles.
-        from fusec.passes import cost_model
         cost_model.ATTENTION_DEEP_MIN_TILES = 0
     if os.environ.get("ATTENTION_PERSISTENT"):
         # A CTA per SM slot over the row blocks (pairs of them under a causal mask) wherever
         # the producer warpgroup is, S_j issued in step j (the order it takes).
-        from fusec.passes import cost_model
         cost_model.ATTENTION_PERSISTENT = True
         cost_model.ATTENTION_SCORES_AHEAD = False
         # Few CTAs, so that each runs several blocks (the ring and Q carried across them).
-        from fusec.compiler.targets.cuda import attention
         attention.PERSISTENT_SLOTS = 3
     folder = out_dir / "attfz"
     folder.mkdir(parents=True, exist_ok=True)

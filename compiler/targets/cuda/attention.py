@@ -495,9 +495,8 @@ class AttentionEmitter(MovementEmitter):
             if pairs:
                 # Row blocks m_tiles - 1 - p (first: the longest) and p; one where they meet.
                 long_ = self.arith("subi", idx(m_tiles - 1), p_)
-                count = self.arith("addi", idx(1), self.arith("divui", self.arith(
-                    "subi", long_, p_), self.arith("maxui", self.arith("subi", long_, p_),
-                                                  idx(1))))
+                count = self.fop("arith.select", self.arith("cmpi ult,", p_, long_), idx(2),
+                                 idx(1), type_="index")
             else:
                 long_, count = p_, idx(1)
             emit(f"%{role}inner:2 = scf.for %{role}k = {idx(0)} to {count} step {idx(1)} "
@@ -541,6 +540,11 @@ class AttentionEmitter(MovementEmitter):
             emit(f"{parity} = arith.trunci {wide} : i32 to i1")
             return parity
 
+        def ring(tile: str, base: str) -> str:
+            """Key tile `tile`'s place in the ring of K/V stages (persistent: counted on
+            across the CTA's blocks, from the role's `base`, `%pg` or `%cg`)."""
+            return self.arith("addi", base, tile) if persistent else tile
+
         def wait_if(cond: str, barrier: str, parity: str) -> None:
             emit(f"scf.if {cond} {{")
             emit(f"  nvgpu.mbarrier.try_wait.parity %bar[{barrier}], {parity}, "
@@ -569,8 +573,7 @@ class AttentionEmitter(MovementEmitter):
                     cond = self.arith("cmpi ult,", tile, hi)
                 emit(f"scf.if {cond} {{")
                 self.indent += 1
-                # The tile's place in the ring of stages (persistent: counted across blocks).
-                place = self.arith("addi", "%pg", tile) if persistent else tile
+                place = ring(tile, "%pg")
                 stage = self.arith("remui", place, idx(stages))
                 again = self.arith("cmpi uge,", place, idx(stages))
                 emit(f"scf.if {again} {{")
@@ -588,9 +591,10 @@ class AttentionEmitter(MovementEmitter):
                     # block before), once the consumers' last S of that block is done.
                     emit(f"scf.if {self.arith('cmpi eq,', '%u', idx(0))} {{")
                     self.indent += 1
+                    # Block q waits for the consumers' release of block q - 1: parity
+                    # (q - 1) % 2, written (q + 1) % 2.
                     wait_if(self.arith("cmpi uge,", "%pq", idx(1)), idx(q_empty),
-                            parity_of(self.arith("subi", self.arith("maxui", "%pq", idx(1)),
-                                                 idx(1))))
+                            parity_of(self.arith("addi", "%pq", idx(1))))
                     load_q()
                     self.indent -= 1
                     emit("}")
@@ -623,20 +627,20 @@ class AttentionEmitter(MovementEmitter):
 
         warp_lead = self.arith("cmpi eq,", lane, idx(0))
 
-        def ring(tile: str) -> str:
-            """Key tile `tile`'s place in the ring of K/V stages (persistent: counted on
-            across the CTA's blocks, from `%cg`)."""
-            return self.arith("addi", "%cg", tile) if persistent else tile
-
-        def release(cond: str, empty: int, tile: str) -> None:
-            """Each consumer warp's first lane: `tile`'s K or V stage is read (its MMAs waited
-            for), the producer may load into it."""
+        def arrive(cond: str, barrier: Callable[[], str]) -> None:
+            """Each consumer warp's first lane arrives (where `cond`) on the mbarrier whose
+            index `barrier()` emits, inside the branch."""
             go = self.arith("andi", warp_lead, cond, "i1")
             emit(f"scf.if {go} {{")
-            b = self.arith("addi", self.arith("remui", ring(tile), idx(stages)), idx(empty))
-            emit(f"  {self.fresh('tok')} = nvgpu.mbarrier.arrive %bar[{b}] : {bar} -> "
+            emit(f"  {self.fresh('tok')} = nvgpu.mbarrier.arrive %bar[{barrier()}] : {bar} -> "
                  f"!nvgpu.mbarrier.token")
             emit("}")
+
+        def release(cond: str, empty: int, tile: str) -> None:
+            """`tile`'s K or V stage is read (its MMAs waited for): the producer may load
+            into it."""
+            arrive(cond, lambda: self.arith("addi", self.arith("remui", ring(tile, "%cg"),
+                                                                idx(stages)), idx(empty)))
 
         ns = t.bn // 2  # the scores' fragment: f32 values per thread
         no = o.d // 2  # the output's
@@ -663,7 +667,7 @@ class AttentionEmitter(MovementEmitter):
 
         def stage_of(tile: str) -> tuple[str, str, str, str]:
             """(stage, the wait parity, K's and V's descriptors) of key tile `tile`."""
-            place = ring(tile)
+            place = ring(tile, "%cg")
             stage = self.arith("remui", place, idx(stages))
             parity = parity_of(self.arith("divui", place, idx(stages)))
             # Stage s's tiles are 2 s kv_bytes further (the descriptor's start address is
@@ -1087,10 +1091,7 @@ class AttentionEmitter(MovementEmitter):
             # producer's for the next block (an arrival per consumer warp). After the turns'
             # last barrier: a warpgroup's first turn of the next block waits for the other's
             # arrival of this one.
-            emit(f"scf.if {warp_lead} {{")
-            emit(f"  {self.fresh('tok')} = nvgpu.mbarrier.arrive %bar[{idx(q_empty)}] : {bar} "
-                 f"-> !nvgpu.mbarrier.token")
-            emit("}")
+            arrive(self.const(1, "i1"), lambda: idx(q_empty))
         # The last tile's P V (none where the block reads no key tile).
         last = self.arith("subi", self.arith("maxui", hi, idx(1)), idx(1))
         l_stage, l_parity, _, l_v_desc = stage_of(last)
