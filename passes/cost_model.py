@@ -1270,13 +1270,16 @@ def attention_p_in_registers(tile: "AttentionTile") -> bool:
     return _attention_live_words(tile, ahead=False) <= ATTENTION_P_REGISTER_WORDS
 
 
-def attention_scores_ahead(tile: "AttentionTile") -> bool:
+def attention_scores_ahead(tile: "AttentionTile", persistent: bool = False) -> bool:
     """Whether the kernel issues S_j+1 before S_j's softmax (the softmax overlaps both
     products), or S_j in step j (FlashAttention-3's order: the softmax overlaps P_j-1 V_j-1
-    and the other warpgroups' MMAs) where S_j+1 would not fit beside P in registers. With P
-    in shared memory, always ahead."""
+    and the other warpgroups' MMAs) where S_j+1 would not fit beside P in registers, or
+    where the kernel is `persistent` (S_j+1 ahead would read a stage the producer may be
+    refilling for the next block). With P in shared memory, always ahead."""
     if not attention_p_in_registers(tile):
         return True
+    if persistent:
+        return False
     if ATTENTION_SCORES_AHEAD is not None:
         return ATTENTION_SCORES_AHEAD
     return _attention_live_words(tile, ahead=True) <= ATTENTION_P_REGISTER_WORDS
@@ -1286,18 +1289,40 @@ def attention_scores_ahead(tile: "AttentionTile") -> bool:
 ATTENTION_SCORES_AHEAD: bool | None = None
 
 
-def attention_persistent(tile: "AttentionTile", producer: bool) -> bool:
+def attention_key_tiles(kv_len: int, causal: bool) -> float:
+    """Key tiles of 128 an attention block reads, on average (half of them under a causal
+    mask): what the attention tile's and schedule's rules are stated in."""
+    return -(-kv_len // 128) / (2 if causal else 1)
+
+
+def attention_persistent(tile: "AttentionTile", producer: bool, key_tiles: float) -> bool:
     """Whether the attention kernel is persistent: a CTA per SM slot looping over work units
     (a block of query rows, or under a causal mask a pair of them whose key tiles add up to
     the same count for every pair), so that the next block's first K/V tiles load during
     this one's last tiles and its Q during this one's last P V and O store, which each
     block would otherwise pay exposed (run 222: about 3.5 us a block at head dim 128). It
-    takes the producer warpgroup (its one thread loads across blocks) and FlashAttention-3's
-    order (S_j in step j: S_j+1 ahead would read a stage the producer may be refilling for
-    the next block). Off unless forced: built in session 58 and not yet run on a GPU."""
+    takes the producer warpgroup (its one thread loads across blocks), P in registers, and
+    FlashAttention-3's order (`attention_scores_ahead` is off for it). Chosen where a block
+    reads at most ATTENTION_PERSISTENT_MAX_TILES key tiles of 128 on average (`key_tiles`),
+    where the fixed cost is a large part of a block's time, on two warpgroups' tiles (one
+    warpgroup's, two CTAs an SM, measured slower persistent: below)."""
+    if not (producer and attention_p_in_registers(tile)):
+        return False
     if ATTENTION_PERSISTENT is not None:
-        return ATTENTION_PERSISTENT and producer and not attention_scores_ahead(tile)
-    return False
+        return ATTENTION_PERSISTENT
+    return tile.bm >= 128 and key_tiles <= ATTENTION_PERSISTENT_MAX_TILES and \
+        ATTENTION_SCORES_AHEAD is not True
+
+
+# Measured (run 228, H100, B8 H16 bf16, one process, against the same tile not persistent,
+# (128, 128, 2) with the producer warpgroup): head dim 128, causal S1024 (4 key tiles a
+# block) 0.1006 -> 0.0930 ms, S1024 (8) 0.1371 -> 0.1340, causal S2048 (8) 0.2891 ->
+# 0.2737, S2048 (16) 0.4835 -> 0.4565, causal S4096 (16) 1.065 -> 1.045, S4096 (32) 1.869 ->
+# 1.920 (slower: not taken). At head dim 64 the persistent (128, 128, 2) against one
+# warpgroup's (64, 128): GPT-2's T1024 causal (4) 0.0587 -> 0.0521, causal S4096 (16)
+# 0.762 -> 0.710, S4096 (32) 1.320 -> 1.310 (even); persistent (64, 128, 3) was slower
+# (1.545, 0.831). The same kernel measured twice in that run differed by up to 3%.
+ATTENTION_PERSISTENT_MAX_TILES = 16
 
 
 # None: `attention_persistent`'s rule; True / False: forced where it can be built (A/B).
@@ -1337,10 +1362,13 @@ def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int
     and the warpgroups take turns at the tensor cores. Not at head dim 64, where one
     warpgroup has 128-key tiles already: two warpgroups there (P in registers, taking turns)
     measured 1.05x at S4096 in run 221, 0.95x in run 222, and 0.84x causal (0.865 against
-    0.730 ms). There, where a block reads ATTENTION_DEEP_MIN_TILES key tiles of 128 or more
-    (more than 64 query rows), one warpgroup takes three K/V stages, still two CTAs an SM
-    (P in registers left the room): run 223, S4096 D64 1.329 -> 1.241 ms, causal 0.819 ->
-    0.754; GPT-2's T1024 (4 tiles a block) 0.0581 -> 0.0600 with three, so it keeps two."""
+    0.730 ms) unless persistent: where a block reads ATTENTION_WIDE_MIN_TILES to
+    ATTENTION_PERSISTENT_MAX_TILES key tiles, the persistent (128, 128, 2) (run 228: GPT-2's
+    T1024 0.0587 -> 0.0521 ms, causal S4096 0.762 -> 0.710). Past that, where a block reads
+    ATTENTION_DEEP_MIN_TILES key tiles of 128 or more (more than 64 query rows), one
+    warpgroup takes three K/V stages, still two CTAs an SM (P in registers left the room):
+    run 223, S4096 D64 1.329 -> 1.241 ms, causal 0.819 -> 0.754; below the wide tile's
+    bound, one warpgroup and two stages."""
     for bn in (128, 64):
         tile = AttentionTile(64, bn, 2, head_dim)
         registers = bn // 2 + head_dim // 2
@@ -1348,12 +1376,15 @@ def attention_tile(head_dim: int, element_bytes: int, device: Device, q_len: int
             break
     else:
         return AttentionTile(64, 64, ATTENTION_STAGES[0], head_dim)
-    tiles = -(-kv_len // 128) / (2 if causal else 1)  # a block's key tiles of 128, on average
-    if tile.bn == 64 and q_len > 64:
-        wide = AttentionTile(128, 128, 2, head_dim)
-        if tiles >= ATTENTION_WIDE_MIN_TILES and head_dim // 2 + 64 <= 128 and \
-                wide.shared_bytes(element_bytes) + 1024 <= device.shared_bytes_per_unit:
-            return wide
+    tiles = attention_key_tiles(kv_len, causal)
+    wide = AttentionTile(128, 128, 2, head_dim)
+    wide_fits = q_len > 64 and head_dim // 2 + 64 <= 128 and \
+        wide.shared_bytes(element_bytes) + 1024 <= device.shared_bytes_per_unit
+    if tile.bn == 64 and wide_fits and tiles >= ATTENTION_WIDE_MIN_TILES:
+        return wide
+    if tile.bn == 128 and wide_fits and \
+            ATTENTION_WIDE_MIN_TILES <= tiles <= ATTENTION_PERSISTENT_MAX_TILES:
+        return wide  # persistent (`attention_persistent`)
     if tile.bn == 128 and q_len > 64:
         deep = AttentionTile(64, 128, 3, head_dim)
         if tiles >= ATTENTION_DEEP_MIN_TILES and \

@@ -236,10 +236,10 @@ def test_model_tile_two_warpgroups_where_blocks_read_many_key_tiles():
     """Head dim 128 leaves one warpgroup 64-key tiles; where a block reads 4 key tiles of
     128 or more on average (half the keys under a causal mask), two warpgroups share
     128-key tiles (BM 128): from S1024 and causal S2048 up (run 223), not at causal S512 or
-    S256 (2), not for decoding (one row). Never at head dim 64 (one warpgroup already takes
-    128-key tiles; two there measured 0.95-1.05x at S4096, 0.84x causal: runs 221-222);
-    there a block reading 16 key tiles or more takes three K/V stages (run 223), GPT-2's
-    T1024 (4 a block) two."""
+    S256 (2), not for decoding (one row). At head dim 64 (one warpgroup already takes
+    128-key tiles; two there measured 0.95-1.05x at S4096, 0.84x causal: runs 221-222) only
+    persistent, from 4 to 16 key tiles a block (GPT-2's T1024, causal S4096: run 228);
+    past 16 one warpgroup with three K/V stages (run 223), below 4 with two."""
     from fusec.passes import cost_model
     from fusec.compiler.targets.cuda.device import H200
 
@@ -257,8 +257,13 @@ def test_model_tile_two_warpgroups_where_blocks_read_many_key_tiles():
     assert tile(128, 256, 256, False) == (64, 64, 2)
     assert tile(128, 1, 8192, False) == (64, 64, 2)
     assert tile(64, 32768, 32768, False) == (64, 128, 3)
-    assert tile(64, 4096, 4096, True) == (64, 128, 3)
-    assert tile(64, 1024, 1024, True) == (64, 128, 2)
+    assert tile(64, 4096, 4096, False) == (64, 128, 3)
+    # Head dim 64, 4 to 16 key tiles a block: two warpgroups, persistent (run 228).
+    assert tile(64, 4096, 4096, True) == (128, 128, 2)
+    assert tile(64, 1024, 1024, True) == (128, 128, 2)
+    assert tile(64, 2048, 2048, False) == (128, 128, 2)
+    assert tile(64, 512, 512, True) == (64, 128, 2)
+    assert tile(64, 64, 1024, False) == (64, 128, 2)
     assert tile(64, 1, 8192, False) == (64, 128, 2)
     # The model's tile is the first candidate --tune measures; each candidate fits the SM.
     cands = cost_model.attention_tile_candidates(128, 2, 4096, 4096, H200, causal=False)
@@ -267,7 +272,7 @@ def test_model_tile_two_warpgroups_where_blocks_read_many_key_tiles():
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas here")
-def test_two_warpgroup_tile_builds_consumers_and_a_producer(tmp_path):
+def test_two_warpgroup_tile_builds_consumers_and_a_producer(tmp_path, monkeypatch):
     """Candidate (128, 128, 2) at head dim 128: one CTA of two consumer warpgroups sharing
     each K/V tile and a producer warpgroup (384 threads) whose first thread issues the loads
     as the consumers release each stage; Q and the K/V stages in shared memory, P in
@@ -275,10 +280,12 @@ def test_two_warpgroup_tile_builds_consumers_and_a_producer(tmp_path):
     the key-tile loop has no block-wide barrier and no warpgroup barrier. S_j+1 would not fit
     beside S_j, O and P (224 words): S_j is issued in step j and waited for (`wait_group 1`)
     before its softmax, and the warpgroups take turns to issue their MMAs. ptxas spills
-    nothing (with S_j+1 ahead it spilled 168 bytes, 1.24x slower: run 221)."""
+    nothing (with S_j+1 ahead it spilled 168 bytes, 1.24x slower: run 221). Not the
+    persistent schedule (the model's at 3 key tiles a block): forced off."""
     from fusec.passes import cost_model
     from fusec.compiler.targets.cuda.device import H200
 
+    monkeypatch.setattr(cost_model, "ATTENTION_PERSISTENT", False)
     cands = [(t.bm, t.bn, t.stages)
              for t in cost_model.attention_tile_candidates(128, 2, 300, 300, H200)]
     meta = _build(_naive, [(1, 2, 300, 128)] * 3, tmp_path,
@@ -636,22 +643,33 @@ def test_persistent_attention_walks_blocks(causal, slots, grid, tmp_path, monkey
 
 
 def test_persistent_attention_takes_the_producer_and_fa3_order(monkeypatch):
-    """Persistent only where the producer warpgroup loads across blocks and S_j is issued
-    in step j (S_j+1 ahead would read a stage the producer may be refilling for the next
-    block): the (128, 128) tile at head dim 128, not one warpgroup's tiles at head dim 64
-    (S_j+1 ahead) unless that order is forced off."""
+    """Persistent only where the producer warpgroup loads across blocks and P is in
+    registers, and then S_j is issued in step j (S_j+1 ahead would read a stage the
+    producer may be refilling for the next block). By the model: two warpgroups' tiles
+    whose blocks read at most 16 key tiles of 128 on average (run 228), not 32 (slower
+    there), not one warpgroup's tiles (slower persistent), not where S_j+1 ahead is forced."""
     from fusec.passes import cost_model
     from fusec.passes.cost_model import AttentionTile
 
-    monkeypatch.setattr(cost_model, "ATTENTION_PERSISTENT", True)
     wide, narrow = AttentionTile(128, 128, 2, 128), AttentionTile(64, 128, 2, 64)
-    assert cost_model.attention_persistent(wide, producer=True)
-    assert not cost_model.attention_persistent(wide, producer=False)
-    assert not cost_model.attention_persistent(narrow, producer=True)
-    monkeypatch.setattr(cost_model, "ATTENTION_SCORES_AHEAD", False)
-    assert cost_model.attention_persistent(narrow, producer=True)
+    wide64 = AttentionTile(128, 128, 2, 64)
+    persistent = cost_model.attention_persistent
+    assert persistent(wide, True, 16) and persistent(wide64, True, 4)
+    assert persistent(wide, True, cost_model.attention_key_tiles(4096, causal=True))
+    assert not persistent(wide, True, cost_model.attention_key_tiles(4096, causal=False))
+    assert not persistent(wide, False, 4) and not persistent(narrow, True, 4)
+    # S_j+1 ahead fits the registers of the (128, 128) tile at head dim 64; persistent,
+    # the kernel takes FlashAttention-3's order instead.
+    assert cost_model.attention_scores_ahead(wide64)
+    assert not cost_model.attention_scores_ahead(wide64, persistent=True)
+    monkeypatch.setattr(cost_model, "ATTENTION_SCORES_AHEAD", True)
+    assert not persistent(wide64, True, 4)
+    monkeypatch.setattr(cost_model, "ATTENTION_SCORES_AHEAD", None)
+    # Forced (A/B): on wherever the producer is, one warpgroup's tiles too; off everywhere.
+    monkeypatch.setattr(cost_model, "ATTENTION_PERSISTENT", True)
+    assert persistent(narrow, True, 64) and not persistent(wide, False, 4)
     monkeypatch.setattr(cost_model, "ATTENTION_PERSISTENT", False)
-    assert not cost_model.attention_persistent(wide, producer=True)
+    assert not persistent(wide, True, 4)
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas here")

@@ -315,12 +315,13 @@ class AttentionEmitter(MovementEmitter):
         self.min_ctas = ctas if producer and ctas > 1 else None
         el = o.el
         self.causal = causal_bound(self.m, self.ops.m, self.ops.n)
-        ahead = cost_model.attention_scores_ahead(t)
         # Persistent: a CTA per SM slot runs work units b, b + grid, ...: a row block, or
         # under a causal bound a pair of them (the longest with the shortest, the same key
         # tiles in every pair); each unit's blocks one after the other, the producer's K/V
         # ring and Q running on across them.
-        persistent = cost_model.attention_persistent(t, producer)
+        persistent = cost_model.attention_persistent(
+            t, producer, cost_model.attention_key_tiles(o.n, self.causal is not None))
+        ahead = cost_model.attention_scores_ahead(t, persistent)
         pairs = persistent and self.causal is not None and m_tiles > 1
         per_bh = -(-m_tiles // 2) if pairs else m_tiles  # units of one batch x head
         if persistent:
