@@ -232,3 +232,137 @@ module attributes {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\2
     return %0 : tensor<128x96xf32>
   }
 }
+
+// -----
+
+// The same attention at T1024 (GPT-2's): a block of 64 rows would read 4 key tiles of 128
+// on average under the mask, where the model takes two warpgroups of 64 rows on 128-key
+// tiles, persistent (bench/RESULTS.md run 228: 0.0587 -> 0.0521 ms on an H100); at T256
+// above (1 key tile a block) one warpgroup stays.
+// MODEL-LABEL: func.func @causal_attention_t1024
+// MODEL: fusion.group attention
+// MODEL-SAME: fusion.kernel_tile = array<i64: 128, 128, 2>
+// MODEL-SAME: fusion.kernel_tile_from = "cost model"
+// MODEL-SAME: fusion.tune_key = "attention batch=8 q=1024 kv=1024 d=64 el=bf16 out=bf16 mask=computed causal=0"
+#map = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#map1 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#map2 = affine_map<(d0) -> (d0)>
+#map3 = affine_map<(d0, d1) -> (d0, 0)>
+#map4 = affine_map<(d0, d1) -> (0, d1)>
+#map5 = affine_map<(d0, d1) -> (d0, d1)>
+#map6 = affine_map<(d0, d1, d2, d3) -> (d2, d3)>
+#map7 = affine_map<(d0, d1, d2, d3) -> ()>
+#map8 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+#map9 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, 0)>
+module attributes {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22q\22, \22dtype\22: \22bfloat16\22}, {\22name\22: \22k\22, \22dtype\22: \22bfloat16\22}, {\22name\22: \22v\22, \22dtype\22: \22bfloat16\22}], \22outputs\22: [{\22dtype\22: \22bfloat16\22}]}"} {
+  func.func @causal_attention_t1024(%arg0: tensor<2x4x1024x64xbf16>, %arg1: tensor<2x4x1024x64xbf16>, %arg2: tensor<2x4x1024x64xbf16>) -> tensor<2x4x1024x64xbf16> {
+    %0 = fusion.group attention (%arg3 = %arg1 : tensor<2x4x1024x64xbf16>, %arg4 = %arg0 : tensor<2x4x1024x64xbf16>, %arg5 = %arg2 : tensor<2x4x1024x64xbf16>) -> tensor<2x4x1024x64xbf16> attributes {fusion.attention = {batch = 8 : i64, dtype = "bf16", head_dim = 64 : i64, kv_len = 1024 : i64, mask = "computed", masked_rows = "nan", q_len = 1024 : i64, score_ops = 3 : i64, v_dim = 64 : i64}, fusion.device = "nvidia-h200", fusion.path = "attention", fusion.reason = "attention: Q K^T, the score ops, softmax and P V in one kernel (online softmax: the scores never reach memory)"} {
+      %cst = arith.constant 0xFF800000 : f32
+      %c0_i64 = arith.constant 0 : i64
+      %cst_0 = arith.constant dense<0xFF80> : tensor<bf16>
+      %cst_1 = arith.constant 1.250000e-01 : bf16
+      %cst_2 = arith.constant 0.000000e+00 : f32
+      %1 = tensor.empty() : tensor<2x4x64x1024xbf16>
+      %2 = tensor.empty() : tensor<8x1024x1024xf32>
+      %3 = tensor.empty() : tensor<8x1024x1024xbf16>
+      %4 = tensor.empty() : tensor<2x4x1024x1024xbf16>
+      %5 = tensor.empty() : tensor<1024xi64>
+      %6 = tensor.empty() : tensor<1024x1024xi1>
+      %7 = tensor.empty() : tensor<2x4x1024x1024xf32>
+      %8 = tensor.empty() : tensor<2x4x1024xi64>
+      %9 = tensor.empty() : tensor<2x4x1024xf32>
+      %10 = tensor.empty() : tensor<2x4x1024x1xf32>
+      %11 = tensor.empty() : tensor<8x1024x64xf32>
+      %12 = tensor.empty() : tensor<8x1024x64xbf16>
+      %transposed = linalg.transpose ins(%arg3 : tensor<2x4x1024x64xbf16>) outs(%1 : tensor<2x4x64x1024xbf16>) permutation = [0, 1, 3, 2] 
+      %collapsed = tensor.collapse_shape %arg4 [[0, 1], [2], [3]] : tensor<2x4x1024x64xbf16> into tensor<8x1024x64xbf16>
+      %collapsed_3 = tensor.collapse_shape %transposed [[0, 1], [2], [3]] : tensor<2x4x64x1024xbf16> into tensor<8x64x1024xbf16>
+      %13 = linalg.fill ins(%cst_2 : f32) outs(%2 : tensor<8x1024x1024xf32>) -> tensor<8x1024x1024xf32>
+      %14 = linalg.batch_matmul ins(%collapsed, %collapsed_3 : tensor<8x1024x64xbf16>, tensor<8x64x1024xbf16>) outs(%13 : tensor<8x1024x1024xf32>) -> tensor<8x1024x1024xf32>
+      %15 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%14 : tensor<8x1024x1024xf32>) outs(%3 : tensor<8x1024x1024xbf16>) {
+      ^bb0(%in: f32, %out: bf16):
+        %33 = arith.truncf %in : f32 to bf16
+        linalg.yield %33 : bf16
+      } -> tensor<8x1024x1024xbf16>
+      %expanded = tensor.expand_shape %15 [[0, 1], [2], [3]] output_shape [2, 4, 1024, 1024] : tensor<8x1024x1024xbf16> into tensor<2x4x1024x1024xbf16>
+      %16 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%expanded : tensor<2x4x1024x1024xbf16>) outs(%4 : tensor<2x4x1024x1024xbf16>) {
+      ^bb0(%in: bf16, %out: bf16):
+        %33 = arith.mulf %in, %cst_1 : bf16
+        linalg.yield %33 : bf16
+      } -> tensor<2x4x1024x1024xbf16>
+      %17 = linalg.generic {indexing_maps = [#map2], iterator_types = ["parallel"]} outs(%5 : tensor<1024xi64>) {
+      ^bb0(%out: i64):
+        %33 = linalg.index 0 : index
+        %34 = arith.index_cast %33 : index to i64
+        linalg.yield %34 : i64
+      } -> tensor<1024xi64>
+      %expanded_4 = tensor.expand_shape %17 [[0, 1]] output_shape [1024, 1] : tensor<1024xi64> into tensor<1024x1xi64>
+      %expanded_5 = tensor.expand_shape %17 [[0, 1]] output_shape [1, 1024] : tensor<1024xi64> into tensor<1x1024xi64>
+      %18 = linalg.generic {indexing_maps = [#map3, #map4, #map5], iterator_types = ["parallel", "parallel"]} ins(%expanded_4, %expanded_5 : tensor<1024x1xi64>, tensor<1x1024xi64>) outs(%6 : tensor<1024x1024xi1>) {
+      ^bb0(%in: i64, %in_10: i64, %out: i1):
+        %33 = arith.cmpi sge, %in, %in_10 : i64
+        linalg.yield %33 : i1
+      } -> tensor<1024x1024xi1>
+      %19 = linalg.generic {indexing_maps = [#map6, #map1, #map7, #map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%18, %16, %cst_0 : tensor<1024x1024xi1>, tensor<2x4x1024x1024xbf16>, tensor<bf16>) outs(%4 : tensor<2x4x1024x1024xbf16>) {
+      ^bb0(%in: i1, %in_10: bf16, %in_11: bf16, %out: bf16):
+        %33 = arith.select %in, %in_10, %in_11 : bf16
+        linalg.yield %33 : bf16
+      } -> tensor<2x4x1024x1024xbf16>
+      %20 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%19 : tensor<2x4x1024x1024xbf16>) outs(%7 : tensor<2x4x1024x1024xf32>) {
+      ^bb0(%in: bf16, %out: f32):
+        %33 = arith.extf %in : bf16 to f32
+        linalg.yield %33 : f32
+      } -> tensor<2x4x1024x1024xf32>
+      %21 = linalg.fill ins(%c0_i64 : i64) outs(%8 : tensor<2x4x1024xi64>) -> tensor<2x4x1024xi64>
+      %22 = linalg.fill ins(%cst : f32) outs(%9 : tensor<2x4x1024xf32>) -> tensor<2x4x1024xf32>
+      %23:2 = linalg.generic {indexing_maps = [#map1, #map8, #map8], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%20 : tensor<2x4x1024x1024xf32>) outs(%22, %21 : tensor<2x4x1024xf32>, tensor<2x4x1024xi64>) {
+      ^bb0(%in: f32, %out: f32, %out_10: i64):
+        %33 = linalg.index 3 : index
+        %34 = arith.index_cast %33 : index to i64
+        %35 = arith.maximumf %in, %out : f32
+        %36 = arith.cmpf ogt, %in, %out : f32
+        %37 = arith.select %36, %34, %out_10 : i64
+        linalg.yield %35, %37 : f32, i64
+      } -> (tensor<2x4x1024xf32>, tensor<2x4x1024xi64>)
+      %expanded_6 = tensor.expand_shape %23#0 [[0], [1], [2, 3]] output_shape [2, 4, 1024, 1] : tensor<2x4x1024xf32> into tensor<2x4x1024x1xf32>
+      %24 = linalg.generic {indexing_maps = [#map1, #map9, #map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%20, %expanded_6 : tensor<2x4x1024x1024xf32>, tensor<2x4x1024x1xf32>) outs(%7 : tensor<2x4x1024x1024xf32>) {
+      ^bb0(%in: f32, %in_10: f32, %out: f32):
+        %33 = arith.subf %in, %in_10 : f32
+        linalg.yield %33 : f32
+      } -> tensor<2x4x1024x1024xf32>
+      %25 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%24 : tensor<2x4x1024x1024xf32>) outs(%7 : tensor<2x4x1024x1024xf32>) {
+      ^bb0(%in: f32, %out: f32):
+        %33 = math.exp %in : f32
+        linalg.yield %33 : f32
+      } -> tensor<2x4x1024x1024xf32>
+      %26 = linalg.fill ins(%cst_2 : f32) outs(%10 : tensor<2x4x1024x1xf32>) -> tensor<2x4x1024x1xf32>
+      %27 = linalg.generic {indexing_maps = [#map1, #map9], iterator_types = ["parallel", "parallel", "parallel", "reduction"]} ins(%25 : tensor<2x4x1024x1024xf32>) outs(%26 : tensor<2x4x1024x1xf32>) {
+      ^bb0(%in: f32, %out: f32):
+        %33 = arith.addf %in, %out : f32
+        linalg.yield %33 : f32
+      } -> tensor<2x4x1024x1xf32>
+      %28 = linalg.generic {indexing_maps = [#map1, #map9, #map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%25, %27 : tensor<2x4x1024x1024xf32>, tensor<2x4x1024x1xf32>) outs(%7 : tensor<2x4x1024x1024xf32>) {
+      ^bb0(%in: f32, %in_10: f32, %out: f32):
+        %33 = arith.divf %in, %in_10 : f32
+        linalg.yield %33 : f32
+      } -> tensor<2x4x1024x1024xf32>
+      %29 = linalg.generic {indexing_maps = [#map1, #map1], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%28 : tensor<2x4x1024x1024xf32>) outs(%4 : tensor<2x4x1024x1024xbf16>) {
+      ^bb0(%in: f32, %out: bf16):
+        %33 = arith.truncf %in : f32 to bf16
+        linalg.yield %33 : bf16
+      } -> tensor<2x4x1024x1024xbf16>
+      %collapsed_7 = tensor.collapse_shape %29 [[0, 1], [2], [3]] : tensor<2x4x1024x1024xbf16> into tensor<8x1024x1024xbf16>
+      %collapsed_8 = tensor.collapse_shape %arg5 [[0, 1], [2], [3]] : tensor<2x4x1024x64xbf16> into tensor<8x1024x64xbf16>
+      %30 = linalg.fill ins(%cst_2 : f32) outs(%11 : tensor<8x1024x64xf32>) -> tensor<8x1024x64xf32>
+      %31 = linalg.batch_matmul ins(%collapsed_7, %collapsed_8 : tensor<8x1024x1024xbf16>, tensor<8x1024x64xbf16>) outs(%30 : tensor<8x1024x64xf32>) -> tensor<8x1024x64xf32>
+      %32 = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel"]} ins(%31 : tensor<8x1024x64xf32>) outs(%12 : tensor<8x1024x64xbf16>) {
+      ^bb0(%in: f32, %out: bf16):
+        %33 = arith.truncf %in : f32 to bf16
+        linalg.yield %33 : bf16
+      } -> tensor<8x1024x64xbf16>
+      %expanded_9 = tensor.expand_shape %32 [[0, 1], [2], [3]] output_shape [2, 4, 1024, 64] : tensor<8x1024x64xbf16> into tensor<2x4x1024x64xbf16>
+      fusion.yield %expanded_9 : tensor<2x4x1024x64xbf16>
+    }
+    return %0 : tensor<2x4x1024x64xbf16>
+  }
+}
