@@ -7,9 +7,12 @@ and the JSON carry what the RESULTS.md section is made from.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "cpu.py"
 
@@ -62,3 +65,25 @@ def test_bench_compile_time_one_model(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, str(script), "--only", "no_such_model"],
                          capture_output=True, text=True, timeout=60, env=env)
     assert bad.returncode != 0 and "unknown zoo model" in bad.stderr
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas here")
+def test_bench_gemm_epilogue_builds_its_variants(tmp_path: Path) -> None:
+    """bench/gemm_epilogue.py builds GPT-2's fc with a GELU epilogue as our GEMM, one kernel,
+    at the model's epilogue unroll and at a forced one (a different kernel), and leaves
+    the model's unroll as it was."""
+    import importlib.util
+
+    from fusec.passes import gemm_cost
+
+    spec = importlib.util.spec_from_file_location("fusec_bench_gemm_epilogue",
+                                                  BENCH.parent / "gemm_epilogue.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model_unroll = gemm_cost.tc_epilogue_unroll
+    metas = [mod.build(tmp_path / f"u{u}", u, ["gelu"])["gelu"] for u in (0, 2)]
+    assert gemm_cost.tc_epilogue_unroll is model_unroll
+    for meta in metas:
+        assert [k["kind"] for k in meta["kernels"]] == ["epilogue"]
+    images = [(tmp_path / f"u{u}" / f"gelu_u{u}.so").read_bytes() for u in (0, 2)]
+    assert images[0] != images[1]
