@@ -30,15 +30,6 @@ FNS = {
 }
 
 
-class Wrap(torch.nn.Module):
-    def __init__(self, fn) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
 def inputs(device: str) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(M, K, generator=g).to(bf16)
@@ -54,6 +45,7 @@ def build(folder: Path, unroll: int, only: list[str] | None) -> dict:
     from fusec.compiler.pipeline import CompileOptions
     from fusec.passes import gemm_cost
 
+    wrap = _bench().Wrap
     model_unroll = gemm_cost.tc_epilogue_unroll
     if unroll:
         gemm_cost.tc_epilogue_unroll = lambda weighted_ops: unroll
@@ -64,7 +56,7 @@ def build(folder: Path, unroll: int, only: list[str] | None) -> dict:
             if only and name not in only:
                 continue
             with driver.quiet_torch_logs():
-                text = import_torch(Wrap(fn).eval(), *inputs("cpu"))
+                text = import_torch(wrap(fn).eval(), *inputs("cpu"))
             meta = driver.compile_text(text, f"<gemm_epilogue {name}>",
                                        CompileOptions(target="cuda"),
                                        str(folder / f"{name}_u{unroll}.so"))
