@@ -274,6 +274,28 @@ def test_the_persistent_epilogue_is_emitted_once(tmp_path):
     _ptxas_clean(looped, tmp_path)
 
 
+@pytest.mark.parametrize("shape", [(8192, 3072, 768), (1000, 520, 264)])
+@pytest.mark.parametrize("tile", [wgmma.GemmTile(), PINGPONG, COOPERATIVE])
+def test_the_epilogue_passes_are_one_basic_block(shape, tile, tmp_path):
+    """The epilogue's unrolled row passes and their stores lie in one basic block, for
+    ptxas to interleave (a branch around each store let LLVM sink each pass's chain into
+    it: the passes then ran one after the other, latency-bound). Where the tiles divide D
+    the stores are plain; where they do not (M and N ragged) each is one predicated PTX
+    store."""
+    problem = wgmma.GemmProblem(*shape)
+    text = wgmma.build_kernel_text("k", problem, tile, 132, _Bias("b"), unroll=8)
+    ptx = wgmma.lower(wgmma.gpu_module_text([text]))
+    lines = [line.strip() for line in ptx.splitlines()]
+    stores = [i for i, line in enumerate(lines) if "st.global" in line]
+    assert len(stores) >= 8, len(stores)
+    between = lines[stores[0]:stores[-1] + 1]
+    assert not [line for line in between if line.startswith("$L__") or " bra" in line]
+    exact = shape[0] % tile.bm == 0 and shape[1] % tile.bn == 0
+    predicated = [line for line in between if "@p st.global" in line]
+    assert (not predicated) if exact else len(predicated) >= 8
+    _ptxas_clean(ptx, tmp_path)
+
+
 class _Bias:
     """A sibling segment's epilogue: its own bias (its own parameter and SSA names)."""
 

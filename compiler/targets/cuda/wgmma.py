@@ -1047,6 +1047,15 @@ def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
         c_n = f"%c_nout{x}"
         emit(f"{ind}{c_n} = arith.constant {n_out} : index")
     emit(f"{ind}%col_ok{x} = arith.cmpi ult, %gcol{x}, {c_n} : index")
+    # Every tile starts at a multiple of BM rows and of its output columns (a sibling
+    # segment's too, the ones before it being multiples): where those divide the output,
+    # no store is out of bounds.
+    rows_exact = p.m % t.bm == 0
+    cols_exact = n_out % out_columns(p, t) == 0
+    if not (rows_exact and cols_exact):
+        emit(f"{ind}%d_pi{x} = memref.extract_aligned_pointer_as_index {d}_al : "
+             f"{d_type} -> index")
+        emit(f"{ind}{d}_ptr{x} = arith.index_cast %d_pi{x} : index to i64")
     # EPILOGUE_UNROLL passes of rows per loop iteration, their loads unconditional (row and
     # column clamped into the matrix: a thread past M or N computes a value it does not
     # store), so that the loads of all of them are in flight together: with one or two CTAs
@@ -1102,13 +1111,49 @@ def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
         # Each pass's store right after it: the pointers are `noalias` (MAP_KERNEL_POINTER),
         # so ptxas moves the later passes' loads above it as far as registers allow (all
         # loads first, by hand, took a GELU(tanh) epilogue to 255 registers and spills).
-        emit(f"{ind2}%row_ok{u}{x} = arith.cmpi ult, %grow{u}{x}, %c_m : index")
-        emit(f"{ind2}%ok{u}{x} = arith.andi %row_ok{u}{x}, %col_ok{x} : i1")
-        emit(f"{ind2}scf.if %ok{u}{x} {{")
-        emit(f"{ind2}  vector.store {stored}, {d}_al[%grow{u}{x}, %gcol{x}] "
-             f"{{alignment = {4 * OUTPUTS[out]}}} : {d_type}, vector<4x{out}>")
-        emit(f"{ind2}}}")
+        # No branch around it: a branch ends the basic block, and LLVM sinks the pass's
+        # chain into it, so that the passes ran one after the other (latency-bound).
+        if rows_exact and cols_exact:
+            emit(f"{ind2}vector.store {stored}, {d}_al[%grow{u}{x}, %gcol{x}] "
+                 f"{{alignment = {4 * OUTPUTS[out]}}} : {d_type}, vector<4x{out}>")
+            continue
+        ok = f"%col_ok{x}"
+        if not rows_exact:
+            emit(f"{ind2}%row_ok{u}{x} = arith.cmpi ult, %grow{u}{x}, %c_m : index")
+            ok = f"%ok{u}{x}"
+            emit(f"{ind2}{ok} = arith.andi %row_ok{u}{x}, %col_ok{x} : i1")
+        _predicated_store(emit, ind2, f"{u}{x}", stored, out, f"{d}_ptr{x}", n_out,
+                          f"%grow{u}{x}", f"%gcol{x}", ok)
     emit(f"{ind}}}")
+
+
+def _predicated_store(emit: Callable[[str], None], ind: str, x: str, value: str, out: str,
+                      base: str, n_out: int, row: str, col: str, ok: str) -> None:
+    """Store the vector<4x`out`> `value` at D[`row`, `col`] (`base`: D's address, i64) if
+    `ok`, as one predicated PTX store: no branch, so the epilogue's passes stay in one
+    basic block for ptxas to interleave (a thread past M or N computes an address it does
+    not store to)."""
+    words = 4 * OUTPUTS[out] // 4
+    emit(f"{ind}%sw{x} = llvm.bitcast {value} : vector<4x{out}> to vector<{words}xi32>")
+    names = []
+    for w in range(words):
+        emit(f"{ind}%sw{x}_{w} = vector.extract %sw{x}[{w}] : i32 from vector<{words}xi32>")
+        names.append(f"%sw{x}_{w}")
+    emit(f"{ind}%sn{x} = arith.constant {n_out} : index")
+    emit(f"{ind}%sro{x} = arith.muli {row}, %sn{x} : index")
+    emit(f"{ind}%sel{x} = arith.addi %sro{x}, {col} : index")
+    emit(f"{ind}%sel64{x} = arith.index_cast %sel{x} : index to i64")
+    emit(f"{ind}%seb{x} = arith.constant {OUTPUTS[out]} : i64")
+    emit(f"{ind}%sby{x} = arith.muli %sel64{x}, %seb{x} : i64")
+    emit(f"{ind}%sad{x} = arith.addi {base}, %sby{x} : i64")
+    emit(f"{ind}%sok{x} = arith.extui {ok} : i1 to i32")
+    regs = ", ".join(f"${w + 2}" for w in range(words))
+    ptx = (f"{{ .reg .pred p; setp.ne.b32 p, $0, 0; @p st.global.v{words}.b32 [$1], "
+           f"{{{regs}}}; }}")
+    constraints = ",".join(["r", "l"] + ["r"] * words)
+    emit(f"{ind}llvm.inline_asm has_side_effects asm_dialect = att \"{ptx}\", "
+         f"\"{constraints}\" %sok{x}, %sad{x}, {', '.join(names)} : "
+         f"({', '.join(['i32', 'i64'] + ['i32'] * words)}) -> ()")
 
 
 def gpu_module_text(kernels: list[str], opt_level: int = 3) -> str:
