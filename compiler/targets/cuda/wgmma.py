@@ -1046,13 +1046,13 @@ def _emit_epilogue(emit: Callable[[str], None], p: GemmProblem, t: GemmTile,
     if p.segments:
         c_n = f"%c_nout{x}"
         emit(f"{ind}{c_n} = arith.constant {n_out} : index")
-    emit(f"{ind}%col_ok{x} = arith.cmpi ult, %gcol{x}, {c_n} : index")
     # Every tile starts at a multiple of BM rows and of its output columns (a sibling
     # segment's too, the ones before it being multiples): where those divide the output,
     # no store is out of bounds.
     rows_exact = p.m % t.bm == 0
     cols_exact = n_out % out_columns(p, t) == 0
     if not (rows_exact and cols_exact):
+        emit(f"{ind}%col_ok{x} = arith.cmpi ult, %gcol{x}, {c_n} : index")
         emit(f"{ind}%d_pi{x} = memref.extract_aligned_pointer_as_index {d}_al : "
              f"{d_type} -> index")
         emit(f"{ind}{d}_ptr{x} = arith.index_cast %d_pi{x} : index to i64")
@@ -1133,7 +1133,7 @@ def _predicated_store(emit: Callable[[str], None], ind: str, x: str, value: str,
     `ok`, as one predicated PTX store: no branch, so the epilogue's passes stay in one
     basic block for ptxas to interleave (a thread past M or N computes an address it does
     not store to)."""
-    words = 4 * OUTPUTS[out] // 4
+    words = OUTPUTS[out]  # four values of that many bytes: that many 32-bit words
     emit(f"{ind}%sw{x} = llvm.bitcast {value} : vector<4x{out}> to vector<{words}xi32>")
     names = []
     for w in range(words):
