@@ -111,6 +111,16 @@ SCHEDULE_NAMES = {value: name for name, value in GEMM_SCHEDULES.items()}
 TC_GEMM_MAX_ACCUMULATOR = 128 * 128
 
 
+def tc_epilogue_stride(bn: int) -> int:
+    """f32 values per row of a persistent GEMM's epilogue buffer for a BN-wide tile: BN
+    padded to 8 more than a multiple of 32 (rows 8 banks apart), so that a warp's store of
+    its accumulator fragment (8 rows x 4 threads x 2 floats) takes the two wavefronts its
+    256 bytes need; rows of exactly 128 floats all start at bank 0 and the store was 8-way
+    conflicted (ncu on GPT-2's fc GEMM, H200: 21% of the kernel's shared wavefronts
+    excessive)."""
+    return bn + (8 - bn) % 32
+
+
 def tc_pingpong_fits(m: int, n: int, element_bytes: int, device: Device) -> bool:
     """The persistent ping-pong schedule (128 x 128 tiles, a ring of four stages over the
     CTA's tiles beside a 64-row f32 buffer per consumer) takes this output: at least as
@@ -119,7 +129,7 @@ def tc_pingpong_fits(m: int, n: int, element_bytes: int, device: Device) -> bool
     bk = 128 // element_bytes
     budget = device.shared_bytes_per_unit - 2048  # the block's reserved shared memory
     return -(-m // 128) * -(-n // 128) >= device.parallel_units and \
-        4 * (128 + 128) * bk * element_bytes + 2 * 64 * 128 * 4 <= budget
+        4 * (128 + 128) * bk * element_bytes + 2 * 64 * tc_epilogue_stride(128) * 4 <= budget
 
 
 def tc_cooperative_fits(m: int, n: int, element_bytes: int, device: Device) -> bool:
@@ -130,7 +140,8 @@ def tc_cooperative_fits(m: int, n: int, element_bytes: int, device: Device) -> b
     bk = 128 // element_bytes
     budget = device.shared_bytes_per_unit - 2048
     return -(-m // 256) * -(-n // 128) >= device.parallel_units and \
-        TC_COOPERATIVE_STAGES * (256 + 128) * bk * element_bytes + 2 * 32 * 128 * 4 <= budget
+        TC_COOPERATIVE_STAGES * (256 + 128) * bk * element_bytes + \
+        2 * 32 * tc_epilogue_stride(128) * 4 <= budget
 
 
 def tile_schedule(tile: tuple[int, ...]) -> int:

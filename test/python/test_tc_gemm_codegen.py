@@ -211,14 +211,14 @@ def test_gemm_schedule_option(schedule, tmp_path):
         assert info["tile"] == [256, 128, 64, 4, 2] and info["schedule"] == "cooperative"
         assert info["tile_from"] == "--cuda-gemm-schedule cooperative"
         assert (launch["grid"], launch["block"]) == (132, 384)
-        assert launch["shared_bytes"] == 4 * 384 * 64 * 2 + 2 * 32 * 128 * 4
+        assert launch["shared_bytes"] == 4 * 384 * 64 * 2 + 2 * 32 * 136 * 4
     elif schedule != "one-warpgroup":
         assert info["tile"] == [128, 128, 64, 4, 1] and info["schedule"] == "ping-pong"
         assert info["tile_from"] == ("cost model" if schedule == "model"
                                      else "--cuda-gemm-schedule ping-pong")
         # 384 tiles on the H200's 132 SMs: 132 CTAs of a producer and two consumers.
         assert (launch["grid"], launch["block"]) == (132, 384)
-        assert launch["shared_bytes"] == 4 * 256 * 64 * 2 + 2 * 64 * 128 * 4
+        assert launch["shared_bytes"] == 4 * 256 * 64 * 2 + 2 * 64 * 136 * 4
     else:
         assert len(info["tile"]) == 4 and info["schedule"] == "one warpgroup"
         assert info["tile_from"] == "--cuda-gemm-schedule one-warpgroup"

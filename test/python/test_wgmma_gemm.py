@@ -76,9 +76,10 @@ def test_pingpong_kernel(layout, tmp_path):
     problem = wgmma.GemmProblem(1000, 520, 264, b_layout=layout)
     grid, block, shared = wgmma.launch_geometry(problem, PINGPONG, 132)
     # Persistent: at most a CTA per SM (40 tiles here: 40 CTAs), a producer and two
-    # consumer warpgroups, four stages and a 64-row f32 buffer per consumer.
+    # consumer warpgroups, four stages and a 64-row f32 buffer per consumer (rows padded
+    # to 136 floats: gemm_cost.tc_epilogue_stride).
     assert (grid, block) == (40, 384)
-    assert shared == 4 * (128 + 128) * 64 * 2 + 2 * 64 * 128 * 4
+    assert shared == 4 * (128 + 128) * 64 * 2 + 2 * 64 * 136 * 4
     assert wgmma.launch_geometry(wgmma.GemmProblem(8192, 768, 768), PINGPONG, 132)[0] == 132
     text = wgmma.build_kernel_text("k", problem, PINGPONG, 132)
     # A full and an empty mbarrier per stage (the empty one counts a consumer's four
@@ -119,11 +120,11 @@ def test_cooperative_kernel(layout, tmp_path):
     problem = wgmma.GemmProblem(1000, 520, 264, b_layout=layout)
     grid, block, shared = wgmma.launch_geometry(problem, COOPERATIVE, 132)
     assert (grid, block) == (4 * 5, 384)  # 4 x 5 tiles of 256 x 128
-    assert shared == 4 * (256 + 128) * 64 * 2 + 2 * 32 * 128 * 4
+    assert shared == 4 * (256 + 128) * 64 * 2 + 2 * 32 * 136 * 4
     assert shared <= 227 * 1024 - 1024
     three = wgmma.GemmTile(256, 128, 64, 3, wgmma.COOPERATIVE)
     assert three.epilogue_rows(2) == 64
-    assert wgmma.launch_geometry(problem, three, 132)[2] == 3 * 384 * 64 * 2 + 2 * 64 * 128 * 4
+    assert wgmma.launch_geometry(problem, three, 132)[2] == 3 * 384 * 64 * 2 + 2 * 64 * 136 * 4
     text = wgmma.build_kernel_text("k", problem, COOPERATIVE, 132)
     assert "%c_release = arith.constant 8 : index" in text
     assert "%c_turn_i]" not in text  # no consumer waits for or arrives at the turn
@@ -294,6 +295,36 @@ def test_the_epilogue_passes_are_one_basic_block(shape, tile, tmp_path):
     predicated = [line for line in between if "@p st.global" in line]
     assert (not predicated) if exact else len(predicated) >= 8
     _ptxas_clean(ptx, tmp_path)
+
+
+def _fragment_store_conflict(stride: int) -> int:
+    """The most 4-byte words of one warp's accumulator-fragment store (thread t: row t / 4,
+    columns 8 c + 2 (t % 4) and + 1) that fall in one shared-memory bank, over c."""
+    worst = 0
+    for c in range(16):
+        banks: dict[int, int] = {}
+        for t in range(32):
+            word = (t // 4) * stride + 8 * c + 2 * (t % 4)
+            for w in (word, word + 1):
+                banks[w % 32] = banks.get(w % 32, 0) + 1
+        worst = max(worst, max(banks.values()))
+    return worst
+
+
+def test_the_epilogue_buffer_rows_are_padded_against_bank_conflicts():
+    """A persistent consumer stores its accumulator fragments into rows padded by
+    `tc_epilogue_stride`: 64 words a warp in 32 banks, two each, the least there can be;
+    unpadded 128-float rows put all eight rows of a warp's store on the same eight banks
+    (8-way, ncu's excessive shared wavefronts on GPT-2's fc GEMM)."""
+    from fusec.passes.gemm_cost import tc_epilogue_stride
+
+    assert _fragment_store_conflict(128) == 8
+    for bn in range(8, 257, 8):
+        stride = tc_epilogue_stride(bn)
+        assert bn <= stride < bn + 32 and stride % 32 == 8
+        assert _fragment_store_conflict(stride) == 2, bn
+    text = wgmma.build_kernel_text("k", wgmma.GemmProblem(8192, 3072, 768), PINGPONG, 132)
+    assert "memref<128x136xf32, #gpu.address_space<workgroup>>" in text
 
 
 class _Bias:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from fusec.compiler.targets.cuda.device import CudaCodegenError
-from fusec.passes.gemm_cost import TC_COOPERATIVE, TC_PINGPONG
+from fusec.passes.gemm_cost import TC_COOPERATIVE, TC_PINGPONG, tc_epilogue_stride
 
 # Element types wgmma takes from shared memory with f32 accumulation.
 MMA_INPUTS = {"bf16": 2, "f16": 2}
@@ -97,7 +97,8 @@ class GemmTile:
         memory 64 rows at a time, or 32 where 64 would not fit beside the stages (the
         cooperative schedule's fourth stage)."""
         stages = self.stages * self.stage_bytes(element_bytes)
-        return 64 if stages + CONSUMERS * 64 * self.bn * 4 <= DYNAMIC_SHARED_LIMIT else 32
+        row = tc_epilogue_stride(self.bn) * 4
+        return 64 if stages + CONSUMERS * 64 * row <= DYNAMIC_SHARED_LIMIT else 32
 
     def shared_bytes(self, element_bytes: int) -> int:
         """Dynamic shared memory: the stages, or the f32 accumulator tile if larger (the
@@ -106,7 +107,7 @@ class GemmTile:
         (`epilogue_rows` f32 rows of each consumer's 128 at a time)."""
         if self.schedule in PERSISTENT:
             return self.stages * self.stage_bytes(element_bytes) + \
-                CONSUMERS * self.epilogue_rows(element_bytes) * self.bn * 4
+                CONSUMERS * self.epilogue_rows(element_bytes) * tc_epilogue_stride(self.bn) * 4
         return max(self.stages * self.stage_bytes(element_bytes), self.bm * self.bn * 4)
 
 
@@ -784,7 +785,8 @@ def pingpong_kernel_text(name: str, problem: GemmProblem, tile: GemmTile, ctas: 
     # an m64 half goes out in two parts, warps 0-1's rows then warps 2-3's.
     er = t.epilogue_rows(eb)
     parts = 64 // er
-    ebuf_type = f"memref<{CONSUMERS * er}x{t.bn}xf32, {ws}>"
+    # Rows padded (`tc_epilogue_stride`): the fragments' stores free of bank conflicts.
+    ebuf_type = f"memref<{CONSUMERS * er}x{tc_epilogue_stride(t.bn)}xf32, {ws}>"
     emit(f"    %c_half_rows = arith.constant {er} : index")
     emit("    %erow0 = arith.muli %wg, %c_half_rows : index")
     emit(f"    %ebuf = memref.view %smem[%c_epi][] : memref<?xi8, {ws}> to {ebuf_type}")
