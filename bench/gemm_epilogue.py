@@ -3,9 +3,11 @@ with a bias, bias + ReLU and bias + GELU(tanh), against torch's F.linear (cuBLAS
 F.linear + GELU, to see what an epilogue costs the kernel (session 59: the GELU kernel
 takes 8.1 us a 128 x 128 tile an SM, the bias-only QKV GEMM 5.5).
 
-    python bench/gemm_epilogue.py build DIR [--unroll N] [--only NAME ...]
-        here: DIR/<name>_u<N>.so (N: the epilogue's row passes per loop iteration,
-        `gemm_cost.tc_epilogue_unroll`; 0, the default: the model's choice)
+    python bench/gemm_epilogue.py build DIR [--unroll N] [--only NAME ...] [--model]
+        here: DIR/<name>_u<N>.so, our GEMM whatever the model predicts (N: the
+        epilogue's row passes per loop iteration, `gemm_cost.tc_epilogue_unroll`; 0, the
+        default: the model's choice); with --model, DIR/<name>_model.so, the planner's
+        own path (GELU: cuBLASLt's GELU_BIAS epilogue since session 60)
     python3 bench/gemm_epilogue.py run DIR      the GPU: errors against float64, then times
                                                 (interleaved, medians) and TFLOP/s
     python3 bench/gemm_epilogue.py one SO       one call of one build (for ncu)
@@ -38,8 +40,10 @@ def inputs(device: str) -> list[torch.Tensor]:
     return [t.to(device) for t in (x, w, b)]
 
 
-def build(folder: Path, unroll: int, only: list[str] | None) -> dict:
-    """Build the variants into `folder`; return each build's metadata by name."""
+def build(folder: Path, unroll: int, only: list[str] | None, model: bool = False) -> dict:
+    """Build the variants into `folder`; return each build's metadata by name. `model`:
+    the planner's own choice of path (cuBLASLt where predicted faster), as
+    `<name>_model.so`, instead of our GEMM."""
     from fusec.compiler import driver
     from fusec.compiler.frontend import import_torch
     from fusec.compiler.pipeline import CompileOptions
@@ -47,6 +51,11 @@ def build(folder: Path, unroll: int, only: list[str] | None) -> dict:
 
     wrap = _bench().Wrap
     model_unroll = gemm_cost.tc_epilogue_unroll
+    model_prefer = gemm_cost.prefer_tc_gemm
+    # Our GEMM whatever the model predicts for cuBLASLt (which takes GELU as its own
+    # epilogue since session 60): this measures our kernel's epilogue.
+    if not model:
+        gemm_cost.prefer_tc_gemm = lambda ours_s, library_s: True
     if unroll:
         gemm_cost.tc_epilogue_unroll = lambda weighted_ops: unroll
     folder.mkdir(parents=True, exist_ok=True)
@@ -59,12 +68,15 @@ def build(folder: Path, unroll: int, only: list[str] | None) -> dict:
                 text = import_torch(wrap(fn).eval(), *inputs("cpu"))
             meta = driver.compile_text(text, f"<gemm_epilogue {name}>",
                                        CompileOptions(target="cuda"),
-                                       str(folder / f"{name}_u{unroll}.so"))
-            print(name, f"u{unroll}", [k["info"].get("tile") for k in meta["kernels"]],
-                  [k["kind"] for k in meta["kernels"]])
+                                       str(folder / (f"{name}_model.so" if model
+                                                     else f"{name}_u{unroll}.so")))
+            print(name, "model" if model else f"u{unroll}",
+                  [k["info"].get("tile") for k in meta["kernels"]],
+                  [k["info"].get("path") for k in meta["kernels"]])
             metas[name] = meta
     finally:
         gemm_cost.tc_epilogue_unroll = model_unroll
+        gemm_cost.prefer_tc_gemm = model_prefer
     return metas
 
 
@@ -110,9 +122,11 @@ def main() -> None:
     parser.add_argument("path", type=Path)
     parser.add_argument("--unroll", type=int, default=0)
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--model", action="store_true",
+                        help="the planner's path (cuBLASLt where predicted faster)")
     args = parser.parse_args()
     if args.mode == "build":
-        build(args.path, args.unroll, args.only)
+        build(args.path, args.unroll, args.only, args.model)
     elif args.mode == "run":
         run(args.path)
     else:

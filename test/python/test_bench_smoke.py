@@ -80,10 +80,12 @@ def test_bench_gemm_epilogue_builds_its_variants(tmp_path: Path) -> None:
                                                   BENCH.parent / "gemm_epilogue.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    model_unroll = gemm_cost.tc_epilogue_unroll
+    model_unroll, model_prefer = gemm_cost.tc_epilogue_unroll, gemm_cost.prefer_tc_gemm
     metas = [mod.build(tmp_path / f"u{u}", u, ["gelu"])["gelu"] for u in (0, 2)]
     assert gemm_cost.tc_epilogue_unroll is model_unroll
+    assert gemm_cost.prefer_tc_gemm is model_prefer
     for meta in metas:
         assert [k["kind"] for k in meta["kernels"]] == ["epilogue"]
+        assert [k["info"]["path"] for k in meta["kernels"]] == ["tc_gemm"]
     images = [(tmp_path / f"u{u}" / f"gelu_u{u}.so").read_bytes() for u in (0, 2)]
     assert images[0] != images[1]

@@ -14,6 +14,7 @@ from fusec.compiler.targets.cuda.body import (
     cast_types,
     defining,
     evaluate_body,
+    gelu_cone,
     samples,
     single_use,
     unary_kind,
@@ -262,7 +263,18 @@ def absorb_epilogue(mm: ir.Operation, in_type: str, allow_bias: bool
     fused: list[str] = []
     bias_type = None
     reshaped = False
-    while single_use(value):
+    while True:
+        if not {"relu", "gelu"} & set(fused) and cost_model.gelu_in_gemm_epilogue(out_type):
+            # GELU written as several ops (GPT-2's tanh form): cuBLASLt's GELU is that form.
+            cone = gelu_cone(value)
+            if cone is not None and \
+                    str(ir.RankedTensorType(cone[-1].results[0].type).element_type) == out_type:
+                fused.append("gelu")
+                ops += cone
+                value = cone[-1].results[0]
+                continue
+        if not single_use(value):
+            break
         user = next(iter(value.uses)).owner
         user = user.operation if hasattr(user, "operation") else user
         if user.name in RESHAPE_OPS:

@@ -231,32 +231,44 @@ def matrix_layout(view: StridedView, element_bytes: int, output: bool = False
 
 def _result_chain(group: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]] | None:
     """A gemm group's matmul and the ops from its yielded value back to the matmul's result
-    (epilogue generics and layout ops), each op's matmul-side operand followed."""
+    (epilogue generics and layout ops), each op's matmul-side operand followed: where an
+    elementwise op reads several values of its shape (an epilogue written as a DAG, as
+    GPT-2's GELU is), the one that leads back to the matmul."""
     body = group.regions[0].blocks[0]
     mm = next((o for o in group_body_ops(group) if o.name in GEMM_OPS), None)
     if mm is None:
         return None
-    value = list(body.operations)[-1].operands[0]
-    chain: list[ir.Operation] = []
-    while value_key(value) != value_key(mm.results[0]):
-        op = defining(value)
-        if op is None:
+    dead: set = set()  # values known not to lead back to the matmul
+
+    def walk(value: ir.Value) -> list[ir.Operation] | None:
+        if value_key(value) == value_key(mm.results[0]):
+            return []
+        if value_key(value) in dead:
             return None
-        if op.name in RESHAPE_OPS or op.name == "linalg.transpose":
-            value = op.operands[0]
+        op = defining(value)
+        chain = None
+        if op is None:
+            pass
+        elif op.name in RESHAPE_OPS or op.name == "linalg.transpose":
+            rest = walk(op.operands[0])
+            chain = None if rest is None else [op] + rest
         elif op.name == "linalg.generic":
             shape = list(ir.RankedTensorType(op.results[0].type).shape)
             inits = len(op.results)
-            candidates = [v for v in list(op.operands)[:len(op.operands) - inits]
-                          if list(ir.RankedTensorType(v.type).shape) == shape
-                          and defining(v) is not None and defining(v).name != "arith.constant"]
-            if len(candidates) != 1:
-                return None
-            value = candidates[0]
-        else:
-            return None
-        chain.append(op)
-    return mm, chain
+            for v in list(op.operands)[:len(op.operands) - inits]:
+                if list(ir.RankedTensorType(v.type).shape) != shape or defining(v) is None \
+                        or defining(v).name == "arith.constant":
+                    continue
+                rest = walk(v)
+                if rest is not None:
+                    chain = [op] + rest
+                    break
+        if chain is None:
+            dead.add(value_key(value))
+        return chain
+
+    chain = walk(list(body.operations)[-1].operands[0])
+    return None if chain is None else (mm, chain)
 
 
 def result_view(group: ir.Operation, extra: list[ir.Operation] = ()) -> StridedView | None:
