@@ -66,8 +66,9 @@ def decomposition_table() -> dict[Any, Any]:
     - `aten.lstm`: torch's decomposition with oneDNN off (no `mkldnn_rnn_layer`).
     - `aten.elu` (SELU, CELU): expm1 below zero, as torch's kernel.
     - `aten.clamp` of integers by float bounds: in the default float, as torch promotes.
-    - `aten.randint.low` with a negative low: low + randint(0, high - low) (torch-mlir's
-      float-to-int conversion truncates toward zero: biased below zero).
+    - `aten.randint` with a negative low: low + randint(0, high - low) (torch-mlir's
+      float-to-int conversion truncates toward zero: biased below zero); with a float
+      dtype: drawn as int64 and converted (torch-mlir left the uniform float unrounded).
     - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
       `x ** n` by a Python int: in integers (torch-mlir's f64 division, its refusals).
     - integer shifts by a count outside [0, bits): 0 for `<<`, the sign for `>>`, as torch's
@@ -142,6 +143,7 @@ def decomposition_table() -> dict[Any, Any]:
     for op in (aten.embedding_bag.padding_idx, aten.embedding_bag.default):
         table[op] = _weighted_embedding_bag(op)
     table[aten.randint.low] = _randint_from_zero
+    table[aten.randint.default] = _randint_high
     table[aten.index_put.default] = _index_put
     table[aten.index.Tensor] = _index_int64
     table[aten.clamp.default] = _clamp_promoted
@@ -857,15 +859,29 @@ def _isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,
 
 
 def _randint_from_zero(low: int, high: int, size: list[int], **kwargs: Any) -> Any:
-    """randint(low, high) with low < 0 as low + randint(0, high - low): torch-mlir draws a
-    uniform float in [low, high) and converts it to an integer, which truncates toward zero
-    (low never drawn, 0 twice as often); from 0 the truncation is the floor."""
+    """randint(low, high) as torch-mlir draws it right: torch-mlir draws a uniform float in
+    [low, high) and converts it to the integer dtype, which truncates toward zero (with low
+    < 0, low never drawn and 0 twice as often), and for a float dtype does not convert it at
+    all (non-integers). So: with low < 0, low + randint(0, high - low), where truncation is
+    the floor; with a float dtype, drawn as int64 and converted."""
     import torch
 
-    if not isinstance(low, int) or low >= 0:
+    if not isinstance(low, int) or not isinstance(high, int):
+        return NotImplemented
+    dtype = kwargs.get("dtype")
+    floating = dtype is not None and dtype.is_floating_point
+    if low >= 0 and not floating:
         return NotImplemented
     aten = torch.ops.aten
-    return aten.add.Scalar(aten.randint.low(0, high - low, size, **kwargs), low)
+    drawn = aten.randint.low(0, high - low, size, **{**kwargs, "dtype": torch.int64})
+    if low:
+        drawn = aten.add.Scalar(drawn, low)
+    return aten._to_copy.default(drawn, dtype=dtype if dtype is not None else torch.int64)
+
+
+def _randint_high(high: int, size: list[int], **kwargs: Any) -> Any:
+    """`aten.randint.default` (randint(high)): `_randint_from_zero` from 0."""
+    return _randint_from_zero(0, high, size, **kwargs)
 
 
 def _widened_indices(indices: list[Any]) -> list[Any] | None:
