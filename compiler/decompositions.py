@@ -68,7 +68,8 @@ def decomposition_table() -> dict[Any, Any]:
     - `aten.clamp` of integers by float bounds: in the default float, as torch promotes.
     - `aten.randint` with a negative low: low + randint(0, high - low) (torch-mlir's
       float-to-int conversion truncates toward zero: biased below zero); with a float
-      dtype: drawn as int64 and converted (torch-mlir left the uniform float unrounded).
+      dtype: drawn as int64 and converted (torch-mlir left the uniform float unrounded);
+      `aten.randint_like` (which torch-mlir cannot lower) as randint of the input's shape.
     - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
       `x ** n` by a Python int: in integers (torch-mlir's f64 division, its refusals).
     - integer shifts by a count outside [0, bits): 0 for `<<`, the sign for `>>`, as torch's
@@ -144,6 +145,8 @@ def decomposition_table() -> dict[Any, Any]:
         table[op] = _weighted_embedding_bag(op)
     table[aten.randint.low] = _randint_from_zero
     table[aten.randint.default] = _randint_high
+    table[aten.randint_like.default] = _randint_like
+    table[aten.randint_like.low_dtype] = _randint_like
     table[aten.index_put.default] = _index_put
     table[aten.index.Tensor] = _index_int64
     table[aten.clamp.default] = _clamp_promoted
@@ -882,6 +885,22 @@ def _randint_from_zero(low: int, high: int, size: list[int], **kwargs: Any) -> A
 def _randint_high(high: int, size: list[int], **kwargs: Any) -> Any:
     """`aten.randint.default` (randint(high)): `_randint_from_zero` from 0."""
     return _randint_from_zero(0, high, size, **kwargs)
+
+
+def _randint_like(x: Any, *bounds: int, **kwargs: Any) -> Any:
+    """`aten.randint_like` (`.default`: high; `.low_dtype`: low, high), which torch-mlir
+    cannot lower: randint of x's shape in x's dtype (or the one asked for)."""
+    import torch
+
+    low, high = (0, bounds[0]) if len(bounds) == 1 else bounds[:2]
+    if not isinstance(low, int) or not isinstance(high, int):
+        return NotImplemented
+    dtype = kwargs.get("dtype") or x.dtype
+    size = list(x.shape)
+    drawn = _randint_from_zero(low, high, size, dtype=dtype, device=x.device)
+    if drawn is NotImplemented:
+        drawn = torch.ops.aten.randint.low(low, high, size, dtype=dtype, device=x.device)
+    return drawn
 
 
 def _widened_indices(indices: list[Any]) -> list[Any] | None:

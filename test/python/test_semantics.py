@@ -304,6 +304,24 @@ def test_randint_with_a_float_dtype_draws_integers(dtype, low):
     assert np.all(np.abs(counts - n / k) < 5 * np.sqrt(n / k * (k - 1) / k)), counts.tolist()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_randint_like_draws_integers_of_the_input_shape(dtype):
+    """`torch.randint_like` was refused (torch-mlir cannot lower `aten.randint_like`)."""
+    n = 40000
+    x = torch.zeros(4, n // 4, dtype=dtype)
+    for bounds in ((5,), (-2, 3)):
+        compiled = fusec.compile(Fn(lambda x: x + torch.randint_like(x, *bounds)).eval(), x,
+                                 cache=False)
+        values = np.asarray(compiled(x), dtype=np.float64)
+        assert values.shape == (4, n // 4)
+        low, high = (0, bounds[0]) if len(bounds) == 1 else bounds
+        assert np.all(values == np.floor(values))
+        assert values.min() == low and values.max() == high - 1
+        counts = np.bincount((values - low).astype(np.int64).ravel(), minlength=high - low)
+        k = high - low
+        assert np.all(np.abs(counts - n / k) < 5 * np.sqrt(n / k * (k - 1) / k)), counts
+
+
 def test_index_writes_wrap_negative_indices_and_take_boolean_masks():
     """`y[i] = v`, `index_put(accumulate=True)` with i = -1 raised IndexError (fusec's check)
     where torch wraps; `y[mask] = 0.0` was refused (nonzero's data-dependent shape); `x[i]`
