@@ -70,6 +70,8 @@ def decomposition_table() -> dict[Any, Any]:
       float-to-int conversion truncates toward zero: biased below zero); with a float
       dtype: drawn as int64 and converted (torch-mlir left the uniform float unrounded);
       `aten.randint_like` (which torch-mlir cannot lower) as randint of the input's shape.
+    - `aten.uniform` / `rand` / `rand_like` in bf16, f16 and f32: k * 2^-bits below 1, as
+      torch draws them (torch-mlir's f64 draw rounded to bf16 gave 1.0 once in 500).
     - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
       `x ** n` by a Python int: in integers (torch-mlir's f64 division, its refusals).
     - integer shifts by a count outside [0, bits): 0 for `<<`, the sign for `>>`, as torch's
@@ -147,6 +149,9 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.randint.default] = _randint_high
     table[aten.randint_like.default] = _randint_like
     table[aten.randint_like.low_dtype] = _randint_like
+    table[aten.uniform.default] = _uniform
+    table[aten.rand.default] = _rand
+    table[aten.rand_like.default] = _rand_like
     table[aten.index_put.default] = _index_put
     table[aten.index.Tensor] = _index_int64
     table[aten.clamp.default] = _clamp_promoted
@@ -885,6 +890,55 @@ def _randint_from_zero(low: int, high: int, size: list[int], **kwargs: Any) -> A
 def _randint_high(high: int, size: list[int], **kwargs: Any) -> Any:
     """`aten.randint.default` (randint(high)): `_randint_from_zero` from 0."""
     return _randint_from_zero(0, high, size, **kwargs)
+
+
+# Significand bits of the float dtypes a uniform draw is made in below f64: torch draws
+# k * 2^-bits, k uniform in [0, 2^bits) (so that a draw is exact in the dtype and below 1).
+_UNIFORM_BITS = {"torch.bfloat16": 8, "torch.float16": 11, "torch.float32": 24}
+
+
+def _uniform_draw(size: list[int], dtype: Any, device: Any, low: float = 0.0,
+                  high: float = 1.0) -> Any:
+    """A uniform draw in [low, high) of `dtype` as torch makes it: k * 2^-bits in f64 (k
+    the floor of torch-mlir's f64 draw times 2^bits, at most 2^bits - 1), scaled and
+    converted. torch-mlir draws in f64 and rounds to the dtype, so bf16's `torch.rand` was
+    exactly 1.0 about once in 500 draws (f32's once in 2^25)."""
+    import torch
+
+    bits = _UNIFORM_BITS.get(str(dtype))
+    if bits is None:
+        return NotImplemented
+    aten = torch.ops.aten
+    draw = aten.uniform.default(
+        aten.empty.memory_format(size, dtype=torch.float64, device=device), 0.0, 1.0)
+    k = aten.clamp_max.default(aten.floor.default(aten.mul.Tensor(draw, 2.0 ** bits)),
+                               2.0 ** bits - 1)
+    value = aten.mul.Tensor(k, 2.0 ** -bits)
+    if (low, high) != (0.0, 1.0):
+        value = aten.add.Tensor(aten.mul.Tensor(value, high - low), low)
+    return aten._to_copy.default(value, dtype=dtype)
+
+
+def _uniform(x: Any, low: float = 0.0, high: float = 1.0, generator: Any = None) -> Any:
+    """`aten.uniform` (`x.uniform_()`, what `rand` becomes) in a float dtype below f64."""
+    if generator is not None:
+        return NotImplemented
+    return _uniform_draw(list(x.shape), x.dtype, x.device, float(low), float(high))
+
+
+def _rand(size: list[int], generator: Any = None, **kwargs: Any) -> Any:
+    """`aten.rand`: `_uniform_draw` in the dtype asked for (torch's default float)."""
+    import torch
+
+    if generator is not None:
+        return NotImplemented
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    return _uniform_draw(list(size), dtype, kwargs.get("device"))
+
+
+def _rand_like(x: Any, **kwargs: Any) -> Any:
+    """`aten.rand_like`: `_uniform_draw` of x's shape and dtype (or the one asked for)."""
+    return _uniform_draw(list(x.shape), kwargs.get("dtype") or x.dtype, x.device)
 
 
 def _randint_like(x: Any, *bounds: int, **kwargs: Any) -> Any:

@@ -322,6 +322,31 @@ def test_randint_like_draws_integers_of_the_input_shape(dtype):
         assert np.all(np.abs(counts - n / k) < 5 * np.sqrt(n / k * (k - 1) / k)), counts
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("draw", ["rand", "rand_like", "uniform_"])
+def test_rand_in_a_narrow_dtype_stays_below_one(dtype, draw):
+    """torch.rand in bf16 returned exactly 1.0 about once in 500 draws (torch-mlir draws in
+    f64 and rounds to the dtype: [1 - 2^-9, 1) rounds up), where torch's is in [0, 1) (so
+    that `(u * n).long()` is an index and `log(1 - u)` finite). Like torch's, each draw is
+    a multiple of 2^-p (p: the dtype's significand bits) below 1, uniform over them."""
+    n = 1 << 18
+    x = torch.zeros(n, dtype=dtype)
+    fns = {"rand": lambda x: x + torch.rand(n, dtype=dtype),
+           "rand_like": lambda x: x + torch.rand_like(x),
+           "uniform_": lambda x: x + torch.empty_like(x).uniform_()}
+    compiled = fusec.compile(Fn(fns[draw]).eval(), x, cache=False)
+    out = compiled(x)
+    values = (out.double().numpy() if isinstance(out, torch.Tensor) else
+              np.asarray(out, dtype=np.float64))
+    bits = {torch.bfloat16: 8, torch.float16: 11, torch.float32: 24}[dtype]
+    assert values.min() >= 0 and values.max() < 1, values.max()
+    steps = values * 2.0 ** bits
+    assert np.all(steps == np.floor(steps))
+    # Uniform: each of 16 equal bins within 5 sigma of n / 16.
+    counts = np.bincount((values * 16).astype(np.int64), minlength=16)
+    assert np.all(np.abs(counts - n / 16) < 5 * np.sqrt(n / 16 * 15 / 16)), counts.tolist()
+
+
 def test_index_writes_wrap_negative_indices_and_take_boolean_masks():
     """`y[i] = v`, `index_put(accumulate=True)` with i = -1 raised IndexError (fusec's check)
     where torch wraps; `y[mask] = 0.0` was refused (nonzero's data-dependent shape); `x[i]`
