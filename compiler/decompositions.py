@@ -70,6 +70,7 @@ def decomposition_table() -> dict[Any, Any]:
       float-to-int conversion truncates toward zero: biased below zero); with a float
       dtype: drawn as int64 and converted (torch-mlir left the uniform float unrounded);
       `aten.randint_like` (which torch-mlir cannot lower) as randint of the input's shape.
+    - `aten.sort.stable` as `aten.sort.default` (fusec's sort is stable).
     - `aten.uniform` / `rand` / `rand_like` in bf16, f16 and f32: k * 2^-bits below 1, as
       torch draws them (torch-mlir's f64 draw rounded to bf16 gave 1.0 once in 500).
     - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
@@ -150,6 +151,7 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.randint_like.default] = _randint_like
     table[aten.randint_like.low_dtype] = _randint_like
     table[aten.uniform.default] = _uniform
+    table[aten.sort.stable] = _sort_stable
     table[aten.rand.default] = _rand
     table[aten.rand_like.default] = _rand_like
     table[aten.index_put.default] = _index_put
@@ -939,6 +941,16 @@ def _rand(size: list[int], generator: Any = None, **kwargs: Any) -> Any:
 def _rand_like(x: Any, **kwargs: Any) -> Any:
     """`aten.rand_like`: `_uniform_draw` of x's shape and dtype (or the one asked for)."""
     return _uniform_draw(list(x.shape), kwargs.get("dtype") or x.dtype, x.device)
+
+
+def _sort_stable(x: Any, *, stable: bool | None = None, dim: int = -1,
+                 descending: bool = False) -> Any:
+    """`aten.sort.stable` (`sort(stable=True)`, `argsort(stable=True)`), which torch-mlir
+    cannot lower, as `aten.sort.default`: fusec's sort (passes/fusion/lower_tm_tensor.py's
+    merge sort) is stable whatever `stable` says."""
+    import torch
+
+    return torch.ops.aten.sort.default(x, dim, descending)
 
 
 def _randint_like(x: Any, *bounds: int, **kwargs: Any) -> Any:

@@ -347,6 +347,17 @@ def test_rand_in_a_narrow_dtype_stays_below_one(dtype, draw):
     assert np.all(np.abs(counts - n / 16) < 5 * np.sqrt(n / 16 * 15 / 16)), counts.tolist()
 
 
+def test_stable_sort_and_argsort():
+    """`sort(stable=True)` and `argsort(stable=True)` (MoE token routing's) were refused
+    (torch-mlir cannot lower `aten.sort.stable`). Rows of many ties, both directions: the
+    indices exactly torch's stable ones."""
+    x = torch.randint(0, 4, (3, 301), generator=torch.Generator().manual_seed(5)).float()
+    for descending in (False, True):
+        _check(lambda x: torch.sort(x, dim=-1, descending=descending, stable=True).indices, x)
+        _check(lambda x: torch.sort(x, dim=1, descending=descending, stable=True).values, x)
+        _check(lambda x: torch.argsort(x, dim=0, descending=descending, stable=True), x)
+
+
 def test_index_writes_wrap_negative_indices_and_take_boolean_masks():
     """`y[i] = v`, `index_put(accumulate=True)` with i = -1 raised IndexError (fusec's check)
     where torch wraps; `y[mask] = 0.0` was refused (nonzero's data-dependent shape); `x[i]`
