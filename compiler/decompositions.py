@@ -70,7 +70,8 @@ def decomposition_table() -> dict[Any, Any]:
       float-to-int conversion truncates toward zero: biased below zero); with a float
       dtype: drawn as int64 and converted (torch-mlir left the uniform float unrounded);
       `aten.randint_like` (which torch-mlir cannot lower) as randint of the input's shape.
-    - `aten.sort.stable` as `aten.sort.default` (fusec's sort is stable).
+    - `aten.sort.stable` as `aten.sort.default` (fusec's sort is stable); `aten.median`
+      (all elements) by it; `aten.hypot` as C's hypot computes it (no overflow).
     - `aten.uniform` / `rand` / `rand_like` in bf16, f16 and f32: k * 2^-bits below 1, as
       torch draws them (torch-mlir's f64 draw rounded to bf16 gave 1.0 once in 500).
     - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
@@ -152,6 +153,8 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.randint_like.low_dtype] = _randint_like
     table[aten.uniform.default] = _uniform
     table[aten.sort.stable] = _sort_stable
+    table[aten.hypot.default] = _hypot
+    table[aten.median.default] = _median
     table[aten.rand.default] = _rand
     table[aten.rand_like.default] = _rand_like
     table[aten.index_put.default] = _index_put
@@ -941,6 +944,40 @@ def _rand(size: list[int], generator: Any = None, **kwargs: Any) -> Any:
 def _rand_like(x: Any, **kwargs: Any) -> Any:
     """`aten.rand_like`: `_uniform_draw` of x's shape and dtype (or the one asked for)."""
     return _uniform_draw(list(x.shape), kwargs.get("dtype") or x.dtype, x.device)
+
+
+def _hypot(x: Any, y: Any) -> Any:
+    """`aten.hypot` (torch-mlir cannot lower it) as C's hypot computes it: the larger
+    magnitude times sqrt(1 + (smaller / larger)^2), so that 1e30 in f32 does not overflow
+    where sqrt(x^2 + y^2) would; 0 where both are 0; inf where either is infinite, even
+    beside a NaN; NaN otherwise where either is."""
+    import torch
+
+    aten = torch.ops.aten
+    a, b = aten.abs.default(x), aten.abs.default(y)
+    big, small = aten.maximum.default(a, b), aten.minimum.default(a, b)
+    ratio = aten.where.self(aten.eq.Scalar(big, 0), aten.zeros_like.default(big),
+                            aten.div.Tensor(small, big))
+    value = aten.mul.Tensor(big, aten.sqrt.default(
+        aten.add.Scalar(aten.mul.Tensor(ratio, ratio), 1)))
+    infinite = aten.logical_or.default(aten.isinf.default(a), aten.isinf.default(b))
+    return aten.where.self(infinite, aten.full_like.default(value, float("inf")), value)
+
+
+def _median(x: Any) -> Any:
+    """`aten.median.default` (torch-mlir cannot lower it): the lower of the two middle
+    values of all elements, NaN where any is NaN (fusec's sort puts NaN last, as torch's)."""
+    import torch
+
+    aten = torch.ops.aten
+    flat = aten.reshape.default(x, [-1])
+    n = flat.shape[0]
+    if n == 0:
+        return NotImplemented
+    ordered = aten.sort.default(flat, 0, False)[0]
+    middle = aten.select.int(ordered, 0, (n - 1) // 2)
+    return aten.where.self(aten.isnan.default(aten.select.int(ordered, 0, n - 1)),
+                           aten.select.int(ordered, 0, n - 1), middle)
 
 
 def _sort_stable(x: Any, *, stable: bool | None = None, dim: int = -1,

@@ -358,6 +358,22 @@ def test_stable_sort_and_argsort():
         _check(lambda x: torch.argsort(x, dim=0, descending=descending, stable=True), x)
 
 
+def test_hypot_and_median():
+    """`torch.hypot` and `torch.median` were refused (torch-mlir cannot lower them).
+    hypot: no overflow at 1e30 in f32, inf beside NaN, 0 of zeros, broadcasting; median:
+    the lower middle of an even count, NaN where any is NaN."""
+    x = torch.tensor([3.0, 1e30, -0.0, INF, NAN, -INF, 5e-39, 2.0])
+    y = torch.tensor([4.0, 1e30, 0.0, NAN, 1.0, 2.0, 5e-39, -0.0])
+    _check(torch.hypot, x, y)
+    _check(lambda x: torch.hypot(x, torch.tensor(2.5)), x)
+    g = torch.Generator().manual_seed(2)
+    v = torch.randn(6, 7, generator=g)
+    _check(torch.median, v)
+    _check(torch.median, v[:, :4].contiguous())
+    _check(torch.median, torch.tensor([1.0, NAN, -2.0, 0.5]))
+    _check(torch.median, torch.tensor([3, -1, 4, 1, -5, 9], dtype=torch.int64))
+
+
 def test_index_writes_wrap_negative_indices_and_take_boolean_masks():
     """`y[i] = v`, `index_put(accumulate=True)` with i = -1 raised IndexError (fusec's check)
     where torch wraps; `y[mask] = 0.0` was refused (nonzero's data-dependent shape); `x[i]`
