@@ -975,9 +975,9 @@ def _median(x: Any) -> Any:
     if n == 0:
         return NotImplemented
     ordered = aten.sort.default(flat, 0, False)[0]
-    middle = aten.select.int(ordered, 0, (n - 1) // 2)
-    return aten.where.self(aten.isnan.default(aten.select.int(ordered, 0, n - 1)),
-                           aten.select.int(ordered, 0, n - 1), middle)
+    last = aten.select.int(ordered, 0, n - 1)
+    return aten.where.self(aten.isnan.default(last), last,
+                           aten.select.int(ordered, 0, (n - 1) // 2))
 
 
 def _sort_stable(x: Any, *, stable: bool | None = None, dim: int = -1,

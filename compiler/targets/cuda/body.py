@@ -26,6 +26,7 @@ from fusec.compiler.targets.cuda.device import CudaCodegenError
 
 GEMM_OPS = ("linalg.matmul", "linalg.batch_matmul")
 from fusec.passes.grouping import RESHAPE_OPS  # noqa: E402,F401 - the rooms import it here
+from fusec.passes.grouping import use_owner  # noqa: E402
 def defining(value: ir.Value) -> ir.Operation | None:
     from fusec.passes.grouping import defining_op
 
@@ -138,11 +139,6 @@ def _elementwise_like(op: ir.Operation, shape: list[int]) -> bool:
         all(list(ir.RankedTensorType(v.type).shape) == shape for v in op.operands)
 
 
-def _owner(use: Any) -> ir.Operation:
-    owner = use.owner
-    return owner.operation if hasattr(owner, "operation") else owner
-
-
 def gelu_cone(value: ir.Value, limit: int = 32) -> list[ir.Operation] | None:
     """The elementwise ops computing GELU of `value` as a DAG of several ops (GPT-2's tanh
     form after its cast to f32: x feeds both x^3 and the final product, so no op alone is
@@ -158,7 +154,7 @@ def gelu_cone(value: ir.Value, limit: int = 32) -> list[ir.Operation] | None:
     shape = list(ir.RankedTensorType(value.type).shape)
     inside: list[ir.Operation] = []
     known = {value_key(value)}
-    frontier = [_owner(u) for u in value.uses]
+    frontier = [use_owner(u) for u in value.uses]
     progress = True
     while progress and len(inside) < limit:
         progress = False
@@ -170,25 +166,32 @@ def gelu_cone(value: ir.Value, limit: int = 32) -> list[ir.Operation] | None:
                 continue
             inside.append(op)
             known.add(value_key(op.results[0]))
-            frontier += [_owner(u) for u in op.results[0].uses]
+            frontier += [use_owner(u) for u in op.results[0].uses]
             progress = True
     x = samples()
     gelu = 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2.0)))
+    # Every op's values on the samples, each evaluated once (in order, so its inputs are
+    # there); one the evaluator cannot take is left out, and so is whatever reads it.
+    env = {value_key(value): x}
+    for op in inside:
+        ins = [env.get(value_key(v)) for v in list(op.operands)[:len(op.operands) - 1]]
+        if any(i is None for i in ins):
+            continue
+        try:
+            env[value_key(op.results[0])] = evaluate_body(op, ins + [np.zeros_like(x)])
+        except CudaCodegenError:
+            continue
     best = None
     for end in range(len(inside)):
         cone = _cone(inside[:end + 1])
         # Nothing but the cone reads `value` (the GEMM writes the GELU only).
         if cone is None or len(cone) < 2 or \
-                not all(any(_owner(u) == o for o in cone) for u in value.uses):
+                not all(any(use_owner(u) == o for o in cone) for u in value.uses):
             continue
-        env = {value_key(value): x}
-        try:
-            for op in cone:
-                ins = [env[value_key(v)] for v in list(op.operands)[:len(op.operands) - 1]]
-                env[value_key(op.results[0])] = evaluate_body(op, ins + [np.zeros_like(x)])
-        except CudaCodegenError:
+        y = env.get(value_key(cone[-1].results[0]))
+        if y is None:
             continue
-        y = np.asarray(env[value_key(cone[-1].results[0])], dtype=float)
+        y = np.asarray(y, dtype=float)
         if y.shape == x.shape and np.allclose(y, gelu, rtol=1e-2, atol=1e-2):
             best = cone
     return best
@@ -205,9 +208,8 @@ def _cone(ops: list[ir.Operation]) -> list[ir.Operation] | None:
             cone.append(op)
             need |= {value_key(v) for v in op.operands}
     cone.reverse()
-    members = cone[:-1]
-    for op in members:
-        if not all(any(_owner(u) == o for o in cone) for u in op.results[0].uses):
+    for op in cone[:-1]:
+        if not all(any(use_owner(u) == o for o in cone) for u in op.results[0].uses):
             return None
     return cone
 
