@@ -65,14 +65,20 @@ def _cast(model, inputs, dtype: str):
     return model, tuple(x.to(dt) if x.is_floating_point() else x for x in inputs)
 
 
-def build(folder: Path, size: str, dtype: str, names: list[str], off: list[str] = ()) -> int:
-    """`off`: CudaOptions fields turned off (an A/B's base: `--off gemm_siblings`)."""
+def build(folder: Path, size: str, dtype: str, names: list[str], off: list[str] = (),
+          set_: list[str] = ()) -> int:
+    """`off`: CudaOptions fields turned off (an A/B's base: `--off gemm_siblings`); `set_`:
+    fields given values, FIELD=VALUE (`--set dependent_launch=off`)."""
     import torch
 
     import fusec
     from fusec.compiler.targets.cuda.options import CudaOptions
 
-    cuda = CudaOptions(**{name: False for name in off}) if off else None
+    given = {name: False for name in off}
+    for item in set_:
+        field, _, value = item.partition("=")
+        given[field] = value
+    cuda = CudaOptions(**given) if given else None
 
     folder.mkdir(parents=True, exist_ok=True)
     failures = 0
@@ -110,8 +116,17 @@ def build(folder: Path, size: str, dtype: str, names: list[str], off: list[str] 
     return failures
 
 
+def _bases(given: list[str] | None) -> list[tuple[str, Path]]:
+    """`--base` folders as (label, folder): DIR is fusec_base, LABEL=DIR is fusec_LABEL."""
+    out = []
+    for item in given or []:
+        label, _, folder = item.rpartition("=")
+        out.append((f"fusec_{label}" if label else "fusec_base", Path(folder)))
+    return out
+
+
 def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = False,
-        base: Path | None = None) -> int:
+        base: list[str] | None = None) -> int:
     import torch
 
     import fusec.runtime as rt
@@ -172,11 +187,13 @@ def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = 
             runs = {"eager": eager, "inductor": lambda: compiled(*xs), "fusec": fusec_call}
             row["err"] = {"eager": rel_err(eager(), ref), "inductor": rel_err(ind_out, ref),
                           "fusec": rel_err(fusec_call(), ref)}
-            if base is not None and (base / f"{name}.so").exists():
+            for label, other_dir in _bases(base):
+                if not (other_dir / f"{name}.so").exists():
+                    continue
                 # Another build of the same model (an A/B of a change), in the same process.
-                other = rt.load(base / f"{name}.so")
-                runs["fusec_base"] = lambda: other(*weights, *xs)
-                row["err"]["fusec_base"] = rel_err(runs["fusec_base"](), ref)
+                other = rt.load(other_dir / f"{name}.so")
+                runs[label] = lambda other=other: other(*weights, *xs)
+                row["err"][label] = rel_err(runs[label](), ref)
             # Interleaved rounds: a GPU under sustained load slows down (bench/gpu.py).
             row["ms"] = interleaved_ms(runs, reps)
             row["kernels"] = {k: count_kernels(fn) for k, fn in runs.items()}
@@ -225,14 +242,16 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--only", nargs="*", default=[])
     b.add_argument("--off", nargs="*", default=[],
                    help="CudaOptions fields to turn off (e.g. gemm_siblings: an A/B's base)")
+    b.add_argument("--set", nargs="*", default=[], dest="set_", metavar="FIELD=VALUE",
+                   help="CudaOptions string fields to set (e.g. dependent_launch=off)")
     r = sub.add_parser("run")
     r.add_argument("dir", type=Path)
     r.add_argument("out", type=Path)
     r.add_argument("--reps", type=int, default=50)
     r.add_argument("--only", nargs="*", default=[])
-    r.add_argument("--base", type=Path, default=None,
-                   help="a folder of another build of the same models, timed beside as "
-                        "fusec_base (an A/B of a change)")
+    r.add_argument("--base", nargs="*", default=[],
+                   help="folders of other builds of the same models, timed beside as "
+                        "fusec_base (DIR) or fusec_LABEL (LABEL=DIR): an A/B of a change")
     r.add_argument("--check-only", action="store_true",
                    help="run fusec against float64 only (no timing, no Inductor): for "
                    "compute-sanitizer")
@@ -251,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(args.only) - set(zoo.ZOO)
         if unknown:
             p.error(f"unknown model(s): {', '.join(sorted(unknown))}")
-        build(args.dir, args.size, args.dtype, args.only, args.off)
+        build(args.dir, args.size, args.dtype, args.only, args.off, args.set_)
         return 0
     return run(args.dir, args.out, args.reps, args.only, args.check_only, args.base)
 

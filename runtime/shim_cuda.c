@@ -82,6 +82,25 @@ typedef struct CUevent_st *CUevent;
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 #define CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT 9
 #define CUDA_ERROR_NOT_FOUND 500
+/* cuLaunchKernelEx's configuration (cuda.h's layout), for the one attribute fusec sets. */
+#define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+typedef struct {
+  int id;
+  char pad[4];
+  union {
+    char pad[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+} CUlaunchAttribute;
+typedef struct {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared;
+  CUstream stream;
+  CUlaunchAttribute *attrs;
+  unsigned num_attrs;
+} CUlaunchConfig;
+_Static_assert(sizeof(CUlaunchAttribute) == 72, "cuda.h's CUlaunchAttribute is 72 bytes");
+_Static_assert(offsetof(CUlaunchConfig, attrs) == 40 && sizeof(CUlaunchConfig) == 56,
+               "cuda.h's CUlaunchConfig layout");
 
 static struct {
   CUresult (*Init)(unsigned);
@@ -94,6 +113,7 @@ static struct {
   CUresult (*FuncSetAttribute)(CUfunction, int, int);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, CUstream, void **, void **);
+  CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
   CUresult (*MemAlloc)(CUdeviceptr *, size_t);
   CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
@@ -195,6 +215,8 @@ static int fusec_load_driver(void) {
   FUSEC_SYM(GraphLaunch, "cuGraphLaunch");
   FUSEC_SYM(GraphExecDestroy, "cuGraphExecDestroy");
   FUSEC_SYM(GraphDestroy, "cuGraphDestroy");
+  /* Programmatic dependent launch (CUDA 12+ drivers); without it, ordinary launches. */
+  *(void **)&cu.LaunchKernelEx = dlsym(lib, "cuLaunchKernelEx");
   /* The profiler's (fusec_profile_enable); a run without it never needs them. */
   *(void **)&cu.EventCreate = dlsym(lib, "cuEventCreate");
   *(void **)&cu.EventRecord = dlsym(lib, "cuEventRecord");
@@ -741,9 +763,20 @@ static int fusec_launch_all(const fusec_cuda_program *p, void **inputs, void **o
     }
     snprintf(what, sizeof what, "cuLaunchKernel(%s, launch %d, grid %u, block %u)", name, k,
              l->grid, l->block);
-    FUSEC_CHECK(cu.LaunchKernel(fusec_functions[l->kernel], l->grid, 1, 1, l->block, 1, 1,
-                                l->shared, stream, params, NULL),
-                what);
+    if (p->dependent_launch && cu.LaunchKernelEx) {
+      /* The kernel waits for the one before it itself (griddepcontrol.wait, its first
+       * instruction): it may launch while that one finishes. */
+      CUlaunchAttribute attr;
+      memset(&attr, 0, sizeof attr);
+      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr.value.programmatic_stream_serialization_allowed = 1;
+      CUlaunchConfig config = {l->grid, 1, 1, l->block, 1, 1, l->shared, stream, &attr, 1};
+      FUSEC_CHECK(cu.LaunchKernelEx(&config, fusec_functions[l->kernel], params, NULL), what);
+    } else {
+      FUSEC_CHECK(cu.LaunchKernel(fusec_functions[l->kernel], l->grid, 1, 1, l->block, 1, 1,
+                                  l->shared, stream, params, NULL),
+                  what);
+    }
     if (sync_each) {
       snprintf(what, sizeof what, "kernel %s (launch %d) failed", name, k);
       FUSEC_CHECK(cu.StreamSynchronize(stream), what);

@@ -47,6 +47,8 @@ typedef struct {
   unsigned long long gemm_workspace; /* bytes of cuBLASLt workspace (0: no gemm launches) */
   const char *const *index_messages; /* one per index check, "{index}" where the index goes */
   int num_index_checks;
+  int dependent_launch; /* 1: kernels start with griddepcontrol (launched with the programmatic
+                           stream serialization attribute, dependent_launch.py) */
 } fusec_cuda_program;
 
 /* The model's tables, defined by the generated code. Hidden: the shim's object calls it

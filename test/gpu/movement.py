@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -349,8 +350,11 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
             if not on and (name not in BLOCKS | CNN | REDUCTIONS or name in OPTIONS):
                 continue
             t0 = time.perf_counter()
-            options = CompileOptions(target="cuda", model_name=name,
-                                     cuda=CudaOptions(movement=on, **OPTIONS.get(name, {})))
+            # MOVEMENT_CUDA_OPTIONS='{"field": value}': every case built with these
+            # CudaOptions too (an A/B of one option against a default build).
+            extra = json.loads(os.environ.get("MOVEMENT_CUDA_OPTIONS", "{}"))
+            options = CompileOptions(target="cuda", model_name=name, cuda=CudaOptions(
+                movement=on, **{**OPTIONS.get(name, {}), **extra}))
             try:
                 meta = driver.compile_text(text, f"<movement {name}>", options,
                                            str(folder / f"{name}{suffix}.so"))

@@ -116,6 +116,7 @@ def host_code(program: CudaProgram, blob_dir: Path | None = None) -> str:
     lines.append(f"  {len(plan.inputs)}, {len(plan.outputs)}, fusec_metadata_json,")
     lines.append(f"  {plan.metadata.get('cublaslt_workspace_bytes', 0)}ULL,")
     lines.append(f"  fusec_index_messages, {len(checks)},")
+    lines.append(f"  {int(bool(plan.metadata.get('dependent_launch')))},")
     lines.append("};")
     lines.append("const fusec_cuda_program *fusec_program(void) { return &fusec_the_program; }")
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from fusec.passes import cost_model, gemm_cost
 
 
 GEMM_SCHEDULES = ("model", *gemm_cost.GEMM_SCHEDULES)
+DEPENDENT_LAUNCH = ("at-exit", "after-wait", "at-start", "implicit", "off")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,15 @@ class CudaOptions:
         "family (online softmax, sm_90/sm_90a; attention.py); False: the ops as the "
         "planner groups them (the scores in memory).")})
 
+    dependent_launch: str = field(default="off", metadata={"help": (
+        "Hopper's programmatic dependent launch (sm_90+; dependent_launch.py): every kernel "
+        "waits for the one before it (griddepcontrol.wait) before it touches global memory and "
+        "is launched with the programmatic stream serialization attribute, so that its launch "
+        "overlaps the previous kernel's end. Where each kernel lets the next one launch: "
+        "\"at-exit\" (as each CTA's threads return), \"after-wait\" (first thing after the "
+        "wait), \"at-start\" (before the wait), \"implicit\" (never: as each CTA completes); "
+        "\"off\": ordinary launches.")})
+
     conv_tf32: bool = field(default=False, metadata={"help": (
         "fp32 convolutions' GEMMs with TF32 operands, as torch runs its convolutions by "
         "default (torch.backends.cudnn.allow_tf32 = True); False: exact fp32. The command "
@@ -105,6 +115,9 @@ class CudaOptions:
         "model's; -1: the cache's or the model's). `--tune` sets it.")})
 
     def __post_init__(self) -> None:
+        if self.dependent_launch not in DEPENDENT_LAUNCH:
+            raise FusecError(f"--cuda-dependent-launch: '{self.dependent_launch}' is not one of "
+                             f"{', '.join(DEPENDENT_LAUNCH)}")
         if self.gemm_schedule not in GEMM_SCHEDULES:
             raise FusecError(f"--cuda-gemm-schedule: '{self.gemm_schedule}' is not one of "
                              f"{', '.join(GEMM_SCHEDULES)}")

@@ -26,6 +26,7 @@ from fusec.compiler.targets.cuda.tc_gemm import tc_gemm_launch
 from fusec.compiler.targets.cuda.layouts import VIEW_OFFSET
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.ptx import (
+    dependent_launch,
     fatbin_from_ptx,
     find_cuda_toolkit,
     kernel_arch,
@@ -431,6 +432,8 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
     arch = kernel_arch(kernels, options)
     plan = Plan(target="cuda", buffers=buffers, launches=launches, inputs=inputs,
                 outputs=outputs, metadata={"arch": arch})
+    if dependent_launch(options):
+        plan.metadata["dependent_launch"] = options.dependent_launch
     if gemm_notes:
         plan.metadata["gemm"] = gemm_notes
     if any(k.launch_kind == "gemm" for k in launches):

@@ -14,6 +14,10 @@ from fusec.compiler.targets.cuda.device import (
     KERNEL_MODULE,
     CudaCodegenError,
 )
+from fusec.compiler.targets.cuda.dependent_launch import (
+    add_dependent_launch,
+    supports_dependent_launch,
+)
 from fusec.compiler.targets.cuda.options import CudaOptions
 from mlir.passmanager import PassManager
 
@@ -58,6 +62,12 @@ def kernel_arch(kernels: list[str], options: CudaOptions) -> str:
     if options.arch == "sm_90" and any(has_tensor_core_kernels(k) for k in kernels):
         return "sm_90a"
     return options.arch
+
+
+def dependent_launch(options: CudaOptions) -> bool:
+    """Whether the kernels start with griddepcontrol and launch with the programmatic
+    stream serialization attribute (dependent_launch.py)."""
+    return options.dependent_launch != "off" and supports_dependent_launch(options.arch)
 
 
 def kernel_module_text(kernels: list[str], options: CudaOptions) -> str:
@@ -130,6 +140,8 @@ def lower_kernels(text: str, options: CudaOptions, context: ir.Context,
         try:
             PassManager.parse(to_llvm).run(module.operation)
             align_workgroup_buffers(module)
+            if dependent_launch(options):
+                add_dependent_launch(module, options.dependent_launch)
             if tc:  # grid-constant maps, aligned dynamic shared memory (see wgmma.py)
                 from fusec.compiler.targets.cuda.wgmma import finish_lowered_kernels
 
