@@ -116,5 +116,5 @@ def test_an_unknown_placement_is_refused():
     from fusec.compiler.diagnostics import FusecError
 
     with pytest.raises(FusecError, match="--cuda-dependent-launch: 'early' is not one of "
-                                         "at-exit, after-wait, at-start, implicit, off"):
+                                         "implicit, at-exit, after-wait, at-start, off"):
         CudaOptions(dependent_launch="early")

@@ -16,7 +16,7 @@ from fusec.passes import cost_model, gemm_cost
 
 
 GEMM_SCHEDULES = ("model", *gemm_cost.GEMM_SCHEDULES)
-DEPENDENT_LAUNCH = ("at-exit", "after-wait", "at-start", "implicit", "off")
+DEPENDENT_LAUNCH = ("implicit", "at-exit", "after-wait", "at-start", "off")
 
 
 @dataclass(frozen=True)
@@ -78,14 +78,15 @@ class CudaOptions:
         "family (online softmax, sm_90/sm_90a; attention.py); False: the ops as the "
         "planner groups them (the scores in memory).")})
 
-    dependent_launch: str = field(default="off", metadata={"help": (
+    dependent_launch: str = field(default="implicit", metadata={"help": (
         "Hopper's programmatic dependent launch (sm_90+; dependent_launch.py): every kernel "
         "waits for the one before it (griddepcontrol.wait) before it touches global memory and "
-        "is launched with the programmatic stream serialization attribute, so that its launch "
-        "overlaps the previous kernel's end. Where each kernel lets the next one launch: "
-        "\"at-exit\" (as each CTA's threads return), \"after-wait\" (first thing after the "
-        "wait), \"at-start\" (before the wait), \"implicit\" (never: as each CTA completes); "
-        "\"off\": ordinary launches.")})
+        "is launched with the programmatic stream serialization attribute, so that the launch "
+        "of the next kernel is not left to the end of this one. Where each kernel lets the next "
+        "one launch: \"implicit\" (as each CTA completes: the kernels never overlap, only the "
+        "launch does), \"at-exit\" (as each CTA's threads return), \"after-wait\" (first "
+        "thing after the wait), \"at-start\" (before the wait); \"off\": ordinary "
+        "launches.")})
 
     conv_tf32: bool = field(default=False, metadata={"help": (
         "fp32 convolutions' GEMMs with TF32 operands, as torch runs its convolutions by "
