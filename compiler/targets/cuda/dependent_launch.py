@@ -19,8 +19,9 @@ the same reason.
 Where the trigger goes is the option (`CudaOptions.dependent_launch`), because it decides
 when and where the next kernel's CTAs are placed:
 - "implicit" (the default): no trigger, so each CTA triggers as it completes. The next
-  kernel launches once the last CTA has finished, without waiting for the grid's completion
-  to reach the host's launch queue; the kernels never overlap, only the launch does.
+  kernel is launched as the last CTA finishes, not after the grid's completion (its memory
+  flush included) has been signalled to the stream; the wait covers the flush. The kernels
+  never overlap, only the launch does.
 - "at-exit": before each `return` of the kernel (a warp-specialised kernel's producer
   returns first: once its last loads are issued);
 - "after-wait": first thing after the wait (the next kernel's CTAs placed, waiting, while
