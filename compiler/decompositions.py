@@ -10,6 +10,15 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from fusec.compiler.random_decompositions import (
+    rand,
+    rand_like,
+    randint_from_zero,
+    randint_high,
+    randint_like,
+    uniform,
+)
+
 if TYPE_CHECKING:
     import torch
 
@@ -71,7 +80,8 @@ def decomposition_table() -> dict[Any, Any]:
       dtype: drawn as int64 and converted (torch-mlir left the uniform float unrounded);
       `aten.randint_like` (which torch-mlir cannot lower) as randint of the input's shape.
     - `aten.sort.stable` as `aten.sort.default` (fusec's sort is stable); `aten.median`
-      (all elements) by it; `aten.hypot` as C's hypot computes it (no overflow).
+      (all elements, and along a dim with its indices) by it; `aten.hypot` as C's hypot
+      computes it (no overflow).
     - `aten.uniform` / `rand` / `rand_like` in bf16, f16 and f32: k * 2^-bits below 1, as
       torch draws them (torch-mlir's f64 draw rounded to bf16 gave 1.0 once in 500).
     - `aten.neg` of integers: 0 - x (torch-mlir negates in f32); integer `//`, `fmod` and
@@ -147,16 +157,17 @@ def decomposition_table() -> dict[Any, Any]:
     table[aten.one_hot.default] = _one_hot_checked
     for op in (aten.embedding_bag.padding_idx, aten.embedding_bag.default):
         table[op] = _weighted_embedding_bag(op)
-    table[aten.randint.low] = _randint_from_zero
-    table[aten.randint.default] = _randint_high
-    table[aten.randint_like.default] = _randint_like
-    table[aten.randint_like.low_dtype] = _randint_like
-    table[aten.uniform.default] = _uniform
+    table[aten.randint.low] = randint_from_zero
+    table[aten.randint.default] = randint_high
+    table[aten.randint_like.default] = randint_like
+    table[aten.randint_like.low_dtype] = randint_like
+    table[aten.uniform.default] = uniform
     table[aten.sort.stable] = _sort_stable
     table[aten.hypot.default] = _hypot
     table[aten.median.default] = _median
-    table[aten.rand.default] = _rand
-    table[aten.rand_like.default] = _rand_like
+    table[aten.median.dim] = _median_dim
+    table[aten.rand.default] = rand
+    table[aten.rand_like.default] = rand_like
     table[aten.index_put.default] = _index_put
     table[aten.index.Tensor] = _index_int64
     table[aten.clamp.default] = _clamp_promoted
@@ -871,81 +882,6 @@ def _isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08,
     return aten.logical_or.default(close, within)
 
 
-def _randint_from_zero(low: int, high: int, size: list[int], **kwargs: Any) -> Any:
-    """randint(low, high) as torch-mlir draws it right: torch-mlir draws a uniform float in
-    [low, high) and converts it to the integer dtype, which truncates toward zero (with low
-    < 0, low never drawn and 0 twice as often), and for a float dtype does not convert it at
-    all (non-integers). So: with low < 0, low + randint(0, high - low), where truncation is
-    the floor; with a float dtype, drawn as int64 and converted."""
-    import torch
-
-    if not isinstance(low, int) or not isinstance(high, int):
-        return NotImplemented
-    dtype = kwargs.get("dtype")
-    floating = dtype is not None and dtype.is_floating_point
-    if low >= 0 and not floating:
-        return NotImplemented
-    aten = torch.ops.aten
-    drawn = aten.randint.low(0, high - low, size, **{**kwargs, "dtype": torch.int64})
-    if low:
-        drawn = aten.add.Scalar(drawn, low)
-    return aten._to_copy.default(drawn, dtype=dtype if dtype is not None else torch.int64)
-
-
-def _randint_high(high: int, size: list[int], **kwargs: Any) -> Any:
-    """`aten.randint.default` (randint(high)): `_randint_from_zero` from 0."""
-    return _randint_from_zero(0, high, size, **kwargs)
-
-
-# Significand bits of the float dtypes a uniform draw is made in below f64: torch draws
-# k * 2^-bits, k uniform in [0, 2^bits) (so that a draw is exact in the dtype and below 1).
-_UNIFORM_BITS = {"torch.bfloat16": 8, "torch.float16": 11, "torch.float32": 24}
-
-
-def _uniform_draw(size: list[int], dtype: Any, device: Any, low: float = 0.0,
-                  high: float = 1.0) -> Any:
-    """A uniform draw in [low, high) of `dtype` as torch makes it: k * 2^-bits in f64 (k
-    the floor of torch-mlir's f64 draw times 2^bits, at most 2^bits - 1), scaled and
-    converted. torch-mlir draws in f64 and rounds to the dtype, so bf16's `torch.rand` was
-    exactly 1.0 about once in 500 draws (f32's once in 2^25)."""
-    import torch
-
-    bits = _UNIFORM_BITS.get(str(dtype))
-    if bits is None:
-        return NotImplemented
-    aten = torch.ops.aten
-    draw = aten.uniform.default(
-        aten.empty.memory_format(size, dtype=torch.float64, device=device), 0.0, 1.0)
-    k = aten.clamp_max.default(aten.floor.default(aten.mul.Tensor(draw, 2.0 ** bits)),
-                               2.0 ** bits - 1)
-    value = aten.mul.Tensor(k, 2.0 ** -bits)
-    if (low, high) != (0.0, 1.0):
-        value = aten.add.Tensor(aten.mul.Tensor(value, high - low), low)
-    return aten._to_copy.default(value, dtype=dtype)
-
-
-def _uniform(x: Any, low: float = 0.0, high: float = 1.0, generator: Any = None) -> Any:
-    """`aten.uniform` (`x.uniform_()`, what `rand` becomes) in a float dtype below f64."""
-    if generator is not None:
-        return NotImplemented
-    return _uniform_draw(list(x.shape), x.dtype, x.device, float(low), float(high))
-
-
-def _rand(size: list[int], generator: Any = None, **kwargs: Any) -> Any:
-    """`aten.rand`: `_uniform_draw` in the dtype asked for (torch's default float)."""
-    import torch
-
-    if generator is not None:
-        return NotImplemented
-    dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    return _uniform_draw(list(size), dtype, kwargs.get("device"))
-
-
-def _rand_like(x: Any, **kwargs: Any) -> Any:
-    """`aten.rand_like`: `_uniform_draw` of x's shape and dtype (or the one asked for)."""
-    return _uniform_draw(list(x.shape), kwargs.get("dtype") or x.dtype, x.device)
-
-
 def _hypot(x: Any, y: Any) -> Any:
     """`aten.hypot` (torch-mlir cannot lower it) as C's hypot computes it: the larger
     magnitude times sqrt(1 + (smaller / larger)^2), so that 1e30 in f32 does not overflow
@@ -980,6 +916,32 @@ def _median(x: Any) -> Any:
                            aten.select.int(ordered, 0, (n - 1) // 2))
 
 
+def _median_dim(x: Any, dim: int, keepdim: bool = False) -> Any:
+    """`aten.median.dim` (torch-mlir cannot lower it): along `dim`, the lower of the two
+    middle values and its index, as torch's CPU kernel picks them: among equal values the
+    one a stable sort puts at the middle, and where the slice holds NaN, NaN and the index
+    of its first NaN (a stable sort puts NaN last, in order)."""
+    import torch
+
+    aten = torch.ops.aten
+    if x.dim() == 0:
+        return NotImplemented
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if n == 0:
+        return NotImplemented
+    ordered, order = aten.sort.default(x, dim, False)
+    nans = aten.sum.dim_IntList(aten.isnan.default(x), [dim], True)
+    middle = aten.full_like.default(nans, (n - 1) // 2)
+    # The first NaN's place in the sorted slice: n minus the number of NaN.
+    at = aten.where.self(aten.gt.Scalar(nans, 0), aten.rsub.Scalar(nans, n), middle)
+    values = aten.gather.default(ordered, dim, at)
+    indices = aten.gather.default(order, dim, at)
+    if not keepdim:
+        values, indices = aten.squeeze.dim(values, dim), aten.squeeze.dim(indices, dim)
+    return values, indices
+
+
 def _sort_stable(x: Any, *, stable: bool | None = None, dim: int = -1,
                  descending: bool = False) -> Any:
     """`aten.sort.stable` (`sort(stable=True)`, `argsort(stable=True)`), which torch-mlir
@@ -988,22 +950,6 @@ def _sort_stable(x: Any, *, stable: bool | None = None, dim: int = -1,
     import torch
 
     return torch.ops.aten.sort.default(x, dim, descending)
-
-
-def _randint_like(x: Any, *bounds: int, **kwargs: Any) -> Any:
-    """`aten.randint_like` (`.default`: high; `.low_dtype`: low, high), which torch-mlir
-    cannot lower: randint of x's shape in x's dtype (or the one asked for)."""
-    import torch
-
-    low, high = (0, bounds[0]) if len(bounds) == 1 else bounds[:2]
-    if not isinstance(low, int) or not isinstance(high, int):
-        return NotImplemented
-    dtype = kwargs.get("dtype") or x.dtype
-    size = list(x.shape)
-    drawn = _randint_from_zero(low, high, size, dtype=dtype, device=x.device)
-    if drawn is NotImplemented:
-        drawn = torch.ops.aten.randint.low(low, high, size, dtype=dtype, device=x.device)
-    return drawn
 
 
 def _widened_indices(indices: list[Any]) -> list[Any] | None:
