@@ -901,19 +901,12 @@ def _hypot(x: Any, y: Any) -> Any:
 
 
 def _median(x: Any) -> Any:
-    """`aten.median.default` (torch-mlir cannot lower it): the lower of the two middle
-    values of all elements, NaN where any is NaN (fusec's sort puts NaN last, as torch's)."""
+    """`aten.median.default` (torch-mlir cannot lower it): `_median_dim`'s value over all
+    elements (the lower of the two middle values, NaN where any is NaN)."""
     import torch
 
-    aten = torch.ops.aten
-    flat = aten.reshape.default(x, [-1])
-    n = flat.shape[0]
-    if n == 0:
-        return NotImplemented
-    ordered = aten.sort.default(flat, 0, False)[0]
-    last = aten.select.int(ordered, 0, n - 1)
-    return aten.where.self(aten.isnan.default(last), last,
-                           aten.select.int(ordered, 0, (n - 1) // 2))
+    median = _median_dim(torch.ops.aten.reshape.default(x, [-1]), 0)
+    return median if median is NotImplemented else median[0]
 
 
 def _median_dim(x: Any, dim: int, keepdim: bool = False) -> Any:

@@ -338,6 +338,9 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "cases.json"
     report = json.loads(path.read_text()) if path.exists() else {}
+    # MOVEMENT_CUDA_OPTIONS='{"field": value}': every case built with these CudaOptions too
+    # (an A/B of one option against a default build).
+    extra = json.loads(os.environ.get("MOVEMENT_CUDA_OPTIONS", "{}"))
     for name in CASES:
         if only and name not in only:
             continue
@@ -350,9 +353,6 @@ def build(out_dir: Path, only: list[str] | None = None) -> dict:
             if not on and (name not in BLOCKS | CNN | REDUCTIONS or name in OPTIONS):
                 continue
             t0 = time.perf_counter()
-            # MOVEMENT_CUDA_OPTIONS='{"field": value}': every case built with these
-            # CudaOptions too (an A/B of one option against a default build).
-            extra = json.loads(os.environ.get("MOVEMENT_CUDA_OPTIONS", "{}"))
             options = CompileOptions(target="cuda", model_name=name, cuda=CudaOptions(
                 movement=on, **{**OPTIONS.get(name, {}), **extra}))
             try:
