@@ -452,6 +452,9 @@ class FusecModel:
             if rc:
                 raise RuntimeError(self.lib.fusec_last_error().decode())
 
+        # The call holds raw pointers: it keeps the tensors alive, or a caller that drops
+        # its own references would run on freed (and reused) memory.
+        call.tensors = (list(inputs), list(outputs))
         return call
 
 

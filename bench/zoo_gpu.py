@@ -126,11 +126,11 @@ def _bases(given: list[str] | None) -> list[tuple[str, Path]]:
 
 
 def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = False,
-        base: list[str] | None = None) -> int:
+        base: list[str] | None = None, graphs: bool = False) -> int:
     import torch
 
     import fusec.runtime as rt
-    from gpu import count_kernels, interleaved_ms, rel_err
+    from gpu import FusecModel, count_kernels, interleaved_ms, rel_err
 
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 as torch computes it by default
     rows = []
@@ -167,6 +167,7 @@ def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = 
                 *[x.double() if x.is_floating_point() else x for x in xs])
             weights = [p.detach() for p in model.parameters()]
             artifact = rt.load(folder / f"{name}.so")
+            artifacts = {"fusec": folder / f"{name}.so"}
 
             def fusec_call():
                 return artifact(*weights, *xs)
@@ -179,6 +180,10 @@ def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = 
                 torch.cuda.synchronize()
                 print(f"{name}: fusec err {row['err']['fusec']:.1e}", flush=True)
                 continue
+            # Each model's compiles start from an empty Dynamo cache: models share code (HF's
+            # layers, nn.Module's call), and its recompile limit, reached by earlier models,
+            # would run this one eagerly under Inductor's name.
+            torch._dynamo.reset()
             compiled = torch.compile(model)
             t = time.perf_counter()
             ind_out = compiled(*xs)
@@ -192,8 +197,30 @@ def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = 
                     continue
                 # Another build of the same model (an A/B of a change), in the same process.
                 other = rt.load(other_dir / f"{name}.so")
+                artifacts[label] = other_dir / f"{name}.so"
                 runs[label] = lambda other=other: other(*weights, *xs)
                 row["err"][label] = rel_err(runs[label](), ref)
+            if graphs:
+                # The GPU's time without the host's launches: each fusec build replaying its
+                # launches as one CUDA graph, Inductor with its CUDA graphs (reduce-overhead).
+                # Eager has no graph of its own here. What a slow or busy host adds to every
+                # launch (the plain rows) drops out of these.
+                for label, path in artifacts.items():
+                    bound = FusecModel(path)
+                    outs = bound.outputs_like("cuda")
+                    runs[f"{label}_graph"] = bound.bind([*weights, *xs], outs, graph=True)
+                    runs[f"{label}_graph"]()
+                    torch.cuda.synchronize()
+                    row["err"][f"{label}_graph"] = rel_err(
+                        outs if isinstance(ref, (tuple, list)) else outs[0], ref)
+                overhead = torch.compile(model, mode="reduce-overhead")
+                t = time.perf_counter()
+                for _ in range(3):  # cudagraph trees record on the second or third call
+                    overhead_out = overhead(*xs)
+                torch.cuda.synchronize()
+                row["inductor_graphs_compile_s"] = time.perf_counter() - t
+                row["err"]["inductor_graphs"] = rel_err(overhead_out, ref)
+                runs["inductor_graphs"] = lambda: overhead(*xs)
             # Interleaved rounds: a GPU under sustained load slows down (bench/gpu.py).
             row["ms"] = interleaved_ms(runs, reps)
             row["kernels"] = {k: count_kernels(fn) for k, fn in runs.items()}
@@ -208,7 +235,93 @@ def run(folder: Path, out: Path, reps: int, only: list[str], check_only: bool = 
     (out / "zoo_gpu.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1) + "\n")
     if not check_only:
         print(table(rows))
+        if graphs:
+            print(graph_table(rows))
     return 0
+
+
+def profile(folder: Path, only: list[str], top: int) -> int:
+    """Where each model's GPU time goes: fusec's kernels (by path, and the slowest, with
+    what each fuses) against Inductor's (the slowest by name), from the profiler's kernel
+    durations over 10 calls. The sums are GPU time, so the host's launch cost is out."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    import fusec.runtime as rt
+
+    def kernel_times(fn, calls: int = 10) -> dict[str, float]:
+        fn()
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        totals: dict[str, float] = {}
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                totals[e.name] = totals.get(e.name, 0.0) + e.time_range.elapsed_us() / calls
+        return totals
+
+    for meta_path in sorted(folder.glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        name = meta["name"]
+        if (only and name not in only) or "refused" in meta:
+            continue
+        entry = zoo.ZOO[name]
+        model, _ = entry.build(meta["size"])
+        model, fresh = _cast(model, zoo.fresh_inputs(entry, meta["size"], seed=1), meta["dtype"])
+        model = model.cuda().eval()
+        xs = [x.cuda() for x in fresh]
+        weights = [p.detach() for p in model.parameters()]
+        artifact = rt.load(folder / f"{name}.so")
+        kinds = {k["symbol"]: k for k in artifact.kernels}
+        torch._dynamo.reset()
+        compiled = torch.compile(model)
+        with torch.no_grad():
+            compiled(*xs)
+            ours = kernel_times(lambda: artifact(*weights, *xs))
+            theirs = kernel_times(lambda: compiled(*xs))
+        by_path: dict[str, list[float]] = {}
+        for sym, us in ours.items():
+            k = kinds.get(sym, {})
+            path = k.get("info", {}).get("path", "library") if k else "library (cuBLASLt)"
+            by_path.setdefault(path, [0, 0.0])
+            by_path[path][0] += 1
+            by_path[path][1] += us
+        print(f"== {name}: fusec {sum(ours.values()):.1f} us GPU time in {len(ours)} kernels, "
+              f"Inductor {sum(theirs.values()):.1f} us in {len(theirs)}")
+        for path, (n, us) in sorted(by_path.items(), key=lambda kv: -kv[1][1]):
+            print(f"   fusec {path}: {n} kernels {us:.1f} us")
+        for sym, us in sorted(ours.items(), key=lambda kv: -kv[1])[:top]:
+            k = kinds.get(sym, {})
+            ops = ",".join(o.split(".")[-1] for o in k.get("ops", []))[:110]
+            print(f"   {us:8.1f} us  {k.get('info', {}).get('path', 'library'):9s} "
+                  f"grid {k.get('grid', '')}  {ops or sym[:110]}")
+        print("   Inductor's slowest:")
+        for kname, us in sorted(theirs.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"   {us:8.1f} us  {kname[:120]}")
+        sys.stdout.flush()
+    return 0
+
+
+def graph_table(rows: list[dict]) -> str:
+    """The CUDA graph rows of a `run --graphs`: each fusec build against Inductor's CUDA
+    graphs (mode='reduce-overhead'), all replaying, so the host's launch cost is out."""
+    timed = [r for r in rows if "inductor_graphs" in r.get("ms", {})]
+    labels = sorted({k for r in timed for k in r["ms"] if k.endswith("_graph")},
+                    key=lambda k: (k != "fusec_graph", k))
+    lines = ["| model | " + " | ".join(f"{k} ms" for k in labels) +
+             " | Inductor graphs ms | fusec vs Inductor (graphs) | err fusec / Inductor |",
+             "|" + " --- |" * (len(labels) + 4)]
+    for r in timed:
+        ms = r["ms"]
+        cells = [f"{ms[k]:.3f}" if k in ms else "" for k in labels]
+        lines.append(f"| {r['name']} | " + " | ".join(cells) +
+                     f" | {ms['inductor_graphs']:.3f} | "
+                     f"{ms['inductor_graphs'] / ms['fusec_graph']:.2f}x | "
+                     f"{r['err']['fusec_graph']:.1e} / {r['err']['inductor_graphs']:.1e} |")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict]) -> str:
@@ -255,6 +368,15 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--check-only", action="store_true",
                    help="run fusec against float64 only (no timing, no Inductor): for "
                    "compute-sanitizer")
+    r.add_argument("--graphs", action="store_true",
+                   help="also time each fusec build replaying a CUDA graph (graph=True) and "
+                   "Inductor with CUDA graphs (mode='reduce-overhead'): the GPU's time "
+                   "without the host's launch cost")
+    f = sub.add_parser("profile", help="where the GPU time goes: fusec's kernels by path "
+                       "and the slowest, against Inductor's slowest (the profiler's)")
+    f.add_argument("dir", type=Path)
+    f.add_argument("--only", nargs="*", default=[])
+    f.add_argument("--top", type=int, default=15)
     t = sub.add_parser("table", help="the markdown table of earlier runs' zoo_gpu.json files "
                        "(a model's last row wins)")
     t.add_argument("json", type=Path, nargs="+")
@@ -266,13 +388,16 @@ def main(argv: list[str] | None = None) -> int:
                 rows[(row["size"], row["dtype"], row["name"])] = row
         print(table([rows[k] for k in sorted(rows)]))
         return 0
+    if args.cmd == "profile":
+        return profile(args.dir, args.only, args.top)
     if args.cmd == "build":
         unknown = set(args.only) - set(zoo.ZOO)
         if unknown:
             p.error(f"unknown model(s): {', '.join(sorted(unknown))}")
         build(args.dir, args.size, args.dtype, args.only, args.off, args.set_)
         return 0
-    return run(args.dir, args.out, args.reps, args.only, args.check_only, args.base)
+    return run(args.dir, args.out, args.reps, args.only, args.check_only, args.base,
+               args.graphs)
 
 
 if __name__ == "__main__":

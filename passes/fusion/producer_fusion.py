@@ -306,7 +306,7 @@ class Planner:
             step = Absorption(p, uses, mapping, lost, partial, in_prologue, root_position,
                               _narrowed(cand, self.graph, uses))
             for check in (self._check_gemm_prologue, self._check_gemm_epilogue_operand,
-                          self._check_epilogue_first,
+                          self._check_epilogue_first, self._check_conv_prologue,
                           self._check_matmul_operand,
                           self._check_outside_users,
                           self._check_tiles,
@@ -377,6 +377,27 @@ class Planner:
         return ("epilogue-first", f"it is computed from {source.name}@{source.location}'s "
                 "result: in that contraction's epilogue it runs once per element, in this "
                 "one's prologue once per column tile")
+
+    def _check_conv_prologue(self, cand: Candidate, step: Absorption) -> Refusal:
+        """Where convolutions are GEMM kernels (`cost_model.conv_is_gemm`), an elementwise
+        op computed from a contraction's result (the BatchNorm, ReLU and residual add after
+        a convolution) belongs to that contraction's epilogue, where it runs on the
+        accumulator and the result is stored once, in its own type: in the next
+        convolution's prologue it would run in that one's im2col gather, after the product
+        went to memory in f32 and came back. Other prologues (a pad, an input's
+        normalisation) stay with the gather."""
+        p = step.p
+        if not (step.in_prologue and p.category == ELEMENTWISE) or \
+                not any(cost_model.conv_is_gemm(self.graph.facts[k].name, self.device)
+                        for k in cand.members):
+            return None
+        source = self._contraction_behind(p)
+        if source is None:
+            return None
+        return ("epilogue-first", f"it is computed from {source.name}@{source.location}'s "
+                f"result: in that contraction's GEMM epilogue on {self.device.name} it is "
+                "stored once, where in this convolution's prologue the product would go to "
+                "memory first")
 
     def _contraction_behind(self, p: OpFacts) -> OpFacts | None:
         """The contraction `p` is an elementwise function of (through elementwise ops and

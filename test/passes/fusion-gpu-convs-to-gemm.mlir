@@ -20,6 +20,30 @@
 // CHECK: arith.addf
 // CHECK: math.tanh
 //
+// A 1x1 convolution of stride 1 over one image (rows of 6 x 6 f32, 144 bytes: 16-byte
+// aligned), its init a fill (zero): no gather and no transpose. The filter as stored times
+// the image as its own columns, [F, C] @ [C, H*W]; the product accumulates into a fill of
+// the same value (nothing added after it) and is NCHW by a reshape alone.
+// CHECK-LABEL: func.func @pointwise
+// CHECK: fusion.conv_as_gemm = "linalg.conv_2d_nchw_fchw 1x16x6x6 * 32x16x1x1 as [32, 16] @ [16, 36]: the image as its columns"
+// CHECK-NOT: linalg.conv_2d_nchw_fchw
+// CHECK: tensor.collapse_shape {{.*}} {{\[}}[0, 1], [2, 3]] : tensor<1x16x6x6xf32> into tensor<16x36xf32>
+// CHECK: tensor.collapse_shape {{.*}} : tensor<32x16x1x1xf32> into tensor<32x16xf32>
+// CHECK: linalg.fill ins(%{{.*}} : f32) outs(%{{.*}} : tensor<32x36xf32>)
+// CHECK: linalg.matmul ins({{.*}} : tensor<32x16xf32>, tensor<16x36xf32>)
+// CHECK: tensor.expand_shape {{.*}} into tensor<1x32x6x6xf32>
+// CHECK-NOT: linalg.transpose
+// CHECK-NOT: arith.addf
+// CHECK: fusion.yield
+//
+// What keeps the im2col route: a stride (the columns would be a gather), two images, rows
+// not 16-byte aligned (7 x 7 f32: 196 bytes).
+// CHECK-LABEL: func.func @pointwise_strided
+// CHECK: fusion.conv_as_gemm = "linalg.conv_2d_nchw_fchw 1x16x6x6 * 32x16x1x1 as im2col [9, 16] @ [16, 32]
+// CHECK-LABEL: func.func @pointwise_two_images
+// CHECK: fusion.conv_as_gemm = "linalg.conv_2d_nchw_fchw 2x16x6x6 * 32x16x1x1 as im2col [72, 16] @ [16, 32]
+// CHECK-LABEL: func.func @pointwise_unaligned
+// CHECK: fusion.conv_as_gemm = "linalg.conv_2d_nchw_fchw 1x16x7x7 * 32x16x1x1 as im2col [49, 16] @ [16, 32]
 // A grouped convolution whose window is small enough for the data-movement kernels to
 // unroll per output (2 channels per group x 3 x 3 = 18 points, at most 64): left alone.
 // CHECK-LABEL: func.func @grouped
@@ -57,6 +81,50 @@ func.func @conv(%x: tensor<2x4x9x9xf32>, %w: tensor<8x4x3x3xf32>, %b: tensor<2x8
     fusion.yield %t : tensor<2x8x4x4xf32>
   }
   return %g : tensor<2x8x4x4xf32>
+}
+
+func.func @pointwise(%x: tensor<1x16x6x6xf32>, %w: tensor<32x16x1x1xf32>) -> tensor<1x32x6x6xf32> {
+  %g = fusion.group single (%a = %x : tensor<1x16x6x6xf32>, %f = %w : tensor<32x16x1x1xf32>) -> tensor<1x32x6x6xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<1x32x6x6xf32>
+    %i = linalg.fill ins(%zero : f32) outs(%e : tensor<1x32x6x6xf32>) -> tensor<1x32x6x6xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%a, %f : tensor<1x16x6x6xf32>, tensor<32x16x1x1xf32>) outs(%i : tensor<1x32x6x6xf32>) -> tensor<1x32x6x6xf32>
+    fusion.yield %c : tensor<1x32x6x6xf32>
+  }
+  return %g : tensor<1x32x6x6xf32>
+}
+
+func.func @pointwise_strided(%x: tensor<1x16x6x6xf32>, %w: tensor<32x16x1x1xf32>) -> tensor<1x32x3x3xf32> {
+  %g = fusion.group single (%a = %x : tensor<1x16x6x6xf32>, %f = %w : tensor<32x16x1x1xf32>) -> tensor<1x32x3x3xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<1x32x3x3xf32>
+    %i = linalg.fill ins(%zero : f32) outs(%e : tensor<1x32x3x3xf32>) -> tensor<1x32x3x3xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>} ins(%a, %f : tensor<1x16x6x6xf32>, tensor<32x16x1x1xf32>) outs(%i : tensor<1x32x3x3xf32>) -> tensor<1x32x3x3xf32>
+    fusion.yield %c : tensor<1x32x3x3xf32>
+  }
+  return %g : tensor<1x32x3x3xf32>
+}
+
+func.func @pointwise_two_images(%x: tensor<2x16x6x6xf32>, %w: tensor<32x16x1x1xf32>) -> tensor<2x32x6x6xf32> {
+  %g = fusion.group single (%a = %x : tensor<2x16x6x6xf32>, %f = %w : tensor<32x16x1x1xf32>) -> tensor<2x32x6x6xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<2x32x6x6xf32>
+    %i = linalg.fill ins(%zero : f32) outs(%e : tensor<2x32x6x6xf32>) -> tensor<2x32x6x6xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%a, %f : tensor<2x16x6x6xf32>, tensor<32x16x1x1xf32>) outs(%i : tensor<2x32x6x6xf32>) -> tensor<2x32x6x6xf32>
+    fusion.yield %c : tensor<2x32x6x6xf32>
+  }
+  return %g : tensor<2x32x6x6xf32>
+}
+
+func.func @pointwise_unaligned(%x: tensor<1x16x7x7xf32>, %w: tensor<32x16x1x1xf32>) -> tensor<1x32x7x7xf32> {
+  %g = fusion.group single (%a = %x : tensor<1x16x7x7xf32>, %f = %w : tensor<32x16x1x1xf32>) -> tensor<1x32x7x7xf32> {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<1x32x7x7xf32>
+    %i = linalg.fill ins(%zero : f32) outs(%e : tensor<1x32x7x7xf32>) -> tensor<1x32x7x7xf32>
+    %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%a, %f : tensor<1x16x7x7xf32>, tensor<32x16x1x1xf32>) outs(%i : tensor<1x32x7x7xf32>) -> tensor<1x32x7x7xf32>
+    fusion.yield %c : tensor<1x32x7x7xf32>
+  }
+  return %g : tensor<1x32x7x7xf32>
 }
 
 func.func @grouped(%x: tensor<2x2x2x6x6xf32>, %w: tensor<2x3x2x3x3xf32>, %b: tensor<2x2x3x4x4xf32>) -> tensor<2x2x3x4x4xf32> {

@@ -360,6 +360,29 @@ def test_a_conv_block_is_im2col_a_gemm_and_movement_kernels() -> None:
     assert any(k.info["path"] == "fallback" for k in old)
 
 
+def test_a_bf16_pointwise_conv_block_is_one_gemm_with_its_batchnorm_in_the_epilogue() -> None:
+    """bf16 at batch 1, as a CNN runs for latency: a 1x1 convolution (stride 1) + BatchNorm
+    + ReLU is one kernel, our tensor-core GEMM reading the image itself as its B ([C, H*W],
+    as stored) and running the BatchNorm and the ReLU on the accumulator (its product [F,
+    H*W] seen as [1, F, H, W] by the epilogue: a column reshape that keeps row-major
+    order). A 3x3 convolution stays im2col with the channels last: its gather, the GEMM
+    and the transpose back with BatchNorm and ReLU."""
+    mean, var = torch.randn(64).bfloat16(), (torch.rand(64) + 0.5).bfloat16()
+    x = torch.randn(1, 32, 16, 16).bfloat16()
+    w = torch.randn(64, 32, 1, 1).bfloat16()
+    program, kernels = _program(
+        lambda t: F.relu(F.batch_norm(F.conv2d(t, w), mean, var)), x)
+    assert [k.launch_kind for k in program.plan.launches] == ["kernel"]
+    assert [k.info["path"] for k in kernels] == ["tc_gemm"]
+    epilogue = kernels[0].info["epilogue"]  # BatchNorm's (x - mean) * rstd, the ReLU
+    assert {"subf", "mulf", "relu"} <= set(epilogue), epilogue
+    assert kernels[0].info["b_layout"] == "kn"  # the image's channels are B's rows
+    w3 = torch.randn(64, 32, 3, 3).bfloat16()
+    program, kernels = _program(
+        lambda t: F.relu(F.batch_norm(F.conv2d(t, w3, None, 1, 1), mean, var)), x)
+    assert [k.info["path"] for k in kernels] == ["movement", "tc_gemm", "movement"]
+
+
 def test_pooling_and_depthwise_windows_are_unrolled() -> None:
     """Max-pool 3x3 stride 2 and a depthwise conv 3x3 (bf16: its products summed in f32,
     rounded once): one data-movement kernel each, the window's points unrolled."""
@@ -490,21 +513,23 @@ def test_a_collapse_to_rank_0_reads_index_0() -> None:
 
 
 def test_a_fallback_kernel_that_would_exhaust_the_device_heap_is_refused_located() -> None:
-    """A LLaMA block with the family off: one fallback kernel would malloc 12 MB per GPU
-    thread for 2M threads; malloc returned NULL and the kernel wrote through it (an illegal
-    address on the H200). Refused at compile time now, at the op in the user's source."""
-    import importlib.util
-    from pathlib import Path
-
+    """RoPE on a LLaMA block's query heads (B4 T512, 16 heads of 64) with the family off: its
+    fallback kernel would malloc 12 MB per GPU thread for 32768 threads; malloc returned NULL
+    and the kernel wrote through it (an illegal address on the H200). Refused at compile
+    time, at the op in the user's source. (The whole LLaMA block no longer has this kernel:
+    since our GEMM's epilogue takes the head split's column reshape, its pieces are split
+    per op.)"""
     from fusec.compiler.targets.cuda.program import LocatedCodegenError
 
-    path = Path(__file__).resolve().parents[1] / "gpu" / "movement.py"
-    spec = importlib.util.spec_from_file_location("fusec_movement_cases", path)
-    cases = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cases)
-    args = cases._inputs("llama_block", 0, "cpu")
+    def rope(x, cos, sin):
+        q = x.view(4, 512, 16, 64).transpose(1, 2)
+        rot = torch.cat((-q[..., 32:], q[..., :32]), dim=-1)
+        return (q * cos + rot * sin).transpose(1, 2).reshape(4, 512, 1024)
+
+    args = [torch.randn(4, 512, 1024).bfloat16(), torch.randn(512, 64).bfloat16(),
+            torch.randn(512, 64).bfloat16()]
     with pytest.raises(LocatedCodegenError, match="bytes per GPU thread on the device heap"):
-        _program(cases.llama_block, *args, movement=False)
+        _program(rope, *args, movement=False)
 
 
 def test_fp32_convolutions_are_exact_unless_tf32_is_asked_for() -> None:

@@ -15,12 +15,13 @@ from typing import Callable
 from mlir import ir
 
 from fusec.compiler.targets.cuda.attention_layouts import absorb_attention_layouts
+from fusec.compiler.targets.cuda.convs import convs_to_gemm
 from fusec.compiler.targets.cuda.folding import fold_constant_groups
 from fusec.compiler.targets.cuda.gemm_pair import pair_gemm_groups
 from fusec.compiler.targets.cuda.gemm_siblings import merge_sibling_gemms
 from fusec.compiler.targets.cuda.options import CudaOptions
 from fusec.compiler.targets.cuda.rewrites import (absorb_operand_layouts, absorb_result_layouts,
-                                                  convs_to_gemm, erase_dead_groups,
+                                                  erase_dead_groups,
                                                   matmuls_to_tf32, peel_trailing_reshapes,
                                                   split_long_reductions,
                                                   extract_slices_to_generics, mark_view_groups,

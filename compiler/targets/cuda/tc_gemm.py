@@ -225,10 +225,24 @@ def _source_ops(value: ir.Value, members: set[int], banned: set[int], depth: int
     return found
 
 
-def _rows_reshape(op: ir.Operation, m: int, n: int) -> bool:
-    """A reshape that only regroups the rows (the last dim stays N)."""
+def row_split(shape: list[int], m: int) -> int | None:
+    """Where `shape`, an M x N product regrouped, divides into the rows' dims and the
+    columns' (the first k dims' product is M), or None if no dim boundary does: a row
+    reshape ([B*T, N] -> [B, T, N]) splits before the last dim, a convolution's product
+    [F, OH*OW] seen as [1, F, OH, OW] after its second."""
+    for k in range(len(shape) + 1):
+        if math.prod(shape[:k]) == m:
+            return k
+        if math.prod(shape[:k]) > m:
+            return None
+    return None
+
+
+def _regrouping(op: ir.Operation, m: int, n: int) -> bool:
+    """A reshape that regroups the rows and the columns each among themselves (row-major
+    both: the flat offset row * N + col is the same value's)."""
     shape = list(ir.RankedTensorType(op.results[0].type).shape)
-    return bool(shape) and shape[-1] == n and math.prod(shape[:-1]) == m
+    return bool(shape) and math.prod(shape) == m * n and row_split(shape, m) is not None
 
 
 def tc_chain(mm: ir.Operation | list[ir.Operation], m: int, n: int
@@ -273,11 +287,11 @@ def _grow_chain(mms: list[ir.Operation], m: int, n: int, banned: set[int]
         if not reads:
             continue
         if op.name in RESHAPE_OPS:
-            if _rows_reshape(op, m, n):
+            if _regrouping(op, m, n):
                 chain.append(op)
                 members.add(value_key(op.results[0]))
             else:
-                why = why or f"{op.name} moves the last dim"
+                why = why or f"{op.name} mixes the rows with the columns"
             continue
         if not elementwise(op):
             why = why or f"{op.name} is not elementwise"
@@ -754,13 +768,18 @@ class ChainEpilogue:
         return self.memo[key]
 
     def _domain_index(self, row: str, col: str, shape: list[int]) -> list[str]:
-        """Index names for each dim of `shape` at output (row, col): leading dims from the
-        row (row-major), the last dim the column."""
-        lead = shape[:-1]
+        """Index names for each dim of `shape` at output (row, col): the rows' dims from
+        the row, the columns' from the column (row-major both; `row_split`)."""
+        k = row_split(shape, self.m)
+        if k is None or k == len(shape):
+            raise CudaCodegenError(f"tensor-core GEMM epilogue: {shape} is not the "
+                                   f"{self.m} x {self.n} product regrouped")
+        lead = shape[:k]
         key = (row, tuple(lead))
         if key not in self.row_dims:
             self.row_dims[key] = self._unflatten(row, lead)
-        return self.row_dims[key] + [col]
+        cols = [col] if k == len(shape) - 1 else self._unflatten(col, shape[k:])
+        return self.row_dims[key] + cols
 
     def _read(self, value: ir.Value, idx: list[str]) -> str:
         """`value` at index `idx` (one name per dim of its shape)."""
