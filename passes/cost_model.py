@@ -207,9 +207,10 @@ def gemm_prologue_is_kernel(absorbed_by_library: bool, device: Device) -> bool:
 
 def conv_is_gemm(op_name: str, device: Device) -> bool:
     """Whether code generation runs this convolution as a GEMM kernel with an epilogue (the
-    CUDA target's `--fusion-gpu-convs-to-gemm`: an NCHW convolution becomes the filter
-    times im2col columns, `compiler/targets/cuda/rewrites.py`), so that what follows it
-    elementwise is best in its epilogue."""
+    CUDA target's `--fusion-gpu-convs-to-gemm`, `compiler/targets/cuda/convs.py`: im2col
+    and a GEMM, or the filter times the image), so that what follows it elementwise is best
+    in its epilogue (ResNet-50 bf16 on an H100, with the next rule: 1.453 -> 0.763 ms,
+    bench/RESULTS.md run 246)."""
     return device.gemm_library and op_name == "linalg.conv_2d_nchw_fchw"
 
 
@@ -220,13 +221,12 @@ def conv_reads_image_as_columns(images: int, kh: int, kw: int, strides: list[int
     GEMM's epilogue, no gather and no transpose), rather than as im2col with the channels
     last and a transpose back. Only a 1x1 convolution of stride 1 over one image reads its
     image as the columns; TMA and cuBLASLt's aligned kernels need each row of H*W values
-    16-byte aligned (`row_bytes`). Measured on an H100 (bench/RESULTS.md run 244, bf16,
-    CUDA graphs): MobileNetV2 0.567 -> 0.371 ms, ResNet-50 1.447 -> 1.213, all 1x1 and 3x3
-    convolutions this way; but 3x3 ones through a K-major gather (col[c, kh, kw, oh, ow],
-    contiguous along ow) were slower than the channels-last gather (ResNet-18 0.320 ->
-    0.567 ms: the gather's windows read x at an odd offset, no 16-byte access), and rows of
-    14 x 14 or 7 x 7 bf16 values (392 and 98 bytes) sent the product to cuBLASLt's align1
-    kernels."""
+    16-byte aligned (`row_bytes`). Measured on an H100 (bench/RESULTS.md runs 244-246,
+    bf16, CUDA graphs): with every convolution this way (3x3 ones through a K-major gather,
+    col[c, kh, kw, oh, ow]), MobileNetV2 0.567 -> 0.371 ms but ResNet-18 0.320 -> 0.567 (the
+    gather's windows read x at odd offsets, no 16-byte access); with unaligned rows too
+    (14 x 14, 7 x 7 bf16: cuBLASLt's align1 kernels) ResNet-50 0.867 ms against 0.763 with
+    this rule, MobileNetV2 0.371 against 0.474: a rule by GEMM size would take both."""
     return (images == 1 and kh == kw == 1 and list(strides) == [1, 1] and same_size
             and row_bytes % 16 == 0)
 
