@@ -388,3 +388,19 @@ def test_a_sibling_that_reads_another_stays_apart(tmp_path):
     assert [k["info"]["epilogue"][0] for k in meta["kernels"][::2]] == ["cast", "cast"]
     assert not any(k["info"].get("siblings") for k in meta["kernels"])
 
+
+
+def test_the_epilogue_reads_a_product_regrouped_but_never_rows_mixed_with_columns():
+    """`row_split`: where a regrouped M x N product divides into the rows' dims and the
+    columns'. A row reshape splits before the last dim, a 1x1 convolution's product [F,
+    H*W] seen as [1, F, H, W] after its second; a shape whose dims straddle M (rows mixed
+    with columns: [M*N/4, 4] for M = 6) has no such split, and the epilogue chain stops
+    there."""
+    from fusec.compiler.targets.cuda.tc_gemm import row_split
+
+    assert row_split([2, 64, 768], 128) == 2      # [B*T, N] -> [B, T, N]
+    assert row_split([1, 64, 56, 56], 64) == 2    # [F, H*W] -> [1, F, H, W]
+    assert row_split([64, 3136], 64) == 1          # the product itself
+    assert row_split([1, 1, 7, 7], 1) == 0         # one row: every dim is the column's
+    assert row_split([3, 16, 4], 6) is None        # 6 rows of 32: 3 | 16 straddles them
+    assert row_split([12, 2], 6) is None
