@@ -26,6 +26,15 @@ def _reassociation(groups: list[list[int]], ctx: ir.Context) -> ir.ArrayAttr:
         for grp in groups], ctx)
 
 
+def _zero(element: ir.Type) -> ir.Value:
+    """A 0 of `element` (float or integer), at the insertion point."""
+    from mlir.dialects import arith
+
+    return arith.ConstantOp(element, ir.FloatAttr.get(element, 0.0)
+                            if not isinstance(element, ir.IntegerType) else
+                            ir.IntegerAttr.get(element, 0)).result
+
+
 def _plus_init(value: ir.Value, init: ir.Value) -> ir.Value:
     """`value + init`, elementwise (both of the convolution's output shape), as a generic
     at the insertion point."""
@@ -84,7 +93,11 @@ def convs_to_gemm(func: ir.Operation, options: CudaOptions | None = None) -> int
         shapes = _conv_shapes(conv)
         if shapes is None:
             continue
-        note = _conv_as_gemm(conv, *shapes, options)
+        g, n, c, f, kh, kw, oh, ow = shapes
+        if _reads_image_as_columns(conv, n, kh, kw, oh, ow):
+            note = _conv_as_image_gemm(conv, c, f, oh, ow, options)
+        else:
+            note = _conv_as_gemm(conv, *shapes, options)
         parent.attributes[attributes.CONV_AS_GEMM] = ir.StringAttr.get(note)
         count += 1
     return count
@@ -118,21 +131,32 @@ def _conv_shapes(conv: ir.Operation) -> tuple | None:
     return g, n, c, f, kh, kw, oh, ow
 
 
+def _strides(conv: ir.Operation, name: str) -> list[int]:
+    return [int(v) for v in ir.DenseIntElementsAttr(conv.attributes[name])]
+
+
+def _reads_image_as_columns(conv: ir.Operation, n: int, kh: int, kw: int, oh: int,
+                            ow: int) -> bool:
+    """A non-grouped convolution whose image is its own columns
+    (`cost_model.conv_reads_image_as_columns`)."""
+    if conv.name != "linalg.conv_2d_nchw_fchw":
+        return False
+    x = conv.operands[0]
+    element = str(ir.RankedTensorType(x.type).element_type)
+    return cost_model.conv_reads_image_as_columns(
+        n, kh, kw, _strides(conv, "strides"), list(tensor_info(x.type)[0])[2:] == [oh, ow],
+        oh * ow * ELEMENT_BYTES.get(element, 4))
+
+
 def _conv_as_gemm(conv: ir.Operation, g: int, n: int, c: int, f: int, kh: int, kw: int,
                   oh: int, ow: int, options: CudaOptions | None) -> str:
     """Replace `conv` (`convs_to_gemm`) by im2col, a (batched, `g` > 1 or grouped) matmul
     and the transpose back; returns the note the group keeps."""
-    from mlir.dialects import arith, linalg, tensor
+    from mlir.dialects import linalg, tensor
 
     grouped = conv.name == "linalg.conv_2d_ngchw_gfchw"
     x, w, init = conv.operands[0], conv.operands[1], conv.operands[2]
-    strides = [int(v) for v in ir.DenseIntElementsAttr(conv.attributes["strides"])]
-    dilations = [int(v) for v in ir.DenseIntElementsAttr(conv.attributes["dilations"])]
-    x_shape = list(tensor_info(x.type)[0])
-    if not grouped and cost_model.conv_reads_image_as_columns(
-            n, kh, kw, strides, x_shape[2:] == [oh, ow],
-            oh * ow * ELEMENT_BYTES.get(str(ir.RankedTensorType(x.type).element_type), 4)):
-        return _conv_as_image_gemm(conv, c, f, oh, ow, options)
+    strides, dilations = _strides(conv, "strides"), _strides(conv, "dilations")
     m, k = n * oh * ow, c * kh * kw
     elt = ir.RankedTensorType(x.type).element_type
     out_elt = ir.RankedTensorType(init.type).element_type
@@ -140,8 +164,7 @@ def _conv_as_gemm(conv: ir.Operation, g: int, n: int, c: int, f: int, kh: int, k
     ctx = conv.context
     parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>", ctx)
 
-    def ty(shape, e):
-        return _tensor_type(shape, e)
+    ty = _tensor_type
 
     def assoc(groups):
         return _reassociation(groups, ctx)
@@ -171,10 +194,8 @@ def _conv_as_gemm(conv: ir.Operation, g: int, n: int, c: int, f: int, kh: int, k
             b + [[lead], [lead + 1, lead + 2, lead + 3]]))
         wt = linalg.transpose(w2.result, outs=[tensor.EmptyOp(batch + [k, f], elt).result],
                               permutation=([0, 2, 1] if grouped else [1, 0]))
-        zero = arith.ConstantOp(out_elt, ir.FloatAttr.get(out_elt, 0.0)
-                                if not isinstance(out_elt, ir.IntegerType) else
-                                ir.IntegerAttr.get(out_elt, 0)).result
-        acc = linalg.fill(zero, outs=[tensor.EmptyOp(batch + [m, f], out_elt).result])
+        acc = linalg.fill(_zero(out_elt),
+                          outs=[tensor.EmptyOp(batch + [m, f], out_elt).result])
         mm = (linalg.batch_matmul if grouped else linalg.matmul)(col2.result, wt, outs=[acc])
         if options is not None and options.conv_tf32 and str(elt) == "f32":
             mm.owner.attributes[attributes.TF32] = ir.UnitAttr.get()
@@ -208,7 +229,7 @@ def _conv_as_image_gemm(conv: ir.Operation, c: int, f: int, oh: int, ow: int,
     The product comes out in the convolution's layout, so the BatchNorm / ReLU / residual
     after it are per-row and elementwise maps of it: the GEMM's epilogue. The im2col route
     needed a transpose of the image in and of the product out."""
-    from mlir.dialects import arith, linalg, tensor
+    from mlir.dialects import linalg, tensor
 
     x, w, init = conv.operands[0], conv.operands[1], conv.operands[2]
     p = oh * ow
@@ -228,9 +249,7 @@ def _conv_as_image_gemm(conv: ir.Operation, c: int, f: int, oh: int, ow: int,
         # with nothing added after it, so that the epilogue starts at the product.
         filled = defining(init)
         filled = filled if filled is not None and filled.name == "linalg.fill" else None
-        start = filled.operands[0] if filled is not None else arith.ConstantOp(
-            out_elt, ir.FloatAttr.get(out_elt, 0.0) if not isinstance(out_elt, ir.IntegerType)
-            else ir.IntegerAttr.get(out_elt, 0)).result
+        start = filled.operands[0] if filled is not None else _zero(out_elt)
         acc = linalg.fill(start, outs=[tensor.EmptyOp([f, p], out_elt).result])
         mm = linalg.matmul(w2.result, cols, outs=[acc])
         if options is not None and options.conv_tf32 and str(elt) == "f32":
