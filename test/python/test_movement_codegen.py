@@ -383,6 +383,32 @@ def test_a_bf16_pointwise_conv_block_is_one_gemm_with_its_batchnorm_in_the_epilo
     assert [k.info["path"] for k in kernels] == ["movement", "tc_gemm", "movement"]
 
 
+def test_a_transposing_kernel_writes_along_its_last_dim_that_is_not_1() -> None:
+    """The im2col of a 1x1 convolution that keeps the channels-last route (7 x 7 bf16 rows,
+    98 bytes: not 16-byte aligned) is [n, oh, ow, c, 1, 1]: written along the channels, in
+    squares of a pixel dim by the channels. Along its last dim (1) the squares were all but
+    empty: 14,336 blocks of 512 threads for a 400 KB transpose in ResNet-50 (60 us on an
+    H100, bench/RESULTS.md run 243's profile)."""
+    x = torch.randn(1, 2048, 7, 7).bfloat16()
+    w = torch.randn(512, 2048, 1, 1).bfloat16()
+    program, kernels = _program(lambda t: F.conv2d(t, w), x)
+    gather = kernels[0]
+    assert gather.ops == ["linalg.generic"], gather.ops  # the 6-D im2col
+    assert gather.info["path"] == "movement" and gather.info["shape"] == "transpose"
+    launch = gather.info["launch"]  # oh (7) x ow (7 of a square) x 2048 / 128 channels
+    assert launch["p_dim"] == 2 and launch["grid"] == 7 * 16 and launch["vec_l"] == 8, launch
+    # A transposing output whose last dims are 1 is written along its last dim that is
+    # not: K^T's squares with two unit dims after them, 4 blocks with 16-byte vectors both
+    # ways (along the unit dim: 256 blocks, one element per lane).
+    y = torch.randn(2, 64, 2, 64).to(torch.bfloat16)
+    program, kernels = _program(
+        lambda t: t.permute(0, 2, 3, 1).contiguous()[..., None, None] * 2, y)
+    assert len(kernels) == 1 and kernels[0].info["shape"] == "transpose"
+    launch = kernels[0].info["launch"]
+    assert launch["p_dim"] == 2 and launch["grid"] == 4, launch
+    assert launch["vec_p"] == 8 and launch["vec_l"] == 8, launch
+
+
 def test_pooling_and_depthwise_windows_are_unrolled() -> None:
     """Max-pool 3x3 stride 2 and a depthwise conv 3x3 (bf16: its products summed in f32,
     rounded once): one data-movement kernel each, the window's points unrolled."""

@@ -82,7 +82,7 @@ from fusec.compiler.targets.cuda.device import (
     CudaDevice,
 )
 from fusec.compiler.targets.cuda.lanes import BIG, Ix
-from fusec.compiler.targets.cuda.transpose import TransposeShapes, staged_refusal
+from fusec.compiler.targets.cuda.transpose import TransposeShapes, lanes_dim, staged_refusal
 from fusec.compiler.targets.cuda.emitter import Input, KernelEmitter, _attr_value, _neutral, \
     id_of, payload_op_text
 from fusec.compiler.targets.cuda.built import PROBE_SYMBOL, Built, body_text, renamed
@@ -1429,7 +1429,7 @@ def _build_movement_kernel(group: ir.Operation, symbol: str, constants: list[ir.
             pass
     if best.stats.strided_bytes and len(best.out_shape) > 1:
         staged = STAGED_TRANSPOSE and staged_refusal(group) is None
-        for p in range(len(best.out_shape) - 1):
+        for p in range(lanes_dim(best.out_shape)):
             if best.out_shape[p] == 1:
                 continue
             # The plain transpose, then (where the group's reads disagree on the contiguous

@@ -76,7 +76,7 @@ class TransposeShapes:
         `eb`-byte elements in static shared memory, this block's corner (p0, l0) and its
         coordinates along the other dims."""
         out = self.out_shape
-        p_dim, l_dim = self.mode.p, len(out) - 1
+        p_dim, l_dim = self.mode.p, lanes_dim(out)
         others = [d for d in range(len(out)) if d not in (p_dim, l_dim)]
         P, L = out[p_dim], out[l_dim]
         shape = cost_model.transpose_tile_shape(P, L, numel_of([out[d] for d in others]), eb,
@@ -247,6 +247,14 @@ class TransposeShapes:
             self.emit("}")
         self.phase = 0
         return sq.shape.block, sq.shape.grid
+
+
+def lanes_dim(shape: list[int]) -> int:
+    """The output dim a transposing kernel writes along: the last that is not 1 (the
+    dims after it are unit, so it is contiguous). An im2col of a 1x1 convolution,
+    [n, oh, ow, c, 1, 1], is written along c; squares along its last dim (1) were all
+    but empty: 14,336 blocks for a 400 KB transpose in ResNet-50, 60 us."""
+    return next((d for d in reversed(range(len(shape))) if shape[d] != 1), len(shape) - 1)
 
 
 @dataclass
