@@ -694,6 +694,14 @@ def transpose_tile_shape(p: int, l: int, others: int, element_bytes: int,
     while side > SECTOR_BYTES and (side // element_bytes) ** 2 * element_bytes > shared_bytes:
         side //= 2
     tile = max(1, side // element_bytes)
+    # Smaller squares where the big ones would be mostly empty (both extents at most half
+    # a side) or too few to fill the GPU (a CNN's [F, 14 x 14] product back to NCHW: 28
+    # blocks of 128 x 128 squares, each 14 wide, on 132 SMs); never under two sectors a
+    # side (a block of 128 bf16 or 64 fp32 threads).
+    smallest = max(1, 2 * SECTOR_BYTES // element_bytes)
+    while tile > smallest and (max(p, l) <= tile // 2 or
+                               others * -(-p // tile) * -(-l // tile) < 2 * device.parallel_units):
+        tile //= 2
     vec_p = vector_width(math.gcd(p, tile), element_bytes, device)
     vec_l = vector_width(math.gcd(l, tile), element_bytes, device)
     block = min(TRANSPOSE_BLOCK_THREADS, device.max_threads_per_block,

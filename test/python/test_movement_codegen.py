@@ -65,16 +65,23 @@ def test_a_transpose_goes_through_shared_memory_squares() -> None:
     """K^T (0, 2, 3, 1): the inputs' contiguous dim is not the output's last, so the kernel
     moves 128x128 bf16 squares (256 bytes a side) through 16-byte-aligned shared memory:
     vector reads along p, a barrier, vector reads of the square and vector writes along l."""
-    x = torch.randn(2, 64, 2, 64).to(torch.bfloat16)
+    x = torch.randn(4, 512, 8, 512).to(torch.bfloat16)
     program, kernels = _program(lambda t: t.permute(0, 2, 3, 1).contiguous(), x)
     assert len(kernels) == 1
     info = kernels[0].info
     assert info["path"] == "movement" and info["shape"] == "transpose"
     assert info["launch"]["tile"] == 128 and info["launch"]["vec_p"] == 8
+    assert info["launch"]["grid"] == 32 * 4 * 4
     body = _entry(program.ptx, kernels[0].symbol)
     assert "bar.sync" in body and re.search(r"ld\.shared\.v4", body)
     assert re.search(r"ld\.global\.v4", body) and re.search(r"st\.global\.v4", body)
     assert re.search(r"\.shared \.align 16 \.b8 __wg_" + kernels[0].symbol, program.ptx)
+    # Smaller: 128 x 128 squares would be 4 blocks, each square 64 x 64 full; 32 x 32 ones
+    # are 16 blocks (`cost_model.transpose_tile_shape`).
+    x = torch.randn(2, 64, 2, 64).to(torch.bfloat16)
+    program, kernels = _program(lambda t: t.permute(0, 2, 3, 1).contiguous(), x)
+    launch = kernels[0].info["launch"]
+    assert (launch["tile"], launch["grid"], launch["vec_p"]) == (32, 16, 8), launch
 
 
 def test_rope_with_rotate_half_is_one_kernel() -> None:
@@ -340,6 +347,15 @@ def test_launch_shapes_are_the_cost_models() -> None:
     # Two bf16 outputs: each square must fit in half of the 48 KB, so a 128-byte side.
     sq = cost_model.transpose_tile_shape(8192, 8192, 1, 2, shared_bytes=24 * 1024)
     assert sq.tile == 64 and sq.shared_bytes == 8 * 1024
+    # Smaller squares where 128 x 128 ones would be mostly empty or too few for the GPU's
+    # SMs: a CNN's product [196, 256] back to NCHW [256, 14, 14] (p = 256 channels, l = 14,
+    # 14 rows) was 28 blocks of squares 14 wide; now 32 x 32 squares, 112 blocks of 128
+    # threads. Never under 64 bytes a side.
+    sq = cost_model.transpose_tile_shape(256, 14, 14, 2)
+    assert (sq.tile, sq.block, sq.grid) == (32, 128, 14 * 8), sq
+    sq = cost_model.transpose_tile_shape(64, 56, 56, 2)
+    assert (sq.tile, sq.grid) == (32, 56 * 2 * 2), sq
+    assert cost_model.transpose_tile_shape(128, 49, 1, 4).tile == 16
 
 
 def test_a_conv_block_is_im2col_a_gemm_and_movement_kernels() -> None:
@@ -395,17 +411,18 @@ def test_a_transposing_kernel_writes_along_its_last_dim_that_is_not_1() -> None:
     gather = kernels[0]
     assert gather.ops == ["linalg.generic"], gather.ops  # the 6-D im2col
     assert gather.info["path"] == "movement" and gather.info["shape"] == "transpose"
-    launch = gather.info["launch"]  # oh (7) x ow (7 of a square) x 2048 / 128 channels
-    assert launch["p_dim"] == 2 and launch["grid"] == 7 * 16 and launch["vec_l"] == 8, launch
+    launch = gather.info["launch"]  # oh (7) x ow (7 of a square) x 2048 / 32 channels
+    assert launch["p_dim"] == 2 and launch["vec_l"] == 8, launch
+    assert (launch["tile"], launch["grid"]) == (32, 7 * 64), launch
     # A transposing output whose last dims are 1 is written along its last dim that is
-    # not: K^T's squares with two unit dims after them, 4 blocks with 16-byte vectors both
+    # not: K^T's squares with two unit dims after them, 16 blocks with 16-byte vectors both
     # ways (along the unit dim: 256 blocks, one element per lane).
     y = torch.randn(2, 64, 2, 64).to(torch.bfloat16)
     program, kernels = _program(
         lambda t: t.permute(0, 2, 3, 1).contiguous()[..., None, None] * 2, y)
     assert len(kernels) == 1 and kernels[0].info["shape"] == "transpose"
     launch = kernels[0].info["launch"]
-    assert launch["p_dim"] == 2 and launch["grid"] == 4, launch
+    assert launch["p_dim"] == 2 and launch["grid"] == 16, launch
     assert launch["vec_p"] == 8 and launch["vec_l"] == 8, launch
 
 
