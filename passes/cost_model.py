@@ -688,8 +688,11 @@ def transpose_tile_shape(p: int, l: int, others: int, element_bytes: int,
     """The square of a transposing data-movement kernel: TRANSPOSE_SQUARE_BYTES on each side
     (128x128 bf16, 64x64 fp32: 32 and 16 KB of shared memory), halved until it fits in
     `shared_bytes` (a kernel's static shared memory over its outputs' squares), so both the
-    reads along p and the writes along l move whole lines; TRANSPOSE_BLOCK_THREADS threads
-    (fewer where a square has fewer vectors), each with several loads in flight."""
+    reads along p and the writes along l move whole lines; halved again, down to 64 bytes,
+    where both extents fit in half a side or the squares would be under two per SM
+    (measured on an H100, bench/RESULTS.md run 250: the CNNs 1.03-1.12x faster, the
+    transformers unchanged); TRANSPOSE_BLOCK_THREADS threads (fewer where a square has
+    fewer vectors), each with several loads in flight."""
     side = TRANSPOSE_SQUARE_BYTES
     while side > SECTOR_BYTES and (side // element_bytes) ** 2 * element_bytes > shared_bytes:
         side //= 2
