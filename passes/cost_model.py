@@ -226,7 +226,9 @@ def conv_reads_image_as_columns(images: int, kh: int, kw: int, strides: list[int
     col[c, kh, kw, oh, ow]), MobileNetV2 0.567 -> 0.371 ms but ResNet-18 0.320 -> 0.567 (the
     gather's windows read x at odd offsets, no 16-byte access); with unaligned rows too
     (14 x 14, 7 x 7 bf16: cuBLASLt's align1 kernels) ResNet-50 0.867 ms against 0.763 with
-    this rule, MobileNetV2 0.371 against 0.474: a rule by GEMM size would take both."""
+    this rule. MobileNetV2's 0.371 against 0.474 there was the channels-last gather's launch
+    shape, not this form: with that fixed (`transpose.lanes_dim`, run 249) this rule gives
+    0.371 too."""
     return (images == 1 and kh == kw == 1 and list(strides) == [1, 1] and same_size
             and row_bytes % 16 == 0)
 

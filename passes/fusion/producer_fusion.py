@@ -23,9 +23,10 @@ What a group may absorb, and why not (each refusal is recorded with its reason c
   join a contraction's prologue, the ops that read it are kept out too (`prologue`): the
   row computation stays whole in its own kernel instead of being split.
 - one contraction per group (`one-contraction`). Where the cost model says so (the CPU's
-  microkernel, whose column tiles each recompute a prologue), an elementwise op computed
-  from a contraction's result only stays out of the next contraction's prologue
-  (`epilogue-first`) and becomes the first contraction's epilogue, computed once per element.
+  microkernel, whose column tiles each recompute a prologue; the GPU's convolutions, whose
+  GEMM epilogue stores the result once), an elementwise op computed from a contraction's
+  result only stays out of the next contraction's prologue (`epilogue-first`) and becomes
+  the first contraction's epilogue.
 - a value read both by a reduction and by another op of the group must stay on chip across
   the reduction: the sum of those rows per tile must fit the device (`over-capacity`), and a
   reduction whose row is broadcast back to its consumer must itself fit (`huge-axis`).
@@ -306,7 +307,7 @@ class Planner:
             step = Absorption(p, uses, mapping, lost, partial, in_prologue, root_position,
                               _narrowed(cand, self.graph, uses))
             for check in (self._check_gemm_prologue, self._check_gemm_epilogue_operand,
-                          self._check_epilogue_first, self._check_conv_prologue,
+                          self._check_epilogue_first,
                           self._check_matmul_operand,
                           self._check_outside_users,
                           self._check_tiles,
@@ -365,35 +366,30 @@ class Planner:
 
     def _check_epilogue_first(self, cand: Candidate, step: Absorption) -> Refusal:
         """An elementwise op computed from contraction results only belongs to the epilogue
-        of the contraction before it (once per element), not to the prologue of the one
-        after it (once per column tile), where the cost model says so."""
+        of the contraction before it, not to the prologue of the one after it, where the
+        cost model says so:
+        - the CPU's microkernel (`elementwise_after_contraction_is_epilogue`) recomputes a
+          prologue once per column tile, an epilogue runs once per element;
+        - where convolutions are GEMM kernels (`cost_model.conv_is_gemm`), the BatchNorm,
+          ReLU and residual add after a convolution run on its accumulator and are stored
+          once, in their own type, where in the next convolution's prologue they would run
+          in its im2col gather, after the product went to memory in f32 and came back.
+          Other prologues (a pad, an input's normalisation) stay with the gather."""
         p = step.p
-        if not (step.in_prologue and p.category == ELEMENTWISE) or \
-                not cost_model.elementwise_after_contraction_is_epilogue(self.device):
+        if not (step.in_prologue and p.category == ELEMENTWISE):
+            return None
+        per_tile = cost_model.elementwise_after_contraction_is_epilogue(self.device)
+        if not per_tile and not any(cost_model.conv_is_gemm(self.graph.facts[k].name,
+                                                            self.device)
+                                    for k in cand.members):
             return None
         source = self._contraction_behind(p)
         if source is None:
             return None
-        return ("epilogue-first", f"it is computed from {source.name}@{source.location}'s "
-                "result: in that contraction's epilogue it runs once per element, in this "
-                "one's prologue once per column tile")
-
-    def _check_conv_prologue(self, cand: Candidate, step: Absorption) -> Refusal:
-        """Where convolutions are GEMM kernels (`cost_model.conv_is_gemm`), an elementwise
-        op computed from a contraction's result (the BatchNorm, ReLU and residual add after
-        a convolution) belongs to that contraction's epilogue, where it runs on the
-        accumulator and the result is stored once, in its own type: in the next
-        convolution's prologue it would run in that one's im2col gather, after the product
-        went to memory in f32 and came back. Other prologues (a pad, an input's
-        normalisation) stay with the gather."""
-        p = step.p
-        if not (step.in_prologue and p.category == ELEMENTWISE) or \
-                not any(cost_model.conv_is_gemm(self.graph.facts[k].name, self.device)
-                        for k in cand.members):
-            return None
-        source = self._contraction_behind(p)
-        if source is None:
-            return None
+        if per_tile:
+            return ("epilogue-first", f"it is computed from {source.name}@{source.location}'s "
+                    "result: in that contraction's epilogue it runs once per element, in this "
+                    "one's prologue once per column tile")
         return ("epilogue-first", f"it is computed from {source.name}@{source.location}'s "
                 f"result: in that contraction's GEMM epilogue on {self.device.name} it is "
                 "stored once, where in this convolution's prologue the product would go to "

@@ -20,12 +20,6 @@ def _tensor_type(shape: list[int], element: ir.Type) -> ir.RankedTensorType:
     return ir.RankedTensorType.get(shape, element)
 
 
-def _reassociation(groups: list[list[int]], ctx: ir.Context) -> ir.ArrayAttr:
-    return ir.ArrayAttr.get([ir.ArrayAttr.get(
-        [ir.IntegerAttr.get(ir.IntegerType.get_signless(64, ctx), i) for i in grp])
-        for grp in groups], ctx)
-
-
 def _zero(element: ir.Type) -> ir.Value:
     """A 0 of `element` (float or integer), at the insertion point."""
     from mlir.dialects import arith
@@ -33,6 +27,12 @@ def _zero(element: ir.Type) -> ir.Value:
     return arith.ConstantOp(element, ir.FloatAttr.get(element, 0.0)
                             if not isinstance(element, ir.IntegerType) else
                             ir.IntegerAttr.get(element, 0)).result
+
+
+def _mark_tf32(product: ir.Value, element: ir.Type, options: CudaOptions | None) -> None:
+    """An fp32 convolution's product in TF32 where `CudaOptions.conv_tf32` asks for it."""
+    if options is not None and options.conv_tf32 and str(element) == "f32":
+        product.owner.attributes[attributes.TF32] = ir.UnitAttr.get()
 
 
 def _plus_init(value: ir.Value, init: ir.Value) -> ir.Value:
@@ -165,10 +165,6 @@ def _conv_as_gemm(conv: ir.Operation, g: int, n: int, c: int, f: int, kh: int, k
     parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>", ctx)
 
     ty = _tensor_type
-
-    def assoc(groups):
-        return _reassociation(groups, ctx)
-
     # The columns' loops: (g,) n, oh, ow, c, kh, kw.
     lead = 1 if grouped else 0
     d = [ir.AffineDimExpr.get(i, ctx) for i in range(6 + lead)]
@@ -188,19 +184,19 @@ def _conv_as_gemm(conv: ir.Operation, g: int, n: int, c: int, f: int, kh: int, k
         with ir.InsertionPoint(block):
             linalg.YieldOp([block.arguments[0]])
         b = [[0]] if grouped else []
-        col2 = tensor.CollapseShapeOp(ty(batch + [m, k], elt), col.results[0], assoc(
-            b + [[lead, lead + 1, lead + 2], [lead + 3, lead + 4, lead + 5]]))
-        w2 = tensor.CollapseShapeOp(ty(batch + [f, k], elt), w, assoc(
-            b + [[lead], [lead + 1, lead + 2, lead + 3]]))
+        pixels, window = [lead, lead + 1, lead + 2], [lead + 3, lead + 4, lead + 5]
+        col2 = tensor.CollapseShapeOp(ty(batch + [m, k], elt), col.results[0],
+                                      b + [pixels, window])
+        w2 = tensor.CollapseShapeOp(ty(batch + [f, k], elt), w,
+                                    b + [[lead], [lead + 1, lead + 2, lead + 3]])
         wt = linalg.transpose(w2.result, outs=[tensor.EmptyOp(batch + [k, f], elt).result],
                               permutation=([0, 2, 1] if grouped else [1, 0]))
         acc = linalg.fill(_zero(out_elt),
                           outs=[tensor.EmptyOp(batch + [m, f], out_elt).result])
         mm = (linalg.batch_matmul if grouped else linalg.matmul)(col2.result, wt, outs=[acc])
-        if options is not None and options.conv_tf32 and str(elt) == "f32":
-            mm.owner.attributes[attributes.TF32] = ir.UnitAttr.get()
+        _mark_tf32(mm, elt, options)
         y = tensor.ExpandShapeOp(ty(batch + [n, oh, ow, f], out_elt), mm,
-                                 assoc(b + [[lead, lead + 1, lead + 2], [lead + 3]]), [],
+                                 b + [[lead, lead + 1, lead + 2], [lead + 3]], [],
                                  batch + [n, oh, ow, f])
         # Back to the convolution's layout: NCHW, or NGFHW for a grouped one.
         perm = [1, 0, 4, 2, 3] if grouped else [0, 3, 1, 2]
@@ -236,15 +232,10 @@ def _conv_as_image_gemm(conv: ir.Operation, c: int, f: int, oh: int, ow: int,
     elt = ir.RankedTensorType(x.type).element_type
     out_elt = ir.RankedTensorType(init.type).element_type
     out_shape = list(tensor_info(init.type)[0])
-    ctx = conv.context
     ty = _tensor_type
-
-    def assoc(groups):
-        return _reassociation(groups, ctx)
-
     with ir.InsertionPoint(conv), conv.location:
-        cols = tensor.CollapseShapeOp(ty([c, p], elt), x, assoc([[0, 1], [2, 3]])).result
-        w2 = tensor.CollapseShapeOp(ty([f, c], elt), w, assoc([[0], [1, 2, 3]]))
+        cols = tensor.CollapseShapeOp(ty([c, p], elt), x, [[0, 1], [2, 3]]).result
+        w2 = tensor.CollapseShapeOp(ty([f, c], elt), w, [[0], [1, 2, 3]])
         # The usual init is a fill (of zero): the product accumulates into the same fill,
         # with nothing added after it, so that the epilogue starts at the product.
         filled = defining(init)
@@ -252,9 +243,8 @@ def _conv_as_image_gemm(conv: ir.Operation, c: int, f: int, oh: int, ow: int,
         start = filled.operands[0] if filled is not None else _zero(out_elt)
         acc = linalg.fill(start, outs=[tensor.EmptyOp([f, p], out_elt).result])
         mm = linalg.matmul(w2.result, cols, outs=[acc])
-        if options is not None and options.conv_tf32 and str(elt) == "f32":
-            mm.owner.attributes[attributes.TF32] = ir.UnitAttr.get()
-        result = tensor.ExpandShapeOp(ty(out_shape, out_elt), mm, assoc([[0, 1], [2, 3]]), [],
+        _mark_tf32(mm, elt, options)
+        result = tensor.ExpandShapeOp(ty(out_shape, out_elt), mm, [[0, 1], [2, 3]], [],
                                       out_shape).result
         if filled is None:
             result = _plus_init(result, init)
