@@ -6,7 +6,9 @@
 Each IR stage is a flat list of passes (`STAGE_PASSES[stage](options)`), run by
 `fusec.passes.run_pipeline`, so that a failing stage can be reproduced with one `fusec-opt`
 command. `torch` (import) and `so` (object code + host plan + shim -> shared library) are the
-two ends that are not IR-to-IR.
+two ends that are not IR-to-IR. The `cpu` stage runs the same list, its per-kernel passes over
+parts of the kernels side by side (compiler/targets/cpu/parts.py): the module it gives, and
+the command that reproduces a failure, are the serial list's.
 """
 
 from __future__ import annotations
@@ -276,7 +278,10 @@ def run_stage(module: ir.Module, stage: str, options: CompileOptions,
     before = module.operation.clone()
     started = time.perf_counter()
     try:
-        run_pipeline(module, passes)
+        if stage == "cpu":  # the same passes, over parts of the kernels side by side
+            cpu_target.stage_cpu(module, options)
+        else:
+            run_pipeline(module, passes)
     except (PassError, ir.MLIRError, Exception) as exc:
         if isinstance(exc, PassError):
             error = FusecError(exc.message, format_location(exc.location, filename))

@@ -20,7 +20,7 @@ After:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fusec.passes.cpu.cpu_plan import read_plan
 from fusec.passes.registry import Pass, PassError, register
@@ -66,14 +66,19 @@ def wrap_kernel(module: ir.Operation, kernel: ir.Operation, symbol: str, n_buffe
 @register
 @dataclass
 class CpuAbiPass(Pass):
-    """Export every planned kernel through the uniform (buffers, begin, end) wrapper."""
+    """Export every planned kernel through the uniform (buffers, begin, end) wrapper.
+    `partial`: the module holds a part of the plan's kernels (the `cpu` stage run over parts
+    side by side, compiler/targets/cpu/parts.py): those it holds are wrapped."""
 
     ARGUMENT = "fusion-cpu-abi"
+    partial: bool = field(default=False)
 
     def run(self, module: ir.Operation) -> None:
         functions = _llvm_functions(module)
         for symbol in dict.fromkeys(launch.symbol for launch in read_plan(module).launches):
             kernel = functions.get(symbol)
+            if kernel is None and self.partial:
+                continue
             if kernel is None:
                 raise PassError(f"kernel '{symbol}' of the plan is not in the module")
             wrap_kernel(module, kernel, symbol, _argument_count(kernel) - 2)

@@ -168,12 +168,26 @@ EXPANDED_MATH_OPS = ("ctlz", "sinh", "cosh", "tanh", "tan", "asinh", "acosh", "a
 
 def cpu_passes(options: Any = None) -> list[str]:
     """bufferized -> cpu (LLVM dialect, host function gone, plan in `fusion.plan`)."""
+    return cpu_module_passes(options) + cpu_kernel_passes(options)
+
+
+def cpu_module_passes(options: Any = None) -> list[str]:
+    """The `cpu` stage's passes over the whole module (the ones after act on each kernel
+    alone, `cpu_kernel_passes`)."""
     cpu = _cpu_options(options)
     return [
         # Weights as kernel arguments, so that kernels differing only in their weights (a
         # transformer's layers) are one kernel, compiled once.
         *(["fusion-cpu-constant-args"] if cpu.constant_args else []),
         "fusion-cpu-plan",
+    ]
+
+
+def cpu_kernel_passes(options: Any = None, partial: bool = False) -> list[str]:
+    """The `cpu` stage's passes after `cpu_module_passes`: each acts on every kernel alone,
+    so that they may run on parts of the kernels side by side (`parts.run_in_parts`;
+    `partial`: the module holds a part of the plan's kernels)."""
+    return [
         "fusion-cpu-tile-loops",
         "scf-forall-to-for",
         # Convolutions as im2col + a matmul (for the microkernel below); before the
@@ -238,7 +252,7 @@ def cpu_passes(options: Any = None) -> list[str]:
         "convert-index-to-llvm",
         "convert-cf-to-llvm",
         "reconcile-unrealized-casts",
-        "fusion-cpu-abi",
+        "fusion-cpu-abi{partial=true}" if partial else "fusion-cpu-abi",
         "canonicalize",
     ]
 
@@ -299,8 +313,13 @@ def stage_bufferized(module: ir.Module, options: Any = None) -> ir.Module:
 
 
 def stage_cpu(module: ir.Module, options: Any = None) -> ir.Module:
-    """Run the `cpu` stage in place; returns `module`."""
-    return _run(module, cpu_passes(options))
+    """Run the `cpu` stage in place, its kernel passes over parts of the kernels side by
+    side (`parts.run_in_parts`); returns `module`."""
+    from fusec.compiler.targets.cpu import parts
+
+    parts.run_in_parts(module, cpu_module_passes(options), cpu_kernel_passes(options, True),
+                       cpu_passes(options), _run, os.cpu_count() or 1)
+    return module
 
 
 def take_plan(module: ir.Module) -> Plan:
@@ -654,13 +673,9 @@ def kernel_parts(module: Any, cores: int = 1) -> list[set[str]]:
     n = min(MAX_PARTS, cores, max(1, len(sizes) // KERNELS_PER_PART))
     if n == 1:
         return [set(sizes)]
-    parts: list[set[str]] = [set() for _ in range(n)]
-    loads = [0] * n
-    for name in sorted(sizes, key=lambda k: (-sizes[k], k)):
-        lightest = loads.index(min(loads))
-        parts[lightest].add(name)
-        loads[lightest] += sizes[name]
-    return parts
+    from fusec.compiler.targets.cpu.parts import balanced_parts
+
+    return balanced_parts(sizes, n)
 
 
 def _check_call(command: list[str]) -> None:
