@@ -64,6 +64,21 @@ def _exit_waiter(pid: int) -> Callable[[float | None], None]:
     return wait
 
 
+def fork_frozen() -> int:
+    """`os.fork()`, with what the parent holds frozen out of the garbage collector across the
+    fork: the child never collects it. An MLIR context the child's collector freed waited
+    forever in its thread pool's destructor for the parent's worker threads, which a forked
+    child lacks (a CI run hung in `pthread_cond_destroy` under `mlirContextDestroy`,
+    2026-12-05). The child's pid in the parent, 0 in the child."""
+    gc.freeze()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, use of fork()"
+        pid = os.fork()
+    if pid != 0:
+        gc.unfreeze()
+    return pid
+
+
 def run_isolated(step: Callable[[], str], what: str, timeout: float | None = None,
                  memory_bytes: int | None = None) -> str:
     """`step()` (which returns text) in a child process; its result, or an IsolatedFailure
@@ -77,16 +92,7 @@ def run_isolated(step: Callable[[], str], what: str, timeout: float | None = Non
     fd, result_path = tempfile.mkstemp(prefix="fusec-import-", suffix=".txt")
     os.close(fd)
     error_path = result_path + ".error"
-    # What the parent holds is frozen out of the garbage collector across the fork: the child
-    # never collects it. An MLIR context the child's collector freed waited forever in its
-    # thread pool's destructor for the parent's worker threads, which a forked child lacks
-    # (a CI run hung in `pthread_cond_destroy` under `mlirContextDestroy`, 2026-12-05).
-    gc.freeze()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, use of fork()"
-        pid = os.fork()
-    if pid != 0:
-        gc.unfreeze()
+    pid = fork_frozen()
     if pid == 0:  # the child: run, write, leave without running the parent's exit handlers
         status = 0
         try:

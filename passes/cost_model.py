@@ -214,6 +214,17 @@ def conv_is_gemm(op_name: str, device: Device) -> bool:
     return device.gemm_library and op_name == "linalg.conv_2d_nchw_fchw"
 
 
+def window_joins_conv_gather(window_points: int, conv_points: int) -> bool:
+    """Whether a window op (a pooling) before a GEMM convolution (`conv_is_gemm`) belongs in
+    the convolution's im2col gather. The gather reads each image value once per point of the
+    filter's window (`conv_points`), and a window op inside it runs again for each of those
+    reads, `window_points` reads apiece; as a kernel of its own it reads its window once,
+    writes one value and the gather reads that `conv_points` times. ResNet-18's 3x3 max pool
+    before layer1's 3x3 convolution is 81 reads per value fused against 19 apart; before a
+    1x1 convolution it joins (the gather reads each value once)."""
+    return conv_points * window_points <= window_points + 1 + conv_points
+
+
 def conv_reads_image_as_columns(images: int, kh: int, kw: int, strides: list[int],
                                 same_size: bool, row_bytes: int) -> bool:
     """Whether the CUDA target builds an NCHW convolution as the filter times the image

@@ -149,6 +149,19 @@ class Absorption:
     held: list[tuple[int, int]] = field(default_factory=list)
 
 
+def _window_points(f: OpFacts) -> int | None:
+    """The points of a convolution's or pooling's window: the product of its second
+    operand's trailing two extents (a filter [F, C, kh, kw], a pooling's window [kh, kw]);
+    None for other ops (a generic's second operand is no window)."""
+    if not f.name.startswith(("linalg.conv_2d", "linalg.pooling_", "linalg.depthwise_conv_2d")):
+        return None
+    operands = list(f.op.operands)
+    shape = tensor_shape(operands[1].type) if len(operands) > 1 else None
+    if not shape or len(shape) < 2:
+        return None
+    return shape[-2] * shape[-1]
+
+
 def _uses_of(producer: OpFacts, graph: BlockGraph, members: set[int]) -> list[tuple[int, int, int]]:
     """(member key, operand index, result index) for each use of `producer` by a member."""
     found = []
@@ -307,7 +320,7 @@ class Planner:
             step = Absorption(p, uses, mapping, lost, partial, in_prologue, root_position,
                               _narrowed(cand, self.graph, uses))
             for check in (self._check_gemm_prologue, self._check_gemm_epilogue_operand,
-                          self._check_epilogue_first,
+                          self._check_epilogue_first, self._check_window_before_gather,
                           self._check_matmul_operand,
                           self._check_outside_users,
                           self._check_tiles,
@@ -394,6 +407,26 @@ class Planner:
                 f"result: in that contraction's GEMM epilogue on {self.device.name} it is "
                 "stored once, where in this convolution's prologue the product would go to "
                 "memory first")
+
+    def _check_window_before_gather(self, cand: Candidate, step: Absorption) -> Refusal:
+        """A window op (a pooling) in the prologue of a convolution that runs as im2col and a
+        GEMM (`cost_model.conv_is_gemm`) would run again for every read of the gather: it
+        stays a kernel of its own where the cost model says so
+        (`cost_model.window_joins_conv_gather`)."""
+        p = step.p
+        if not (step.in_prologue and p.category == WINDOW):
+            return None
+        window = _window_points(p)
+        for k in cand.members:
+            conv = self.graph.facts[k]
+            if not cost_model.conv_is_gemm(conv.name, self.device):
+                continue
+            points = _window_points(conv)
+            if window and points and not cost_model.window_joins_conv_gather(window, points):
+                return ("recompute", f"{conv.name}@{conv.location} becomes an im2col gather "
+                        f"on {self.device.name} that reads each value {points} times: this "
+                        f"{window}-point window op would run {points} times per value")
+        return None
 
     def _contraction_behind(self, p: OpFacts) -> OpFacts | None:
         """The contraction `p` is an elementwise function of (through elementwise ops and

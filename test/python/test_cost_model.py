@@ -71,3 +71,12 @@ def test_cpu_matmul_with_prime_rows_is_split_by_columns():
     assert small.cols == 0
     # Row tiles enough for the threads, B in L2: kept as the row policy gave them.
     assert cost_model.cpu_matmul_tiling(192, 256, 256, 4, 48, threads=2).cols == 0
+
+
+def test_a_window_joins_a_convolution_gather_only_where_read_once():
+    # A 3x3 pool in a 3x3 convolution's gather: 81 reads per value against 9 + 1 + 9.
+    assert not cost_model.window_joins_conv_gather(9, 9)
+    assert not cost_model.window_joins_conv_gather(4, 9)
+    # Before a 1x1 convolution the gather reads each value once: the pool joins it.
+    assert cost_model.window_joins_conv_gather(9, 1)
+    assert cost_model.window_joins_conv_gather(49, 1)

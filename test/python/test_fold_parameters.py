@@ -116,13 +116,14 @@ def test_no_gpu_kernel_reads_only_constants():
     reshape: 113 kernels. The arithmetic is folded, the widenings fuse into their readers
     (`fusion-reshape-parameters`): 69 kernels, none under 4 KB; 66 since each BatchNorm
     joins the epilogue of the convolution before it instead of the next convolution's
-    gather (`cost_model.conv_is_gemm`). Pinned: a change of plan shows."""
+    gather (`cost_model.conv_is_gemm`); 64 since the max pool stays out of layer1's 3x3
+    gathers (`cost_model.window_joins_conv_gather`). Pinned: a change of plan shows."""
     model, inputs = zoo.ZOO["resnet18"].build("small")
     model = model.eval().to(torch.bfloat16)
     inputs = tuple(i.to(torch.bfloat16) for i in inputs)
     compiled = fusec.compile(model, inputs, target="cuda", cache=False)
     small = [k for k in compiled.kernels if k.get("info", {}).get("bytes", 1 << 30) < 4096]
-    assert len(compiled.kernels) == 66, [k["ops"] for k in compiled.kernels]
+    assert len(compiled.kernels) == 64, [k["ops"] for k in compiled.kernels]
     assert small == [], small
 
 
@@ -157,7 +158,8 @@ def test_parameters_as_inputs_fuse_into_their_readers():
     but their arithmetic computes in the [1, C, 1, 1] shape the normalisation reads
     (`fusion-reshape-parameters`), so it fuses there: 92 kernels before, 22 of them one op on
     a [C] vector; then 70, none under 4 KB (the classifier's bias is cuBLASLt's epilogue
-    here); 67 since each BatchNorm is the epilogue of the convolution before it."""
+    here); 67 since each BatchNorm is the epilogue of the convolution before it; 65 since
+    the max pool stays out of layer1's 3x3 gathers."""
     wrap = importlib.util.spec_from_file_location(
         "fusec_bench_zoo_gpu_fp", Path(__file__).resolve().parents[2] / "bench" / "zoo_gpu.py")
     zoo_gpu = importlib.util.module_from_spec(wrap)
@@ -172,5 +174,5 @@ def test_parameters_as_inputs_fuse_into_their_readers():
         compiled = fusec.compile(wrapped, *[p.detach() for p in params.values()], *inputs,
                                  target="cuda", cache=False)
     small = [k for k in compiled.kernels if k.get("info", {}).get("bytes", 1 << 30) < 4096]
-    assert len(compiled.kernels) == 67, [k["ops"] for k in compiled.kernels]
+    assert len(compiled.kernels) == 65, [k["ops"] for k in compiled.kernels]
     assert small == [], small

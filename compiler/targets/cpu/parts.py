@@ -19,12 +19,10 @@ one core, or no `fork`) runs it serially.
 
 from __future__ import annotations
 
-import gc
 import io
 import os
 import signal
 import tempfile
-import warnings
 from collections.abc import Callable
 
 from fusec.passes.bufferized.outline_kernels import KERNEL_PREFIX
@@ -214,15 +212,12 @@ def _run_parts(module: ir.Module, parts: list[set[str]], kernels: dict[str, ir.O
 def _fork_child(data: bytes, path: str, kernel_passes: list[str],
                 run: Callable[[ir.Module, list[str]], None]) -> int:
     """Fork a child that lowers the part `data` in a fresh context and writes the result's
-    bytecode to `path`; its pid. The parent's objects are frozen out of the child's garbage
-    collector: freeing the parent's context there would wait for thread-pool workers that
-    a forked child lacks (as `fusec.compiler.isolate`)."""
-    gc.freeze()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded, use of fork()"
-        pid = os.fork()
+    bytecode to `path`; its pid. (`fork_frozen`: the parent's objects, its context among
+    them, are out of the child's garbage collector.)"""
+    from fusec.compiler.isolate import fork_frozen
+
+    pid = fork_frozen()
     if pid != 0:
-        gc.unfreeze()
         return pid
     status = 1
     try:
