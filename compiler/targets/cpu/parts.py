@@ -246,7 +246,14 @@ def _text(op: ir.Operation) -> str:
 def _merge(module: ir.Module, part: ir.Module) -> bool:
     """Move `part`'s top-level ops into `module`: a symbol `module` has already (a global
     both parts read, a library function's declaration) is left out where it is the same
-    op, and the merge refused (False) where it is not."""
+    op, and the merge refused (False) where it is not, or where the part's module
+    attributes differ from `module`'s (a pass that wrote one from its part's kernels)."""
+    ours = {_name(a): str(module.operation.attributes[_name(a)])
+            for a in module.operation.attributes}
+    theirs = {_name(a): str(part.operation.attributes[_name(a)])
+              for a in part.operation.attributes}
+    if ours != theirs:
+        return False
     existing = {}
     for op in module.body.operations:
         name = _symbol(op.operation)
