@@ -24,6 +24,7 @@ import tempfile
 from typing import Any, Callable
 
 from fusec.passes.constants import dense_bytes
+from fusec.compiler.targets.cpu import parts as cpu_parts
 from fusec.compiler.targets.cpu.options import CpuOptions
 from fusec.passes import attributes, cost_model
 from fusec.passes.bufferized.outline_kernels import KERNEL_PREFIX
@@ -315,10 +316,9 @@ def stage_bufferized(module: ir.Module, options: Any = None) -> ir.Module:
 def stage_cpu(module: ir.Module, options: Any = None) -> ir.Module:
     """Run the `cpu` stage in place, its kernel passes over parts of the kernels side by
     side (`parts.run_in_parts`); returns `module`."""
-    from fusec.compiler.targets.cpu import parts
-
-    parts.run_in_parts(module, cpu_module_passes(options), cpu_kernel_passes(options, True),
-                       cpu_passes(options), _run, os.cpu_count() or 1)
+    cpu_parts.run_in_parts(module, cpu_module_passes(options),
+                           cpu_kernel_passes(options, True), cpu_passes(options), _run,
+                           os.cpu_count() or 1)
     return module
 
 
@@ -662,20 +662,11 @@ def kernel_parts(module: Any, cores: int = 1) -> list[set[str]]:
             name = _kernel_of(op)
             if name is None:
                 return [set()]
-            count = [0]
-
-            def visit(_: ir.Operation, count: list[int] = count) -> ir.WalkResult:
-                count[0] += 1
-                return ir.WalkResult.ADVANCE
-
-            op.walk(visit)
-            sizes[name] = sizes.get(name, 0) + count[0]
+            sizes[name] = sizes.get(name, 0) + cpu_parts.op_count(op)
     n = min(MAX_PARTS, cores, max(1, len(sizes) // KERNELS_PER_PART))
     if n == 1:
         return [set(sizes)]
-    from fusec.compiler.targets.cpu.parts import balanced_parts
-
-    return balanced_parts(sizes, n)
+    return cpu_parts.balanced_parts(sizes, n)
 
 
 def _check_call(command: list[str]) -> None:

@@ -66,7 +66,8 @@ def _symbol(op: ir.Operation) -> str | None:
         else None
 
 
-def _op_count(op: ir.Operation) -> int:
+def op_count(op: ir.Operation) -> int:
+    """How many ops `op` is, itself and every op nested in it."""
     count = [0]
 
     def visit(_: ir.Operation) -> ir.WalkResult:
@@ -137,7 +138,7 @@ def run_in_parts(module: ir.Module, module_passes: list[str], part_passes: list[
             run(module, serial_passes[len(module_passes):])
             before.erase()
             return
-        parts = balanced_parts({k: PASSES_COST_IN_OPS + _op_count(op)
+        parts = balanced_parts({k: PASSES_COST_IN_OPS + op_count(op)
                                 for k, op in kernels.items()}, n)
         if _run_parts(module, parts, kernels, part_passes, run):
             before.erase()
