@@ -109,3 +109,51 @@ func.func @f(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
     with pytest.raises(FusecError, match="--cpu-unroll-threshold: expected 0 or more"):
         CpuOptions(unroll_threshold=-1)
     assert CpuOptions().unroll_threshold == 150
+
+
+def test_opt_pipeline_is_o3_without_the_dropped_passes(monkeypatch, tmp_path):
+    """The kernels' `opt` runs -O3's own pipeline (as opt prints it) without
+    OPT_DROPPED_PASSES: with none dropped, the printed pipeline gives the very bitcode -O3
+    gives; with loop-load-elim dropped, that pass is gone and nothing else is."""
+    import subprocess
+
+    flags = (f"-mtriple={cpu_target.host_triple()}", f"-mcpu={cpu_target.target_cpu(None)}")
+    monkeypatch.setattr(cpu_target, "OPT_DROPPED_PASSES", ())
+    cpu_target.opt_pipeline.cache_clear()
+    assert cpu_target.opt_pipeline(3, flags) == "-O3"
+    opt = cpu_target.llvm_tool("opt")
+    full = subprocess.run([opt, "-O3", *flags, "-print-pipeline-passes", "-disable-output",
+                           "-"], input="", capture_output=True, text=True, check=True)
+    printed = full.stdout.strip()
+    assert ",loop-load-elim," in printed
+    source = tmp_path / "k.ll"
+    source.write_text("""
+define void @k(ptr %a, ptr %b, i64 %n) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  %pa = getelementptr float, ptr %a, i64 %i
+  %x = load float, ptr %pa
+  %i1 = add i64 %i, 1
+  %pb = getelementptr float, ptr %b, i64 %i1
+  %y = fadd float %x, 1.0
+  store float %y, ptr %pb
+  %done = icmp eq i64 %i1, %n
+  br i1 %done, label %exit, label %loop
+exit:
+  ret void
+}
+""")
+    outputs = []
+    for how in (["-O3"], [f"-passes={printed}"]):
+        out = tmp_path / f"k{len(outputs)}.bc"
+        subprocess.run([opt, *how, *flags, str(source), "-o", str(out)], check=True)
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]
+    monkeypatch.setattr(cpu_target, "OPT_DROPPED_PASSES", ("loop-load-elim",))
+    cpu_target.opt_pipeline.cache_clear()
+    dropped = cpu_target.opt_pipeline(3, flags)
+    assert dropped.startswith("-passes=") and "loop-load-elim" not in dropped
+    assert dropped[len("-passes="):] == printed.replace(",loop-load-elim,", ",")
+    cpu_target.opt_pipeline.cache_clear()
