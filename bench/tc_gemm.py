@@ -2,11 +2,15 @@
 
     python bench/tc_gemm.py build DIR     (here: PTX per problem + ptxas -v; no GPU needed)
     python bench/tc_gemm.py run DIR       (on the H200: numerics and time against torch.mm)
+    python bench/tc_gemm.py build DIR resnet50   (ResNet-50's GEMMs at batch 1, 3 tiles each)
 
 `run` encodes the TMA maps with the driver (`cuTensorMapEncodeTiled`, through ctypes, as a
 runtime would), loads the PTX with `cuModuleLoadData` and launches with `cuLaunchKernel`;
 numerics by relative norm error against float64 on fresh random inputs; times are medians
-of CUDA-event timings, with torch.mm (cuBLAS) and F.linear in the same process.
+of CUDA-event timings, with torch.mm (cuBLAS) and F.linear in the same process, one launch
+at a time and, under `graph`, per launch of GRAPH_LAUNCHES back to back replayed as one CUDA
+graph (no host time between them: what a model run with `graph=True` pays).
+
 """
 
 from __future__ import annotations
@@ -34,6 +38,20 @@ PROBLEMS = [(8192, 8192, 8192, "nk"), (8192, 4096, 4096, "nk"), (8192, 4096, 409
 # 200); its cooperative variant (256 x 128 tiles, both consumers on each) with 3, or 4
 # beside a 32-row epilogue buffer per consumer instead of 64.
 SCHEDULES = (("s", 4), ("s", 3), ("pp", 4), ("co", 3), ("co", 4))
+# ResNet-50's GEMMs at batch 1 (224 x 224, bf16), as fusec's plan gives them (M, N, K, B's
+# layout, D's type): the 1x1 convolutions and the channels-last im2col products, the
+# products with no epilogue writing f32 for the movement kernel after them. Each is built
+# with the one-warpgroup kernel at 128 x 128, 64 x 128 and 128 x 64 (`RESNET50_TILES`).
+RESNET50 = [(64, 3136, 64, "kn", "bf16"), (256, 3136, 64, "kn", "f32"),
+            (512, 784, 128, "kn", "f32"), (64, 3136, 256, "kn", "bf16"),
+            (128, 3136, 256, "kn", "bf16"), (196, 1024, 256, "nk", "f32"),
+            (784, 512, 256, "nk", "f32"), (49, 2048, 512, "nk", "f32"),
+            (128, 784, 512, "kn", "bf16"), (196, 1024, 512, "nk", "f32"),
+            (256, 784, 512, "kn", "bf16"), (3136, 64, 576, "nk", "f32"),
+            (49, 2048, 1024, "nk", "f32"), (196, 512, 1024, "nk", "f32"),
+            (196, 256, 1024, "nk", "f32"), (784, 128, 1152, "nk", "f32")]
+RESNET50_TILES = ((128, 128), (64, 128), (128, 64))
+GRAPH_LAUNCHES = 20
 SMS = 132  # the H100's and the H200's
 # The tiles' order: in groups of wgmma.GROUP_ROWS rows of tiles (the kernels' own), and, as
 # `<name>_rows`, row by row (the order before; `build ... rows`).
@@ -47,6 +65,9 @@ def build(folder: Path, only: list[str] | None = None) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     only = only or []
+    if only == ["resnet50"]:
+        _build_resnet50(folder)
+        return
     problems = [p for p in PROBLEMS if not any("x" in o for o in only) or
                 f"{p[0]}x{p[1]}x{p[2]}_{p[3]}" in only]
     schedules = [s for s in SCHEDULES if not any(o[:2] in ("s3", "s4", "pp", "co")
@@ -68,11 +89,36 @@ def build(folder: Path, only: list[str] | None = None) -> None:
                                "-o", str(folder / f"{name}.cubin")],
                               capture_output=True, text=True)
         resources = [line for line in done.stderr.splitlines() if "Used" in line or "spill" in line]
-        manifest.append({"name": name, "m": m, "n": n, "k": k, "layout": layout,
+        manifest.append({"name": name, "m": m, "n": n, "k": k, "layout": layout, "out": "bf16",
                          "bm": tile.bm, "bn": tile.bn, "bk": tile.bk, "stages": tile.stages,
                          "shared_bytes": shared, "grid": grid, "block": block,
                          "ptxas": resources})
         print(name, resources)
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def _build_resnet50(folder: Path) -> None:
+    """RESNET50's problems x RESNET50_TILES (one warpgroup, as many stages as fit one CTA
+    per SM and K has tiles)."""
+    from fusec.compiler.targets.cuda import wgmma
+
+    manifest = []
+    for m, n, k, layout, out in RESNET50:
+        for bm, bn in RESNET50_TILES:
+            problem = wgmma.GemmProblem(m, n, k, out_type=out, b_layout=layout)
+            tile = wgmma.GemmTile(bm, bn, stages=max(2, min(4, -(-k // 64))))
+            if wgmma.refusal(problem, tile):
+                continue
+            name = f"gemm_{m}x{n}x{k}_{layout}_{out}_t{bm}x{bn}"
+            grid, block, shared = wgmma.launch_geometry(problem, tile, SMS)
+            text = wgmma.build_kernel_text(name, problem, tile, SMS)
+            ptx = wgmma.lower(wgmma.gpu_module_text([text]))
+            (folder / f"{name}.ptx").write_text(ptx)
+            manifest.append({"name": name, "m": m, "n": n, "k": k, "layout": layout,
+                             "out": out, "bm": bm, "bn": bn, "bk": tile.bk,
+                             "stages": tile.stages, "shared_bytes": shared, "grid": grid,
+                             "block": block, "ptxas": []})
+            print(name, grid)
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
@@ -134,7 +180,8 @@ def run(folder: Path, only: str | None = None) -> None:
         a = torch.randn(m, k, device="cuda").bfloat16()
         b = torch.randn(n, k, device="cuda").bfloat16() if layout == "nk" else \
             torch.randn(k, n, device="cuda").bfloat16()
-        d = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        d = torch.empty(m, n, device="cuda", dtype=getattr(torch, {"bf16": "bfloat16"}.get(
+            entry.get("out", "bf16"), "float32")))
         map_a = _encode(cuda, a.data_ptr(), m, k, bm, bk)
         map_b = _encode(cuda, b.data_ptr(), n, k, bn, bk) if layout == "nk" else \
             _encode(cuda, b.data_ptr(), k, n, bk, 64)
@@ -144,9 +191,9 @@ def run(folder: Path, only: str | None = None) -> None:
         params = (ctypes.c_void_p * 3)(ctypes.addressof(maps[0]), ctypes.addressof(maps[1]),
                                        ctypes.addressof(d_arg))
         grid, block = entry["grid"], entry["block"]
-        stream = torch.cuda.current_stream().cuda_stream
 
         def launch() -> None:
+            stream = torch.cuda.current_stream().cuda_stream  # a graph's capture stream too
             err = cuda.cuLaunchKernel(function, grid, 1, 1, block, 1, 1,
                                       entry["shared_bytes"], ctypes.c_void_p(stream), params,
                                       None)
@@ -161,9 +208,10 @@ def run(folder: Path, only: str | None = None) -> None:
         lin = (lambda: torch.nn.functional.linear(a, b)) if layout == "nk" else mm
         torch_err = float((mm().double() - ref).norm() / ref.norm())
         times = {"fusec": _time(launch), "torch_mm": _time(mm), "linear": _time(lin)}
+        graph = {"fusec": _time_graph(launch), "torch_mm": _time_graph(mm)}
         flops = 2 * m * n * k
         row = {"name": entry["name"], "rel_err": err, "torch_rel_err": torch_err,
-               "ms": times, "tflops": {key: flops / (t * 1e-3) / 1e12 for key, t in
+               "ms": times, "graph_us": {key: t * 1e3 for key, t in graph.items()}, "tflops": {key: flops / (t * 1e-3) / 1e12 for key, t in
                                         times.items()},
                "fusec_vs_torch_mm": times["torch_mm"] / times["fusec"],
                "ptxas": entry["ptxas"]}
@@ -184,6 +232,25 @@ def _time(fn, reps: int = 30) -> float:
         stop.synchronize()
         times.append(start.elapsed_time(stop))
     return sorted(times)[len(times) // 2]
+
+
+def _time_graph(fn, reps: int = 10) -> float:
+    """Milliseconds per call of `fn` among GRAPH_LAUNCHES calls captured as one CUDA graph
+    (median of `reps` replays)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPH_LAUNCHES):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return _time(graph.replay, reps) / GRAPH_LAUNCHES
 
 
 if __name__ == "__main__":

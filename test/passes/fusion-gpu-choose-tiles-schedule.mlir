@@ -54,11 +54,12 @@ module attributes {fusion.torch_signature = "{\22inputs\22: [{\22name\22: \22x\2
 // -----
 
 // 512 x 384: 12 tiles, fewer than the SMs: no CTA would have a second tile to overlap.
+// They fill at most half the SMs: the model's tile is 64 x 128 (gemm_cost.TC_SMALL_GRID_TILE).
 // PP-LABEL: func.func @linear_gelu
-// PP: fusion.kernel_tile = array<i64: 128, 128, 64, 4>
+// PP: fusion.kernel_tile = array<i64: 64, 128, 64, 4>
 // PP-SAME: fusion.kernel_tile_from = "cost model (--cuda-gemm-schedule ping-pong: this GEMM has no such tile: fewer tiles than SMs)"
 // MODEL-LABEL: func.func @linear_gelu
-// MODEL: fusion.kernel_tile = array<i64: 128, 128, 64, 4>
+// MODEL: fusion.kernel_tile = array<i64: 64, 128, 64, 4>
 // MODEL-SAME: fusion.kernel_tile_from = "cost model"
 // MODEL-SAME: fusion.why = "matmul-rooted group: our tensor-core GEMM (1 CTA per SM)
 #map = affine_map<(d0, d1) -> (d0, d1)>

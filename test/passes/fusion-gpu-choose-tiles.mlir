@@ -11,10 +11,11 @@
 // A cache entry for another device, or with a tile this kernel cannot take, is not used;
 // a cuBLASLt call has no tile of ours.
 
-// Linear + bias + GELU in bf16: our GEMM, 128 x 128 with 4 stages by the model.
+// Linear + bias + GELU in bf16: our GEMM, 64 x 128 with 4 stages by the model (its twelve
+// 128 x 128 tiles would fill at most half the SMs: gemm_cost.TC_SMALL_GRID_TILE).
 // MODEL-LABEL: func.func @linear_gelu
 // MODEL: fusion.group epilogue
-// MODEL-SAME: fusion.kernel_tile = array<i64: 128, 128, 64, 4>
+// MODEL-SAME: fusion.kernel_tile = array<i64: 64, 128, 64, 4>
 // MODEL-SAME: fusion.kernel_tile_candidates = 6 : i64
 // MODEL-SAME: fusion.kernel_tile_from = "cost model"
 // MODEL-SAME: fusion.kernel_tile_predicted_ns = {{[0-9]+}} : i64
@@ -26,7 +27,7 @@
 // CACHE-SAME: fusion.kernel_tile_from = "tuned: 9.5 us measured, the cost model's tile [128, 128, 64, 4] 11.0 us"
 // --tune's build of candidate 3: the fourth tile of the candidate list.
 // CAND-LABEL: func.func @linear_gelu
-// CAND: fusion.kernel_tile = array<i64: 64, 256, 64, 2>
+// CAND: fusion.kernel_tile = array<i64: 64, 256, 64, 4>
 // CAND-SAME: fusion.kernel_tile_from = "candidate 3 (--tune)"
 // A cache path that is not a tuning cache is an error, not the model's tiles in silence.
 // BAD: error: {{.*}}Inputs: not a fusec tuning cache

@@ -55,16 +55,20 @@ def test_linear_bias_gelu_residual_is_one_kernel(tmp_path):
     assert info["epilogue_unroll"] == 8
     assert "our tensor-core GEMM" in info["why"] and "cuBLASLt" in info["why"]
     launch = meta["plan"]["launches"][0]
+    # Nine 128 x 128 tiles would fill at most half the SMs: 64 x 128 tiles
+    # (gemm_cost.TC_SMALL_GRID_TILE), 5 x 3 of them.
+    assert info["tile"] == [64, 128, 64, 4]
     # A (300 x 256, K contiguous) and the N x K weight through 128-byte-swizzled TMA maps:
     # [parameter, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank 2, dims innermost first (padded to
     #  5 with 1), byte strides of dims 1..4 (the padding's: the whole matrix), the box
-    #  (padded), CU_TENSOR_MAP_SWIZZLE_128B, byte offset] (wgmma.map_entry).
+    #  (padded: BK x BM of A, BK x BN of B), CU_TENSOR_MAP_SWIZZLE_128B, byte offset]
+    # (wgmma.map_entry).
     assert launch["maps"] == [[0, 9, 2, 256, 300, 1, 1, 1, 512] + [512 * 300] * 3 +
-                              [64, 128, 1, 1, 1, 3, 0],
+                              [64, 64, 1, 1, 1, 3, 0],
                               [1, 9, 2, 256, 384, 1, 1, 1, 512] + [512 * 384] * 3 +
                               [64, 128, 1, 1, 1, 3, 0]]
-    assert launch["grid"] == 3 * 3 and launch["block"] == 128
-    assert launch["shared_bytes"] == 4 * (128 + 128) * 64 * 2
+    assert launch["grid"] == 5 * 3 and launch["block"] == 128
+    assert launch["shared_bytes"] == 4 * (64 + 128) * 64 * 2
     # A, B, D, then the bias and the residual the epilogue reads.
     assert len(launch["buffers"]) == 5
     assert meta["plan"]["metadata"]["arch"] == "sm_90a"
@@ -132,14 +136,19 @@ def test_kernel_ptx_has_the_epilogue_and_no_spills(tmp_path):
     # Each thread's four values: 8-byte loads of the residual (aligned parameters, merged),
     # one 8-byte store per pass of the unrolled epilogue; the bias (the same columns in
     # every pass: the loads are unconditional, clamped) loaded once, out of the loop.
-    from fusec.compiler.targets.cuda.wgmma import EPILOGUE_UNROLL
+    from fusec.compiler.targets.cuda.wgmma import EPILOGUE_UNROLL, WARPGROUP
 
+    # The tile's row passes (BN / 4 threads a row), all unrolled when there are at most
+    # EPILOGUE_UNROLL: 64 x 128 here (two row tiles of 128 would leave most SMs idle).
+    bm, bn = meta["kernels"][0]["info"]["tile"][:2]
+    assert (bm, bn) == (64, 128)
+    passes = min(EPILOGUE_UNROLL, bm // (WARPGROUP // (bn // 4)))
     # The operands are noalias (read-only: `.nc`), so ptxas may issue every pass's load
     # before the first store.
     assert len(re.findall(r"ld\.global\.nc\.v4\.b16", ptx)) == 1
-    assert len(re.findall(r"ld\.global\.nc\.v2\.b32", ptx)) == EPILOGUE_UNROLL
+    assert len(re.findall(r"ld\.global\.nc\.v2\.b32", ptx)) == passes
     stores = re.findall(r"st\.global\.(\S+)", ptx)
-    assert stores == ["v2.b32"] * EPILOGUE_UNROLL, stores
+    assert stores == ["v2.b32"] * passes, stores
     assert not re.search(r"(ld|st)\.global\.b16", ptx)
     if shutil.which("ptxas"):
         out = subprocess.run(["ptxas", "-arch=sm_90a", "-v", "-", "-o", str(tmp_path / "k")],
@@ -281,8 +290,10 @@ def test_swiglu_gate_and_up_are_one_pair_kernel(layout, tmp_path):
     box = [64, 64]  # nk: K 64 x 64 rows of each weight; kn: 64 columns x K 64
     assert [m[12:14] for m in launch["maps"][1:]] == [box, box]
     assert len(launch["buffers"]) == 4
-    # 3 row tiles x ceil(N / 64) output column tiles.
-    assert launch["grid"] == 3 * -(-n // 64)
+    # 64-row tiles (gemm_cost.TC_SMALL_GRID_TILE: 128 x 128 ones would fill at most half
+    # the SMs): 5 row tiles x ceil(N / 64) output column tiles.
+    assert info["tile"][:2] == [64, 128]
+    assert launch["grid"] == 5 * -(-n // 64)
     apart, _ = _build(fn, shapes, tmp_path=tmp_path, tuning="off", gemm_pair=False)
     assert [k["info"]["path"] for k in apart["kernels"]] == ["tc_gemm", "tc_gemm"]
     assert not any(k["info"].get("pair") for k in apart["kernels"])
@@ -349,7 +360,8 @@ def test_qkv_projections_are_one_sibling_kernel(layout, tmp_path):
     assert widths == [256, 384, 200]
     # A, three Bs, three outputs, three biases: ten buffers, the outputs the kernel's own.
     assert len(launch["buffers"]) == 10
-    assert launch["grid"] == 3 * (2 + 3 + 2)  # row tiles x each segment's column tiles
+    # Row tiles (64 rows: gemm_cost.TC_SMALL_GRID_TILE) x each segment's column tiles.
+    assert launch["grid"] == 5 * (2 + 3 + 2)
     apart, _ = _build(fn, shapes, tmp_path=tmp_path, tuning="off", gemm_siblings=False)
     assert [k["info"]["path"] for k in apart["kernels"]] == ["tc_gemm"] * 3
     assert not any(k["info"].get("siblings") for k in apart["kernels"])

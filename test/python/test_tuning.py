@@ -102,7 +102,7 @@ def test_a_file_that_is_not_a_cache_is_an_error(tmp_path):
 def test_tune_records_the_fastest_and_a_later_compile_is_the_same_bytes(
         linear_text, tmp_path, monkeypatch):
     cache = tmp_path / "tuning.json"
-    _fake_gpu(monkeypatch, {(128, 128, 64, 4): 50.0, (64, 256, 64, 2): 40.0,
+    _fake_gpu(monkeypatch, {(64, 128, 64, 4): 50.0, (64, 256, 64, 2): 40.0,
                             (128, 64, 64, 4): 45.0})
     lines: list[str] = []
     meta = tuner.tune(linear_text, "<test>", _options(cache), str(tmp_path / "tuned.so"),
@@ -111,33 +111,33 @@ def test_tune_records_the_fastest_and_a_later_compile_is_the_same_bytes(
     assert launch["info"]["tile"] == [64, 256, 64, 2]
     assert launch["info"]["tile_from"].startswith("tuned: 40.0 us measured")
     entry = tuning.lookup(str(cache), "nvidia-h200", KEY)
-    assert entry["tile"] == [64, 256, 64, 2] and entry["model_tile"] == [128, 128, 64, 4]
+    assert entry["tile"] == [64, 256, 64, 2] and entry["model_tile"] == [64, 128, 64, 4]
     assert entry["model_us"] == 50.0 and entry["predicted_us"] > 0
     # Every distinct candidate measured once, the model's first.
     tiles = [t for t, _ in entry["candidates"]]
-    assert tiles[0] == [128, 128, 64, 4] and len(tiles) == len({tuple(t) for t in tiles}) == 6
+    assert tiles[0] == [64, 128, 64, 4] and len(tiles) == len({tuple(t) for t in tiles}) == 6
     assert any("tuned [64, 256, 64, 2] 40.0 us (1.25x)" in line for line in lines)
     # Without --tune: the cache's tile, the same artifact.
     driver.compile_text(linear_text, "<test>", _options(cache), str(tmp_path / "again.so"))
     assert (tmp_path / "tuned.so").read_bytes() == (tmp_path / "again.so").read_bytes()
     # With the cache off: the model's tile.
     off = driver.compile_text(linear_text, "<test>", _options("off"), str(tmp_path / "m.so"))
-    assert off["kernels"][0]["info"]["tile"] == [128, 128, 64, 4]
+    assert off["kernels"][0]["info"]["tile"] == [64, 128, 64, 4]
     assert off["kernels"][0]["info"]["tile_from"] == "cost model"
 
 
 def test_noise_does_not_replace_the_model_tile(linear_text, tmp_path, monkeypatch):
     cache = tmp_path / "tuning.json"
-    _fake_gpu(monkeypatch, {(128, 128, 64, 4): 50.0, (64, 256, 64, 2): 49.0})
+    _fake_gpu(monkeypatch, {(64, 128, 64, 4): 50.0, (64, 256, 64, 2): 49.0})
     meta = tuner.tune(linear_text, "<test>", _options(cache), str(tmp_path / "t.so"),
                       log=lambda line: None)
-    assert meta["kernels"][0]["info"]["tile"] == [128, 128, 64, 4]
-    assert tuning.lookup(str(cache), "nvidia-h200", KEY)["tile"] == [128, 128, 64, 4]
+    assert meta["kernels"][0]["info"]["tile"] == [64, 128, 64, 4]
+    assert tuning.lookup(str(cache), "nvidia-h200", KEY)["tile"] == [64, 128, 64, 4]
 
 
 def test_a_candidate_with_other_outputs_is_never_chosen(linear_text, tmp_path, monkeypatch):
     cache = tmp_path / "tuning.json"
-    _fake_gpu(monkeypatch, {(128, 128, 64, 4): 50.0, (64, 256, 64, 2): 10.0,
+    _fake_gpu(monkeypatch, {(64, 128, 64, 4): 50.0, (64, 256, 64, 2): 10.0,
                             (128, 64, 64, 4): 45.0}, wrong=((64, 256, 64, 2),))
     lines: list[str] = []
     meta = tuner.tune(linear_text, "<test>", _options(cache), str(tmp_path / "t.so"),
@@ -150,7 +150,7 @@ def test_a_candidate_with_other_outputs_is_never_chosen(linear_text, tmp_path, m
 
 def test_a_candidate_that_hangs_is_reported_and_skipped(linear_text, tmp_path, monkeypatch):
     cache = tmp_path / "tuning.json"
-    _fake_gpu(monkeypatch, {(128, 128, 64, 4): 50.0, (64, 256, 64, 2): 10.0,
+    _fake_gpu(monkeypatch, {(64, 128, 64, 4): 50.0, (64, 256, 64, 2): 10.0,
                             (128, 64, 64, 4): 45.0}, hangs=((64, 256, 64, 2),))
     lines: list[str] = []
     meta = tuner.tune(linear_text, "<test>", _options(cache), str(tmp_path / "t.so"),
