@@ -77,7 +77,7 @@ def build(folder: Path, size: str, dtype: str, names: list[str], off: list[str] 
     given = {name: False for name in off}
     for item in set_:
         field, _, value = item.partition("=")
-        given[field] = value
+        given[field] = {"true": True, "false": False}.get(value, value)
     cuda = CudaOptions(**given) if given else None
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--off", nargs="*", default=[],
                    help="CudaOptions fields to turn off (e.g. gemm_siblings: an A/B's base)")
     b.add_argument("--set", nargs="*", default=[], dest="set_", metavar="FIELD=VALUE",
-                   help="CudaOptions string fields to set (e.g. dependent_launch=off)")
+                   help="CudaOptions fields to set (e.g. dependent_launch=off, graph=true)")
     r = sub.add_parser("run")
     r.add_argument("dir", type=Path)
     r.add_argument("out", type=Path)

@@ -28,6 +28,11 @@ from fusec.passes.cost_model import Device, kernel_s, roofline_s
 TC_GEMM_EFFICIENCY = 0.90  # one CTA per SM: ~611 TFLOP/s
 LIBRARY_GEMM_EFFICIENCY = 1.05  # ~713 TFLOP/s, the middle of cuBLAS's 663-776
 LIBRARY_CALL_S = 10e-6
+# An artifact replayed as a CUDA graph (CudaOptions.graph) pays none of that host overhead:
+# each cuBLASLt call is its kernel(s) in the graph. Measured on an H100 (RESULTS run 252,
+# ResNet-50's 16 GEMMs, 20 calls per graph): torch.mm took 2.6-4.2 us a call, where this
+# model with no call overhead (the launch, then compute or HBM time) gives 4.1-4.6.
+LIBRARY_GRAPH_CALL_S = 0.0
 # Our epilogue's arithmetic runs on the CTA's 128 threads while its tensor cores wait, with
 # one or two CTAs per SM to issue it: a fraction of the scalar peak (`flops_per_s`).
 # Measured: linear + bias + GELU(tanh) * 0.5 at 4096x4096x1024 (about 25 weighted ops per
@@ -280,10 +285,13 @@ def tc_gemm_tile_s(m: int, n: int, k: int, bytes_moved: int, device: Device,
                      tile_schedule(tile), epilogue_s)
 
 
-def library_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device) -> float:
-    """Predicted time of one cuBLASLt call (its own epilogue included)."""
+def library_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device,
+                   graph: bool = False) -> float:
+    """Predicted time of one cuBLASLt call (its own epilogue included); `graph`: in an
+    artifact replayed as a CUDA graph (no host call overhead)."""
     flops = 2 * m * n * k
-    return device.launch_s + LIBRARY_CALL_S + max(
+    call = LIBRARY_GRAPH_CALL_S if graph else LIBRARY_CALL_S
+    return device.launch_s + call + max(
         flops / (device.matmul_flops_per_s * LIBRARY_GEMM_EFFICIENCY),
         bytes_moved / device.hbm_bytes_per_s)
 

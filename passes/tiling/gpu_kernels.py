@@ -19,7 +19,8 @@ between calls (an RNG seed) or Python-number results.
 
 Options: `device` (the GPU whose code generator is asked, passes/targets.py; nvidia-h200),
 `gemm` (true: the cuBLASLt path and the rewrites; false: one kernel per group, none of the
-rewrites).
+rewrites), `graph` (true: the artifact is replayed as a CUDA graph, so cuBLASLt's calls are
+costed without their host overhead: `--cuda-graph`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class GpuKernelsPass(Pass):
     gemm_siblings: bool = True
     conv_tf32: bool = False
     matmul_tf32: bool = False
+    graph: bool = False
 
     def run(self, module: ir.Operation) -> None:
         # The rewrites are the device's code generator's, registered by its target.
@@ -64,7 +66,8 @@ class GpuKernelsPass(Pass):
                     notes = builder.rewrites(func, {
                         "gemm": True, "tc_gemm": self.tc_gemm, "movement": self.movement,
                         "gemm_pair": self.gemm_pair, "gemm_siblings": self.gemm_siblings,
-                        "conv_tf32": self.conv_tf32, "matmul_tf32": self.matmul_tf32})
+                        "conv_tf32": self.conv_tf32, "matmul_tf32": self.matmul_tf32,
+                        "graph": self.graph})
             if not self.movement:  # read by the tiling's fallback decision
                 func.attributes[attributes.NO_MOVEMENT] = ir.UnitAttr.get()
             func.attributes[NOTES_ATTR] = ir.ArrayAttr.get([ir.StringAttr.get(n) for n in notes])

@@ -107,3 +107,13 @@ def test_gemm_tile_of_a_grid_that_fills_at_most_half_the_sms():
     assert wgmma.refusal(problem, wgmma.GemmTile(64, 128)) is None
     nk_problem = wgmma.GemmProblem(196, 1024, 256, out_type="f32", b_layout="nk")
     assert wgmma.refusal(nk_problem, wgmma.GemmTile(128, 64)) is None
+
+
+def test_library_gemm_in_a_graph_has_no_call_overhead():
+    from fusec.passes import gemm_cost
+
+    plain = gemm_cost.library_gemm_s(196, 256, 1024, 1 << 20, H200)
+    graph = gemm_cost.library_gemm_s(196, 256, 1024, 1 << 20, H200, graph=True)
+    assert plain - graph == pytest.approx(gemm_cost.LIBRARY_CALL_S -
+                                          gemm_cost.LIBRARY_GRAPH_CALL_S)
+    assert graph >= H200.launch_s

@@ -49,6 +49,11 @@ class CudaOptions:
     gemm: bool = field(default=True, metadata={"help": (
         "Matmul-rooted groups: the matmul through cuBLASLt (split_matmul_groups); "
         "False: one kernel per group (the fallback's one thread per output element).")})
+    graph: bool = field(default=False, metadata={"help": (
+        "The artifact will be replayed as a CUDA graph (`fusec.runtime`'s graph=True): "
+        "kernels are chosen for GPU time alone, cuBLASLt's host call overhead not counted "
+        "(a small GEMM then goes to cuBLASLt where our kernel is predicted slower on the "
+        "GPU). Whole models built with it not yet timed (bench/NOTES.md session 66).")})
     tc_gemm: bool = field(default=True, metadata={"help": (
         "Matmuls with bf16/f16 operands: our tensor-core GEMM kernel (TMA + wgmma, the "
         "elementwise chain after it fused) where the cost model predicts it faster than "

@@ -746,7 +746,7 @@ def split_matmul_groups(func: ir.Operation, options: CudaOptions | None = None) 
         if tc_gemm_enabled(options):
             tc = plan_tc_split(group)
             if isinstance(tc, TcSplit):
-                ours, why = choose(tc, split, options.description)
+                ours, why = choose(tc, split, options.description, options.graph)
                 if ours:
                     split, path = tc.split, "tc_gemm"
                     split.why = why

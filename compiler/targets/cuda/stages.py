@@ -33,7 +33,8 @@ def tiled_passes(options: CudaOptions | None = None) -> list[str]:
     pair = ("" if options.gemm_pair else ",gemm-pair=false") + \
         ("" if options.gemm_siblings else ",gemm-siblings=false")
     tf32 = (",conv-tf32=true" if options.conv_tf32 else "") + \
-        (",matmul-tf32=true" if options.matmul_tf32 else "")
+        (",matmul-tf32=true" if options.matmul_tf32 else "") + \
+        (",graph=true" if options.graph else "")
     return [f"fusion-gpu-kernels{{device={device},gemm={gemm},tc-gemm={tc},"
             f"movement={movement}{pair}{tf32}}}",
             f"fusion-gpu-choose-tiles{{device={device},tuning={tuning_path(options)},"

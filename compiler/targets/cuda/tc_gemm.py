@@ -603,17 +603,18 @@ def ours_s(tc: TcSplit, device: cost_model.Device) -> tuple[float, tuple[int, ..
         _external(generics)) + _bytes([tc.result]), device, tile, epilogue), tile
 
 
-def library_s(tc: TcSplit, library: GemmSplit, device: cost_model.Device
-              ) -> tuple[float, bool]:
+def library_s(tc: TcSplit, library: GemmSplit, device: cost_model.Device,
+              graph: bool = False) -> tuple[float, bool]:
     """The cost model's time for cuBLASLt's call with the epilogue it fuses plus the kernel
-    for the rest of the chain (one matmul), and whether there is such a kernel."""
+    for the rest of the chain (one matmul), and whether there is such a kernel; `graph`:
+    replayed as a CUDA graph (`gemm_cost.library_gemm_s`)."""
     found = tc.operands
     generics = [o for o in tc.chain if o.name == "linalg.generic"]
     lib_keys = {id_of(o) for o in library.gemm}
     absorbed = [o for o in generics if id_of(o) in lib_keys]
     lib_out = absorbed[-1].results[0] if absorbed else found.mm.results[0]
     lib = gemm_cost.library_gemm_s(found.m, found.n, found.k, _bytes(
-        [found.a.source, found.b.source, lib_out]), device)
+        [found.a.source, found.b.source, lib_out]), device, graph)
     rest = [o for o in generics if id_of(o) not in lib_keys]
     if rest:
         rest_in = [v for v in _external(rest) if value_key(v) != value_key(lib_out)]
@@ -621,10 +622,11 @@ def library_s(tc: TcSplit, library: GemmSplit, device: cost_model.Device
     return lib, bool(rest)
 
 
-def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
-           ) -> tuple[bool, str]:
+def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device,
+           graph: bool = False) -> tuple[bool, str]:
     """Ours or cuBLASLt for one matmul group (the cost model's prediction both ways), and
-    the reason, for the IR."""
+    the reason, for the IR; `graph`: the artifact is replayed as a CUDA graph, where
+    cuBLASLt's call costs no host time (CudaOptions.graph)."""
     found = tc.operands
     m, n = found.m, tc.n_computed
     ours, tile = ours_s(tc, device)
@@ -643,8 +645,9 @@ def choose(tc: TcSplit, library: GemmSplit | str, device: cost_model.Device
     if isinstance(library, str):
         return True, (f"matmul-rooted group: {ours_text} (predicted {ours * 1e6:.1f} us; "
                       f"not cuBLASLt: {library})")
-    lib, rest = library_s(tc, library, device)
-    lib_text = f"{lib * 1e6:.1f} us" + (" with the kernel after it" if rest else "")
+    lib, rest = library_s(tc, library, device, graph)
+    lib_text = f"{lib * 1e6:.1f} us" + (" with the kernel after it" if rest else "") + \
+        (" in a CUDA graph" if graph else "")
     if gemm_cost.prefer_tc_gemm(ours, lib):
         return True, (f"matmul-rooted group: {ours_text} (predicted {ours * 1e6:.1f} us, "
                       f"cuBLASLt {lib_text})")
