@@ -211,8 +211,8 @@ def run(folder: Path, only: str | None = None) -> None:
         graph = {"fusec": _time_graph(launch), "torch_mm": _time_graph(mm)}
         flops = 2 * m * n * k
         row = {"name": entry["name"], "rel_err": err, "torch_rel_err": torch_err,
-               "ms": times, "graph_us": {key: t * 1e3 for key, t in graph.items()}, "tflops": {key: flops / (t * 1e-3) / 1e12 for key, t in
-                                        times.items()},
+               "ms": times, "graph_us": {key: t * 1e3 for key, t in graph.items()},
+               "tflops": {key: flops / (t * 1e-3) / 1e12 for key, t in times.items()},
                "fusec_vs_torch_mm": times["torch_mm"] / times["fusec"],
                "ptxas": entry["ptxas"]}
         print(json.dumps(row), flush=True)

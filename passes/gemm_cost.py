@@ -162,7 +162,7 @@ def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
 # A GEMM whose 128 x 128 tiles fill at most half the SMs takes 64 x 128 tiles where the
 # model predicts them faster: twice the CTAs, still one wave, each half the MMAs. Measured
 # on an H100 (RESULTS run 252, ResNet-50's 16 GEMMs at batch 1, 4 to 50 tiles of 128 x 128,
-# per launch in a CUDA graph): 64 x 128 took 0.66-0.84 of 128 x 128's time on every one
+# per launch in a CUDA graph): 64 x 128 took 0.69-0.84 of 128 x 128's time on every one
 # (8.67 -> 6.45 us at 196 x 256 x 1024); on the H200 (bench/tuning-h200.json) 0.76 at
 # 1000 x 520 x 264 (40 tiles), 1.00 at 2048 x 1024 x 1024 (128 tiles: not taken there).
 TC_SMALL_GRID_TILE = (64, 128, 64, 4)
@@ -173,9 +173,10 @@ def tc_gemm_tile(m: int, n: int, k: int, element_bytes: int, device: Device,
     """The model's tile (BM, BN, BK, stages[, schedule]) for an M x N x K GEMM: 128 x 128,
     one warpgroup with 4 stages (one CTA per SM) or 3 (two CTAs), by whole waves
     (`tc_gemm_ctas_per_sm`); 64 x 128 (TC_SMALL_GRID_TILE) where 128 x 128 fills at most
-    half the SMs and the model predicts it faster; or, for 16-bit inputs, a persistent schedule (a fifth value:
-    TC_PINGPONG, 128 x 128 tiles; TC_COOPERATIVE, 256 x 128) where its tiles fill the SMs
-    and `tc_gemm_s` predicts it the fastest with the epilogue's arithmetic (`epilogue_s`)."""
+    half the SMs and the model predicts it faster; or, for 16-bit inputs, a persistent
+    schedule (a fifth value: TC_PINGPONG, 128 x 128 tiles; TC_COOPERATIVE, 256 x 128) where
+    its tiles fill the SMs and `tc_gemm_s` predicts it the fastest with the epilogue's
+    arithmetic (`epilogue_s`)."""
     tiles = [_tc_one_warpgroup_tile(m, n, device)]
     if 2 * -(-m // 128) * -(-n // 128) <= device.parallel_units:
         tiles.append(TC_SMALL_GRID_TILE)
