@@ -80,20 +80,10 @@ def build(folder: Path, only: list[str] | None = None) -> None:
         tile = wgmma.GemmTile(256 if schedule == "co" else 128, stages=stages, schedule=code)
         problem = wgmma.GemmProblem(m, n, k, b_layout=layout)
         name = f"gemm_{m}x{n}x{k}_{layout}_{schedule}{stages}{order}"
-        grid, block, shared = wgmma.launch_geometry(problem, tile, SMS)
-        text = wgmma.build_kernel_text(name, problem, tile, SMS,
-                                       group_rows=1 if order else wgmma.GROUP_ROWS)
-        ptx = wgmma.lower(wgmma.gpu_module_text([text]))
-        (folder / f"{name}.ptx").write_text(ptx)
-        done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(folder / f"{name}.ptx"),
-                               "-o", str(folder / f"{name}.cubin")],
-                              capture_output=True, text=True)
-        resources = [line for line in done.stderr.splitlines() if "Used" in line or "spill" in line]
-        manifest.append({"name": name, "m": m, "n": n, "k": k, "layout": layout, "out": "bf16",
-                         "bm": tile.bm, "bn": tile.bn, "bk": tile.bk, "stages": tile.stages,
-                         "shared_bytes": shared, "grid": grid, "block": block,
-                         "ptxas": resources})
-        print(name, resources)
+        entry = _kernel(folder, name, problem, tile, 1 if order else wgmma.GROUP_ROWS,
+                        ptxas=True)
+        manifest.append(entry)
+        print(name, entry["ptxas"])
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
@@ -110,16 +100,33 @@ def _build_resnet50(folder: Path) -> None:
             if wgmma.refusal(problem, tile):
                 continue
             name = f"gemm_{m}x{n}x{k}_{layout}_{out}_t{bm}x{bn}"
-            grid, block, shared = wgmma.launch_geometry(problem, tile, SMS)
-            text = wgmma.build_kernel_text(name, problem, tile, SMS)
-            ptx = wgmma.lower(wgmma.gpu_module_text([text]))
-            (folder / f"{name}.ptx").write_text(ptx)
-            manifest.append({"name": name, "m": m, "n": n, "k": k, "layout": layout,
-                             "out": out, "bm": bm, "bn": bn, "bk": tile.bk,
-                             "stages": tile.stages, "shared_bytes": shared, "grid": grid,
-                             "block": block, "ptxas": []})
-            print(name, grid)
+            entry = _kernel(folder, name, problem, tile, wgmma.GROUP_ROWS)
+            manifest.append(entry)
+            print(name, entry["grid"])
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def _kernel(folder: Path, name: str, problem, tile, group_rows: int,
+            ptxas: bool = False) -> dict:
+    """Build one kernel's PTX into `folder` (and, with `ptxas`, its cubin and ptxas -v's
+    resource lines) and return its manifest entry."""
+    from fusec.compiler.targets.cuda import wgmma
+
+    grid, block, shared = wgmma.launch_geometry(problem, tile, SMS)
+    text = wgmma.build_kernel_text(name, problem, tile, SMS, group_rows=group_rows)
+    ptx = wgmma.lower(wgmma.gpu_module_text([text]))
+    (folder / f"{name}.ptx").write_text(ptx)
+    resources = []
+    if ptxas:
+        done = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(folder / f"{name}.ptx"),
+                               "-o", str(folder / f"{name}.cubin")],
+                              capture_output=True, text=True)
+        resources = [line for line in done.stderr.splitlines()
+                     if "Used" in line or "spill" in line]
+    return {"name": name, "m": problem.m, "n": problem.n, "k": problem.k,
+            "layout": problem.b_layout, "out": problem.out_type, "bm": tile.bm,
+            "bn": tile.bn, "bk": tile.bk, "stages": tile.stages, "shared_bytes": shared,
+            "grid": grid, "block": block, "ptxas": resources}
 
 
 def _encode(cuda, pointer: int, rows: int, cols: int, box_rows: int, box_cols: int) -> bytes:

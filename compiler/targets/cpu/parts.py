@@ -162,6 +162,12 @@ def _replace_body(module: ir.Module, source: ir.Operation) -> None:
     source.erase()
 
 
+def _attribute_texts(module: ir.Module) -> dict[str, str]:
+    """The module op's attributes, each name with its value as text."""
+    attributes = module.operation.attributes
+    return {_name(a): str(attributes[_name(a)]) for a in attributes}
+
+
 def _name(attribute: object) -> str:
     """An attribute's name as iterating an op's attributes gives it (a name or a
     NamedAttribute, by the bindings' version)."""
@@ -249,11 +255,7 @@ def _merge(module: ir.Module, part: ir.Module) -> bool:
     both parts read, a library function's declaration) is left out where it is the same
     op, and the merge refused (False) where it is not, or where the part's module
     attributes differ from `module`'s (a pass that wrote one from its part's kernels)."""
-    ours = {_name(a): str(module.operation.attributes[_name(a)])
-            for a in module.operation.attributes}
-    theirs = {_name(a): str(part.operation.attributes[_name(a)])
-              for a in part.operation.attributes}
-    if ours != theirs:
+    if _attribute_texts(module) != _attribute_texts(part):
         return False
     existing = {}
     for op in module.body.operations:
