@@ -19,8 +19,9 @@ first line of fusec's error). Dynamo's own graph breaks are Dynamo's: each piece
 them is a graph of its own here.
 
 Options (`torch.compile(..., options={...})`): "target" ("cpu", "cuda", "auto"), "graph"
-(CUDA graph replay of each call, for CUDA), "fusion" (False: one kernel per op), "cpu" /
-"cuda" (CpuOptions / CudaOptions), "fallback" (False: raise instead of running eagerly).
+(CUDA graph replay of each call, for CUDA, with kernels chosen for it: CudaOptions.graph),
+"fusion" (False: one kernel per op), "cpu" / "cuda" (CpuOptions / CudaOptions), "fallback"
+(False: raise instead of running eagerly).
 
 Each graph is imported as Dynamo gave it (`fusec.compiler.api.compile_fx_graph`): traced once
 to aten ops with fusec's decompositions and handed to torch-mlir's graph importer, not
@@ -29,6 +30,7 @@ exported again with torch.export.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -478,6 +480,12 @@ def _compile_static(gm: Any, args: list[Any], target: str,
     tensor_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     model = gm if len(tensors) == len(args) else _with_sizes(gm, args)
     kwargs = {k: options[k] for k in ("fusion", "cpu", "cuda") if k in options}
+    if target == "cuda" and options.get("graph", False):
+        # Replayed as a CUDA graph: cuBLASLt's calls cost no host time (CudaOptions.graph).
+        from fusec.compiler.api import default_cuda_options
+
+        kwargs["cuda"] = dataclasses.replace(kwargs.get("cuda") or default_cuda_options(),
+                                             graph=True)
     try:
         module = compile_fx_graph(model, *tensors, target=target, **kwargs)
     except FusecError as error:

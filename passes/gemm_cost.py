@@ -191,9 +191,9 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
                             device: Device, epilogue_s: float = 0.0) -> list[tuple[int, ...]]:
     """The tiles `--tune` measures for our GEMM, the model's choice first, then the other
     schedules' tiles (below), then each shape of TC_GEMM_TILES with the deepest pipeline
-    that fits one CTA per SM and the deepest that fits two (a K x N B, `n_major_b`, is read
-    in 64-column boxes, BN a multiple of 128: `wgmma.refusal`), no tile wider than the
-    problem needs, no pipeline deeper than K's tiles."""
+    that fits one CTA per SM and the deepest that fits two, no tile wider than the problem
+    needs, no pipeline deeper than K's tiles (`n_major_b`: B is K x N; every tile takes
+    either layout)."""
     first = tc_gemm_tile(m, n, k, element_bytes, device, epilogue_s)
     out = [first]
     bk = 128 // element_bytes
@@ -211,8 +211,8 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
         if tile not in out and fits(m, n, element_bytes, device):
             out.append(tile)
     for bm, bn in TC_GEMM_TILES:
-        if bm * bn > TC_GEMM_MAX_ACCUMULATOR or (n_major_b and bn % 128) or \
-                (bm > 64 and m <= 64) or (bn > 64 and n <= 64):
+        if bm * bn > TC_GEMM_MAX_ACCUMULATOR or (bm > 64 and m <= 64) or \
+                (bn > 64 and n <= 64):
             continue
         stage = (bm + bn) * bk * element_bytes
         for ctas in (1, 2):

@@ -11,6 +11,12 @@ each with its own epilogue steps and output (some Ns ragged, so that some siblin
 apart): one kernel of sibling GEMMs where the planner merges them (gemm_siblings.py); every
 output is compared.
 
+With `--schedule tiles`, every GEMM is ours on the one-warpgroup kernel with a tile drawn
+per program from `gemm_cost.TC_GEMM_TILES` and 2-4 stages (`gemm_cost.tc_gemm_tile` patched
+in this process): every tile the table offers `--tune`, on both B layouts, not only the
+model's choices (RESULTS run 252 found the 128 x 64 tile over a K x N B wrong, which the
+model never chose).
+
 With `--schedule ping-pong` or `cooperative` (both modes) every GEMM is built on that
 persistent schedule (`--cuda-gemm-schedule`; and ours wherever it takes the matmul,
 whatever the cost model predicts for cuBLASLt: `gemm_cost.prefer_tc_gemm` patched in this process), and the
@@ -217,6 +223,13 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
     for i in range(examples):
         spec = draw_siblings(rng, i, schedule) if siblings else draw(rng, i, schedule, pairs)
         spec["seed"] = seed * 1000 + i
+        if schedule == "tiles":  # the one-warpgroup kernel on a tile of the table, drawn
+            from fusec.passes import gemm_cost
+
+            bm, bn = gemm_cost.TC_GEMM_TILES[int(rng.integers(0, len(gemm_cost.TC_GEMM_TILES)))]
+            forced = (bm, bn, 64, int(rng.integers(2, 5)))
+            spec["tile"] = list(forced)
+            gemm_cost.tc_gemm_tile = lambda *args, forced=forced, **kwargs: forced
         fn = _function(spec["source"])
         xs = make_inputs(spec, "cpu")
         entry = dict(spec)
@@ -224,7 +237,8 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
             with driver.quiet_torch_logs():
                 text = import_torch(Wrap(fn).eval(), *xs)
             options = CompileOptions(target="cuda", model_name=spec["name"],
-                                     cuda=CudaOptions(gemm_schedule=schedule))
+                                     cuda=CudaOptions(gemm_schedule="model" if schedule ==
+                                                      "tiles" else schedule))
             meta = driver.compile_text(text, f"<{spec['name']}>", options,
                                        str(folder / f"{spec['name']}.so"))
             entry["paths"] = [k["info"].get("path") for k in meta["kernels"]]
@@ -241,7 +255,7 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
         print(spec["name"], entry.get("paths", entry.get("refused")), flush=True)
     (folder / "index.json").write_text(json.dumps(index, indent=1))
     tc = sum(1 for e in index if "tc_gemm" in e.get("paths", []))
-    name = schedule if schedule != "model" else "ping-pong"
+    name = schedule if schedule not in ("model", "tiles") else "ping-pong"
     on = sum(1 for e in index if name.replace("-", " ") in
              [x.replace("-", " ") for x in e.get("schedules", [])])
     pair_count = sum(1 for e in index if e.get("pairs"))
@@ -315,7 +329,7 @@ if __name__ == "__main__":
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--schedule", default="model",
-                        choices=["model", "ping-pong", "cooperative", "one-warpgroup"])
+                        choices=["model", "ping-pong", "cooperative", "one-warpgroup", "tiles"])
     parser.add_argument("--pairs", action="store_true",
                         help="two matmuls of one input joined elementwise (GEMM pairs)")
     parser.add_argument("--siblings", action="store_true",

@@ -345,6 +345,41 @@ def test_options_are_checked_and_fallback_can_be_an_error():
             torch.compile(lambda x: x + 1, backend="fusec", options=options)(torch.randn(4))
 
 
+@pytest.mark.parametrize("options,graph", [({"graph": True}, True), ({}, False),
+                                           ({"graph": False}, False)])
+def test_the_graph_option_chooses_kernels_for_graph_replay(monkeypatch, options, graph):
+    """options={"graph": True} replays each call as a CUDA graph, and the kernels are chosen
+    for it (CudaOptions.graph: cuBLASLt's calls cost no host time; all nine zoo models as
+    fast or faster under graphs, RESULTS runs 254-255). A user's CudaOptions are kept, with
+    graph set. Here without a GPU: the options compile_fx_graph is given are checked."""
+    import fusec.compiler.api as api
+    from fusec.compiler.diagnostics import FusecError
+    from fusec.compiler.targets.cuda.options import CudaOptions
+
+    seen = {}
+
+    def record(model, *tensors, **kwargs):
+        seen.update(kwargs)
+        raise FusecError("recorded")
+
+    monkeypatch.setattr(api, "compile_fx_graph", record)
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    user = CudaOptions(tc_gemm=False)
+    for cuda in (None, user):
+        seen.clear()
+        given = dict(options, **({"cuda": cuda} if cuda else {}))
+        assert dynamo._compile_static(gm, [torch.randn(4)], "cuda", given) == "error: recorded"
+        chosen = seen.get("cuda")
+        assert (chosen is not None and chosen.graph) == graph
+        if cuda is not None:
+            assert chosen.tc_gemm is False  # the user's other options kept
+    assert user.graph is False  # not changed in place
+    # On the CPU the option means nothing: no CUDA options are made up.
+    seen.clear()
+    assert dynamo._compile_static(gm, [torch.randn(4)], "cpu", {"graph": True}) == "error: recorded"
+    assert "cuda" not in seen
+
+
 @pytest.mark.parametrize("name", ["mlp", "cnn", "gpt2_block", "transformer"])
 def test_the_examples_through_torch_compile_match_eager(name):
     spec = importlib.util.spec_from_file_location(f"ex_{name}",

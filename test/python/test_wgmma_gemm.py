@@ -46,6 +46,23 @@ def test_kernel_lowers_to_wgmma_and_tma(layout, tmp_path):
         assert "0 bytes spill stores" in out.stderr
 
 
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+@pytest.mark.parametrize("bm,bn", [(128, 64), (128, 128), (64, 256), (64, 128), (192, 128),
+                                   (128, 192)])
+def test_each_64_rows_of_the_accumulator_land_in_their_rows(layout, bm, bn):
+    """The accumulator goes to shared memory (f32, BN floats a row) with every thread's
+    values at rows r, r + 8 of each 64-row block: blocks at rows 0, 64, 128, ... Upstream's
+    store of one accumulator of several m64 blocks puts block i at row i * BN / 2, right for
+    BN 128 only; the K x N kernel used it and its 128 x 64 tile was wrong on an H100
+    (RESULTS run 252). Each 64 rows now have their own accumulator, on both layouts."""
+    ptx = _ptx(wgmma.GemmProblem(512, 768, 256, out_type="f32", b_layout=layout),
+               wgmma.GemmTile(bm, bn, stages=2))
+    offsets = {int(o or 0) for o in
+               re.findall(r"st\.shared\.v2\.b32\s+\[%rd\d+\+?(\d*)\]", ptx)}
+    rows = sorted({o // (bn * 4) for o in offsets})
+    assert rows == [r + d for r in range(0, bm, 64) for d in (0, 8)], rows
+
+
 def test_pipeline_depth_follows_k():
     """A K of one tile gets one stage (one barrier), not four."""
     text = wgmma.kernel_text("k", wgmma.GemmProblem(128, 128, 64))

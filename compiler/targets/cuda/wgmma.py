@@ -199,10 +199,6 @@ def refusal(problem: GemmProblem, tile: GemmTile = GemmTile()) -> str | None:
         return f"tile {tile} (BK must fill one 128-byte swizzle row, BM a multiple of 64)"
     if problem.pair and tile.bn % 128:
         return "a GEMM pair needs BN a multiple of 128 (64 columns of each at least)"
-    # BN 64 over a K x N B (one box) gave wrong products: relative error 0.7-1.1 on all six
-    # such ResNet-50 GEMMs on an H100 (RESULTS run 252), 64 x 128 and 128 x 128 right.
-    if problem.b_layout == "kn" and tile.bn % 128:
-        return "a K x N B needs BN a multiple of 128 (two 128-byte boxes at least)"
     if problem.segments:
         if problem.pair or sum(problem.segments) != problem.n:
             return "sibling segments of a pair, or not adding up to N"
@@ -301,7 +297,6 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     # The MMA's view of the B stage is K x N whatever the layout: wgmma's B operand is K-major
     # (its bytes are the N x K box, K contiguous) unless transposed (the K x N boxes).
     b_mma = f"memref<{t.bk}x{t.bn}x{el}, {ws}>"
-    acc = f"!nvgpu.warpgroup.accumulator<fragmented = vector<{t.bm}x{t.bn}xf32>>"
     transpose = "transposeB, " if p.b_layout == "kn" else ""
     lines: list[str] = []
     emit = lines.append
@@ -367,13 +362,15 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     # (transposed) B only, so a K-major B is given one call per 64 rows and 16 of K, each at
     # its own shared-memory offset (+32 bytes per 16 of K inside the 128-byte swizzle row,
     # +64 rows of 128 bytes per m64 block of A): one wgmma instruction per call, no stepping.
+    # An N-major B is given one call per 64 rows, nvgpu stepping K inside it. Either way each
+    # 64 rows have their own accumulator: nvgpu's store of one accumulator of several m64
+    # blocks puts block i at row i * BN / 2, right for BN 128 only (BM 128, BN 64 gave
+    # relative errors of 0.7-1.1 on an H100, RESULTS run 252).
     if p.b_layout == "nk":
         parts = [(mh, kk) for mh in range(t.bm // 64) for kk in range(t.bk // 16)]
-        accs = [f"!nvgpu.warpgroup.accumulator<fragmented = vector<64x{t.bn}xf32>>"] * \
-            (t.bm // 64)
     else:
-        parts = [(None, None)]
-        accs = [acc]
+        parts = [(mh, None) for mh in range(t.bm // 64)]
+    accs = [f"!nvgpu.warpgroup.accumulator<fragmented = vector<64x{t.bn}xf32>>"] * (t.bm // 64)
     groups = len(parts)  # commit groups per k-tile
     for h, ty in enumerate(accs):
         emit(f"  %acc0_{h} = nvgpu.warpgroup.mma.init.accumulator -> {ty}")
@@ -390,11 +387,13 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     emit("    %off_b = arith.addi %off_a, %c_b_off0 : index")
     current = [f"%a{h}" for h in range(len(accs))]
     for q, (mh, kk) in enumerate(parts):
-        if mh is None:
-            a_ty, b_ty, frag = a_tile, b_mma, f"vector<{t.bm}x{t.bn}xf32>"
-            emit(f"    %ta{q} = memref.view %smem[%off_a][] : memref<?xi8, {ws}> to {a_ty}")
+        if kk is None:
+            a_ty, b_ty, frag = f"memref<64x{t.bk}x{el}, {ws}>", b_mma, f"vector<64x{t.bn}xf32>"
+            emit(f"    %c_pa{q} = arith.constant {mh * 64 * t.bk * eb} : index")
+            emit(f"    %oa{q} = arith.addi %off_a, %c_pa{q} : index")
+            emit(f"    %ta{q} = memref.view %smem[%oa{q}][] : memref<?xi8, {ws}> to {a_ty}")
             emit(f"    %tb{q} = memref.view %smem[%off_b][] : memref<?xi8, {ws}> to {b_ty}")
-            h = 0
+            h = mh
         else:
             a_ty = f"memref<64x16x{el}, {ws}>"
             b_ty = f"memref<16x{t.bn}x{el}, {ws}>"
