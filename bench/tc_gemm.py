@@ -51,6 +51,15 @@ RESNET50 = [(64, 3136, 64, "kn", "bf16"), (256, 3136, 64, "kn", "f32"),
             (49, 2048, 1024, "nk", "f32"), (196, 512, 1024, "nk", "f32"),
             (196, 256, 1024, "nk", "f32"), (784, 128, 1152, "nk", "f32")]
 RESNET50_TILES = ((128, 128), (64, 128), (128, 64))
+# Small-M, long-K GEMMs (a CTA per 64 x 128 tile leaves most SMs idle), each at 64 x 128 with
+# split-K into SPLITK_SPLITS (1: none): GPT-2's and LLaMA's down projections at 128 tokens,
+# a decode step's, ResNet-50's late 3x3 im2col products and 1x1s at batch 1 (`build DIR
+# splitk`).
+SPLITK = [(128, 768, 3072, "nk", "bf16"), (128, 1024, 2816, "nk", "bf16"),
+          (16, 4096, 4096, "nk", "bf16"), (1, 768, 3072, "nk", "bf16"),
+          (49, 512, 4608, "nk", "f32"), (196, 256, 1024, "nk", "f32"),
+          (196, 256, 2304, "kn", "bf16"), (49, 2048, 1024, "nk", "f32")]
+SPLITK_SPLITS = (1, 2, 4, 8)
 GRAPH_LAUNCHES = 20
 SMS = 132  # the H100's and the H200's
 # The tiles' order: in groups of wgmma.GROUP_ROWS rows of tiles (the kernels' own), and, as
@@ -68,6 +77,9 @@ def build(folder: Path, only: list[str] | None = None) -> None:
     if only == ["resnet50"]:
         _build_resnet50(folder)
         return
+    if only == ["splitk"]:
+        _build_splitk(folder)
+        return
     problems = [p for p in PROBLEMS if not any("x" in o for o in only) or
                 f"{p[0]}x{p[1]}x{p[2]}_{p[3]}" in only]
     schedules = [s for s in SCHEDULES if not any(o[:2] in ("s3", "s4", "pp", "co")
@@ -84,6 +96,23 @@ def build(folder: Path, only: list[str] | None = None) -> None:
                         ptxas=True)
         manifest.append(entry)
         print(name, entry["ptxas"])
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def _build_splitk(folder: Path) -> None:
+    """SPLITK's problems at 64 x 128, each split of SPLITK_SPLITS the kernel takes."""
+    from fusec.compiler.targets.cuda import wgmma
+
+    manifest = []
+    for m, n, k, layout, out in SPLITK:
+        for splits in SPLITK_SPLITS:
+            problem = wgmma.GemmProblem(m, n, k, out_type=out, b_layout=layout)
+            tile = wgmma.GemmTile(64, 128, stages=4, splits=splits)
+            if wgmma.refusal(problem, tile):
+                continue
+            name = f"gemm_{m}x{n}x{k}_{layout}_{out}_s{splits}"
+            manifest.append(_kernel(folder, name, problem, tile, wgmma.GROUP_ROWS))
+            print(name, manifest[-1]["grid"])
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
@@ -126,7 +155,8 @@ def _kernel(folder: Path, name: str, problem, tile, group_rows: int,
     return {"name": name, "m": problem.m, "n": problem.n, "k": problem.k,
             "layout": problem.b_layout, "out": problem.out_type, "bm": tile.bm,
             "bn": tile.bn, "bk": tile.bk, "stages": tile.stages, "shared_bytes": shared,
-            "grid": grid, "block": block, "ptxas": resources}
+            "grid": grid, "block": block, "ptxas": resources, "splits": tile.splits,
+            "split_scratch": list(wgmma.split_scratch(problem, tile))}
 
 
 def _encode(cuda, pointer: int, rows: int, cols: int, box_rows: int, box_cols: int) -> bytes:
@@ -195,8 +225,14 @@ def run(folder: Path, only: str | None = None) -> None:
         # The maps are by-value (grid-constant) parameters: the launch copies their bytes.
         maps = [(ctypes.c_uint8 * 128).from_buffer_copy(x) for x in (map_a, map_b)]
         d_arg = ctypes.c_void_p(d.data_ptr())
-        params = (ctypes.c_void_p * 3)(ctypes.addressof(maps[0]), ctypes.addressof(maps[1]),
-                                       ctypes.addressof(d_arg))
+        args = [ctypes.addressof(maps[0]), ctypes.addressof(maps[1]), ctypes.addressof(d_arg)]
+        floats, counters = entry.get("split_scratch", [0, 0])
+        if floats:  # split-K: the f32 partials and the zeroed counters, after D
+            scratch = torch.empty(floats, device="cuda", dtype=torch.float32)
+            count = torch.zeros(counters, device="cuda", dtype=torch.int32)
+            split_args = [ctypes.c_void_p(scratch.data_ptr()), ctypes.c_void_p(count.data_ptr())]
+            args += [ctypes.addressof(x) for x in split_args]
+        params = (ctypes.c_void_p * len(args))(*args)
         grid, block = entry["grid"], entry["block"]
 
         def launch() -> None:
@@ -216,8 +252,15 @@ def run(folder: Path, only: str | None = None) -> None:
         torch_err = float((mm().double() - ref).norm() / ref.norm())
         times = {"fusec": _time(launch), "torch_mm": _time(mm), "linear": _time(lin)}
         graph = {"fusec": _time_graph(launch), "torch_mm": _time_graph(mm)}
+        # After a few hundred launches: still right, and (split-K) every counter back at 0.
+        d.zero_()
+        launch()
+        torch.cuda.synchronize()
+        err_after = float((d.double() - ref).norm() / ref.norm())
+        counters_left = int(count.abs().sum()) if floats else 0
         flops = 2 * m * n * k
         row = {"name": entry["name"], "rel_err": err, "torch_rel_err": torch_err,
+               "rel_err_after_timing": err_after, "split_counters_left": counters_left,
                "ms": times, "graph_us": {key: t * 1e3 for key, t in graph.items()},
                "tflops": {key: flops / (t * 1e-3) / 1e12 for key, t in times.items()},
                "fusec_vs_torch_mm": times["torch_mm"] / times["fusec"],

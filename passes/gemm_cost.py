@@ -150,8 +150,14 @@ def tc_cooperative_fits(m: int, n: int, element_bytes: int, device: Device) -> b
 
 
 def tile_schedule(tile: tuple[int, ...]) -> int:
-    """The schedule of a tile (BM, BN, BK, stages[, schedule]): 0 without a fifth value."""
+    """The schedule of a tile (BM, BN, BK, stages[, schedule[, splits]]): 0 without a fifth
+    value."""
     return tile[4] if len(tile) > 4 else 0
+
+
+def tile_splits(tile: tuple[int, ...]) -> int:
+    """Split-K's splits of a tile: 1 without a sixth value."""
+    return tile[5] if len(tile) > 5 else 1
 
 
 def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
@@ -166,20 +172,48 @@ def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
 # (8.67 -> 6.45 us at 196 x 256 x 1024); on the H200 (bench/tuning-h200.json) 0.76 at
 # 1000 x 520 x 264 (40 tiles), 1.00 at 2048 x 1024 x 1024 (128 tiles: not taken there).
 TC_SMALL_GRID_TILE = (64, 128, 64, 4)
+# Split-K (wgmma.GemmTile.splits), for GEMMs whose tiles fill at most half the SMs: SPLITS
+# tried, each split at least TC_SPLIT_MIN_K_TILES k-tiles (its pipeline's stages and then
+# some). Each CTA writes its f32 partial tile and the tile's last CTA reads all of them
+# back, at TC_SPLIT_SM_BYTES_PER_S (one SM's share of L2: the partials stay there), plus
+# TC_SPLIT_FIXUP_S for the fence, the counter's atomic and the barriers.
+# NOT YET RUN ON A GPU: the kernel was written and checked to PTX in session 67, when no
+# device was lent after it; TC_SPLIT_SM_BYTES_PER_S and TC_SPLIT_FIXUP_S are estimates, not
+# fits. So neither the model nor `--tune` offers split tiles (TC_SPLIT_K) until
+# `.device-carry/s67f.sh` (bench/NOTES.md session 67) has checked and timed them.
+TC_SPLIT_K = False
+TC_SPLITS = (2, 4, 8)
+TC_SPLIT_MIN_K_TILES = 4
+TC_SPLIT_SM_BYTES_PER_S = 100e9
+TC_SPLIT_FIXUP_S = 1e-6
+
+
+def tc_split_tiles(m: int, n: int, k: int, device: Device) -> list[tuple[int, ...]]:
+    """Split-K tiles (BM, BN, BK, stages, 0, splits) of TC_SMALL_GRID_TILE's shape: each
+    split of TC_SPLITS that keeps the CTAs within one wave and every split at least
+    TC_SPLIT_MIN_K_TILES k-tiles."""
+    bm, bn, bk, stages = TC_SMALL_GRID_TILE
+    tiles = -(-m // bm) * -(-n // bn)
+    k_tiles = -(-k // bk)
+    return [(bm, bn, bk, stages, 0, s) for s in TC_SPLITS
+            if tiles * s <= device.parallel_units and k_tiles >= s * TC_SPLIT_MIN_K_TILES]
 
 
 def tc_gemm_tile(m: int, n: int, k: int, element_bytes: int, device: Device,
-                 epilogue_s: float = 0.0) -> tuple[int, ...]:
+                 epilogue_s: float = 0.0, splits: bool = True) -> tuple[int, ...]:
     """The model's tile (BM, BN, BK, stages[, schedule]) for an M x N x K GEMM: 128 x 128,
     one warpgroup with 4 stages (one CTA per SM) or 3 (two CTAs), by whole waves
     (`tc_gemm_ctas_per_sm`); 64 x 128 (TC_SMALL_GRID_TILE) where 128 x 128 fills at most
     half the SMs and the model predicts it faster; or, for 16-bit inputs, a persistent
     schedule (a fifth value: TC_PINGPONG, 128 x 128 tiles; TC_COOPERATIVE, 256 x 128) where
     its tiles fill the SMs and `tc_gemm_s` predicts it the fastest with the epilogue's
-    arithmetic (`epilogue_s`)."""
+    arithmetic (`epilogue_s`); with `splits` (one GEMM, not a pair) and TC_SPLIT_K, split-K
+    tiles (`tc_split_tiles`, a sixth value) where 128 x 128 tiles fill at most half the SMs."""
     tiles = [_tc_one_warpgroup_tile(m, n, device)]
     if 2 * -(-m // 128) * -(-n // 128) <= device.parallel_units:
         tiles.append(TC_SMALL_GRID_TILE)
+        if splits and TC_SPLIT_K:
+            tiles += tc_split_tiles(m, n, k, device)
     if element_bytes == 2 and tc_pingpong_fits(m, n, element_bytes, device):
         tiles.append((128, 128, 64, 4, TC_PINGPONG))
     if element_bytes == 2 and tc_cooperative_fits(m, n, element_bytes, device):
@@ -188,13 +222,15 @@ def tc_gemm_tile(m: int, n: int, k: int, element_bytes: int, device: Device,
 
 
 def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_b: bool,
-                            device: Device, epilogue_s: float = 0.0) -> list[tuple[int, ...]]:
+                            device: Device, epilogue_s: float = 0.0,
+                            splits: bool = True) -> list[tuple[int, ...]]:
     """The tiles `--tune` measures for our GEMM, the model's choice first, then the other
-    schedules' tiles (below), then each shape of TC_GEMM_TILES with the deepest pipeline
-    that fits one CTA per SM and the deepest that fits two, no tile wider than the problem
-    needs, no pipeline deeper than K's tiles (`n_major_b`: B is K x N; every tile takes
-    either layout)."""
-    first = tc_gemm_tile(m, n, k, element_bytes, device, epilogue_s)
+    schedules' tiles (below), then split-K's (`splits`: one GEMM, not a pair; with
+    TC_SPLIT_K), then each
+    shape of TC_GEMM_TILES with the deepest pipeline that fits one CTA per SM and the
+    deepest that fits two, no tile wider than the problem needs, no pipeline deeper than
+    K's tiles (`n_major_b`: B is K x N; every tile takes either layout)."""
+    first = tc_gemm_tile(m, n, k, element_bytes, device, epilogue_s, splits)
     out = [first]
     bk = 128 // element_bytes
     k_tiles = max(1, -(-k // bk))
@@ -210,6 +246,8 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
                         tc_cooperative_fits)):
         if tile not in out and fits(m, n, element_bytes, device):
             out.append(tile)
+    if splits and TC_SPLIT_K and 2 * -(-m // 128) * -(-n // 128) <= device.parallel_units:
+        out += [tile for tile in tc_split_tiles(m, n, k, device) if tile not in out]
     for bm, bn in TC_GEMM_TILES:
         if bm * bn > TC_GEMM_MAX_ACCUMULATOR or (bm > 64 and m <= 64) or \
                 (bn > 64 and n <= 64):
@@ -252,18 +290,25 @@ TC_PINGPONG_EFFICIENCY = 0.97
 
 def tc_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device, tile_m: int = 128,
               tile_n: int = 128, tile_k: int = 64, schedule: int = 0,
-              epilogue_s: float = 0.0) -> float:
+              epilogue_s: float = 0.0, splits: int = 1) -> float:
     """Predicted time of our tensor-core GEMM kernel (with its epilogue's traffic in
     `bytes_moved` and its arithmetic's time, `tc_epilogue_s`, in `epilogue_s`): whole waves
     of whole tiles (the persistent schedules: rounds of one tile per SM) with what each
     leaves exposed, or the HBM time, plus one launch. The ping-pong schedule hides a tile's
-    epilogue behind the other consumer's MMAs of the next, up to their time."""
-    tiles = -(-m // tile_m) * -(-n // tile_n)
+    epilogue behind the other consumer's MMAs of the next, up to their time. Split-K
+    (`splits`): a CTA per tile and split, each over its share of the k-tiles, then the
+    partials' way through L2 and the last CTA's sum (TC_SPLIT_*)."""
+    tiles = -(-m // tile_m) * -(-n // tile_n) * splits
     units = device.parallel_units
     efficiency = {TC_COOPERATIVE: TC_COOPERATIVE_EFFICIENCY,
                   TC_PINGPONG: TC_PINGPONG_EFFICIENCY}.get(schedule, TC_GEMM_EFFICIENCY)
-    per_tile = 2 * tile_m * tile_n * (-(-k // tile_k) * tile_k) / (
+    k_tiles = -(-k // tile_k)
+    k_tiles = -(-k_tiles // splits)  # of each CTA (the largest split's)
+    per_tile = 2 * tile_m * tile_n * (k_tiles * tile_k) / (
         device.matmul_flops_per_s * efficiency / units)
+    if splits > 1:
+        per_tile += TC_SPLIT_FIXUP_S + (splits + 1) * tile_m * tile_n * 4 / \
+            TC_SPLIT_SM_BYTES_PER_S
     rounds = -(-tiles // units)
     if schedule == TC_COOPERATIVE:
         busy = rounds * (per_tile + TC_COOPERATIVE_EXPOSED_S) + epilogue_s
@@ -283,7 +328,7 @@ def tc_gemm_tile_s(m: int, n: int, k: int, bytes_moved: int, device: Device,
                    tile: tuple[int, ...], epilogue_s: float = 0.0) -> float:
     """`tc_gemm_s` for a tile as `tc_gemm_tile` gives it."""
     return tc_gemm_s(m, n, k, bytes_moved, device, tile[0], tile[1], tile[2],
-                     tile_schedule(tile), epilogue_s)
+                     tile_schedule(tile), epilogue_s, tile_splits(tile))
 
 
 def library_gemm_s(m: int, n: int, k: int, bytes_moved: int, device: Device,

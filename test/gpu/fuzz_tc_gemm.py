@@ -12,10 +12,10 @@ apart): one kernel of sibling GEMMs where the planner merges them (gemm_siblings
 output is compared.
 
 With `--schedule tiles`, every GEMM is ours on the one-warpgroup kernel with a tile drawn
-per program from `gemm_cost.TC_GEMM_TILES` and 2-4 stages (`gemm_cost.tc_gemm_tile` patched
-in this process): every tile the table offers `--tune`, on both B layouts, not only the
-model's choices (RESULTS run 252 found the 128 x 64 tile over a K x N B wrong, which the
-model never chose).
+per program from `gemm_cost.TC_GEMM_TILES`, 2-4 stages and, for about half, split-K into 2,
+3, 4 or 8 (`gemm_cost.tc_gemm_tile` patched in this process; half the Ks long): every tile
+the table offers `--tune`, on both B layouts, not only the model's choices (RESULTS run 252
+found the 128 x 64 tile over a K x N B wrong, which the model never chose).
 
 With `--schedule ping-pong` or `cooperative` (both modes) every GEMM is built on that
 persistent schedule (`--cuda-gemm-schedule`; and ours wherever it takes the matmul,
@@ -141,6 +141,8 @@ def draw(rng: np.random.Generator, index: int, schedule: str = "model",
         m = int(rng.integers(1, 700))
         n = int(rng.integers(1, 130)) * 4
         k = int(rng.integers(1, 80)) * 8
+    if schedule == "tiles" and rng.random() < 0.5:  # long K, for split-K's ranges
+        k = int(rng.integers(16, 400)) * 8
     dtype = "bfloat16" if rng.random() < 0.7 else "float16"
     layout = "nk" if rng.random() < 0.7 else "kn"
     lines = ["y = F.linear(x, w)" if layout == "nk" else "y = x @ w"]
@@ -228,6 +230,11 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
 
             bm, bn = gemm_cost.TC_GEMM_TILES[int(rng.integers(0, len(gemm_cost.TC_GEMM_TILES)))]
             forced = (bm, bn, 64, int(rng.integers(2, 5)))
+            # Half of them split-K, where every split has k-tiles (wgmma.refusal).
+            k_tiles = -(-spec["inputs"][0][-1] // 64)
+            splits = int(rng.choice([2, 3, 4, 8]))
+            if rng.random() < 0.5 and (splits - 1) * -(-k_tiles // splits) < k_tiles:
+                forced += (0, splits)
             spec["tile"] = list(forced)
             gemm_cost.tc_gemm_tile = lambda *args, forced=forced, **kwargs: forced
         fn = _function(spec["source"])

@@ -117,3 +117,39 @@ def test_library_gemm_in_a_graph_has_no_call_overhead():
     assert plain - graph == pytest.approx(gemm_cost.LIBRARY_CALL_S -
                                           gemm_cost.LIBRARY_GRAPH_CALL_S)
     assert graph >= H200.launch_s
+
+
+def test_split_k_tiles_for_small_grids_with_long_k(monkeypatch):
+    """Split-K (wgmma.GemmTile.splits) is offered where 128 x 128 tiles fill at most half the
+    SMs: splits that keep the CTAs in one wave, each split at least TC_SPLIT_MIN_K_TILES
+    k-tiles. Off (TC_SPLIT_K) until the kernel has run on a GPU: by default neither the model
+    nor --tune's candidates have a split tile."""
+    from fusec.passes import gemm_cost
+
+    down = (128, 768, 3072)  # GPT-2's down projection at 128 tokens: 12 tiles of 64 x 128
+    assert all(len(t) < 6 for t in gemm_cost.tc_gemm_tile_candidates(*down, 2, False, H200))
+    assert len(gemm_cost.tc_gemm_tile(*down, 2, H200)) == 4
+    monkeypatch.setattr(gemm_cost, "TC_SPLIT_K", True)
+    splits = gemm_cost.tc_split_tiles(*down, H200)
+    assert [gemm_cost.tile_splits(t) for t in splits] == [2, 4, 8]
+    assert all(12 * gemm_cost.tile_splits(t) <= H200.parallel_units for t in splits)
+    chosen = gemm_cost.tc_gemm_tile(*down, 2, H200)
+    assert gemm_cost.tile_splits(chosen) > 1 and gemm_cost.tile_schedule(chosen) == 0
+    assert gemm_cost.tc_gemm_tile_s(*down, 0, H200, chosen) < \
+        gemm_cost.tc_gemm_tile_s(*down, 0, H200, gemm_cost.TC_SMALL_GRID_TILE)
+    # Not for a pair (its kernel has no split-K), nor where K is short or the tiles many.
+    assert len(gemm_cost.tc_gemm_tile(*down, 2, H200, splits=False)) == 4
+    assert gemm_cost.tc_split_tiles(128, 768, 448, H200) == []  # 7 k-tiles: < 2 x 4
+    assert [gemm_cost.tile_splits(t) for t in gemm_cost.tc_split_tiles(128, 768, 512, H200)] \
+        == [2]
+    assert gemm_cost.tile_splits(gemm_cost.tc_gemm_tile(4096, 4096, 4096, 2, H200)) == 1
+    assert gemm_cost.tc_split_tiles(1024, 2048, 4096, H200) == []  # 256 tiles of 64 x 128
+    candidates = gemm_cost.tc_gemm_tile_candidates(*down, 2, False, H200)
+    assert {gemm_cost.tile_splits(t) for t in candidates} >= {1, 2, 4, 8}
+    # The model: a split's k-tiles and the partials' way through L2, per CTA.
+    one = gemm_cost.tc_gemm_s(*down, 0, H200, 64, 128, 64)
+    four = gemm_cost.tc_gemm_s(*down, 0, H200, 64, 128, 64, splits=4)
+    compute = 2 * 64 * 128 * 3072 / (H200.matmul_flops_per_s * gemm_cost.TC_GEMM_EFFICIENCY /
+                                     H200.parallel_units)
+    fixup = gemm_cost.TC_SPLIT_FIXUP_S + 5 * 64 * 128 * 4 / gemm_cost.TC_SPLIT_SM_BYTES_PER_S
+    assert abs((one - four) - (compute * 3 / 4 - fixup)) < 1e-9

@@ -430,3 +430,35 @@ def test_graph_replay_sends_a_small_long_k_gemm_to_cublaslt(tmp_path):
     graph, _ = _build(fn, shapes, tmp_path=tmp_path, tuning="off", graph=True)
     assert [k["info"]["path"] for k in graph["kernels"]] == ["gemm", "fast"]
     assert "in a CUDA graph" in graph["kernels"][0]["info"]["why"]
+
+
+def test_split_k_launches_share_one_scratch_and_zeroed_counters(tmp_path, monkeypatch):
+    """Two split-K GEMMs in one program (the tile forced here: which GEMMs the model splits
+    is test_cost_model's): each launch takes A, B, D, its epilogue's operands, then the
+    program's one f32 scratch (a temporary as large as the larger launch needs) and its one
+    counter array (a constant of zeros, uploaded once; each launch leaves it zero); the grid
+    is tiles x splits."""
+    from fusec.passes import gemm_cost
+
+    monkeypatch.setattr(gemm_cost, "tc_gemm_tile",
+                        lambda m, n, k, *args, **kwargs: (64, 128, 64, 4, 0, 4 if n == 768
+                                                          else 2))
+    monkeypatch.setattr(gemm_cost, "prefer_tc_gemm", lambda ours, library: True)
+    fn = lambda x, w1, b1, w2: F.linear(torch.relu(F.linear(x, w1, b1)), w2)  # noqa: E731
+    meta, _ = _build(fn, [(128, 1024), (768, 1024), (768,), (384, 768)], tmp_path=tmp_path)
+    kernels = [k for k in meta["kernels"] if k["info"]["path"] == "tc_gemm"]
+    assert [k["info"]["tile"] for k in kernels] == [[64, 128, 64, 4, 0, 4],
+                                                    [64, 128, 64, 4, 0, 2]]
+    launches = [x for x in meta["plan"]["launches"] if x["info"].get("path") == "tc_gemm"]
+    assert [x["grid"] for x in launches] == [2 * 6 * 4, 2 * 3 * 2]
+    buffers = meta["plan"]["buffers"]
+    scratch = [b for b in buffers if b["name"] == "split_k_scratch"]
+    counters = [b for b in buffers if b["name"] == "split_k_counters"]
+    assert len(scratch) == len(counters) == 1
+    assert scratch[0]["role"] == "temp" and scratch[0]["dtype"] == "float32"
+    assert scratch[0]["shape"] == [max(4 * 12, 2 * 6) * 64 * 128]
+    assert counters[0]["role"] == "constant" and counters[0]["shape"] == [12]
+    for launch in launches:
+        assert launch["buffers"][-2:] == [scratch[0]["id"], counters[0]["id"]]
+    # A, B, D, the bias, then the scratch and the counters; the second: A, B, D and them.
+    assert [len(x["buffers"]) for x in launches] == [6, 5]

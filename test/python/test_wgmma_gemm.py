@@ -63,6 +63,50 @@ def test_each_64_rows_of_the_accumulator_land_in_their_rows(layout, bm, bn):
     assert rows == [r + d for r in range(0, bm, 64) for d in (0, 8)], rows
 
 
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_split_k_kernel(layout, tmp_path):
+    """Split-K: a CTA per tile and split (grid x splits), each over its k-tiles (the last
+    split the rest: 48 k-tiles in 5 splits of 10, 10, 10, 10, 8); the partial out to the
+    scratch, a gpu-scope fence, one atomic per CTA on its tile's counter, the last CTA's
+    acquire fence before it reads the partials back. Without splits none of that."""
+    problem = wgmma.GemmProblem(128, 768, 3072, b_layout=layout)
+    tile = wgmma.GemmTile(64, 128, stages=4, splits=5)
+    assert wgmma.refusal(problem, tile) is None
+    assert wgmma.grid(problem, tile) == 2 * 6 * 5
+    assert wgmma.split_scratch(problem, tile) == (5 * 12 * 64 * 128, 12)
+    assert tile.shared_bytes(2) == 4 * (64 + 128) * 64 * 2 + wgmma.SPLIT_FLAG_BYTES
+    text = wgmma.kernel_text("k", problem, tile)
+    assert "%sk_cnt: memref<12xi32>" in text and "memref.atomic_rmw addi" in text
+    ptx = _ptx(problem, tile)
+    assert ptx.count("atom.global.add.u32") == 1
+    assert ptx.count("fence.acq_rel.gpu") == 2
+    mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)
+    assert set(mmas) == {"m64n128k16"}
+    plain = _ptx(problem, wgmma.GemmTile(64, 128, stages=4))
+    assert "atom." not in plain and "fence.acq_rel" not in plain
+    if shutil.which("ptxas"):
+        out = subprocess.run(["ptxas", "-arch=sm_90a", "-v", "-", "-o", str(tmp_path / "k")],
+                             input=ptx, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert "0 bytes spill stores" in out.stderr
+
+
+@pytest.mark.parametrize("problem,tile,reason", [
+    (wgmma.GemmProblem(128, 768, 256), wgmma.GemmTile(64, 128, splits=4),
+     "leaves a split without k-tiles"),  # 4 k-tiles in 4 splits: fine; 3 in 4 not
+    (wgmma.GemmProblem(128, 768, 3072, pair=True), wgmma.GemmTile(64, 128, splits=2),
+     "one GEMM on the one-warpgroup schedule"),
+    (wgmma.GemmProblem(128, 768, 3072), wgmma.GemmTile(128, 128, splits=2,
+                                                        schedule=wgmma.PINGPONG),
+     "one GEMM on the one-warpgroup schedule"),
+])
+def test_split_k_refusals(problem, tile, reason):
+    if "k-tiles" in reason:
+        assert wgmma.refusal(problem, tile) is None
+        problem = wgmma.GemmProblem(128, 768, 192)
+    assert reason in wgmma.refusal(problem, tile)
+
+
 def test_pipeline_depth_follows_k():
     """A K of one tile gets one stage (one barrier), not four."""
     text = wgmma.kernel_text("k", wgmma.GemmProblem(128, 128, 64))

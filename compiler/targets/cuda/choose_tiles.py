@@ -72,7 +72,7 @@ def gemm_tiles(group: ir.Operation, device: cost_model.Device) -> KernelTiles:
     epilogue = epilogue_seconds(found, chain, device)
     n = tc.n_computed
     candidates = gemm_cost.tc_gemm_tile_candidates(found.m, n, found.k, eb, b == "kn",
-                                                    device, epilogue)
+                                                    device, epilogue, splits=not tc.pair)
     if tc.pair:  # the tiles the pair kernel takes (64 columns of each product at least)
         problem = _problem(found, out, pair=True)
         candidates = [t for t in candidates

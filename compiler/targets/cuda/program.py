@@ -227,6 +227,23 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             asm_cache.append(module.operation.get_asm())
         return asm_cache[0]
 
+    split_ids: list[int] = []
+
+    def split_buffers(floats: int, counters: int) -> tuple[int, int]:
+        """Split-K's f32 scratch (a temporary) and i32 counters (a constant of zeros,
+        uploaded once: every launch leaves them zero), one pair for the whole program, as
+        large as its largest split-K launch needs."""
+        if not split_ids:
+            split_ids.append(len(buffers))
+            buffers.append(Buffer(len(buffers), "temp", "split_k_scratch", [0], "float32"))
+            split_ids.append(len(buffers))
+            buffers.append(Buffer(len(buffers), "constant", "split_k_counters", [0], "int32"))
+        scratch, count = (buffers[i] for i in split_ids)
+        scratch.shape[0] = max(scratch.shape[0], floats)
+        count.shape[0] = max(count.shape[0], counters)
+        constants[count.id] = bytes(count.nbytes)
+        return scratch.id, count.id
+
     ret = body.operations[len(body.operations) - 1]
     returned = {value_key(v) for v in ret.operands}
     for op in body.operations:
@@ -302,7 +319,7 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
             text, launch = tc_gemm_launch(
                 op, symbol, operands, weight_buffer, result_buffers, asm,
                 lambda b: buffers[b].view_of is not None and buffers[b].view_offset % 16 != 0,
-                options.description)
+                options.description, split_buffers)
             kernels.append(text)
             launch.info["bytes"] = sum(buffers[b].nbytes for b in launch.buffers)
             launches.append(launch)

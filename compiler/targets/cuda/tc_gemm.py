@@ -589,7 +589,8 @@ def model_tile(found: TcOperands, epilogue_s: float, device: cost_model.Device,
     of one GEMM of twice the columns (its tiles hold BN / 2 columns of each product: every
     tile the model chooses has BN 128)."""
     return gemm_cost.tc_gemm_tile(found.m, found.n * (2 if pair else 1), found.k,
-                                  ELEMENT_BYTES[found.a.element], device, epilogue_s)
+                                  ELEMENT_BYTES[found.a.element], device, epilogue_s,
+                                  splits=not pair)
 
 
 def ours_s(tc: TcSplit, device: cost_model.Device) -> tuple[float, tuple[int, ...]]:
@@ -884,10 +885,15 @@ class ChainEpilogue:
 def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
                    weight_buffer: Any, result_buffers: Any, module_asm: Any,
                    misaligned: Callable[[int], bool] = lambda b: False,
-                   device: cost_model.Device = cost_model.H200) -> tuple[str, Launch]:
+                   device: cost_model.Device = cost_model.H200,
+                   split_buffers: Callable[[int, int], tuple[int, int]] | None = None
+                   ) -> tuple[str, Launch]:
     """The kernel text and the launch of one tc_gemm group (formed by split_matmul_groups,
     or sibling GEMMs merged by gemm_siblings.py); `misaligned(buffer)`: a plan buffer that
-    is a view at an offset not a multiple of 16."""
+    is a view at an offset not a multiple of 16; `split_buffers(floats, counters)`: the plan
+    buffers of split-K's f32 scratch and zeroed i32 counters, at least that large (shared
+    by every split-K launch: they run one after another, and each leaves the counters
+    zero)."""
     body = group.regions[0].blocks[0]
     ops = [o.operation for o in body.operations]
     siblings = attributes.GEMM_SIBLINGS in group.attributes
@@ -939,6 +945,10 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     text = renamed(TC_GEMM.get(key, lambda: wgmma.build_kernel_text(
         PROBE_SYMBOL, problem, t, units, epilogues, unroll)), symbol)
     grid, block, shared = wgmma.launch_geometry(problem, t, units)
+    if t.splits > 1:
+        if split_buffers is None:
+            raise CudaCodegenError("tensor-core GEMM: split-K without scratch buffers")
+        buffers += list(split_buffers(*wgmma.split_scratch(problem, t)))
     eb = wgmma.MMA_INPUTS[found.a.element]
     dtype = TENSOR_MAP_TYPES[found.a.element]
     maps = [map_entry(0, dtype, [found.k, found.m], [found.la.ld * eb], [t.bk, t.bm],
@@ -955,7 +965,9 @@ def tc_gemm_launch(group: ir.Operation, symbol: str, operands: list[int],
     info = {"path": "tc_gemm", "why": str(ir.StringAttr(group.attributes[attributes.WHY]).value),
             "flops": 2 * found.m * sum(p.n_computed for p in parts) * found.k,
             "epilogue": fused,
-            "tile": [t.bm, t.bn, t.bk, t.stages] + ([t.schedule] if t.schedule else []),
+            "tile": [t.bm, t.bn, t.bk, t.stages] + ([t.schedule] if t.schedule or t.splits > 1
+                                                     else []) +
+                    ([t.splits] if t.splits > 1 else []),
             "schedule": {wgmma.PINGPONG: "ping-pong", wgmma.COOPERATIVE: "cooperative"}.get(
                 t.schedule, "one warpgroup"),
             "b_layout": problem.b_layout,

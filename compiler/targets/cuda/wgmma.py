@@ -74,6 +74,9 @@ GROUP_ROWS = 8
 # The persistent kernels' epilogue: once, in a loop over the accumulator's parts (True), or
 # once per part (False).
 LOOPED_EPILOGUE = True
+# Split-K: the shared-memory word (after the stages or the accumulator) through which the
+# CTA's thread 0 tells the others whether it is its tile's last (16 bytes, aligned).
+SPLIT_FLAG_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,10 @@ class GemmTile:
     # and two consumer warpgroups taking turns (`pingpong_kernel_text`); 2: persistent, the
     # two consumers each taking half of one tile (BM 256) at once (the same function).
     schedule: int = 0
+    # Split-K (one warpgroup only): each tile's k-tiles in `splits` ranges, one CTA each; the
+    # CTAs write their f32 partial products to a scratch buffer and the last of a tile to
+    # arrive (a counter per tile) sums them in split order and runs the epilogue.
+    splits: int = 1
 
     def stage_bytes(self, element_bytes: int) -> int:
         return (self.bm + self.bn) * self.bk * element_bytes
@@ -108,7 +115,8 @@ class GemmTile:
         if self.schedule in PERSISTENT:
             return self.stages * self.stage_bytes(element_bytes) + \
                 CONSUMERS * self.epilogue_rows(element_bytes) * tc_epilogue_stride(self.bn) * 4
-        return max(self.stages * self.stage_bytes(element_bytes), self.bm * self.bn * 4)
+        return max(self.stages * self.stage_bytes(element_bytes), self.bm * self.bn * 4) + \
+            (SPLIT_FLAG_BYTES if self.splits > 1 else 0)
 
 
 class Epilogue(Protocol):
@@ -199,6 +207,14 @@ def refusal(problem: GemmProblem, tile: GemmTile = GemmTile()) -> str | None:
         return f"tile {tile} (BK must fill one 128-byte swizzle row, BM a multiple of 64)"
     if problem.pair and tile.bn % 128:
         return "a GEMM pair needs BN a multiple of 128 (64 columns of each at least)"
+    if tile.splits > 1:
+        k_tiles = -(-problem.k // tile.bk)
+        per = -(-k_tiles // tile.splits)
+        if tile.schedule or problem.pair or problem.segments:
+            return "split-K is built for one GEMM on the one-warpgroup schedule"
+        if (tile.splits - 1) * per >= k_tiles:
+            return (f"split-K into {tile.splits} leaves a split without k-tiles "
+                    f"({k_tiles} k-tiles of {tile.bk})")
     if problem.segments:
         if problem.pair or sum(problem.segments) != problem.n:
             return "sibling segments of a pair, or not adding up to N"
@@ -230,9 +246,22 @@ def map_entry(param: int, dtype: int, dims: list[int], strides: list[int], box: 
     return [param, dtype, rank, *dims, *strides, *box, swizzle, offset]
 
 
-def grid(problem: GemmProblem, tile: GemmTile = GemmTile()) -> int:
-    """CTAs of the one-dimensional grid."""
+def tiles(problem: GemmProblem, tile: GemmTile = GemmTile()) -> int:
+    """Output tiles."""
     return -(-problem.m // tile.bm) * -(-problem.n // out_columns(problem, tile))
+
+
+def grid(problem: GemmProblem, tile: GemmTile = GemmTile()) -> int:
+    """CTAs of the one-dimensional grid: a CTA per tile and split."""
+    return tiles(problem, tile) * tile.splits
+
+
+def split_scratch(problem: GemmProblem, tile: GemmTile) -> tuple[int, int]:
+    """Split-K's f32 partials (floats: a BM x BN tile per split and tile) and counters (i32,
+    one per tile), or (0, 0) without split-K."""
+    if tile.splits <= 1:
+        return 0, 0
+    return tile.splits * tiles(problem, tile) * tile.bm * tile.bn, tiles(problem, tile)
 
 
 def launch_geometry(problem: GemmProblem, tile: GemmTile, units: int) -> tuple[int, int, int]:
@@ -283,7 +312,9 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     eb = MMA_INPUTS[p.in_type]
     el = p.in_type
     k_tiles = -(-p.k // t.bk)
-    stages = min(t.stages, k_tiles)
+    split = t.splits > 1
+    per_split = -(-k_tiles // t.splits)  # k-tiles of each split (the last: what is left)
+    stages = min(t.stages, per_split)
     a_bytes = t.bm * t.bk * eb
     b_bytes = t.bn * t.bk * eb
     stage_bytes = a_bytes + b_bytes
@@ -322,8 +353,11 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
                      f"%bar[{stage}] to %vb{j}_{u} : {tm_b}, {bar} -> {b_tile}")
             _by_segment(emit, indent, p, seg, load)
 
+    scratch, counters = split_scratch(p, t)
+    split_parameters = f", %sk_ws: memref<{scratch}xf32>, %sk_cnt: memref<{counters}xi32>"
     _kernel_head(emit, name, p, epilogues, tm_a, tm_b,
-                 f"known_block_size = array<i32: {WARPGROUP}, 1, 1>")
+                 f"known_block_size = array<i32: {WARPGROUP}, 1, 1>",
+                 split_parameters if split else "")
     consts = {"c0": 0, "c1": 1, "c2": 2, "c4": 4, "c_bk": t.bk,
               "c_bm": t.bm, "c_bn": t.bn, "c_stages": stages, "c_k_tiles": k_tiles,
               "c_stage_bytes": stage_bytes, "c_tx": stage_bytes, "c_m": p.m, "c_n": p.n,
@@ -335,7 +369,19 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
         emit(f"  %{cname} = arith.constant {value} : index")
     emit("  %tid = gpu.thread_id x")
     emit("  %bid = gpu.block_id x")
-    _tile_coordinates(emit, "  ", "%bid", "", p, t, group_rows)
+    # The k-tiles of this CTA: all, or its split's (k_count of them from k_begin).
+    k_count, prologue = "%c_k_tiles", "%c_stages"
+    if split:
+        emit(f"  %sk_c_tiles_total = arith.constant {counters} : index")
+        emit(f"  %sk_c_per_split = arith.constant {per_split} : index")
+        emit("  %sk_split = arith.divui %bid, %sk_c_tiles_total : index")
+        emit("  %sk_tbid = arith.remui %bid, %sk_c_tiles_total : index")
+        emit("  %sk_k_begin = arith.muli %sk_split, %sk_c_per_split : index")
+        emit("  %sk_k_left = arith.subi %c_k_tiles, %sk_k_begin : index")
+        emit("  %sk_k_count = arith.minui %sk_k_left, %sk_c_per_split : index")
+        emit("  %sk_k_prologue = arith.minui %sk_k_count, %c_stages : index")
+        k_count, prologue = "%sk_k_count", "%sk_k_prologue"
+    _tile_coordinates(emit, "  ", "%sk_tbid" if split else "%bid", "", p, t, group_rows)
     emit("  %m0 = arith.muli %by, %c_bm : index")
     emit("  %n0 = arith.muli %bx, %c_tile_n : index")
     seg = _segment_of(emit, "  ", p, "%n0", "")[0] if p.segments else None
@@ -354,8 +400,10 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     emit("  gpu.barrier")
     # Prologue: the first `stages` k-tiles in flight.
     emit("  scf.if %first {")
-    emit("    scf.for %ps = %c0 to %c_stages step %c1 {")
-    load_stage("      ", "%ps", "%ps", "1")
+    emit(f"    scf.for %ps = %c0 to {prologue} step %c1 {{")
+    if split:
+        emit("      %sk_gps = arith.addi %ps, %sk_k_begin : index")
+    load_stage("      ", "%ps", "%sk_gps" if split else "%ps", "1")
     emit("    }")
     emit("  }")
     # The MMAs of one k-tile. nvgpu's wgmma expansion steps B's descriptor for an N-major
@@ -375,7 +423,7 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     for h, ty in enumerate(accs):
         emit(f"  %acc0_{h} = nvgpu.warpgroup.mma.init.accumulator -> {ty}")
     names = ", ".join(f"%a{h} = %acc0_{h}" for h in range(len(accs)))
-    emit(f"  %acc:{len(accs)} = scf.for %i = %c0 to %c_k_tiles step %c1 iter_args({names}) "
+    emit(f"  %acc:{len(accs)} = scf.for %i = %c0 to {k_count} step %c1 iter_args({names}) "
          f"-> ({', '.join(accs)}) {{")
     emit("    %s = arith.remui %i, %c_stages : index")
     emit("    %round = arith.divui %i, %c_stages : index")
@@ -422,12 +470,14 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     emit("    %has_prev = arith.cmpi uge, %i, %c1 : index")
     emit("    %prev = arith.subi %i, %c1 : index")
     emit("    %refill = arith.addi %prev, %c_stages : index")
-    emit("    %in_range = arith.cmpi ult, %refill, %c_k_tiles : index")
+    emit(f"    %in_range = arith.cmpi ult, %refill, {k_count} : index")
     emit("    %do0 = arith.andi %has_prev, %in_range : i1")
     emit("    %do = arith.andi %do0, %first : i1")
     emit("    scf.if %do {")
     emit("      %rs = arith.remui %prev, %c_stages : index")
-    load_stage("      ", "%rs", "%refill", "2")
+    if split:
+        emit("      %sk_grefill = arith.addi %refill, %sk_k_begin : index")
+    load_stage("      ", "%rs", "%sk_grefill" if split else "%refill", "2")
     emit("    }")
     emit(f"    scf.yield {', '.join(current)} : {', '.join(accs)}")
     emit("  }")
@@ -444,13 +494,87 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
         emit(f"  nvgpu.warpgroup.mma.store %acc#{h}, %accs{h} : <fragmented = "
              f"vector<{rows}x{t.bn}xf32>> to memref<{rows}x{t.bn}xf32, {ws}>")
     emit("  gpu.barrier")
-    _by_segment(emit, "  ", p, seg, lambda s, ind: _emit_epilogue(
+    indent = "  "
+    if split:
+        _split_fixup(emit, p, t, scratch, counters, stages * stage_bytes)
+        indent = "    "
+    _by_segment(emit, indent, p, seg, lambda s, ind: _emit_epilogue(
         emit, p, t, epilogues[s], unroll, "%accs", f"memref<{t.bm}x{t.bn}xf32, {ws}>",
         rows=t.bm, buffer_row0=None, out_row0="%m0", tid="%tid", n0=n_base, indent=ind,
         segment=s, tag=f"_s{s}" if p.segments else ""))
+    if split:
+        emit("  }")
     emit("  gpu.return")
     emit("}")
     return "\n".join(lines)
+
+
+def _split_fixup(emit: Callable[[str], None], p: GemmProblem, t: GemmTile, scratch: int,
+                 counters: int, stages_bytes: int) -> None:
+    """Split-K, after the CTA's partial product is in shared memory (%accs, f32): the partial
+    out to its place in %sk_ws (split-major, a BM x BN tile each); a fence; thread 0 counts the
+    CTA in at its tile's counter, and the last of the tile's splits to arrive (it resets the
+    counter for the next launch) sums the tile's partials in split order (the result does
+    not depend on which CTA was last) back into %accs. Opens `scf.if %sk_last {` for the
+    epilogue, which the caller closes. The threadFenceReduction pattern: every thread's
+    stores, a gpu-scope fence, the block's barrier, then the atomic."""
+    ws = "#gpu.address_space<workgroup>"
+    elems = t.bm * t.bn
+    flag_offset = max(stages_bytes, elems * 4)
+    scratch_type, counter_type = f"memref<{scratch}xf32>", f"memref<{counters}xi32>"
+    emit(f"  %sk_ws_al = memref.assume_alignment %sk_ws, 16 : {scratch_type}")
+    emit(f"  %sk_c_tile_elems = arith.constant {elems} : index")
+    emit(f"  %sk_c_elem_step = arith.constant {WARPGROUP * 4} : index")
+    emit(f"  %sk_c_splits = arith.constant {t.splits} : index")
+    emit(f"  %sk_accf = memref.view %smem[%c0][] : memref<?xi8, {ws}> to memref<{elems}xf32, {ws}>")
+    emit("  %sk_e0 = arith.muli %tid, %c4 : index")
+    emit("  %sk_w_row = arith.muli %sk_split, %sk_c_tiles_total : index")
+    emit("  %sk_w_tile = arith.addi %sk_w_row, %sk_tbid : index")
+    emit("  %sk_w_base = arith.muli %sk_w_tile, %sk_c_tile_elems : index")
+    emit("  scf.for %sk_e = %sk_e0 to %sk_c_tile_elems step %sk_c_elem_step {")
+    emit(f"    %sk_pv = vector.load %sk_accf[%sk_e] : memref<{elems}xf32, {ws}>, vector<4xf32>")
+    emit("    %sk_we = arith.addi %sk_w_base, %sk_e : index")
+    emit(f"    vector.store %sk_pv, %sk_ws_al[%sk_we] : {scratch_type}, vector<4xf32>")
+    emit("  }")
+    emit('  llvm.fence syncscope("device") release')
+    emit("  gpu.barrier")
+    emit(f"  %sk_c_flag_off = arith.constant {flag_offset} : index")
+    emit(f"  %sk_flagv = memref.view %smem[%sk_c_flag_off][] : memref<?xi8, {ws}> to "
+         f"memref<1xi32, {ws}>")
+    emit("  scf.if %first {")
+    emit("    %sk_one_i32 = arith.constant 1 : i32")
+    emit("    %sk_arrived = memref.atomic_rmw addi %sk_one_i32, %sk_cnt[%sk_tbid] : "
+         f"(i32, {counter_type}) -> i32")
+    emit(f"    %sk_c_last_i32 = arith.constant {t.splits - 1} : i32")
+    emit("    %sk_is_last = arith.cmpi eq, %sk_arrived, %sk_c_last_i32 : i32")
+    emit("    %sk_flag_i32 = arith.extui %sk_is_last : i1 to i32")
+    emit(f"    memref.store %sk_flag_i32, %sk_flagv[%c0] : memref<1xi32, {ws}>")
+    emit("    scf.if %sk_is_last {")
+    emit("      %sk_zero_i32 = arith.constant 0 : i32")
+    emit(f"      memref.store %sk_zero_i32, %sk_cnt[%sk_tbid] : {counter_type}")
+    emit("    }")
+    emit("  }")
+    emit("  gpu.barrier")
+    emit(f"  %sk_flag_r = memref.load %sk_flagv[%c0] : memref<1xi32, {ws}>")
+    emit("  %sk_zero_flag = arith.constant 0 : i32")
+    emit("  %sk_last = arith.cmpi ne, %sk_flag_r, %sk_zero_flag : i32")
+    emit("  scf.if %sk_last {")
+    emit('    llvm.fence syncscope("device") acquire')
+    emit("    %sk_z4 = arith.constant dense<0.0> : vector<4xf32>")
+    emit("    scf.for %sk_e = %sk_e0 to %sk_c_tile_elems step %sk_c_elem_step {")
+    emit("      %sk_sum = scf.for %sk_sp = %c0 to %sk_c_splits step %c1 iter_args(%sk_a = %sk_z4) "
+         "-> (vector<4xf32>) {")
+    emit("        %sk_r_row = arith.muli %sk_sp, %sk_c_tiles_total : index")
+    emit("        %sk_r_tile = arith.addi %sk_r_row, %sk_tbid : index")
+    emit("        %sk_r_base = arith.muli %sk_r_tile, %sk_c_tile_elems : index")
+    emit("        %sk_re = arith.addi %sk_r_base, %sk_e : index")
+    emit(f"        %sk_rv = vector.load %sk_ws_al[%sk_re] : {scratch_type}, vector<4xf32>")
+    emit("        %sk_a2 = arith.addf %sk_a, %sk_rv : vector<4xf32>")
+    emit("        scf.yield %sk_a2 : vector<4xf32>")
+    emit("      }")
+    emit(f"      vector.store %sk_sum, %sk_accf[%sk_e] : memref<{elems}xf32, {ws}>, vector<4xf32>")
+    emit("    }")
+    emit("    gpu.barrier")
 
 
 def _tile_coordinates(emit: Callable[[str], None], ind: str, index: str, u: str,
@@ -506,14 +630,15 @@ def _align_outputs(emit: Callable[[str], None], p: GemmProblem) -> None:
 
 
 def _kernel_head(emit: Callable[[str], None], name: str, p: GemmProblem, epilogues: list,
-                 tm_a: str, tm_b: str, attributes: str) -> None:
+                 tm_a: str, tm_b: str, attributes: str, tail: str = "") -> None:
     """The `gpu.func` line (maps, outputs, the epilogues' parameters; `attributes` and the
-    maps' mark), the maps as descriptors, the outputs' alignment and the epilogues' setup.
+    maps' mark; `tail`: parameters after the epilogues', split-K's scratch and counters),
+    the maps as descriptors, the outputs' alignment and the epilogues' setup.
     The maps arrive as pointers (the descriptor type has no kernel-argument lowering before
     outlining); the casts fold away once nvgpu's types are LLVM's. D is 16-byte aligned (a
     temporary of the runtime's, or an output it checked), so each thread's four values are
     one vector store."""
-    extra = "".join(f", {a}" for e in epilogues if e for a in e.arguments())
+    extra = "".join(f", {a}" for e in epilogues if e for a in e.arguments()) + tail
     emit(f"gpu.func @{name}({_map_parameters(p)}, {_output_parameters(p)}{extra}) kernel "
          f"attributes {{{attributes}, {_maps_attribute(p)}}} {{")
     _cast_maps(emit, p, tm_a, tm_b)
