@@ -146,6 +146,13 @@ def test_split_k_tiles_for_small_grids_with_long_k(monkeypatch):
     assert gemm_cost.tc_split_tiles(1024, 2048, 4096, H200) == []  # 256 tiles of 64 x 128
     candidates = gemm_cost.tc_gemm_tile_candidates(*down, 2, False, H200)
     assert {gemm_cost.tile_splits(t) for t in candidates} >= {1, 2, 4, 8}
+    # Every split tile the model offers, the kernel builds (a second reader found split 8
+    # offered at K = 2112, whose 33 k-tiles the first cut into ranges of 5 left one empty).
+    from fusec.compiler.targets.cuda import wgmma
+
+    for k in range(64, 8193, 64):
+        for tile in gemm_cost.tc_split_tiles(128, 768, k, H200):
+            assert wgmma.refusal(wgmma.GemmProblem(128, 768, k), wgmma.GemmTile(*tile)) is None
     # The model: a split's k-tiles and the partials' way through L2, per CTA.
     one = gemm_cost.tc_gemm_s(*down, 0, H200, 64, 128, 64)
     four = gemm_cost.tc_gemm_s(*down, 0, H200, 64, 128, 64, splits=4)

@@ -65,10 +65,11 @@ def test_each_64_rows_of_the_accumulator_land_in_their_rows(layout, bm, bn):
 
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 def test_split_k_kernel(layout, tmp_path):
-    """Split-K: a CTA per tile and split (grid x splits), each over its k-tiles (the last
-    split the rest: 48 k-tiles in 5 splits of 10, 10, 10, 10, 8); the partial out to the
-    scratch, a gpu-scope fence, one atomic per CTA on its tile's counter, the last CTA's
-    acquire fence before it reads the partials back. Without splits none of that."""
+    """Split-K: a CTA per tile and split (grid x splits), each over its share of the
+    k-tiles (48 in 5 splits: [s * 48 / 5, (s + 1) * 48 / 5), 9 or 10 each); the partial out
+    to the scratch, a gpu-scope fence, one atomic per CTA on its tile's counter, acquire
+    fences after it (thread 0's, then every thread's) before the partials are read back.
+    Without splits none of that."""
     problem = wgmma.GemmProblem(128, 768, 3072, b_layout=layout)
     tile = wgmma.GemmTile(64, 128, stages=4, splits=5)
     assert wgmma.refusal(problem, tile) is None
@@ -79,7 +80,8 @@ def test_split_k_kernel(layout, tmp_path):
     assert "%sk_cnt: memref<12xi32>" in text and "memref.atomic_rmw addi" in text
     ptx = _ptx(problem, tile)
     assert ptx.count("atom.global.add.u32") == 1
-    assert ptx.count("fence.acq_rel.gpu") == 2
+    assert ptx.count("fence.acq_rel.gpu") == 3
+    assert "%sk_k_begin = arith.divui %sk_kb_num, %sk_c_splits" in text
     mmas = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx)
     assert set(mmas) == {"m64n128k16"}
     plain = _ptx(problem, wgmma.GemmTile(64, 128, stages=4))

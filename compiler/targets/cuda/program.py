@@ -321,7 +321,9 @@ def generate(module: ir.Module, options: CudaOptions | None = None) -> CudaProgr
                 lambda b: buffers[b].view_of is not None and buffers[b].view_offset % 16 != 0,
                 options.description, split_buffers)
             kernels.append(text)
-            launch.info["bytes"] = sum(buffers[b].nbytes for b in launch.buffers)
+            # (Split-K's shared scratch and counters are not this launch's traffic.)
+            launch.info["bytes"] = sum(buffers[b].nbytes for b in launch.buffers
+                                       if b not in split_ids)
             launches.append(launch)
             continue
         weights = [w for w in op.regions[0].blocks[0].operations if is_weight(w)]

@@ -209,10 +209,9 @@ def refusal(problem: GemmProblem, tile: GemmTile = GemmTile()) -> str | None:
         return "a GEMM pair needs BN a multiple of 128 (64 columns of each at least)"
     if tile.splits > 1:
         k_tiles = -(-problem.k // tile.bk)
-        per = -(-k_tiles // tile.splits)
         if tile.schedule or problem.pair or problem.segments:
             return "split-K is built for one GEMM on the one-warpgroup schedule"
-        if (tile.splits - 1) * per >= k_tiles:
+        if tile.splits > k_tiles:
             return (f"split-K into {tile.splits} leaves a split without k-tiles "
                     f"({k_tiles} k-tiles of {tile.bk})")
     if problem.segments:
@@ -313,8 +312,8 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     el = p.in_type
     k_tiles = -(-p.k // t.bk)
     split = t.splits > 1
-    per_split = -(-k_tiles // t.splits)  # k-tiles of each split (the last: what is left)
-    stages = min(t.stages, per_split)
+    # Split s takes k-tiles [s * K_t / S, (s + 1) * K_t / S): each floor or ceil of K_t / S.
+    stages = min(t.stages, -(-k_tiles // t.splits))
     a_bytes = t.bm * t.bk * eb
     b_bytes = t.bn * t.bk * eb
     stage_bytes = a_bytes + b_bytes
@@ -373,12 +372,14 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     k_count, prologue = "%c_k_tiles", "%c_stages"
     if split:
         emit(f"  %sk_c_tiles_total = arith.constant {counters} : index")
-        emit(f"  %sk_c_per_split = arith.constant {per_split} : index")
+        emit(f"  %sk_c_splits = arith.constant {t.splits} : index")
         emit("  %sk_split = arith.divui %bid, %sk_c_tiles_total : index")
         emit("  %sk_tbid = arith.remui %bid, %sk_c_tiles_total : index")
-        emit("  %sk_k_begin = arith.muli %sk_split, %sk_c_per_split : index")
-        emit("  %sk_k_left = arith.subi %c_k_tiles, %sk_k_begin : index")
-        emit("  %sk_k_count = arith.minui %sk_k_left, %sk_c_per_split : index")
+        emit("  %sk_kb_num = arith.muli %sk_split, %c_k_tiles : index")
+        emit("  %sk_k_begin = arith.divui %sk_kb_num, %sk_c_splits : index")
+        emit("  %sk_ke_num = arith.addi %sk_kb_num, %c_k_tiles : index")
+        emit("  %sk_k_end = arith.divui %sk_ke_num, %sk_c_splits : index")
+        emit("  %sk_k_count = arith.subi %sk_k_end, %sk_k_begin : index")
         emit("  %sk_k_prologue = arith.minui %sk_k_count, %c_stages : index")
         k_count, prologue = "%sk_k_count", "%sk_k_prologue"
     _tile_coordinates(emit, "  ", "%sk_tbid" if split else "%bid", "", p, t, group_rows)
@@ -525,7 +526,6 @@ def _split_fixup(emit: Callable[[str], None], p: GemmProblem, t: GemmTile, scrat
     emit(f"  %sk_ws_al = memref.assume_alignment %sk_ws, 16 : {scratch_type}")
     emit(f"  %sk_c_tile_elems = arith.constant {elems} : index")
     emit(f"  %sk_c_elem_step = arith.constant {WARPGROUP * 4} : index")
-    emit(f"  %sk_c_splits = arith.constant {t.splits} : index")
     emit(f"  %sk_accf = memref.view %smem[%c0][] : memref<?xi8, {ws}> to memref<{elems}xf32, {ws}>")
     emit("  %sk_e0 = arith.muli %tid, %c4 : index")
     emit("  %sk_w_row = arith.muli %sk_split, %sk_c_tiles_total : index")
@@ -546,6 +546,7 @@ def _split_fixup(emit: Callable[[str], None], p: GemmProblem, t: GemmTile, scrat
     emit("    %sk_arrived = memref.atomic_rmw addi %sk_one_i32, %sk_cnt[%sk_tbid] : "
          f"(i32, {counter_type}) -> i32")
     emit(f"    %sk_c_last_i32 = arith.constant {t.splits - 1} : i32")
+    emit('    llvm.fence syncscope("device") acquire')  # the atomic's acquire side
     emit("    %sk_is_last = arith.cmpi eq, %sk_arrived, %sk_c_last_i32 : i32")
     emit("    %sk_flag_i32 = arith.extui %sk_is_last : i1 to i32")
     emit(f"    memref.store %sk_flag_i32, %sk_flagv[%c0] : memref<1xi32, {ws}>")
