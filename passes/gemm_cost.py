@@ -172,7 +172,7 @@ def _tc_one_warpgroup_tile(m: int, n: int, device: Device) -> tuple[int, ...]:
 # (8.67 -> 6.45 us at 196 x 256 x 1024); on the H200 (bench/tuning-h200.json) 0.76 at
 # 1000 x 520 x 264 (40 tiles), 1.00 at 2048 x 1024 x 1024 (128 tiles: not taken there).
 TC_SMALL_GRID_TILE = (64, 128, 64, 4)
-# Split-K (wgmma.GemmTile.splits), for GEMMs whose tiles fill at most half the SMs: SPLITS
+# Split-K (wgmma.GemmTile.splits), for GEMMs whose tiles fill at most half the SMs: TC_SPLITS
 # tried, each split at least TC_SPLIT_MIN_K_TILES k-tiles (its pipeline's stages and then
 # some). Each CTA writes its f32 partial tile and the tile's last CTA reads all of them
 # back, at TC_SPLIT_SM_BYTES_PER_S (one SM's share of L2: the partials stay there), plus
@@ -186,6 +186,12 @@ TC_SPLITS = (2, 4, 8)
 TC_SPLIT_MIN_K_TILES = 4
 TC_SPLIT_SM_BYTES_PER_S = 100e9
 TC_SPLIT_FIXUP_S = 1e-6
+
+
+def _small_grid(m: int, n: int, device: Device) -> bool:
+    """128 x 128 tiles would fill at most half the SMs (TC_SMALL_GRID_TILE's and split-K's
+    rule)."""
+    return 2 * -(-m // 128) * -(-n // 128) <= device.parallel_units
 
 
 def tc_split_tiles(m: int, n: int, k: int, device: Device) -> list[tuple[int, ...]]:
@@ -210,7 +216,7 @@ def tc_gemm_tile(m: int, n: int, k: int, element_bytes: int, device: Device,
     arithmetic (`epilogue_s`); with `splits` (one GEMM, not a pair) and TC_SPLIT_K, split-K
     tiles (`tc_split_tiles`, a sixth value) where 128 x 128 tiles fill at most half the SMs."""
     tiles = [_tc_one_warpgroup_tile(m, n, device)]
-    if 2 * -(-m // 128) * -(-n // 128) <= device.parallel_units:
+    if _small_grid(m, n, device):
         tiles.append(TC_SMALL_GRID_TILE)
         if splits and TC_SPLIT_K:
             tiles += tc_split_tiles(m, n, k, device)
@@ -226,10 +232,10 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
                             splits: bool = True) -> list[tuple[int, ...]]:
     """The tiles `--tune` measures for our GEMM, the model's choice first, then the other
     schedules' tiles (below), then split-K's (`splits`: one GEMM, not a pair; with
-    TC_SPLIT_K), then each
-    shape of TC_GEMM_TILES with the deepest pipeline that fits one CTA per SM and the
-    deepest that fits two, no tile wider than the problem needs, no pipeline deeper than
-    K's tiles (`n_major_b`: B is K x N; every tile takes either layout)."""
+    TC_SPLIT_K), then each shape of TC_GEMM_TILES with the deepest pipeline that fits one
+    CTA per SM and the deepest that fits two, no tile wider than the problem needs, no
+    pipeline deeper than K's tiles (`n_major_b`: B is K x N; every tile takes either
+    layout)."""
     first = tc_gemm_tile(m, n, k, element_bytes, device, epilogue_s, splits)
     out = [first]
     bk = 128 // element_bytes
@@ -246,7 +252,7 @@ def tc_gemm_tile_candidates(m: int, n: int, k: int, element_bytes: int, n_major_
                         tc_cooperative_fits)):
         if tile not in out and fits(m, n, element_bytes, device):
             out.append(tile)
-    if splits and TC_SPLIT_K and 2 * -(-m // 128) * -(-n // 128) <= device.parallel_units:
+    if splits and TC_SPLIT_K and _small_grid(m, n, device):
         out += [tile for tile in tc_split_tiles(m, n, k, device) if tile not in out]
     for bm, bn in TC_GEMM_TILES:
         if bm * bn > TC_GEMM_MAX_ACCUMULATOR or (bm > 64 and m <= 64) or \

@@ -230,11 +230,16 @@ def build(out_dir: Path, examples: int, seed: int, schedule: str = "model",
 
             bm, bn = gemm_cost.TC_GEMM_TILES[int(rng.integers(0, len(gemm_cost.TC_GEMM_TILES)))]
             forced = (bm, bn, 64, int(rng.integers(2, 5)))
-            # Half of them split-K, where every split has k-tiles (wgmma.refusal).
-            k_tiles = -(-spec["inputs"][0][-1] // 64)
-            splits = int(rng.choice([2, 3, 4, 8]))
-            if rng.random() < 0.5 and (splits - 1) * -(-k_tiles // splits) < k_tiles:
-                forced += (0, splits)
+            # Half of them split-K, where the kernel takes it (every split has k-tiles).
+            from fusec.compiler.targets.cuda import wgmma
+
+            m, k = spec["inputs"][0]
+            kn = "x @ w" in spec["source"]
+            n = spec["inputs"][1][1 if kn else 0]
+            problem = wgmma.GemmProblem(m, n, k, b_layout="kn" if kn else "nk")
+            split = forced + (0, int(rng.choice([2, 3, 4, 8])))
+            if rng.random() < 0.5 and wgmma.refusal(problem, wgmma.GemmTile(*split)) is None:
+                forced = split
             spec["tile"] = list(forced)
             gemm_cost.tc_gemm_tile = lambda *args, forced=forced, **kwargs: forced
         fn = _function(spec["source"])

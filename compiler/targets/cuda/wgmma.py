@@ -497,7 +497,7 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     emit("  gpu.barrier")
     indent = "  "
     if split:
-        _split_fixup(emit, p, t, scratch, counters, stages * stage_bytes)
+        _split_fixup(emit, t, scratch, counters, stages * stage_bytes)
         indent = "    "
     _by_segment(emit, indent, p, seg, lambda s, ind: _emit_epilogue(
         emit, p, t, epilogues[s], unroll, "%accs", f"memref<{t.bm}x{t.bn}xf32, {ws}>",
@@ -510,15 +510,18 @@ def kernel_text(name: str, problem: GemmProblem, tile: GemmTile = GemmTile(),
     return "\n".join(lines)
 
 
-def _split_fixup(emit: Callable[[str], None], p: GemmProblem, t: GemmTile, scratch: int,
-                 counters: int, stages_bytes: int) -> None:
+def _split_fixup(emit: Callable[[str], None], t: GemmTile, scratch: int, counters: int,
+                 stages_bytes: int) -> None:
     """Split-K, after the CTA's partial product is in shared memory (%accs, f32): the partial
-    out to its place in %sk_ws (split-major, a BM x BN tile each); a fence; thread 0 counts the
-    CTA in at its tile's counter, and the last of the tile's splits to arrive (it resets the
-    counter for the next launch) sums the tile's partials in split order (the result does
-    not depend on which CTA was last) back into %accs. Opens `scf.if %sk_last {` for the
-    epilogue, which the caller closes. The threadFenceReduction pattern: every thread's
-    stores, a gpu-scope fence, the block's barrier, then the atomic."""
+    out to its place in %sk_ws (split-major, a BM x BN tile each); a fence; thread 0 counts
+    the CTA in at its tile's counter, and the last of the tile's splits to arrive (it resets
+    the counter for the next launch) sums the tile's partials in split order (the result
+    does not depend on which CTA was last) back into %accs. Opens `scf.if %sk_last {` for
+    the epilogue, which the caller closes. The threadFenceReduction pattern: every thread's
+    stores, a gpu-scope fence, the block's barrier, then the atomic (thread 0's acquire
+    fence right after it, every thread's again after the barrier that shares the flag). The
+    counters must be zero when a launch starts: the artifact's runs are one at a time (its
+    temporaries are shared too), and every launch leaves them zero."""
     ws = "#gpu.address_space<workgroup>"
     elems = t.bm * t.bn
     flag_offset = max(stages_bytes, elems * 4)
