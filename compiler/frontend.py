@@ -141,6 +141,7 @@ def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from fusec.compiler.batch_norm import fold_batch_norms
     from fusec.compiler.unsigned import read_uint8_unsigned
 
     table = fx_decomposition_table()
@@ -881,21 +882,25 @@ def export_program(module: torch.nn.Module, example_inputs: tuple[Any, ...]) -> 
 
     Before torch-mlir sees the graph: a shape that depends on the data (boolean-mask
     indexing, `nonzero`, `masked_select`) is refused, located at the user's line (torch-mlir
-    would grow without bound trying); buffers registered with `persistent=False` (RoPE's
-    tables, BERT's `position_ids`), which torch.export keeps among its constants, are handed
-    to torch-mlir's importer with the others (it looks for buffers in the state dict only);
+    would grow without bound trying); inference BatchNorms are folded into the layer before
+    them or into a multiply and an add (`fusec.compiler.batch_norm`); buffers registered
+    with `persistent=False` (RoPE's tables, BERT's `position_ids`), which torch.export keeps
+    among its constants, are handed to torch-mlir's importer with the others (it looks for
+    buffers in the state dict only);
     after the decompositions, uint8 values are read as unsigned (`fusec.compiler.unsigned`:
     torch-mlir reads them as signed) and a negative `dim` argument is made positive
     (torch-mlir's scatter lowering crashes the process on `dim=-1`).
     """
     import torch
 
+    from fusec.compiler.batch_norm import fold_batch_norms
     from fusec.compiler.unsigned import read_uint8_unsigned
 
     program = torch.export.export(module, tuple(example_inputs), strict=False)
     select_by_tensor_index(program.graph)
     refuse_data_dependent_shapes(program)
     refuse_none_outputs(program, type(module).__name__)
+    fold_batch_norms(program)
     program = decompose_program(program)
     read_uint8_unsigned(program, _user_frame)
     normalise_negative_dims(program)

@@ -390,8 +390,9 @@ def test_a_bf16_pointwise_conv_block_is_one_gemm_with_its_batchnorm_in_the_epilo
         lambda t: F.relu(F.batch_norm(F.conv2d(t, w), mean, var)), x)
     assert [k.launch_kind for k in program.plan.launches] == ["kernel"]
     assert [k.info["path"] for k in kernels] == ["tc_gemm"]
-    epilogue = kernels[0].info["epilogue"]  # BatchNorm's (x - mean) * rstd, the ReLU
-    assert {"subf", "mulf", "relu"} <= set(epilogue), epilogue
+    # BatchNorm's x * alpha + beta in f32 (fusec.compiler.batch_norm), the ReLU.
+    epilogue = kernels[0].info["epilogue"]
+    assert {"mulf", "addf", "relu"} <= set(epilogue), epilogue
     assert kernels[0].info["b_layout"] == "kn"  # the image's channels are B's rows
     w3 = torch.randn(64, 32, 3, 3).bfloat16()
     program, kernels = _program(
