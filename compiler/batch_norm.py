@@ -34,8 +34,6 @@ from typing import Any
 
 def fold_batch_norms(program: Any) -> int:
     """Fold `program`'s inference BatchNorms (in place); how many were folded."""
-    import torch
-
     state = _state_placeholders(program)
     graph = program.graph
     folded = 0
@@ -54,9 +52,8 @@ def fold_batch_norms(program: Any) -> int:
                                 ("var", var))}
         if not all(t is None or t.dtype.is_floating_point for t in tensors.values()):
             continue
-        if _fold_into_layer(program, state, node, x, mean, tensors, eps):
-            folded += 1
-        elif _fold_alone(program, state, node, x, mean, var, tensors, eps):
+        if _fold_into_layer(program, state, node, x, mean, tensors, eps) or \
+                _fold_alone(program, state, node, x, mean, var, tensors, eps):
             folded += 1
     if folded:
         graph.eliminate_dead_code()
