@@ -122,11 +122,12 @@ def test_library_gemm_in_a_graph_has_no_call_overhead():
 def test_split_k_tiles_for_small_grids_with_long_k(monkeypatch):
     """Split-K (wgmma.GemmTile.splits) is offered where 128 x 128 tiles fill at most half the
     SMs: splits that keep the CTAs in one wave, each split at least TC_SPLIT_MIN_K_TILES
-    k-tiles. Off (TC_SPLIT_K) until the kernel has run on a GPU: by default neither the model
-    nor --tune's candidates have a split tile."""
+    k-tiles. TC_SPLIT_K off: neither the model nor --tune's candidates have a split tile."""
     from fusec.passes import gemm_cost
 
     down = (128, 768, 3072)  # GPT-2's down projection at 128 tokens: 12 tiles of 64 x 128
+    assert gemm_cost.TC_SPLIT_K
+    monkeypatch.setattr(gemm_cost, "TC_SPLIT_K", False)
     assert all(len(t) < 6 for t in gemm_cost.tc_gemm_tile_candidates(*down, 2, False, H200))
     assert len(gemm_cost.tc_gemm_tile(*down, 2, H200)) == 4
     monkeypatch.setattr(gemm_cost, "TC_SPLIT_K", True)
