@@ -44,7 +44,7 @@ def fold_batch_norms(program: Any) -> int:
         x, weight, bias, mean, var, eps = norm
         # The statistics' places are overwritten: this BatchNorm's alone. Its weight and
         # bias are only read.
-        if not (_own(mean, node, state) and _own(var, node, state)) or any(
+        if mean is var or not (_own(mean, node, state) and _own(var, node, state)) or any(
                 p is not None and p not in state for p in (weight, bias)):
             continue
         tensors = {k: None if p is None else _read(program, state[p])
