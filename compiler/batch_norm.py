@@ -7,11 +7,11 @@ vectors: per channel, `x * alpha + beta` with `alpha = weight / sqrt(var + eps)`
 decompositions, each BatchNorm was a dozen traced ops (about 7 ms of fake-tensor dispatch
 apiece: ResNet-18's 20 took 0.15 s of its import) and as many ops for every later stage.
 
-- **Into the layer before.** Where the BatchNorm reads a convolution (not transposed) or a
-  linear layer with a 2-D result, and nothing else reads that layer's result, the layer's
-  weight is scaled by `alpha` along its output channels and its bias becomes
-  `(bias - mean) * alpha + beta` (computed in float64, stored in the weight's dtype): the
-  BatchNorm is gone. This reassociates (the layer's products are scaled before they are
+- **Into the layer before.** Where the BatchNorm reads a convolution (batched, not
+  transposed) or a linear layer with a 2-D result, and nothing else reads that layer's
+  result, the layer's weight is scaled by `alpha` along its output channels and its bias
+  becomes `(bias - mean) * alpha + beta` (computed in float64, stored in the weight's
+  dtype): the BatchNorm is gone. This reassociates (the layer's products are scaled before they are
   summed, as every inference compiler's conv-BN folding does): a change within float32's
   rounding, so only float32 and float64 weights are folded this way.
 - **Alone.** Otherwise (a BatchNorm after an add, a pre-activation BatchNorm, 16-bit
@@ -147,11 +147,17 @@ def _fold_into_layer(program: Any, state: dict[Any, str], norm: Any, x: Any, mea
     if found is None:
         return False
     layer, bias_at = found
-    weight = layer.args[1] if len(layer.args) > 1 else layer.kwargs.get("weight")
+    if len(layer.args) < 2:  # (the weight a keyword: torch.export gives it positionally)
+        return False
+    weight = layer.args[1]
     bias = layer.args[bias_at] if len(layer.args) > bias_at else layer.kwargs.get("bias")
     if not _own(weight, layer, state) or (bias is not None and bias not in state):
         return False
     w = _read(program, state[weight])
+    source = layer.args[0].meta.get("val") if hasattr(layer.args[0], "meta") else None
+    if layer.target != torch.ops.aten.linear.default and (
+            source is None or source.dim() != w.dim()):
+        return False  # an unbatched convolution: its channels are dim 0, not the BatchNorm's
     if w.dtype not in (torch.float32, torch.float64) or any(
             t is not None and t.dtype != w.dtype for t in tensors.values()):
         return False
@@ -181,8 +187,7 @@ def _fold_into_layer(program: Any, state: dict[Any, str], norm: Any, x: Any, mea
         kwargs.pop("bias", None)
         layer.args = tuple(args + [None] * (bias_at - len(args)) + [mean])
         layer.kwargs = kwargs
-    norm.replace_all_uses_with(layer)
-    program.graph.erase_node(norm)
+    _replace(program, norm, layer)
     return True
 
 
@@ -192,7 +197,8 @@ def _fold_alone(program: Any, state: dict[Any, str], norm: Any, x: Any, mean: An
 
     value = norm.meta["val"]
     channels = value.shape[1]
-    if any(t is not None and t.shape != (channels,) for t in tensors.values()):
+    if any(t is not None and t.shape != (channels,) for t in tensors.values()) or any(
+            "val" not in n.meta for n in (x, mean, var)):
         return False
     half = value.dtype in (torch.float16, torch.bfloat16)
     wide = torch.float32 if half else value.dtype
@@ -226,9 +232,18 @@ def _fold_alone(program: Any, state: dict[Any, str], norm: Any, x: Any, mean: An
         if out.meta["val"].dtype != value.dtype:
             out = _call(graph, aten._to_copy.default, (out,), {"dtype": value.dtype},
                         out.meta["val"].to(value.dtype))
-    norm.replace_all_uses_with(out)
-    graph.erase_node(norm)
+    _replace(program, norm, out)
     return True
+
+
+def _replace(program: Any, norm: Any, node: Any) -> None:
+    """`node` in place of the BatchNorm `norm`: its uses, and its name in the program's
+    outputs where it is one."""
+    norm.replace_all_uses_with(node)
+    program.graph.erase_node(norm)
+    for spec in program.graph_signature.output_specs:
+        if getattr(spec.arg, "name", None) == norm.name:
+            spec.arg.name = node.name
 
 
 def _retype(placeholder: Any, tensor: Any) -> None:

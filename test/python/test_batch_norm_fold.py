@@ -200,3 +200,52 @@ def test_compiled_model_matches_and_the_user_module_is_untouched():
     out = out.double().numpy() if isinstance(out, torch.Tensor) else np.asarray(out, np.float64)
     assert _relative(out, _reference(model, (fresh,))) < 1e-5
     assert len(compiled.kernels) == 2, [k["ops"] for k in compiled.kernels]
+
+
+class Unbatched(torch.nn.Module):
+    """An unbatched convolution ([C, L] in, [C_out, L] out): its channels are dim 0, the
+    BatchNorm's dim 1 (here as many: a second reader found it folded on the wrong axis)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 6, 1)
+        self.bn = _bn(torch.nn.BatchNorm1d, 6)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+def test_an_unbatched_convolution_keeps_its_weight():
+    torch.manual_seed(0)
+    model = Unbatched().eval()
+    inputs = (torch.randn(4, 6, generator=torch.Generator().manual_seed(2)),)
+    program = _export(model, inputs)
+    weight = program.state_dict["conv.weight"].clone()
+    assert fold_batch_norms(program) == 1
+    assert torch.equal(program.state_dict["conv.weight"], weight)
+    with torch.no_grad():
+        out = program.module()(*inputs).double().numpy()
+    assert _relative(out, _reference(model, inputs)) < 1e-6
+
+
+@pytest.mark.parametrize("make", [ConvBN, ResidualBN], ids=["into-layer", "alone"])
+def test_a_batch_norm_that_is_the_output_keeps_the_signature_right(make):
+    """The program's output names the node that took the BatchNorm's place."""
+
+    class Last(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = make()
+
+        def forward(self, x):
+            return self.inner.bn(self.inner.conv(x))
+
+    model = Last().eval()
+    inputs = _inputs(model.inner)
+    program = _export(model, inputs)
+    assert fold_batch_norms(program) == 1
+    names = {n.name for n in program.graph.nodes}
+    output = next(n for n in program.graph.nodes if n.op == "output")
+    assert [s.arg.name for s in program.graph_signature.output_specs] == \
+        [a.name for a in output.args[0]]
+    assert all(s.arg.name in names for s in program.graph_signature.output_specs)
