@@ -47,7 +47,7 @@ def fold_batch_norms(program: Any) -> int:
         if mean is var or not (_own(mean, node, state) and _own(var, node, state)) or any(
                 p is not None and p not in state for p in (weight, bias)):
             continue
-        tensors = {k: None if p is None else _read(program, state[p])
+        tensors = {k: None if p is None else state_tensor(program, state[p])
                    for k, p in (("weight", weight), ("bias", bias), ("mean", mean),
                                 ("var", var))}
         if not all(t is None or t.dtype.is_floating_point for t in tensors.values()):
@@ -74,7 +74,9 @@ def _state_placeholders(program: Any) -> dict[Any, str]:
             if s.kind in kinds and s.arg.name in placeholders and s.target not in mutated}
 
 
-def _read(program: Any, target: str) -> Any:
+def state_tensor(program: Any, target: str) -> Any:
+    """The program's state tensor `target` (a parameter or persistent buffer in its state
+    dict, else a constant), detached."""
     return (program.state_dict[target] if target in program.state_dict
             else program.constants[target]).detach()
 
@@ -119,41 +121,36 @@ def _inference_batch_norm(node: Any) -> tuple | None:
 
 
 _CONVOLUTIONS = ("conv1d", "conv2d", "conv3d")
+_BIAS_ARG = 2  # the bias's position in every one of them and in linear
 
 
-def _layer(x: Any, norm: Any) -> tuple[Any, int] | None:
-    """The convolution or linear layer `x` that `norm` alone reads, with the position of its
-    bias argument; None where `x` is neither or is read elsewhere too."""
+def _is_layer(x: Any, norm: Any) -> bool:
+    """`x` is a convolution or linear layer that `norm` alone reads."""
     import torch
 
     if x.op != "call_function" or set(x.users) != {norm}:
-        return None
+        return False
     aten = torch.ops.aten
     if x.target in [getattr(aten, name).default for name in _CONVOLUTIONS]:
-        return x, 2
-    if x.target == aten.convolution.default and len(x.args) > 6 and x.args[6] is False:
-        return x, 2
-    if x.target == aten.linear.default and x.meta.get("val") is not None and \
-            x.meta["val"].dim() == 2:
-        return x, 2
-    return None
+        return True
+    if x.target == aten.convolution.default:
+        return len(x.args) > 6 and x.args[6] is False
+    return x.target == aten.linear.default and x.meta.get("val") is not None and \
+        x.meta["val"].dim() == 2
 
 
 def _fold_into_layer(program: Any, state: dict[Any, str], norm: Any, x: Any, mean: Any,
                      tensors: dict[str, Any], eps: float) -> bool:
     import torch
 
-    found = _layer(x, norm)
-    if found is None:
-        return False
-    layer, bias_at = found
-    if len(layer.args) < 2:  # (the weight a keyword: torch.export gives it positionally)
+    layer = x
+    if not _is_layer(layer, norm) or len(layer.args) < 2:  # (a keyword weight: not folded)
         return False
     weight = layer.args[1]
-    bias = layer.args[bias_at] if len(layer.args) > bias_at else layer.kwargs.get("bias")
+    bias = layer.args[_BIAS_ARG] if len(layer.args) > _BIAS_ARG else layer.kwargs.get("bias")
     if not _own(weight, layer, state) or (bias is not None and bias not in state):
         return False
-    w = _read(program, state[weight])
+    w = state_tensor(program, state[weight])
     source = layer.args[0].meta.get("val") if hasattr(layer.args[0], "meta") else None
     if layer.target != torch.ops.aten.linear.default and (
             source is None or source.dim() != w.dim()):
@@ -162,7 +159,7 @@ def _fold_into_layer(program: Any, state: dict[Any, str], norm: Any, x: Any, mea
             t is not None and t.dtype != w.dtype for t in tensors.values()):
         return False
     channels = w.shape[0]
-    if any(t is not None and t.shape != (channels,) for t in tensors.values()):
+    if not _per_channel(tensors, channels):
         return False
     wide = torch.float64
     alpha = 1 / torch.sqrt(tensors["var"].to(wide) + eps)
@@ -170,7 +167,7 @@ def _fold_into_layer(program: Any, state: dict[Any, str], norm: Any, x: Any, mea
         alpha = alpha * tensors["weight"].to(wide)
     shift = -tensors["mean"].to(wide)
     if bias is not None:
-        shift = shift + _read(program, state[bias]).to(wide)
+        shift = shift + state_tensor(program, state[bias]).to(wide)
     new_bias = shift * alpha
     if tensors["bias"] is not None:
         new_bias = new_bias + tensors["bias"].to(wide)
@@ -179,14 +176,12 @@ def _fold_into_layer(program: Any, state: dict[Any, str], norm: Any, x: Any, mea
     # The running mean's place (read by this BatchNorm alone) holds the layer's new bias.
     _write(program, state[mean], new_bias.to(w.dtype).contiguous())
     args = list(layer.args)
-    if len(args) > bias_at:
-        args[bias_at] = mean
-        layer.args = tuple(args)
-    else:
-        kwargs = dict(layer.kwargs)
-        kwargs.pop("bias", None)
-        layer.args = tuple(args + [None] * (bias_at - len(args)) + [mean])
-        layer.kwargs = kwargs
+    if len(args) > _BIAS_ARG:
+        args[_BIAS_ARG] = mean
+    else:  # (the weight positional: the bias is the next argument)
+        args.append(mean)
+        layer.kwargs = {k: v for k, v in layer.kwargs.items() if k != "bias"}
+    layer.args = tuple(args)
     _replace(program, norm, layer)
     return True
 
@@ -197,8 +192,7 @@ def _fold_alone(program: Any, state: dict[Any, str], norm: Any, x: Any, mean: An
 
     value = norm.meta["val"]
     channels = value.shape[1]
-    if any(t is not None and t.shape != (channels,) for t in tensors.values()) or any(
-            "val" not in n.meta for n in (x, mean, var)):
+    if not _per_channel(tensors, channels) or any("val" not in n.meta for n in (x, mean, var)):
         return False
     half = value.dtype in (torch.float16, torch.bfloat16)
     wide = torch.float32 if half else value.dtype
@@ -206,9 +200,8 @@ def _fold_alone(program: Any, state: dict[Any, str], norm: Any, x: Any, mean: An
     # alpha, each op rounded in the computation type.
     invstd = 1 / torch.sqrt(tensors["var"].to(wide) + eps)
     alpha = invstd * tensors["weight"].to(wide) if tensors["weight"] is not None else invstd
-    beta = -(tensors["mean"].to(wide) * alpha)
-    if tensors["bias"] is not None:
-        beta = tensors["bias"].to(wide) - tensors["mean"].to(wide) * alpha
+    product = tensors["mean"].to(wide) * alpha
+    beta = tensors["bias"].to(wide) - product if tensors["bias"] is not None else -product
     _write(program, state[var], alpha.contiguous())
     _write(program, state[mean], beta.contiguous())
     for placeholder, tensor in ((var, alpha), (mean, beta)):
@@ -234,6 +227,11 @@ def _fold_alone(program: Any, state: dict[Any, str], norm: Any, x: Any, mean: An
                         out.meta["val"].to(value.dtype))
     _replace(program, norm, out)
     return True
+
+
+def _per_channel(tensors: dict[str, Any], channels: int) -> bool:
+    """Every one of the BatchNorm's vectors there is has `channels` entries."""
+    return all(t is None or t.shape == (channels,) for t in tensors.values())
 
 
 def _replace(program: Any, norm: Any, node: Any) -> None:

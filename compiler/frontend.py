@@ -141,7 +141,6 @@ def trace_fx_graph(graph: Any, example_inputs: tuple[Any, ...]) -> Any:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from fusec.compiler.batch_norm import fold_batch_norms
     from fusec.compiler.unsigned import read_uint8_unsigned
 
     table = fx_decomposition_table()
@@ -209,6 +208,8 @@ def decompose_program(program: Any) -> Any:
 
 def _retrace(program: Any) -> Any:
     import torch
+
+    from fusec.compiler.batch_norm import state_tensor
     from torch.export.graph_signature import (ExportGraphSignature, InputKind, InputSpec,
                                               OutputKind, OutputSpec, TensorArgument)
 
@@ -231,8 +232,7 @@ def _retrace(program: Any) -> Any:
         else:
             # Detached: a weight that requires grad changes how torch decomposes a matmul
             # (folded to one mm through a copy of a strided input, not a bmm).
-            inputs.append((program.state_dict[spec.target] if spec.target in program.state_dict
-                           else program.constants[spec.target]).detach())
+            inputs.append(state_tensor(program, spec.target))
 
     interpreter = torch.fx.Interpreter(program.graph_module)
     traced = trace_fx_graph(lambda *args: tuple(interpreter.run(*args)), tuple(inputs))
